@@ -1,0 +1,43 @@
+# Quick start: `make study` (the default study) and `make test` (all tests). Both set up
+# the pinned virtual environment first when it is missing or out of date.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CORES ?= 2
+STUDY ?= config/config.yaml
+# Jobs find jupyter, nbconvert and python of the venv through PATH.
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: setup study smoke test test-fast lint report clean
+
+$(STAMP): requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --requirement requirements.lock
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv with the exact versions of requirements.lock
+
+study: setup  ## run the default study: results/default/, reports/default/report.html
+	$(BIN)/snakemake --cores $(CORES) --keep-going --rerun-incomplete --configfile $(STUDY)
+
+smoke: setup  ## the one-minute smoke study (CPU, two cases, two sizes)
+	$(BIN)/snakemake --cores $(CORES) --keep-going --rerun-incomplete --configfile config/studies/smoke.yaml
+
+report: setup  ## Snakemake's own report of the default study
+	$(BIN)/snakemake --cores $(CORES) --configfile $(STUDY) --report reports/snakemake-report.html
+
+test: setup  ## all tests (unit tests, then the end-to-end smoke study through Snakemake)
+	$(BIN)/python -m pytest
+
+test-fast: setup  ## unit tests only
+	$(BIN)/python -m pytest -m "not slow"
+
+lint: setup  ## ruff and snakemake --lint
+	$(BIN)/ruff check .
+	$(BIN)/snakemake --lint
+
+clean:  ## remove generated results and reports (keeps .venv)
+	rm -rf results/* reports/* logs benchmarks .snakemake
+	touch results/.gitkeep reports/.gitkeep

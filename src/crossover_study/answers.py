@@ -1,0 +1,245 @@
+"""The report's answer to each seed question, in one sentence of measured numbers.
+
+Every number in a sentence is read from the tables (``timings.csv`` and
+``crossover.csv``) and only rounded for display; nothing is estimated here.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from crossover_study.spec import ACCELERATORS, FRAMEWORKS, SEED_SIZES
+
+#: Display characters (kept as escapes so linters do not mistake them for x and -).
+TIMES = "\u00d7"
+EN_DASH = "\u2013"
+
+__all__ = ["SEED_QUESTIONS", "answer_sentence", "format_seconds"]
+
+#: The question each seed case asks, as the report's section headings say it.
+SEED_QUESTIONS: dict[str, str] = {
+    "s000-hjb": ("TF2 custom loop: GPU slower than CPU for a tiny HJB value-function net"),
+    "s001-mlp": "PyTorch MLP: GPU slower than CPU on Colab",
+    "s002-iris": "Keras Iris model: TPU slower than CPU",
+    "s004-lstm": "Keras LSTM: several GPUs no faster than one",
+}
+_DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA"}
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration in readable units: ``522 µs``, ``1.84 ms``, ``3.2 s`` (3 digits)."""
+    s = float(seconds)
+    if abs(s) < 1e-3:
+        return f"{s * 1e6:.3g} µs"
+    if abs(s) < 1:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s:.3g} s" if abs(s) < 1000 else f"{s:,.0f} s"
+
+
+def _fmt_size(value: float) -> str:
+    """A size: whole numbers as they are (``1024``), else 3 digits (``13.5``)."""
+    value = float(value)
+    return f"{round(value)}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _fmt_count(value: float) -> str:
+    """A count of steps with thousands separators (``12,345``)."""
+    return f"{round(float(value)):,}"
+
+
+def _fmt_ratio(ratio: float) -> str:
+    return f"{ratio:.0f}" if ratio >= 10 else f"{ratio:.1f}"
+
+
+def _num(value) -> float | None:
+    value = pd.to_numeric(value, errors="coerce")
+    return None if pd.isna(value) else float(value)
+
+
+def _first(series: pd.Series) -> float | None:
+    values = pd.to_numeric(series, errors="coerce").dropna()
+    return float(values.iloc[0]) if len(values) else None
+
+
+def _seed_rows(timings: pd.DataFrame, case: str) -> pd.DataFrame:
+    """ok rows of ``case`` with every axis at the seed's size."""
+    df = timings[(timings["case"] == case) & (timings["status"] == "ok")]
+    for axis, value in SEED_SIZES[case].items():
+        df = df[pd.to_numeric(df[axis], errors="coerce") == value]
+    return df
+
+
+def _program(framework: str, variant: str, several_variants: bool) -> str:
+    return f"{framework}/{variant}" if several_variants else framework
+
+
+def _measured_clause(
+    name: str,
+    program: str,
+    rows: pd.DataFrame,
+    speedup: float | None,
+) -> str:
+    """'with torch, CUDA is 1.7x slower at the seed's size; it overtakes ...'."""
+    parts = []
+    if speedup is None:
+        parts.append(f"with {program}, {name} has no step time at the seed's size")
+    elif speedup >= 1:
+        parts.append(
+            f"with {program}, {name} is {_fmt_ratio(speedup)}{TIMES} faster at the seed's size"
+        )
+    else:
+        parts.append(
+            f"with {program}, {name} is {_fmt_ratio(1 / speedup)}{TIMES} slower at the seed's size"
+        )
+    if rows.empty:
+        parts.append("no crossover was computed")
+    crossings = []
+    for _, row in rows[rows["outcome"] == "crossover"].iterrows():
+        size = _num(row.get("crossover_size"))
+        if size is None:
+            continue
+        text = f"{row['axis']} ≈ {_fmt_size(size)}"
+        lo, hi = _num(row.get("ci_low")), _num(row.get("ci_high"))
+        if lo is not None and hi is not None:
+            text += f" (95% CI {_fmt_size(lo)}{EN_DASH}{_fmt_size(hi)})"
+        crossings.append(text)
+    if crossings:
+        parts.append("it overtakes the CPU at " + " and at ".join(crossings))
+    for outcome, template in (
+        (
+            "accelerator_faster_throughout",
+            "it is faster over the whole measured range of {}",
+        ),
+        (
+            "no_crossover",
+            "it does not overtake the CPU inside the measured range of {}",
+        ),
+        ("too_few_points", "too few common sizes on {} to place a crossover"),
+    ):
+        axes = list(dict.fromkeys(rows.loc[rows["outcome"] == outcome, "axis"]))
+        if axes:
+            parts.append(
+                template.format(
+                    " or ".join(axes) if outcome == "no_crossover" else " and ".join(axes)
+                )
+            )
+    n_star = _first(rows["n_star_steps"]) if "n_star_steps" in rows else None
+    if n_star is not None:
+        parts.append(f"after N* = {_fmt_count(n_star)} steps its time-to-train wins")
+    elif speedup is not None and speedup < 1:
+        parts.append("its time-to-train never beats the CPU's at the seed's size")
+    return "; ".join(parts)
+
+
+def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case: str) -> str:
+    """One sentence answering the seed question of ``case`` with measured numbers.
+
+    Says the CPU's median step time at the seed's own size per framework (µs, ms or
+    s), then per accelerator and framework: how many times faster or slower it is at
+    the seed's size (``speedup_at_seed`` of ``crossover``, else the ratio of the two
+    step times in ``timings``), where it overtakes the CPU (``crossover_size`` with its
+    95% CI) or that it does not, and after how many steps N* its time-to-train wins.
+    When the accelerator's rows are all ``unavailable`` the sentence says "no CUDA
+    device was visible on this machine (<message>), so no crossover was measured here".
+    """
+    crossover = crossover if crossover is not None else pd.DataFrame()
+    seed = SEED_SIZES[case]
+    at_seed = _seed_rows(timings, case)
+    case_rows = timings[timings["case"] == case]
+    several_variants = case_rows["variant"].nunique() > 1
+    programs = [
+        (f, v)
+        for f in sorted(
+            case_rows["framework"].unique(),
+            key=lambda f: (FRAMEWORKS.index(f) if f in FRAMEWORKS else 99, f),
+        )
+        for v in sorted(case_rows.loc[case_rows["framework"] == f, "variant"].unique())
+    ]
+
+    sizes = ", ".join(f"{a}={_fmt_size(v)}" for a, v in seed.items())
+    cpu_times = []
+    for framework, variant in programs:
+        rows = at_seed[
+            (at_seed["device"] == "cpu")
+            & (at_seed["framework"] == framework)
+            & (at_seed["variant"] == variant)
+        ]
+        t = pd.to_numeric(rows["step_time_s"], errors="coerce").median()
+        if pd.notna(t):
+            cpu_times.append(
+                f"{format_seconds(t)} per step with "
+                f"{_program(framework, variant, several_variants)}"
+            )
+    if cpu_times:
+        head = (
+            f"At the seed's size ({sizes}) the CPU takes "
+            + (", ".join(cpu_times[:-1]) + " and " if len(cpu_times) > 1 else "")
+            + cpu_times[-1]
+        )
+    else:
+        head = f"At the seed's size ({sizes}) no CPU step time was measured"
+
+    clauses = []
+    present = set(case_rows["device"]) | (
+        set(crossover.loc[crossover["case"] == case, "accelerator"])
+        if not crossover.empty
+        else set()
+    )
+    for acc in [a for a in ACCELERATORS if a in present] or list(ACCELERATORS[:1]):
+        name = _DEVICE_NAMES.get(acc, acc.upper())
+        acc_rows = case_rows[case_rows["device"] == acc]
+        if acc_rows.empty:
+            clauses.append(f"no {name} points were run for this case")
+            continue
+        if not (acc_rows["status"] == "ok").any():
+            unavailable = acc_rows[acc_rows["status"] == "unavailable"]
+            if not unavailable.empty:
+                messages = [str(m) for m in unavailable["message"].dropna() if str(m).strip()]
+                why = f" ({messages[0]})" if messages else ""
+                clauses.append(
+                    f"no {name} device was visible on this machine{why}, "
+                    "so no crossover was measured here"
+                )
+            else:
+                status = acc_rows["status"].iloc[0]
+                messages = [str(m) for m in acc_rows["message"].dropna() if str(m).strip()]
+                why = f": {messages[0]}" if messages else ""
+                clauses.append(
+                    f"no {name} point ran ({status}{why}), so no crossover was measured here"
+                )
+            continue
+        for framework, variant in programs:
+            program = _program(framework, variant, several_variants)
+            group = acc_rows[
+                (acc_rows["framework"] == framework) & (acc_rows["variant"] == variant)
+            ]
+            if group.empty:
+                continue
+            if not (group["status"] == "ok").any():
+                status = group["status"].iloc[0]
+                messages = [str(m) for m in group["message"].dropna() if str(m).strip()]
+                why = f": {messages[0]}" if messages else ""
+                clauses.append(f"with {program}, no {name} point ran ({status}{why})")
+                continue
+            rows = (
+                crossover[
+                    (crossover["case"] == case)
+                    & (crossover["framework"] == framework)
+                    & (crossover["variant"] == variant)
+                    & (crossover["accelerator"] == acc)
+                ]
+                if not crossover.empty
+                else pd.DataFrame(columns=["outcome", "axis"])
+            )
+            speedup = _first(rows["speedup_at_seed"]) if "speedup_at_seed" in rows else None
+            if speedup is None:
+                pick = at_seed[
+                    (at_seed["framework"] == framework) & (at_seed["variant"] == variant)
+                ]
+                cpu = pd.to_numeric(pick.loc[pick["device"] == "cpu", "step_time_s"]).median()
+                fast = pd.to_numeric(pick.loc[pick["device"] == acc, "step_time_s"]).median()
+                speedup = (
+                    float(cpu / fast) if pd.notna(cpu) and pd.notna(fast) and fast > 0 else None
+                )
+            clauses.append(_measured_clause(name, program, rows, speedup))
+    return head + ("; " + "; ".join(clauses) if clauses else "") + "."

@@ -1,0 +1,161 @@
+"""Load and validate a study config, and expand it into measurement points.
+
+Validation uses jsonschema against ``workflow/schemas/config.schema.yaml`` (filling
+each property's ``default``, as ``snakemake.utils.validate`` does). We call jsonschema
+directly rather than ``snakemake.utils.validate`` so that the error is one line naming
+the key path (``cases.s000-hjb.axes.batch[1]``) and so that tests need no workflow.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from .harness import TimingPolicy
+from .provenance import SCHEMAS
+from .spec import SEED_SIZES, PointSpec, config_hash
+
+SCHEMA_PATH = SCHEMAS / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """The study config is invalid; the message names the key path and the bad value."""
+
+
+def _with_defaults(validator_class):
+    """jsonschema's documented recipe for filling ``default`` values while validating."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _key_path(path) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "<top level>"
+
+
+def _schema_error(error: jsonschema.ValidationError) -> ConfigError:
+    where = _key_path(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        return ConfigError(
+            f"config error at {where}: unknown key(s) {', '.join(map(repr, extra))}; "
+            f"allowed: {', '.join(allowed)}"
+        )
+    if error.validator == "uniqueItems":
+        items = error.instance
+        dups = sorted({repr(x) for x in items if items.count(x) > 1})
+        return ConfigError(
+            f"config error at {where}: duplicate value(s) {', '.join(dups)} in {items}"
+        )
+    if error.validator == "enum":
+        return ConfigError(
+            f"config error at {where}: {error.instance!r} is not one of {error.validator_value}"
+        )
+    return ConfigError(f"config error at {where}: {error.message}")
+
+
+def validate_config(config: Mapping[str, Any]) -> dict:
+    """Validate ``config`` and return a copy with every default filled in.
+
+    Raises :class:`ConfigError` naming the first bad key path (unknown names or keys,
+    non-positive or duplicate sizes, a swept device that ``devices`` does not define,
+    grid axes a case does not have).
+    """
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    config = copy.deepcopy(dict(config))
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = jsonschema.exceptions.best_match(errors)
+        raise _schema_error(error)
+    for i, device in enumerate(config["sweep"]["devices"]):
+        if device not in config["devices"]:
+            raise ConfigError(
+                f"config error at sweep.devices[{i}]: device {device!r} is not defined "
+                f"under devices (defined: {', '.join(config['devices'])})"
+            )
+    return config
+
+
+def load_config(path: str | Path) -> dict:
+    """Read a YAML study config and :func:`validate_config` it. Raises ConfigError for a
+    missing or unparsable file too."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config {path} must be a mapping, got {type(raw).__name__}")
+    return validate_config(raw)
+
+
+def case_sizes(case: str, case_config: Mapping[str, Any]) -> list[dict[str, int]]:
+    """Size points of ``case``: each axis swept with the others at the seed's size,
+    plus the full grid over ``grid`` axes if given; the seed size always included.
+
+    Returns a sorted list of dicts mapping every axis of the case to a positive int.
+    """
+    seed = SEED_SIZES[case]
+    axes = {a: sorted(set(case_config.get("axes", {}).get(a, [])) | {v}) for a, v in seed.items()}
+    points = {tuple(sorted(seed.items()))}
+    for axis, values in axes.items():
+        for value in values:
+            points.add(tuple(sorted({**seed, axis: value}.items())))
+    grid = case_config.get("grid")
+    if grid:
+        for combo in itertools.product(*(axes[a] for a in grid)):
+            points.add(tuple(sorted({**seed, **dict(zip(grid, combo, strict=True))}.items())))
+    return [dict(p) for p in sorted(points)]
+
+
+def points(config: Mapping[str, Any], case: str, framework: str, device: str) -> list[PointSpec]:
+    """The points one measuring job (case × framework × device) measures."""
+    sizes = case_sizes(case, config["cases"][case])
+    return [
+        PointSpec(case, framework, device, variant, s)
+        for variant in config["sweep"]["variants"]
+        for s in sizes
+    ]
+
+
+def groups(config: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """Every (case, framework, device) job of the study."""
+    sweep = config["sweep"]
+    return [
+        (c, f, d) for c in config["cases"] for f in sweep["frameworks"] for d in sweep["devices"]
+    ]
+
+
+def timing_policy(config: Mapping[str, Any]) -> TimingPolicy:
+    """The harness policy from ``config['timing']``."""
+    t = config["timing"]
+    return TimingPolicy(
+        min_block_s=t["min_block_s"],
+        n_blocks=t["blocks"],
+        max_warmup_s=t["max_warmup_s"],
+        noise_threshold=t["noise_threshold"],
+        max_point_s=t["max_point_s"],
+    )
+
+
+def measurement_hash(config: Mapping[str, Any]) -> str:
+    """Hash of what determines a measurement (everything but the study's name)."""
+    return config_hash({k: v for k, v in config.items() if k != "study"})

@@ -1,0 +1,184 @@
+"""Where the accelerator overtakes the CPU: crossover size, its interval, and N*.
+
+Crossover: along one size axis x (other axes at the seed's size), the log step-time
+ratio r(x) = log(t_acc / t_cpu) is interpolated linearly in log x between measured
+sizes; the crossover is the first x where r falls from above 0 to 0 or below (the
+log-log interpolation of STUDY.md, "The crossover"). Its 95% interval is the 2.5/97.5
+percentile of the crossover recomputed on bootstrap replicates in which each point's
+blocks are resampled with replacement (Efron & Tibshirani 1993, percentile interval).
+
+N*: time-to-train T(N) = cold_start + first_step + N × step (STUDY.md item 1); N* is
+the smallest N with T_acc(N) < T_cpu(N), i.e. N* = (C_acc − C_cpu) / (t_cpu − t_acc)
+with C = cold_start + first_step, when the accelerator's step is faster.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .provenance import table_columns
+from .spec import ACCELERATORS, SEED_SIZES, case_axes
+
+
+def crossover_size(sizes: Sequence[float], t_cpu: Sequence[float], t_acc: Sequence[float]):
+    """Crossover along one axis from per-size step times (seconds; sizes ascending).
+
+    Returns ``(outcome, size)``: ``("crossover", x*)``; ``("accelerator_faster_throughout",
+    None)`` when the accelerator is already faster at the smallest size;
+    ``("no_crossover", None)`` when the CPU is faster at every size. Raises ValueError
+    for fewer than 2 sizes, unequal lengths or non-positive times.
+    """
+    x = np.asarray(sizes, dtype=float)
+    a, c = np.asarray(t_acc, dtype=float), np.asarray(t_cpu, dtype=float)
+    if not (len(x) == len(a) == len(c)) or len(x) < 2:
+        raise ValueError(
+            f"need >= 2 sizes with one time per device, got {len(x)}, {len(c)}, {len(a)}"
+        )
+    if np.any(a <= 0) or np.any(c <= 0) or np.any(x <= 0):
+        raise ValueError("sizes and step times must be positive")
+    if np.any(np.diff(x) <= 0):
+        raise ValueError(f"sizes must be strictly ascending, got {list(x)}")
+    r = np.log(a) - np.log(c)
+    if r[0] <= 0:
+        return "accelerator_faster_throughout", None
+    for i in range(len(x) - 1):
+        if r[i] > 0 >= r[i + 1]:
+            lx0, lx1 = math.log(x[i]), math.log(x[i + 1])
+            frac = r[i] / (r[i] - r[i + 1])
+            return "crossover", math.exp(lx0 + frac * (lx1 - lx0))
+    return "no_crossover", None
+
+
+def bootstrap_crossover(
+    sizes: Sequence[float],
+    blocks_cpu: Sequence[Sequence[float]],
+    blocks_acc: Sequence[Sequence[float]],
+    n_boot: int = 1000,
+    seed: int = 0,
+):
+    """Percentile 95% interval of the crossover size over bootstrap replicates.
+
+    ``blocks_*[i]`` are the per-block seconds per step at ``sizes[i]``; each replicate
+    resamples every point's blocks with replacement and takes their median. Returns
+    ``(ci_low, ci_high, share_found)``; the interval is None when fewer than half of the
+    replicates find a crossover inside the range.
+    """
+    rng = np.random.default_rng(seed)
+    cpu = [np.asarray(b, dtype=float) for b in blocks_cpu]
+    acc = [np.asarray(b, dtype=float) for b in blocks_acc]
+    found = []
+    for _ in range(n_boot):
+        t_c = [np.median(rng.choice(b, size=len(b))) for b in cpu]
+        t_a = [np.median(rng.choice(b, size=len(b))) for b in acc]
+        outcome, x = crossover_size(sizes, t_c, t_a)
+        if outcome == "crossover":
+            found.append(x)
+    share = len(found) / n_boot
+    if share < 0.5:
+        return None, None, share
+    lo, hi = np.percentile(found, [2.5, 97.5])
+    return float(lo), float(hi), share
+
+
+def n_star(cpu: pd.Series | dict, acc: pd.Series | dict) -> float | None:
+    """Steps after which the accelerator's time-to-train beats the CPU's.
+
+    ``cpu``/``acc`` carry ``cold_start_s``, ``first_step_s`` and ``step_time_s``
+    (seconds). Returns 0 when the accelerator is ahead from the start, None when its
+    steady-state step is not faster (it never catches up for good).
+    """
+    c_cpu = cpu["cold_start_s"] + cpu["first_step_s"]
+    c_acc = acc["cold_start_s"] + acc["first_step_s"]
+    gain = cpu["step_time_s"] - acc["step_time_s"]
+    if gain <= 0:
+        return None
+    return float(max(0.0, math.ceil((c_acc - c_cpu) / gain)))
+
+
+def _axis_slice(df: pd.DataFrame, case: str, axis: str) -> pd.DataFrame:
+    """Rows of ``case`` whose axes other than ``axis`` are at the seed's size."""
+    seed = SEED_SIZES[case]
+    mask = pd.Series(True, index=df.index)
+    for other, value in seed.items():
+        if other != axis:
+            mask &= df[other] == value
+    return df[mask]
+
+
+def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """One row per case × framework × variant × accelerator × axis (crossover schema).
+
+    ``timings`` is the tidy table of ``timings.csv``. Accelerators are every device
+    class other than ``cpu`` that appears in the table, plus ``cuda``.
+    """
+    rows = []
+    devices = sorted(set(timings["device"]) - {"cpu"} | set(ACCELERATORS))
+    keys = timings[["case", "framework", "variant"]].drop_duplicates().itertuples(index=False)
+    for case, framework, variant in keys:
+        sub = timings[
+            (timings["case"] == case)
+            & (timings["framework"] == framework)
+            & (timings["variant"] == variant)
+        ]
+        for acc_name in devices:
+            if acc_name not in set(sub["device"]):
+                continue
+            for axis in case_axes(case):
+                rows.append(_one_row(sub, case, framework, variant, acc_name, axis, n_boot, seed))
+    return pd.DataFrame(rows, columns=list(table_columns("crossover")))
+
+
+def _one_row(sub, case, framework, variant, acc_name, axis, n_boot, seed) -> dict:
+    row = {
+        "case": case,
+        "framework": framework,
+        "variant": variant,
+        "accelerator": acc_name,
+        "axis": axis,
+        "seed_size": SEED_SIZES[case][axis],
+    }
+    line = _axis_slice(sub, case, axis)
+    ok = line[line["status"] == "ok"]
+    cpu = ok[ok["device"] == "cpu"].set_index(axis)
+    acc = ok[ok["device"] == acc_name].set_index(axis)
+    if acc.empty:
+        reasons = line.loc[line["device"] == acc_name, "message"].dropna().unique()
+        statuses = line.loc[line["device"] == acc_name, "status"].unique()
+        return {
+            **row,
+            "n_sizes": 0,
+            "outcome": "no_accelerator_data",
+            "reason": "; ".join(reasons) or f"status {', '.join(statuses)}",
+        }
+    common = sorted(set(cpu.index) & set(acc.index))
+    row["n_sizes"] = len(common)
+    seed_value = SEED_SIZES[case][axis]
+    if seed_value in common:
+        c, a = cpu.loc[seed_value], acc.loc[seed_value]
+        row["speedup_at_seed"] = c["step_time_s"] / a["step_time_s"]
+        row["n_star_steps"] = n_star(c, a)
+    if len(common) < 2:
+        return {
+            **row,
+            "outcome": "too_few_points",
+            "reason": f"{len(common)} common size(s)",
+        }
+    t_cpu = [cpu.loc[x, "step_time_s"] for x in common]
+    t_acc = [acc.loc[x, "step_time_s"] for x in common]
+    outcome, x_star = crossover_size(common, t_cpu, t_acc)
+    row.update(outcome=outcome, crossover_size=x_star)
+    if outcome == "crossover":
+        lo, hi, share = bootstrap_crossover(
+            common,
+            [json.loads(cpu.loc[x, "block_step_times_s"]) for x in common],
+            [json.loads(acc.loc[x, "block_step_times_s"]) for x in common],
+            n_boot=n_boot,
+            seed=seed,
+        )
+        row.update(ci_low=lo, ci_high=hi, bootstrap_found=share)
+    return row

@@ -1,0 +1,565 @@
+"""Figures of the report, one public function per figure.
+
+Every figure function takes the tidy ``timings`` table (``results/<study>/timings.csv``,
+one row per measured point, see ``workflow/schemas/timings.schema.yaml``) and an
+optional ``ax``; it draws on that Axes (or on a new figure's) and returns the Axes.
+Only ``status == "ok"`` rows carry timings. Seconds are stored as seconds; display
+units are chosen here. Colours come from seaborn's colour-blind-safe palette (one
+colour per device class), markers from the framework, line styles from the variant.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.colors import LogNorm, TwoSlopeNorm
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from crossover_study.spec import DEVICES, FRAMEWORKS, SEED_SIZES, case_axes
+
+#: Display characters (kept as escapes so linters do not mistake them for x and -).
+TIMES = "\u00d7"
+EN_DASH = "\u2013"
+
+__all__ = [
+    "grid_axes",
+    "save_figure",
+    "speedup_heatmap",
+    "step_time_vs_size",
+    "time_to_train",
+]
+
+#: Alpha of points whose IQR/median exceeds the noise threshold (``noisy`` column).
+NOISY_ALPHA = 0.35
+_MARKERS = {"torch": "o", "tensorflow": "s"}
+_CROSSOVER_STYLES = {"torch": "--", "tensorflow": "-."}
+_VARIANT_STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))
+
+
+# --------------------------------------------------------------------------- helpers
+def _palette() -> dict[str, tuple]:
+    """Device class -> colour from seaborn's ``colorblind`` palette (cpu first)."""
+    colours = sns.color_palette("colorblind", n_colors=max(len(DEVICES), 3))
+    return dict(zip(DEVICES, colours[: len(DEVICES)], strict=True))
+
+
+def _decorate(
+    ax: Axes,
+    *,
+    title: str,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    logx: bool = False,
+    logy: bool = False,
+    legend: bool = False,
+    grid: bool = True,
+) -> Axes:
+    """Shared decoration: log scales, light grid, labels, title and legend."""
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    if grid:
+        ax.grid(True, which="major", linewidth=0.6, alpha=0.5)
+        ax.grid(True, which="minor", linewidth=0.3, alpha=0.25)
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize="medium")
+    if legend:
+        handles, _ = ax.get_legend_handles_labels()
+        if handles:
+            ax.legend(fontsize="small", frameon=False, loc="best")
+    return ax
+
+
+def _new_ax(ax: Axes | None, figsize: tuple[float, float] = (6.4, 4.4)) -> Axes:
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
+def _truthy(series: pd.Series) -> pd.Series:
+    """CSV booleans (True/False/empty or text) -> bool; missing -> False."""
+    return series.map(lambda v: str(v).strip().lower() in {"true", "1", "1.0", "yes"})
+
+
+def _ok_rows(timings: pd.DataFrame, case: str) -> pd.DataFrame:
+    """Rows of ``case`` with ``status == "ok"`` and a step time."""
+    df = timings[(timings["case"] == case) & (timings["status"] == "ok")]
+    return df[pd.to_numeric(df["step_time_s"], errors="coerce").notna()].copy()
+
+
+def _at_seed(df: pd.DataFrame, case: str, except_axes: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Rows whose axes (all but ``except_axes``) are at the seed's own size."""
+    mask = pd.Series(True, index=df.index)
+    for axis, value in SEED_SIZES[case].items():
+        if axis not in except_axes:
+            mask &= pd.to_numeric(df[axis], errors="coerce") == value
+    return df[mask]
+
+
+def _group_label(device: str, framework: str, variant: str, several_variants: bool) -> str:
+    parts = [device, framework] + ([variant] if several_variants else [])
+    return " · ".join(parts)
+
+
+def _variant_styles(variants) -> dict[str, object]:
+    return {v: s for v, s in zip(sorted(variants), itertools.cycle(_VARIANT_STYLES))}
+
+
+def _order(values, preferred) -> list:
+    values = list(dict.fromkeys(values))
+    return [v for v in preferred if v in values] + sorted(v for v in values if v not in preferred)
+
+
+def _fmt_size(value: float) -> str:
+    value = float(value)
+    return f"{round(value):,}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _fmt_ms(value: float) -> str:
+    """Milliseconds for a heat-map cell: ``0.184``, ``18.4``, ``1,180``."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def _fmt_ratio(ratio: float) -> str:
+    """A speedup for display: ``0.059``, ``4.7``, ``38``, ``3,800`` (then the sign)."""
+    if abs(ratio) >= 100:
+        return f"{ratio:,.0f}{TIMES}"
+    return f"{ratio:.0f}{TIMES}" if abs(ratio) >= 10 else f"{ratio:.2g}{TIMES}"
+
+
+def _empty(ax: Axes, text: str, title: str) -> Axes:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    return _decorate(ax, title=title, grid=False)
+
+
+# --------------------------------------------------------------------------- figures
+def step_time_vs_size(
+    timings: pd.DataFrame,
+    case: str,
+    axis: str,
+    crossover: pd.DataFrame | None = None,
+    ax: Axes | None = None,
+) -> Axes:
+    """Steady-state step time against one size axis, per device, framework and variant.
+
+    Parameters
+    ----------
+    timings
+        Tidy timings table; only ``ok`` rows of ``case`` whose other axes are at the
+        seed's size (``spec.SEED_SIZES``) are drawn.
+    case, axis
+        Seed case and the size axis on x (samples, features, neurons or time steps).
+    crossover
+        Optional crossover table (``crossover.csv``). Each of its rows for
+        ``(case, axis)`` with outcome ``crossover`` is drawn as a vertical line in the
+        accelerator's colour (dashed for torch, dash-dotted for tensorflow) at
+        ``crossover_size`` (gid ``"crossover"``) with a shaded band from ``ci_low`` to
+        ``ci_high`` (the bootstrap 95% interval), both labelled.
+    ax
+        Axes to draw on; a new figure is made when None.
+
+    Draws the median seconds per step (log y) against the size (log x): colour = device,
+    marker = framework, line style = variant. Error bars span median ± IQR/2
+    (``step_time_iqr_s``); points flagged ``noisy`` are drawn faded (alpha
+    ``NOISY_ALPHA``). The seed's own size is a grey dotted vertical line (gid
+    ``"seed-size"``). Returns the Axes.
+    """
+    ax = _new_ax(ax)
+    seed = SEED_SIZES[case][axis]
+    title = f"{case}: step time vs {axis}"
+    others = ", ".join(f"{a}={v}" for a, v in SEED_SIZES[case].items() if a != axis)
+    if others:
+        title += f" ({others})"
+    df = _at_seed(_ok_rows(timings, case), case, except_axes=(axis,))
+    df = df[pd.to_numeric(df[axis], errors="coerce").notna()]
+    if df.empty:
+        return _empty(ax, f"no ok rows for {case} along {axis}", title)
+
+    colours = _palette()
+    several_variants = df["variant"].nunique() > 1
+    styles = _variant_styles(df["variant"].unique())
+    df = df.assign(
+        _size=pd.to_numeric(df[axis]),
+        _t=pd.to_numeric(df["step_time_s"]),
+        _iqr=pd.to_numeric(df["step_time_iqr_s"], errors="coerce").fillna(0.0),
+        _noisy=_truthy(df["noisy"]) if "noisy" in df else False,
+    )
+    for device in _order(df["device"], DEVICES):
+        for framework in _order(df["framework"], FRAMEWORKS):
+            for variant in sorted(df["variant"].unique()):
+                g = df[
+                    (df["device"] == device)
+                    & (df["framework"] == framework)
+                    & (df["variant"] == variant)
+                ]
+                if g.empty:
+                    continue
+                g = (
+                    g.groupby("_size", sort=True)
+                    .agg(
+                        _t=("_t", "median"),
+                        _iqr=("_iqr", "median"),
+                        _noisy=("_noisy", "any"),
+                    )
+                    .reset_index()
+                )
+                colour = colours.get(device, "0.4")
+                marker = _MARKERS.get(framework, "D")
+                x, y = g["_size"].to_numpy(), g["_t"].to_numpy()
+                half = g["_iqr"].to_numpy() / 2
+                yerr = np.vstack([np.minimum(half, 0.999 * y), half])
+                ax.errorbar(
+                    x,
+                    y,
+                    yerr=yerr,
+                    fmt="none",
+                    ecolor=colour,
+                    elinewidth=0.9,
+                    capsize=2,
+                    alpha=0.8,
+                )
+                ax.plot(
+                    x,
+                    y,
+                    color=colour,
+                    linestyle=styles[variant],
+                    marker=marker,
+                    markevery=[],  # markers are the scatter below (faded when noisy)
+                    gid="step-time",
+                    label=_group_label(device, framework, variant, several_variants),
+                )
+                noisy = g["_noisy"].to_numpy(dtype=bool)
+                for mask, alpha in ((~noisy, 1.0), (noisy, NOISY_ALPHA)):
+                    if mask.any():
+                        ax.scatter(
+                            x[mask],
+                            y[mask],
+                            color=colour,
+                            marker=marker,
+                            alpha=alpha,
+                            zorder=3,
+                            s=28,
+                            gid="noisy" if alpha < 1 else "steady",
+                        )
+
+    ax.axvline(
+        seed,
+        color="0.35",
+        linestyle=":",
+        linewidth=1.4,
+        gid="seed-size",
+        label=f"seed size ({axis}={_fmt_size(seed)})",
+    )
+    if crossover is not None and not crossover.empty:
+        rows = crossover[
+            (crossover["case"] == case)
+            & (crossover["axis"] == axis)
+            & (crossover["outcome"] == "crossover")
+        ]
+        for _, row in rows.iterrows():
+            size = pd.to_numeric(row.get("crossover_size"), errors="coerce")
+            if pd.isna(size):
+                continue
+            colour = colours.get(row.get("accelerator"), "0.2")
+            who = f"{row.get('accelerator')} {row.get('framework')}"
+            if several_variants:
+                who += f"/{row.get('variant')}"
+            ax.axvline(
+                size,
+                color=colour,
+                linestyle=_CROSSOVER_STYLES.get(row.get("framework"), "--"),
+                linewidth=1.4,
+                gid="crossover",
+                label=f"crossover {who}: {axis} ≈ {_fmt_size(size)}",
+            )
+            lo = pd.to_numeric(row.get("ci_low"), errors="coerce")
+            hi = pd.to_numeric(row.get("ci_high"), errors="coerce")
+            if pd.notna(lo) and pd.notna(hi):
+                ax.axvspan(
+                    lo,
+                    hi,
+                    color=colour,
+                    alpha=0.15,
+                    linewidth=0,
+                    gid="crossover-ci",
+                    label=f"95% CI {_fmt_size(lo)}{EN_DASH}{_fmt_size(hi)}",
+                )
+    return _decorate(
+        ax,
+        title=title,
+        xlabel=axis,
+        ylabel="step time (s per step)",
+        logx=True,
+        logy=True,
+        legend=True,
+    )
+
+
+def time_to_train(
+    timings: pd.DataFrame,
+    case: str,
+    max_steps: float = 1e6,
+    ax: Axes | None = None,
+) -> Axes:
+    """Time to train N steps at the seed's size, cold start and first step included.
+
+    For every device x framework (x variant) with an ``ok`` row at the seed's own size
+    (all axes at ``spec.SEED_SIZES[case]``; duplicates are reduced to their median),
+    draws ``T(N) = cold_start_s + first_step_s + N * step_time_s`` in seconds against
+    the number of steps N from 1 to ``max_steps``, both axes logarithmic. Colour =
+    device, line style = framework (dashed for tensorflow) or variant. Rows without a
+    cold start or first step time are left out. Where two curves of one framework and
+    variant cross, the accelerator's start-up has been paid for (N*). Returns the Axes.
+    """
+    ax = _new_ax(ax)
+    title = f"{case}: time to train at the seed's size"
+    df = _at_seed(_ok_rows(timings, case), case)
+    for col in ("cold_start_s", "first_step_s", "step_time_s"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    df = df.dropna(subset=["cold_start_s", "first_step_s", "step_time_s"])
+    if df.empty:
+        return _empty(ax, f"no ok rows for {case} at the seed's size", title)
+
+    colours = _palette()
+    several_variants = df["variant"].nunique() > 1
+    variant_styles = _variant_styles(df["variant"].unique())
+    framework_styles = {"torch": "-", "tensorflow": "--"}
+    n = np.logspace(0, np.log10(max_steps), 200)
+    groups = df.groupby(["device", "framework", "variant"])
+    keys = sorted(
+        groups.groups,
+        key=lambda k: (
+            _order(df["device"], DEVICES).index(k[0]),
+            _order(df["framework"], FRAMEWORKS).index(k[1]),
+            k[2],
+        ),
+    )
+    for device, framework, variant in keys:
+        g = groups.get_group((device, framework, variant))
+        start = float(g["cold_start_s"].median() + g["first_step_s"].median())
+        step = float(g["step_time_s"].median())
+        style = (
+            variant_styles[variant] if several_variants else framework_styles.get(framework, "-.")
+        )
+        ax.plot(
+            n,
+            start + n * step,
+            color=colours.get(device, "0.4"),
+            linestyle=style,
+            marker=_MARKERS.get(framework, "D"),
+            markevery=[0],
+            gid="time-to-train",
+            label=_group_label(device, framework, variant, several_variants),
+        )
+    ax.set_xlim(1, max_steps)
+    return _decorate(
+        ax,
+        title=title,
+        xlabel="training steps N",
+        ylabel="time to train T(N) (s)",
+        logx=True,
+        logy=True,
+        legend=True,
+    )
+
+
+def _grid_values(df: pd.DataFrame, case: str, x_axis: str, y_axis: str):
+    """Largest full grid (X, Y) of ``df`` over two axes (others at seed), or None."""
+    sub = _at_seed(df, case, except_axes=(x_axis, y_axis))
+    sub = sub[[x_axis, y_axis]].apply(pd.to_numeric, errors="coerce").dropna()
+    points = set(map(tuple, sub.to_numpy().tolist()))
+    xs, ys = SEED_SIZES[case][x_axis], SEED_SIZES[case][y_axis]
+    off = {(x, y) for x, y in points if x != xs and y != ys}
+    if not off:
+        return None
+    xset, yset = {x for x, _ in off}, {y for _, y in off}
+    if all((xs, y) in points for y in yset):
+        xset.add(xs)
+    if all((x, ys) in points for x in xset):
+        yset.add(ys)
+    xset = {x for x in xset if all((x, y) in points for y in yset)}
+    yset = {y for y in yset if all((x, y) in points for x in xset)}
+    if len(xset) < 2 or len(yset) < 2:
+        return None
+    return sorted(xset), sorted(yset)
+
+
+def grid_axes(timings: pd.DataFrame, case: str) -> tuple[str, str] | None:
+    """The first pair of size axes (``spec`` order) with a full grid of ok points.
+
+    A full grid is at least 2 x 2 sizes on the two axes, every combination present in
+    some ``ok`` row of ``case`` (any device or framework), the other axes at the seed's
+    size. The one-axis-at-a-time sweeps alone never form one. Returns ``(x_axis,
+    y_axis)`` or None.
+    """
+    df = _ok_rows(timings, case)
+    if df.empty:
+        return None
+    for x_axis, y_axis in itertools.combinations(case_axes(case), 2):
+        if _grid_values(df, case, x_axis, y_axis) is not None:
+            return x_axis, y_axis
+    return None
+
+
+def _cell_table(df: pd.DataFrame, x_axis: str, y_axis: str, xs, ys) -> pd.DataFrame:
+    """Median step time per grid cell: rows = y sizes, columns = x sizes."""
+    table = (
+        df.assign(
+            _x=pd.to_numeric(df[x_axis]),
+            _y=pd.to_numeric(df[y_axis]),
+            _t=pd.to_numeric(df["step_time_s"]),
+        )
+        .groupby(["_y", "_x"])["_t"]
+        .median()
+        .unstack("_x")
+    )
+    return table.reindex(index=ys, columns=xs)
+
+
+def speedup_heatmap(
+    timings: pd.DataFrame,
+    case: str,
+    x_axis: str,
+    y_axis: str,
+    accelerator: str = "cuda",
+    ax: Axes | None = None,
+    *,
+    framework: str | None = None,
+    variant: str | None = None,
+) -> Axes:
+    """Speedup of ``accelerator`` over the CPU on a grid of two size axes.
+
+    Parameters
+    ----------
+    timings
+        Tidy timings table; ``ok`` rows of ``case`` with the axes other than ``x_axis``
+        and ``y_axis`` at the seed's size. Cells are the full grid found by
+        ``grid_axes`` (or every measured pair when there is none).
+    framework, variant
+        Which program to compare (one heat map per program). Default: the first
+        framework in ``spec.FRAMEWORKS`` order with rows, and ``eager`` when present.
+
+    Each cell shows speedup = CPU ``step_time_s`` / accelerator ``step_time_s`` (above
+    1: the accelerator is faster), colour on a diverging map (``RdBu``, blue =
+    accelerator faster) centred at 1 with a log2 norm, annotated like ``1.8x``. When the
+    accelerator has no ``ok`` rows on the grid (the normal case on a CPU-only machine),
+    the CPU step time in ms per step is drawn instead on a sequential map (log norm),
+    titled "CPU step time (no <accelerator> rows measured)". Returns the Axes.
+    """
+    ax = _new_ax(ax)
+    df = _ok_rows(timings, case)
+    if framework is None:
+        framework = next(iter(_order(df["framework"], FRAMEWORKS)), FRAMEWORKS[0])
+    df = df[df["framework"] == framework]
+    if variant is None:
+        variants = sorted(df["variant"].unique())
+        variant = "eager" if "eager" in variants or not variants else variants[0]
+    df = df[df["variant"] == variant]
+    program = f"{case}, {framework}/{variant}"
+    grid = _grid_values(df, case, x_axis, y_axis)
+    sub = _at_seed(df, case, except_axes=(x_axis, y_axis))
+    if grid is None:
+        xs = sorted(pd.to_numeric(sub[x_axis]).dropna().unique())
+        ys = sorted(pd.to_numeric(sub[y_axis]).dropna().unique())
+    else:
+        xs, ys = grid
+    cpu = _cell_table(sub[sub["device"] == "cpu"], x_axis, y_axis, xs, ys)
+    acc = _cell_table(sub[sub["device"] == accelerator], x_axis, y_axis, xs, ys)
+    if not xs or not ys:
+        return _empty(
+            ax,
+            f"no ok rows for {program} over {x_axis} x {y_axis}",
+            f"{program}: {x_axis} x {y_axis}",
+        )
+
+    fig = ax.get_figure()
+    if acc.notna().to_numpy().any():
+        speedup = cpu / acc
+        values = np.log2(speedup.to_numpy(dtype=float))
+        finite = values[np.isfinite(values)]
+        span = max(float(np.abs(finite).max()) if finite.size else 1.0, 0.1)
+        norm = TwoSlopeNorm(vmin=-span, vcenter=0.0, vmax=span)
+        mesh = ax.pcolormesh(
+            np.ma.masked_invalid(values),
+            cmap="RdBu",
+            norm=norm,
+            edgecolors="white",
+            linewidth=0.5,
+        )
+        bar = fig.colorbar(mesh, ax=ax)
+        ticks = [t for t in range(-12, 13) if abs(t * np.log2(10)) <= span]
+        bar.set_ticks([t * np.log2(10) for t in ticks] if len(ticks) >= 3 else [-span, 0, span])
+        bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _fmt_ratio(2**v)))
+        bar.set_label(f"speedup = CPU / {accelerator} step time")
+        texts = [
+            [_fmt_ratio(s) if np.isfinite(s) else "" for s in row]
+            for row in speedup.to_numpy(dtype=float)
+        ]
+        colours = [
+            [
+                ("white" if abs(v) > 0.6 * span else "black") if np.isfinite(v) else "black"
+                for v in row
+            ]
+            for row in values
+        ]
+        title = f"{program}: speedup {accelerator} over CPU"
+    else:
+        ms = cpu.to_numpy(dtype=float) * 1e3
+        finite = ms[np.isfinite(ms) & (ms > 0)]
+        norm = (
+            LogNorm(vmin=finite.min(), vmax=max(finite.max(), finite.min() * 1.01))
+            if finite.size
+            else None
+        )
+        mesh = ax.pcolormesh(
+            np.ma.masked_invalid(ms),
+            cmap="viridis",
+            norm=norm,
+            edgecolors="white",
+            linewidth=0.5,
+        )
+        bar = fig.colorbar(mesh, ax=ax)
+        bar.set_label("CPU step time (ms per step)")
+        texts = [[_fmt_ms(v) if np.isfinite(v) else "" for v in row] for row in ms]
+        mid = np.sqrt(finite.min() * finite.max()) if finite.size else 0
+        colours = [["black" if np.isfinite(v) and v > mid else "white" for v in row] for row in ms]
+        title = f"CPU step time (no {accelerator} rows measured) — {program}"
+    for i, row in enumerate(texts):
+        for j, text in enumerate(row):
+            if text:
+                ax.text(
+                    j + 0.5,
+                    i + 0.5,
+                    text,
+                    ha="center",
+                    va="center",
+                    fontsize="small",
+                    color=colours[i][j],
+                    gid="cell",
+                )
+    ax.set_xticks(np.arange(len(xs)) + 0.5, [_fmt_size(v) for v in xs])
+    ax.set_yticks(np.arange(len(ys)) + 0.5, [_fmt_size(v) for v in ys])
+    return _decorate(ax, title=title, xlabel=x_axis, ylabel=y_axis, grid=False)
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (dpi 100, no software/date metadata).
+
+    Parent folders are created. The same figure gives the same bytes on the same
+    matplotlib version. Returns the path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=100, metadata={"Software": None}, facecolor="white")
+    return path

@@ -1,0 +1,74 @@
+"""Where a number came from: host, CPU, git state, Slurm placement, tables' columns."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+#: The repository root (this file is src/crossover_study/provenance.py).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = REPO_ROOT / "workflow" / "schemas"
+
+
+@cache
+def table_columns(table: str) -> tuple[str, ...]:
+    """Documented columns of ``timings`` or ``crossover``, in schema order.
+
+    The schema in ``workflow/schemas/<table>.schema.yaml`` is the one place where each
+    column is described. Raises FileNotFoundError for an unknown table.
+    """
+    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+    return tuple(schema["properties"])
+
+
+def cpu_model() -> str:
+    """The host CPU's model name from /proc/cpuinfo, else ``platform.processor()``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_state(repo: Path = REPO_ROOT) -> tuple[str, bool]:
+    """(commit, dirty) of ``repo``; ("unknown", False) outside a git checkout.
+
+    Dirty means tracked files differ from the commit (generated, untracked results do
+    not count).
+    """
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", False
+    return commit, bool(status)
+
+
+def placement() -> dict[str, str | None]:
+    """Host and Slurm placement of this process: host, node, partition."""
+    host = socket.gethostname()
+    return {
+        "host": host,
+        "node": os.environ.get("SLURMD_NODENAME", host),
+        "partition": os.environ.get("SLURM_JOB_PARTITION"),
+    }

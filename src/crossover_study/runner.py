@@ -1,0 +1,229 @@
+"""Measure a group of points (one case × framework × device) in one process.
+
+Framework import and process start are paid once per group, not once per point. Each
+finished point is appended to a journal (JSON lines, flushed and fsynced), so a crash or
+``kill -9`` loses at most the point in flight, and a rerun measures only what is
+missing. The group's CSV is written atomically (temporary file + rename) at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+from . import frameworks
+from .harness import TimingPolicy, measure
+from .provenance import git_state, placement, table_columns
+from .spec import PointSpec
+
+#: A point whose measurement killed the process this many times is recorded as an error
+#: instead of being tried again forever.
+MAX_ATTEMPTS = 2
+#: Statuses that are final: a rerun does not measure these points again. ``unavailable``
+#: is not final (the device may be there next time).
+FINAL = ("ok", "oom", "error", "not_applicable")
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One measuring job: the points of one case × framework × device."""
+
+    case: str
+    framework: str
+    device: str
+    points: tuple[PointSpec, ...]
+    threads: int
+    policy: TimingPolicy
+    missing_device: str  # "skip" or "fail"
+    config_hash: str
+
+
+class Journal:
+    """Append-only JSON-lines record of a group's points; survives ``kill -9``.
+
+    Each line is ``{"event": "start"|"done", "key": ..., "row": {...}}``; a torn last
+    line (the process died while writing it) is ignored.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.done: dict[str, dict] = {}
+        self.starts: dict[str, int] = {}
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if entry.get("event") == "done":
+                    self.done[entry["key"]] = entry["row"]
+                elif entry.get("event") == "start":
+                    self.starts[entry["key"]] = self.starts.get(entry["key"], 0) + 1
+
+    def _append(self, entry: dict) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(entry, default=_json_default) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def start(self, key: str) -> None:
+        self.starts[key] = self.starts.get(key, 0) + 1
+        self._append({"event": "start", "key": key})
+
+    def finish(self, key: str, row: dict) -> None:
+        self.done[key] = row
+        self._append({"event": "done", "key": key, "row": row})
+
+    def final_row(self, key: str) -> dict | None:
+        row = self.done.get(key)
+        return row if row is not None and row.get("status") in FINAL else None
+
+
+def _json_default(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return str(value)
+
+
+def write_csv_atomic(rows: Iterable[dict], columns: Iterable[str], path: Path) -> None:
+    """Write ``rows`` as CSV with ``columns`` to ``path`` via a temporary file + rename,
+    so that readers never see a half-written table."""
+    import pandas as pd
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pd.DataFrame(list(rows), columns=list(columns)).to_csv(tmp, index=False)
+    with tmp.open("rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) -> list[dict]:
+    """Measure every point of ``group`` not yet in the journal; write ``out_csv``.
+
+    Returns the rows written (one per point, in ``group.points`` order). Raises
+    :class:`frameworks.DeviceMissingError` before measuring anything when the device is
+    not visible and ``missing_device`` is ``fail``.
+    """
+    created = psutil.Process().create_time()
+    frameworks.pin_thread_env(group.threads)
+    frameworks.import_framework(group.framework, group.device, group.threads)
+    import_s = time.time() - created
+
+    probe = frameworks.probe(group.framework, group.device)
+    device_init_s = (
+        frameworks.initialise_device(group.framework, group.device) if probe.available else None
+    )
+    journal = Journal(journal_path)
+    commit, dirty = git_state()
+    common = {
+        "threads": group.threads,
+        "interop_threads": 1,
+        "framework_version": probe.framework_version,
+        "cuda_version": probe.cuda_version,
+        "python_version": sys.version.split()[0],
+        "cpu_model": frameworks.cpu_model(),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "config_hash": group.config_hash,
+        "run_id": uuid.uuid4().hex[:12],
+        **placement(),
+    }
+    log(f"{group.case}/{group.framework}/{group.device}: {probe.visible}; import {import_s:.2f} s")
+
+    if not probe.available and group.missing_device == "fail":
+        raise frameworks.DeviceMissingError(
+            f"device {group.device!r} was asked for ({group.case}, {group.framework}) "
+            f"but is not visible: {probe.reason}. Set missing_device: skip to record "
+            "it as unavailable instead."
+        )
+
+    rows = []
+    for point in group.points:
+        key = point.key()
+        row = journal.final_row(key)
+        if row is not None:
+            log(f"  {key}: kept from run {row.get('run_id')} ({row['status']})")
+            rows.append(row)
+            continue
+        base = {**point.as_row(), **common, "device_name": probe.device_name}
+        if not probe.available:
+            row = {**base, "status": "unavailable", "message": probe.reason}
+        elif journal.starts.get(key, 0) >= MAX_ATTEMPTS:
+            row = {
+                **base,
+                "status": "error",
+                "message": f"the measuring process died {journal.starts[key]} times on this point",
+            }
+        else:
+            journal.start(key)
+            row = {
+                **base,
+                **measure_point(point, group.policy, import_s, device_init_s),
+            }
+        row["utc_time"] = datetime.now(UTC).isoformat(timespec="seconds")
+        journal.finish(key, row)
+        log(f"  {key}: {row['status']} {row.get('step_time_s') or row.get('message') or ''}")
+        rows.append(row)
+
+    write_csv_atomic(rows, table_columns("timings"), out_csv)
+    return rows
+
+
+def measure_point(
+    point: PointSpec, policy: TimingPolicy, import_s: float, device_init_s: float
+) -> dict:
+    """Time one point; exceptions become ``status=oom`` or ``status=error`` rows.
+
+    ``cold_start_s`` = ``device_init_s`` (once per process, see
+    :func:`frameworks.initialise_device`) + this point's model and data placement.
+    """
+    cls = frameworks.workload_class(point.framework, point.case)
+    workload = cls(point.device, dict(point.sizes))
+    started = time.perf_counter()
+    try:
+        m = measure(workload, policy)
+    except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded
+        status = "oom" if frameworks.is_oom(exc) else "error"
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return {
+            "status": status,
+            "message": text[-2000:],
+            "import_s": import_s,
+            "device_init_s": device_init_s,
+            "measured_s": time.perf_counter() - started,
+        }
+    finally:
+        del workload
+    return {
+        "status": "ok",
+        "message": None,
+        "step_time_s": m.step_time_s,
+        "step_time_iqr_s": m.step_time_iqr_s,
+        "noisy": m.is_noisy(policy.noise_threshold),
+        "block_step_times_s": json.dumps(m.block_step_times_s),
+        "steps_per_block": m.steps_per_block,
+        "n_blocks": len(m.block_step_times_s),
+        "warmup_steps": m.warmup_steps,
+        "steps_per_call": cls.steps_per_call,
+        "loss_read_every": cls.loss_read_every,
+        "first_step_s": m.first_step_s,
+        "cold_start_s": device_init_s + m.cold_start_s,
+        "device_init_s": device_init_s,
+        "import_s": import_s,
+        "measured_s": m.measured_s,
+        "final_loss": m.final_loss,
+    }

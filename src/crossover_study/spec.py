@@ -1,0 +1,78 @@
+"""What one measurement point is: the study's vocabulary and the immutable point spec.
+
+The four seed cases come from ``shared/design/STUDY.md`` (originals in ``shared/seeds/``).
+Each case has named size axes; the seed's own value on every axis is recorded here so
+that every sweep contains the user's own size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+#: Case names, exactly as the issues and the config use them.
+CASES: tuple[str, ...] = ("s000-hjb", "s001-mlp", "s002-iris", "s004-lstm")
+FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow")
+#: Device classes. ``cpu`` is the baseline; every other class is an accelerator.
+DEVICES: tuple[str, ...] = ("cpu", "cuda")
+ACCELERATORS: tuple[str, ...] = tuple(d for d in DEVICES if d != "cpu")
+#: ``eager`` is the naive program as the seed's user wrote it (for Keras cases that is
+#: ``fit`` with ``jit_compile=False`` and ``steps_per_execution=1`` pinned).
+VARIANTS: tuple[str, ...] = ("eager",)
+#: Point outcomes. ``ok`` rows carry timings; every other status carries a ``message``.
+STATUSES: tuple[str, ...] = ("ok", "unavailable", "oom", "error", "not_applicable")
+
+#: Size axes of each case, in the order the report uses, with the seed's own value.
+#: s004's sequence length is not given in the seed; 60 time steps is the usual window of
+#: the stock-price LSTM tutorials its code follows, and the design card makes T an axis.
+SEED_SIZES: dict[str, dict[str, int]] = {
+    "s000-hjb": {"batch": 100, "width": 8},
+    "s001-mlp": {"batch": 64, "d_in": 1024, "hidden": 128},
+    "s002-iris": {"batch": 20, "hidden": 32},
+    "s004-lstm": {"batch": 32, "units": 180, "seq_len": 60},
+}
+#: Every size column of the tidy table (a column is empty where a case lacks the axis).
+SIZE_COLUMNS: tuple[str, ...] = ("batch", "width", "d_in", "hidden", "units", "seq_len")
+
+
+def case_axes(case: str) -> tuple[str, ...]:
+    """Size axes of ``case`` (e.g. ``("batch", "width")``); raises KeyError for unknown."""
+    return tuple(SEED_SIZES[case])
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    """One point of a sweep: what is measured, not what came out.
+
+    ``sizes`` maps each of the case's axes to a positive int (units: samples for
+    ``batch``, features or neurons for the others, time steps for ``seq_len``).
+    """
+
+    case: str
+    framework: str
+    device: str
+    variant: str
+    sizes: Mapping[str, int] = field(default_factory=dict)
+
+    def key(self) -> str:
+        """Stable text key of the point, used by the journal to resume a sweep."""
+        sizes = ",".join(f"{k}={self.sizes[k]}" for k in sorted(self.sizes))
+        return f"{self.case}|{self.framework}|{self.device}|{self.variant}|{sizes}"
+
+    def as_row(self) -> dict:
+        """The spec's columns of the tidy table (size columns absent for other cases)."""
+        row = {k: v for k, v in asdict(self).items() if k != "sizes"}
+        row.update({c: self.sizes.get(c) for c in SIZE_COLUMNS})
+        return row
+
+    def is_seed_size(self) -> bool:
+        """True when every axis is at the seed's own value."""
+        return dict(self.sizes) == SEED_SIZES[self.case]
+
+
+def config_hash(config: Mapping) -> str:
+    """sha256 (first 12 hex digits) of the canonical JSON of ``config``."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

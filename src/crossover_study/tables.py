@@ -1,0 +1,68 @@
+"""The tidy timings table: collect per-job tables, validate them, summarise wall time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import jsonschema
+import pandas as pd
+import yaml
+
+from .provenance import SCHEMAS, table_columns
+from .runner import write_csv_atomic
+
+
+class TableError(ValueError):
+    """A timings table breaks its schema; the message names the file, row and column."""
+
+
+def validate_timings(df: pd.DataFrame, source: str = "timings") -> None:
+    """Check every row of ``df`` against ``workflow/schemas/timings.schema.yaml`` and
+    that no undocumented column is present. Raises :class:`TableError`."""
+    schema = yaml.safe_load((SCHEMAS / "timings.schema.yaml").read_text())
+    extra = set(df.columns) - set(schema["properties"])
+    if extra:
+        raise TableError(f"{source}: undocumented column(s) {sorted(extra)}")
+    validator = jsonschema.Draft202012Validator(schema)
+    records = df.astype(object).where(df.notna(), None).to_dict("records")
+    for i, record in enumerate(records):
+        error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+        if error is not None:
+            col = ".".join(map(str, error.absolute_path)) or "<row>"
+            raise TableError(f"{source}: row {i}, column {col}: {error.message}")
+
+
+def collect_timings(csvs: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
+    """Concatenate per-job CSVs into the study's timings table (atomically written).
+
+    Returns the table with the documented columns in schema order.
+    """
+    frames = [pd.read_csv(p) for p in csvs]
+    columns = list(table_columns("timings"))
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    df = df.reindex(columns=columns)
+    validate_timings(df, source=str(out))
+    write_csv_atomic(df.to_dict("records"), columns, Path(out))
+    return df
+
+
+def wall_summary(timings: pd.DataFrame, benchmarks: Iterable[str | Path]) -> dict:
+    """Share of the measuring jobs' wall time spent in measured work.
+
+    ``benchmarks`` are Snakemake ``benchmark:`` files of the measuring jobs (column
+    ``s``: wall seconds of the job's last run). Measured work is the sum of
+    ``measured_s`` over the rows (cold start, first step, warm-up and timed blocks).
+    The rest of the jobs' time is process start, import and device initialisation.
+    Returns both sums in seconds and their ratio (None when no job time is recorded).
+    """
+    jobs_s = 0.0
+    for path in benchmarks:
+        bench = pd.read_csv(path, sep="\t")
+        jobs_s += float(bench["s"].sum())
+    measured = float(pd.to_numeric(timings["measured_s"], errors="coerce").fillna(0).sum())
+    return {
+        "measuring_jobs_wall_s": round(jobs_s, 3),
+        "measured_work_s": round(measured, 3),
+        "measured_share": round(measured / jobs_s, 4) if jobs_s > 0 else None,
+    }

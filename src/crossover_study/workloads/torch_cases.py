@@ -1,0 +1,251 @@
+"""The four seed cases in PyTorch, each the naive program as its seed's user wrote it.
+
+Import only inside a job that has already pinned its threads (``runner``): importing
+torch reads ``OMP_NUM_THREADS``. Keras defaults are mirrored where a seed is Keras code
+(Adam ``eps=1e-7``, Glorot-uniform weights, zero biases), so both frameworks do the same
+arithmetic (fp32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import data
+
+#: Keras' Adam default epsilon (keras.optimizers.Adam, epsilon=1e-7); torch's is 1e-8.
+KERAS_ADAM_EPS = 1e-7
+
+
+def _glorot(module: nn.Module) -> nn.Module:
+    """Keras Dense defaults: Glorot-uniform kernel, zero bias."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            nn.init.zeros_(m.bias)
+    return module
+
+
+class _TorchWorkload:
+    steps_per_call = 1
+    min_steps_per_block = 1
+    loss_read_every = 1
+
+    def __init__(self, device: str, sizes: dict[str, int], seed: int = 1234):
+        self.device = torch.device("cuda:0" if device == "cuda" else "cpu")
+        self.sizes = dict(sizes)
+        self.seed = seed
+        self.step_index = 0
+        self._loss = None
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def loss(self) -> float:
+        return float("nan") if self._loss is None else float(self._loss)
+
+
+class HJB(_TorchWorkload):
+    """s000-hjb: HJB value-function net, 1 → 3 × Dense(width, tanh) → 1, output bias −60.
+
+    Adam (Keras defaults), a batch of capital stocks k ~ U[0.1, 10] drawn on the device
+    every step, loss = mean(HJB residual²) with dV/dk from autograd; the loss is read
+    back every step, as the seed's ``loss.numpy()`` does. Constants from the seed.
+    """
+
+    loss_read_every = 1
+    gamma, rho, A, alpha, delta = 2.0, 0.04, 0.5, 0.36, 0.05
+    k_min, k_max, init_guess = 0.1, 10.0, -60.0
+
+    def setup(self) -> None:
+        torch.manual_seed(self.seed)
+        w = self.sizes["width"]
+        layers: list[nn.Module] = [nn.Linear(1, w), nn.Tanh()]
+        for _ in range(2):
+            layers += [nn.Linear(w, w), nn.Tanh()]
+        layers.append(nn.Linear(w, 1))
+        model = _glorot(nn.Sequential(*layers))
+        nn.init.constant_(model[-1].bias, self.init_guess)
+        self.model = model.to(self.device)
+        self.opt = torch.optim.Adam(self.model.parameters(), eps=KERAS_ADAM_EPS)
+
+    def _objective(self) -> torch.Tensor:
+        b = self.sizes["batch"]
+        k = torch.empty(b, 1, device=self.device).uniform_(self.k_min, self.k_max)
+        k.requires_grad_(True)
+        (v_prime,) = torch.autograd.grad(self.model(k).sum(), k, create_graph=True)
+        v_prime_max = v_prime.clamp_min(1e-7)
+        y = self.A * k.pow(self.alpha)
+        c = v_prime_max.pow(-1.0 / self.gamma)
+        mu_k = y - c - self.delta * k
+        u = c.pow(1.0 - self.gamma) / (1.0 - self.gamma)
+        hjb = u - self.rho * self.model(k) + v_prime_max.detach() * mu_k
+        return hjb.square().mean()
+
+    def run(self, n_steps: int) -> None:
+        for _ in range(n_steps):
+            loss = self._objective()
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            if self.step_index % self.loss_read_every == 0:
+                self._loss = loss.item()
+            self.step_index += 1
+
+
+class MLP(_TorchWorkload):
+    """s001-mlp: x (batch × d_in) → w1 → clamp → w2 → clamp → w3 (d_out = 8), manual SGD.
+
+    As in the seed: weights from ``randn``, squared-error sum, lr 1e-9, only w1 and w2
+    are updated (w3's gradient accumulates), ``loss.item()`` every 1 000 steps.
+    """
+
+    loss_read_every = 1000
+    d_out = 8
+    learning_rate = 1e-9
+
+    def setup(self) -> None:
+        torch.manual_seed(self.seed)
+        n, d_in, h = self.sizes["batch"], self.sizes["d_in"], self.sizes["hidden"]
+        dev, f32 = self.device, torch.float
+        self.x = torch.randn(n, d_in, device=dev, dtype=f32)
+        self.t = torch.randn(n, self.d_out, device=dev, dtype=f32)
+        self.w1 = torch.randn(d_in, h, device=dev, dtype=f32, requires_grad=True)
+        self.w2 = torch.randn(h, self.d_out, device=dev, dtype=f32, requires_grad=True)
+        self.w3 = torch.randn(self.d_out, self.d_out, device=dev, dtype=f32, requires_grad=True)
+
+    def run(self, n_steps: int) -> None:
+        lr = self.learning_rate
+        for _ in range(n_steps):
+            y_pred = self.x.mm(self.w1).clamp(min=0).mm(self.w2).clamp(min=0).mm(self.w3)
+            loss = (y_pred - self.t).pow(2).sum()
+            if self.step_index % self.loss_read_every == 0:
+                self._loss = loss.item()
+            loss.backward()
+            with torch.no_grad():
+                self.w1 -= lr * self.w1.grad
+                self.w2 -= lr * self.w2.grad
+                self.w1.grad.zero_()
+                self.w2.grad.zero_()
+            self.step_index += 1
+
+    def loss(self) -> float:
+        with torch.no_grad():
+            y = self.x.mm(self.w1).clamp(min=0).mm(self.w2).clamp(min=0).mm(self.w3)
+            return float((y - self.t).pow(2).sum())
+
+
+def _log_cosh(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Keras ``logcosh``: mean(log(cosh(pred − target))), computed stably as
+    x + softplus(−2x) − log 2 (the same identity Keras uses)."""
+    x = pred - target
+    return (x + nn.functional.softplus(-2.0 * x) - np.log(2.0)).mean()
+
+
+class Iris(_TorchWorkload):
+    """s002-iris: Dense(hidden, relu) → Dense(3, softmax), Adam lr 0.1, loss logcosh.
+
+    The PyTorch port of the seed's ``fit(batch_size, epochs, steps_per_epoch=2)``: each
+    epoch takes 2 batches of the (unshuffled-split, per-epoch shuffled) training set,
+    then evaluates the 45 validation rows and reads both losses back, as Keras logs do.
+    As in the seed, integer labels are compared with the 3 softmax outputs by
+    broadcasting (Keras does the same with y of shape (n, 1)).
+    """
+
+    steps_per_call = data.IRIS_STEPS_PER_EPOCH
+    loss_read_every = data.IRIS_STEPS_PER_EPOCH
+
+    def setup(self) -> None:
+        torch.manual_seed(self.seed)
+        xt, yt, xv, yv = data.iris(self.sizes["batch"])
+        dev = self.device
+        self.x_train = torch.from_numpy(xt).to(dev)
+        self.y_train = torch.from_numpy(yt).to(dev)
+        self.x_val = torch.from_numpy(xv).to(dev)
+        self.y_val = torch.from_numpy(yv).to(dev)
+        h = self.sizes["hidden"]
+        model = nn.Sequential(nn.Linear(4, h), nn.ReLU(), nn.Linear(h, 3), nn.Softmax(dim=1))
+        self.model = _glorot(model).to(dev)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=0.1, eps=KERAS_ADAM_EPS)
+        self.generator = torch.Generator(device=dev).manual_seed(self.seed)
+
+    def run(self, n_steps: int) -> None:
+        b = self.sizes["batch"]
+        n = self.x_train.shape[0]
+        for _ in range(n_steps // self.steps_per_call):
+            order = torch.randperm(n, device=self.device, generator=self.generator)
+            self.model.train()
+            for s in range(self.steps_per_call):
+                idx = order[s * b : (s + 1) * b]
+                loss = _log_cosh(self.model(self.x_train[idx]), self.y_train[idx])
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt.step()
+                self.step_index += 1
+            self.model.eval()
+            with torch.no_grad():
+                val = _log_cosh(self.model(self.x_val), self.y_val)
+            self._loss = loss.item()
+            self._val_loss = val.item()
+
+
+class LSTMRegressor(nn.Module):
+    """LSTM(units, seq) → Dropout(0.2) → LSTM(units, seq) → Dropout → LSTM(units) →
+    Dropout → Dense(4): the seed's Keras regressor in PyTorch (nn.LSTM picks cuDNN on
+    CUDA)."""
+
+    def __init__(self, n_features: int, units: int, n_targets: int):
+        super().__init__()
+        self.lstm1 = nn.LSTM(n_features, units, batch_first=True)
+        self.lstm2 = nn.LSTM(units, units, batch_first=True)
+        self.lstm3 = nn.LSTM(units, units, batch_first=True)
+        self.drop = nn.Dropout(0.2)
+        self.head = nn.Linear(units, n_targets)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.drop(self.lstm1(x)[0])
+        x = self.drop(self.lstm2(x)[0])
+        x = self.drop(self.lstm3(x)[0][:, -1, :])
+        return self.head(x)
+
+
+class LSTM(_TorchWorkload):
+    """s004-lstm: three stacked LSTM(units) with dropout → Dense(4), Adam, MSE, batch 32.
+
+    Trained on the seeded synthetic sequence set (:func:`data.sequences`) epoch by epoch
+    (shuffled batches, loss read back once per epoch as Keras ``fit`` logs do).
+    """
+
+    steps_per_call = data.LSTM_STEPS_PER_EPOCH
+    loss_read_every = data.LSTM_STEPS_PER_EPOCH
+
+    def setup(self) -> None:
+        torch.manual_seed(self.seed)
+        s = self.sizes
+        x, y = data.sequences(s["batch"] * self.steps_per_call, s["seq_len"], seed=self.seed)
+        self.x = torch.from_numpy(x).to(self.device)
+        self.y = torch.from_numpy(y).to(self.device)
+        model = LSTMRegressor(x.shape[2], s["units"], y.shape[1])
+        self.model = _glorot(model).to(self.device)
+        self.opt = torch.optim.Adam(self.model.parameters(), eps=KERAS_ADAM_EPS)
+        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        self.model.train()
+
+    def run(self, n_steps: int) -> None:
+        b = self.sizes["batch"]
+        n = self.x.shape[0]
+        for _ in range(n_steps // self.steps_per_call):
+            order = torch.randperm(n, device=self.device, generator=self.generator)
+            for s in range(self.steps_per_call):
+                idx = order[s * b : (s + 1) * b]
+                loss = nn.functional.mse_loss(self.model(self.x[idx]), self.y[idx])
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt.step()
+                self.step_index += 1
+            self._loss = loss.item()
+
+
+WORKLOADS = {"s000-hjb": HJB, "s001-mlp": MLP, "s002-iris": Iris, "s004-lstm": LSTM}

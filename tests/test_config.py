@@ -1,0 +1,103 @@
+"""Config validation: every bad input gets one clear error naming its key path."""
+
+import copy
+
+import pytest
+
+from crossover_study.config import (
+    ConfigError,
+    case_sizes,
+    groups,
+    load_config,
+    points,
+    validate_config,
+)
+from crossover_study.provenance import REPO_ROOT
+
+GOOD = {
+    "study": "t",
+    "sweep": {"frameworks": ["torch"], "devices": ["cpu", "cuda"], "variants": ["eager"]},
+    "cases": {"s001-mlp": {"axes": {"hidden": [128, 512]}}},
+}
+
+
+def bad(path, value):
+    """GOOD with the value at ``path`` (a tuple of keys) replaced or added."""
+    config = copy.deepcopy(GOOD)
+    node = config
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    return config
+
+
+def test_defaults_are_filled():
+    config = validate_config(GOOD)
+    assert config["missing_device"] == "skip"
+    assert config["timing"]["blocks"] == 5
+    assert config["devices"]["cpu"]["threads"] == 2
+    assert GOOD.get("timing") is None  # the input is not modified
+
+
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        (("cases", "s003-cnn"), {}, r"at cases: unknown key\(s\) 's003-cnn'"),
+        (("sweep", "frameworks"), ["torch", "jax"], r"sweep.frameworks\[1\]: 'jax' is not one of"),
+        (("sweep", "devices"), ["cpu", "gpu"], r"sweep.devices\[1\]: 'gpu' is not one of"),
+        (("sweep", "variants"), ["eager", "fast"], r"sweep.variants\[1\]: 'fast' is not one of"),
+        (("cases", "s001-mlp", "axes", "hidden"), [128, 0], r"axes.hidden\[1\]: 0 is less than"),
+        (("cases", "s001-mlp", "axes", "hidden"), [128, -4], r"axes.hidden\[1\]: -4 is less than"),
+        (("cases", "s001-mlp", "axes", "hidden"), [128, 512, 128], r"axes.hidden: duplicate value\(s\) 128"),
+        (("cases", "s001-mlp", "axes", "hidden"), [128, 1.5], r"axes.hidden\[1\]: 1.5 is not of type 'integer'"),
+        (("cases", "s001-mlp", "axes", "width"), [8], r"axes: unknown key\(s\) 'width'"),
+        (("cases", "s001-mlp", "grid"), ["hidden", "units"], r"grid\[1\]: 'units' is not one of"),
+        (("timing", "blocks"), 2, r"timing.blocks: 2 is less than the minimum of 3"),
+        (("timing", "min_blocks_s"), 0.1, r"at timing: unknown key\(s\) 'min_blocks_s'"),
+        (("colour",), "blue", r"at <top level>: unknown key\(s\) 'colour'"),
+        (("missing_device",), "ignore", r"missing_device: 'ignore' is not one of"),
+        (("study",), "../x", r"at study: '../x' does not match"),
+    ],
+)
+def test_bad_input_names_the_key_path(path, value, expected):
+    with pytest.raises(ConfigError, match=expected):
+        validate_config(bad(path, value))
+
+
+def test_swept_device_must_be_defined():
+    config = bad(("devices",), {"cpu": {}})
+    with pytest.raises(ConfigError, match=r"sweep.devices\[1\]: device 'cuda' is not defined"):
+        validate_config(config)
+
+
+def test_no_cases_is_an_error():
+    with pytest.raises(ConfigError, match="at cases"):
+        validate_config(bad(("cases",), {}))
+
+
+def test_unreadable_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("study: [unclosed\n")
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(path)
+
+
+def test_seed_size_is_always_measured_and_grid_expands():
+    sizes = case_sizes("s001-mlp", {"axes": {"hidden": [512]}})
+    assert {"batch": 64, "d_in": 1024, "hidden": 128} in sizes
+    assert {"batch": 64, "d_in": 1024, "hidden": 512} in sizes
+    assert len(sizes) == 2
+    grid = case_sizes("s000-hjb", {"axes": {"batch": [10, 1000], "width": [32]}, "grid": ["batch", "width"]})
+    assert len(grid) == 3 * 2  # batch {10, 100, 1000} x width {8, 32}
+
+
+def test_shipped_studies_are_valid_and_cover_every_case():
+    default = load_config(REPO_ROOT / "config" / "config.yaml")
+    assert set(default["cases"]) == {"s000-hjb", "s001-mlp", "s002-iris", "s004-lstm"}
+    assert default["sweep"]["frameworks"] == ["torch", "tensorflow"]
+    for case, case_config in default["cases"].items():
+        for axis, values in case_config["axes"].items():
+            assert 3 <= len(set(values) | {None}) - 1 + 1 <= 6 or axis == "batch", (case, axis)
+    smoke = load_config(REPO_ROOT / "config" / "studies" / "smoke.yaml")
+    assert len(smoke["cases"]) == 2 and smoke["sweep"]["devices"] == ["cpu"]
+    assert {len(points(smoke, *g)) for g in groups(smoke)} == {2}

@@ -1,0 +1,115 @@
+"""Crossover on synthetic curves with a known crossover; N*; the table."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crossover_study.crossover import bootstrap_crossover, crossover_size, crossover_table, n_star
+from crossover_study.provenance import table_columns
+
+
+def test_power_law_curves_cross_where_expected():
+    # CPU time grows linearly with size, the accelerator's is flat (launch-bound):
+    # t_cpu = 1e-5 x, t_acc = 1e-3 -> they cross at x* = 100 exactly (log-log linear).
+    x = [10, 30, 300, 1000]
+    t_cpu = [1e-5 * v for v in x]
+    t_acc = [1e-3] * len(x)
+    outcome, x_star = crossover_size(x, t_cpu, t_acc)
+    assert outcome == "crossover"
+    assert x_star == pytest.approx(100.0)
+
+
+def test_no_crossover_and_faster_throughout():
+    assert crossover_size([1, 2, 4], [1, 1, 1], [2, 2, 2]) == ("no_crossover", None)
+    assert crossover_size([1, 2, 4], [2, 2, 2], [1, 1, 1]) == (
+        "accelerator_faster_throughout",
+        None,
+    )
+
+
+def test_bad_input_is_rejected():
+    with pytest.raises(ValueError, match="ascending"):
+        crossover_size([2, 1], [1, 1], [1, 1])
+    with pytest.raises(ValueError, match="positive"):
+        crossover_size([1, 2], [0, 1], [1, 1])
+    with pytest.raises(ValueError, match=">= 2"):
+        crossover_size([1], [1], [1])
+
+
+def test_bootstrap_interval_covers_the_true_crossover():
+    rng = np.random.default_rng(1)
+    x = [10, 30, 300, 1000]
+    blocks_cpu = [1e-5 * v * rng.lognormal(0, 0.05, size=9) for v in x]
+    blocks_acc = [1e-3 * rng.lognormal(0, 0.05, size=9) for _ in x]
+    lo, hi, share = bootstrap_crossover(x, blocks_cpu, blocks_acc, n_boot=500, seed=0)
+    assert share == 1.0
+    assert lo < 100 < hi
+    assert hi / lo < 1.5  # 5% noise gives a tight interval
+
+
+def test_bootstrap_is_seeded():
+    x = [10, 1000]
+    cpu = [[1e-4, 1.1e-4, 0.9e-4], [1e-2, 1.1e-2, 0.9e-2]]
+    acc = [[1e-3, 1.1e-3, 0.9e-3]] * 2
+    assert bootstrap_crossover(x, cpu, acc, 200, 3) == bootstrap_crossover(x, cpu, acc, 200, 3)
+
+
+def test_n_star_counts_start_up_costs():
+    cpu = {"cold_start_s": 0.0, "first_step_s": 0.0, "step_time_s": 2e-3}
+    acc = {"cold_start_s": 0.5, "first_step_s": 0.5, "step_time_s": 1e-3}
+    # T_acc(N) = 1 + 1e-3 N  <  T_cpu(N) = 2e-3 N  for N > 1000.
+    assert n_star(cpu, acc) == 1000
+    slower = {**acc, "step_time_s": 3e-3}
+    assert n_star(cpu, slower) is None
+    ahead = {"cold_start_s": 0.0, "first_step_s": 0.0, "step_time_s": 1e-3}
+    assert n_star(cpu, ahead) == 0
+
+
+def _rows(device, sizes, times, status="ok", message=None):
+    rows = []
+    for s, t in zip(sizes, times, strict=True):
+        rows.append(
+            {
+                "case": "s001-mlp",
+                "framework": "torch",
+                "device": device,
+                "variant": "eager",
+                "batch": 64,
+                "d_in": 1024,
+                "hidden": s,
+                "status": status,
+                "message": message,
+                "step_time_s": t if status == "ok" else None,
+                "block_step_times_s": json.dumps([t * 0.99, t, t * 1.01]) if status == "ok" else None,
+                "cold_start_s": 0.1 if device == "cpu" else 1.0,
+                "first_step_s": 0.01,
+            }
+        )
+    return rows
+
+
+def test_table_reports_crossover_speedup_and_n_star_at_the_seed():
+    sizes = [32, 128, 512, 2048]
+    cpu = _rows("cpu", sizes, [1e-5 * s for s in sizes])
+    acc = _rows("cuda", sizes, [2.56e-3] * 4)  # crosses at hidden = 256
+    table = crossover_table(pd.DataFrame(cpu + acc), n_boot=200)
+    assert list(table.columns) == list(table_columns("crossover"))
+    row = table[table["axis"] == "hidden"].iloc[0]
+    assert row["outcome"] == "crossover"
+    assert row["crossover_size"] == pytest.approx(256.0)
+    assert row["ci_low"] <= 256 <= row["ci_high"]
+    assert row["speedup_at_seed"] == pytest.approx(1.28e-3 / 2.56e-3)
+    assert row["n_star_steps"] is None or np.isnan(row["n_star_steps"])  # slower at the seed
+    # Axes without a sweep have one common size only.
+    assert set(table.loc[table["axis"] != "hidden", "outcome"]) == {"too_few_points"}
+
+
+def test_table_says_why_there_is_no_accelerator_data():
+    sizes = [128, 512]
+    cpu = _rows("cpu", sizes, [1e-3, 4e-3])
+    acc = _rows("cuda", sizes, [None, None], status="unavailable", message="no CUDA device")
+    table = crossover_table(pd.DataFrame(cpu + acc))
+    assert set(table["outcome"]) == {"no_accelerator_data"}
+    assert set(table["reason"]) == {"no CUDA device"}

@@ -1,0 +1,90 @@
+"""The smoke study end to end through Snakemake, in a temporary working directory."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from crossover_study.provenance import REPO_ROOT
+
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    cmd = [str(SNAKEMAKE), "-s", str(REPO_ROOT / "Snakefile"), "-d", str(workdir), "--cores", "2"]
+    result = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=900)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """The smoke study, plus cuda in the sweep (not visible here: unavailable rows)."""
+    workdir = tmp_path_factory.mktemp("smoke")
+    config = yaml.safe_load((REPO_ROOT / "config/studies/smoke.yaml").read_text())
+    config["sweep"]["devices"] = ["cpu", "cuda"]
+    path = workdir / "smoke.yaml"
+    path.write_text(yaml.safe_dump(config))
+    snakemake(workdir, "--configfile", str(path))
+    return workdir, config
+
+
+@pytest.mark.slow
+def test_smoke_study_rows_and_statuses(smoke_run):
+    workdir, config = smoke_run
+    df = pd.read_csv(workdir / "results/smoke/timings.csv")
+    n_points = 2 * 2  # two cases x two sizes
+    assert len(df) == n_points * 2 * 2  # x two frameworks x two devices
+    cpu, cuda = df[df["device"] == "cpu"], df[df["device"] == "cuda"]
+    assert set(cpu["status"]) == {"ok"}
+    assert (cpu["step_time_s"] > 0).all() and (cpu["cold_start_s"] > 0).all()
+    assert set(cuda["status"]) == {"unavailable"}
+    assert cuda["step_time_s"].isna().all()  # never a CPU timing under the GPU's name
+    assert cuda["message"].str.contains("no (CUDA device|GPU) visible").all()
+    assert set(df["case"]) == set(config["cases"])
+    assert df.loc[df["case"] == "s001-mlp", "hidden"].dropna().astype(int).tolist().count(512) == 4
+
+
+@pytest.mark.slow
+def test_smoke_study_crossover_table(smoke_run):
+    workdir, _ = smoke_run
+    table = pd.read_csv(workdir / "results/smoke/crossover.csv")
+    assert len(table) == 2 * (2 + 3)  # frameworks x (s000 axes + s001 axes)
+    assert set(table["outcome"]) == {"no_accelerator_data"}
+    assert table["reason"].str.contains("visible").all()
+
+
+@pytest.mark.slow
+def test_smoke_study_report_has_sections_and_images(smoke_run):
+    workdir, _ = smoke_run
+    html = (workdir / "reports/smoke/report.html").read_text()
+    for case in ("s000-hjb", "s001-mlp"):
+        assert re.search(rf"<h2[^>]*>{case}", html), case
+    images = re.findall(r'<img src="data:image/png;base64,', html)
+    figures = sorted(p.name for p in (workdir / "reports/smoke/figures").glob("*.png"))
+    assert len(figures) >= 7 and len(images) >= len(figures)
+    assert "wall-time share" in html or "measured work" in html
+
+
+@pytest.mark.slow
+def test_rerun_measures_nothing_again(smoke_run):
+    workdir, _ = smoke_run
+    result = snakemake(workdir, "--configfile", str(workdir / "smoke.yaml"), "-n")
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_bad_config_stops_before_any_job(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("study: bad\ncases:\n  s001-mlp:\n    axes:\n      hidden: [128, -1]\n")
+    result = snakemake(tmp_path, "--configfile", str(path), check=False)
+    assert result.returncode != 0
+    assert "cases.s001-mlp.axes.hidden[1]: -1 is less than the minimum of 1" in result.stderr
+    assert not (tmp_path / "results").exists()

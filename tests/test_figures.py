@@ -1,0 +1,510 @@
+"""Tests of the report's figures, answer sentences and notebook on a synthetic table.
+
+The fixture is a small seeded tidy table with known step times: the CPU's step time
+grows linearly with every size axis, the accelerator's is flat, so crossovers are
+known in closed form (e.g. s000-hjb torch along batch at 100 * 3.1 / 1.84 ≈ 168).
+Block times are the model value times fixed factors, so the median is exact.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+
+from crossover_study import figures
+from crossover_study.answers import answer_sentence
+from crossover_study.spec import SEED_SIZES, SIZE_COLUMNS
+
+REPO = Path(__file__).resolve().parents[1]
+TIMES, DASH = "\u00d7", "\u2013"  # multiplication sign, en dash
+NOTEBOOK = REPO / "workflow" / "notebooks" / "report.py.ipynb"
+
+# Model of the fixture: CPU seconds per step at the seed's size (per framework),
+# accelerator seconds per step (flat), cold start and first step per device.
+CPU_AT_SEED = {
+    ("s000-hjb", "torch"): 1.84e-3,
+    ("s000-hjb", "tensorflow"): 2.5e-3,
+    ("s001-mlp", "torch"): 522e-6,
+}
+CUDA_FLAT = {
+    ("s000-hjb", "torch"): 3.1e-3,
+    ("s000-hjb", "tensorflow"): 1.0e-3,
+    ("s001-mlp", "torch"): 952e-6,
+}
+COLD = {"cpu": 0.05, "cuda": 1.2}
+FIRST = {"cpu": 0.2, "cuda": 0.9}
+STEADY_FACTORS = (0.97, 0.99, 1.0, 1.01, 1.03)  # IQR/median = 0.02
+NOISY_FACTORS = (0.7, 0.9, 1.0, 1.1, 1.4)  # IQR/median = 0.2 -> noisy
+NOISY_POINT = ("s000-hjb", "torch", "cpu", {"batch": 10000, "width": 8})
+UNAVAILABLE_MESSAGE = "torch.cuda.is_available() is False"
+
+SWEEPS = {
+    # s000-hjb: a full grid over batch x width (it contains the one-axis sweeps).
+    "s000-hjb": [
+        dict(zip(("batch", "width"), p, strict=True))
+        for p in itertools.product((10, 100, 1000, 10000), (8, 64, 512))
+    ],
+    # s001-mlp: one axis at a time, the others at the seed's size; no grid.
+    "s001-mlp": [
+        {**SEED_SIZES["s001-mlp"], axis: v}
+        for axis, values in {
+            "batch": (16, 64, 256, 1024),
+            "d_in": (256, 512, 1024),
+            "hidden": (32, 128, 512, 2048),
+        }.items()
+        for v in values
+    ],
+}
+
+
+def _cpu_step(case: str, framework: str, sizes: dict) -> float:
+    t = CPU_AT_SEED[(case, framework)]
+    for axis, seed in SEED_SIZES[case].items():
+        t *= sizes[axis] / seed
+    return t
+
+
+def make_timings(cuda_status: str = "ok", seed: int = 0) -> pd.DataFrame:
+    """Tidy timings of s000-hjb (torch + tensorflow) and s001-mlp (torch), cpu + cuda.
+
+    ``cuda_status="unavailable"`` gives the cuda rows as a CPU-only machine writes
+    them: status unavailable, a message, no timings.
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for case, points in SWEEPS.items():
+        frameworks = sorted({f for c, f in CPU_AT_SEED if c == case})
+        for framework, device, sizes in itertools.product(frameworks, ("cpu", "cuda"), points):
+            row = {
+                "case": case,
+                "framework": framework,
+                "device": device,
+                "variant": "eager",
+                **{c: sizes.get(c, np.nan) for c in SIZE_COLUMNS},
+                "host": "fixture-host",
+                "cpu_model": "Fixture Xeon 16-core",
+                "device_name": "Fixture Xeon 16-core" if device == "cpu" else "Fixture GPU",
+                "framework_version": "2.11.0" if framework == "torch" else "2.20.0",
+                "python_version": "3.12.3",
+                "threads": 4,
+                "interop_threads": 1,
+                "run_id": "fixture",
+            }
+            if device == "cuda" and cuda_status != "ok":
+                row.update(status=cuda_status, message=UNAVAILABLE_MESSAGE, device_name=None)
+                rows.append(row)
+                continue
+            model = (
+                _cpu_step(case, framework, sizes)
+                if device == "cpu"
+                else CUDA_FLAT[(case, framework)]
+            )
+            noisy = (case, framework, device, sizes) == NOISY_POINT
+            factors = rng.permutation(NOISY_FACTORS if noisy else STEADY_FACTORS)
+            blocks = [model * f for f in factors]
+            q1, med, q3 = np.percentile(blocks, [25, 50, 75])
+            row.update(
+                status="ok",
+                message=None,
+                step_time_s=med,
+                step_time_iqr_s=q3 - q1,
+                noisy=bool((q3 - q1) / med > 0.1),
+                block_step_times_s=json.dumps(blocks),
+                steps_per_block=100,
+                n_blocks=len(blocks),
+                warmup_steps=10,
+                steps_per_call=1,
+                loss_read_every=1,
+                cold_start_s=COLD[device],
+                first_step_s=FIRST[device],
+                import_s=1.5,
+                measured_s=0.5,
+                final_loss=0.1,
+                cuda_version="13.0" if device == "cuda" else None,
+            )
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def make_crossover(cuda_status: str = "ok") -> pd.DataFrame:
+    """The crossover table matching ``make_timings`` (values in closed form)."""
+    base = {"accelerator": "cuda", "variant": "eager", "bootstrap_found": 1.0}
+    if cuda_status != "ok":
+        return pd.DataFrame(
+            [
+                {
+                    **base,
+                    "case": case,
+                    "framework": framework,
+                    "axis": axis,
+                    "n_sizes": 0,
+                    "outcome": "no_accelerator_data",
+                    "seed_size": SEED_SIZES[case][axis],
+                    "reason": UNAVAILABLE_MESSAGE,
+                }
+                for case, framework in CPU_AT_SEED
+                for axis in SEED_SIZES[case]
+            ]
+        )
+    rows = [
+        (
+            "s000-hjb",
+            "torch",
+            "batch",
+            "crossover",
+            168.48,
+            140.2,
+            201.7,
+            1.84 / 3.1,
+            None,
+        ),
+        (
+            "s000-hjb",
+            "torch",
+            "width",
+            "crossover",
+            13.48,
+            11.9,
+            15.6,
+            1.84 / 3.1,
+            None,
+        ),
+        ("s000-hjb", "tensorflow", "batch", "crossover", 40.0, 31.0, 52.0, 2.5, 1233.0),
+        (
+            "s000-hjb",
+            "tensorflow",
+            "width",
+            "accelerator_faster_throughout",
+            None,
+            None,
+            None,
+            2.5,
+            1233.0,
+        ),
+        (
+            "s001-mlp",
+            "torch",
+            "batch",
+            "crossover",
+            116.7,
+            100.3,
+            130.9,
+            522 / 952,
+            None,
+        ),
+        (
+            "s001-mlp",
+            "torch",
+            "d_in",
+            "no_crossover",
+            None,
+            None,
+            None,
+            522 / 952,
+            None,
+        ),
+        (
+            "s001-mlp",
+            "torch",
+            "hidden",
+            "crossover",
+            233.4,
+            210.0,
+            260.0,
+            522 / 952,
+            None,
+        ),
+    ]
+    keys = (
+        "case",
+        "framework",
+        "axis",
+        "outcome",
+        "crossover_size",
+        "ci_low",
+        "ci_high",
+        "speedup_at_seed",
+        "n_star_steps",
+    )
+    out = pd.DataFrame([{**base, **dict(zip(keys, r, strict=True))} for r in rows])
+    out["seed_size"] = [SEED_SIZES[c][a] for c, a in zip(out["case"], out["axis"], strict=True)]
+    out["n_sizes"] = 4
+    return out
+
+
+def _roundtrip(df: pd.DataFrame, tmp_path: Path, name: str) -> pd.DataFrame:
+    """Write and read back as CSV, so the tests see what the report reads."""
+    path = tmp_path / name
+    df.to_csv(path, index=False)
+    return pd.read_csv(path)
+
+
+@pytest.fixture
+def timings(tmp_path):
+    return _roundtrip(make_timings(), tmp_path, "timings.csv")
+
+
+@pytest.fixture
+def crossover(tmp_path):
+    return _roundtrip(make_crossover(), tmp_path, "crossover.csv")
+
+
+@pytest.fixture
+def timings_unavailable(tmp_path):
+    return _roundtrip(make_timings("unavailable"), tmp_path, "timings-unavailable.csv")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _lines(ax, gid):
+    return [line for line in ax.get_lines() if line.get_gid() == gid]
+
+
+# --------------------------------------------------------------------- step time
+def test_step_time_vs_size_draws_groups_crossover_and_seed(timings, crossover):
+    ax = figures.step_time_vs_size(timings, "s000-hjb", "batch", crossover=crossover)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    data = _lines(ax, "step-time")
+    # cpu/cuda x torch/tensorflow, each with the 4 batch sizes at width = 8.
+    assert len(data) == 4
+    assert all(list(line.get_xdata()) == [10, 100, 1000, 10000] for line in data)
+    labels = {line.get_label() for line in data}
+    assert labels == {
+        "cpu · torch",
+        "cpu · tensorflow",
+        "cuda · torch",
+        "cuda · tensorflow",
+    }
+    cpu_torch = next(line for line in data if line.get_label() == "cpu · torch")
+    np.testing.assert_allclose(cpu_torch.get_ydata()[1], 1.84e-3)
+
+    (seed_line,) = _lines(ax, "seed-size")
+    assert seed_line.get_xdata()[0] == 100
+    assert seed_line.get_linestyle() == ":"
+
+    cross = {line.get_label(): line.get_xdata()[0] for line in _lines(ax, "crossover")}
+    assert len(cross) == 2  # torch and tensorflow both cross along batch
+    assert cross["crossover cuda torch: batch ≈ 168"] == pytest.approx(168.48)
+    assert cross["crossover cuda tensorflow: batch ≈ 40"] == pytest.approx(40.0)
+    bands = [p for p in ax.patches if p.get_gid() == "crossover-ci"]
+    assert len(bands) == 2
+    xs = sorted((round(b.get_x(), 1), round(b.get_x() + b.get_width(), 1)) for b in bands)
+    assert xs == [(31.0, 52.0), (140.2, 201.7)]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert f"95% CI 140{DASH}202" in legend and "seed size (batch=100)" in legend
+
+
+def test_step_time_vs_size_fades_noisy_points(timings):
+    ax = figures.step_time_vs_size(timings, "s000-hjb", "batch")
+    noisy = [c for c in ax.collections if c.get_gid() == "noisy"]
+    assert len(noisy) == 1
+    assert noisy[0].get_alpha() == figures.NOISY_ALPHA
+    np.testing.assert_allclose(noisy[0].get_offsets(), [[10000, 1.84e-3 * 100]])
+    assert not _lines(ax, "crossover")  # no crossover table given
+
+
+def test_step_time_vs_size_holds_other_axes_at_seed(timings, crossover):
+    ax = figures.step_time_vs_size(timings, "s001-mlp", "d_in", crossover=crossover)
+    data = _lines(ax, "step-time")
+    assert len(data) == 2  # torch only, cpu + cuda
+    assert all(list(line.get_xdata()) == [256, 512, 1024] for line in data)
+    assert not _lines(ax, "crossover")  # outcome no_crossover: nothing drawn
+    assert "hidden=128" in ax.get_title()
+
+
+def test_step_time_vs_size_cpu_only(timings_unavailable):
+    ax = figures.step_time_vs_size(timings_unavailable, "s001-mlp", "hidden")
+    assert [line.get_label() for line in _lines(ax, "step-time")] == ["cpu · torch"]
+
+
+# ----------------------------------------------------------------- time to train
+def test_time_to_train_lines_follow_the_formula(timings):
+    ax = figures.time_to_train(timings, "s000-hjb", max_steps=1e5)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    lines = {line.get_label(): line for line in _lines(ax, "time-to-train")}
+    assert set(lines) == {
+        "cpu · torch",
+        "cpu · tensorflow",
+        "cuda · torch",
+        "cuda · tensorflow",
+    }
+    line = lines["cuda · tensorflow"]
+    n, t = line.get_xdata(), line.get_ydata()
+    assert n[0] == 1 and n[-1] == pytest.approx(1e5)
+    np.testing.assert_allclose(t, COLD["cuda"] + FIRST["cuda"] + n * 1.0e-3)
+    # The tensorflow curves cross near N* = (2.1 - 0.25) / (2.5e-3 - 1e-3) = 1233.
+    cpu = lines["cpu · tensorflow"].get_ydata()
+    crossing = n[np.argmax(t < cpu)]
+    assert 1100 < crossing < 1400
+
+
+# ----------------------------------------------------------------------- heat map
+def test_grid_axes(timings):
+    assert figures.grid_axes(timings, "s000-hjb") == ("batch", "width")
+    assert figures.grid_axes(timings, "s001-mlp") is None  # one-axis sweeps only
+    assert figures.grid_axes(timings, "s004-lstm") is None  # no rows at all
+
+
+def test_speedup_heatmap_diverging_at_one(timings):
+    ax = figures.speedup_heatmap(timings, "s000-hjb", "batch", "width", framework="torch")
+    (mesh,) = ax.collections
+    assert mesh.norm.vcenter == 0.0  # log2(speedup) centred at speedup 1
+    assert mesh.get_cmap().name == "RdBu"
+    cells = [t for t in ax.texts if t.get_gid() == "cell"]
+    assert len(cells) == 4 * 3
+    # batch = 100, width = 8: CPU 1.84 ms / CUDA 3.1 ms = 0.59.
+    assert f"0.59{TIMES}" in [t.get_text() for t in cells]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "10",
+        "100",
+        "1,000",
+        "10,000",
+    ]
+    assert "speedup cuda over CPU" in ax.get_title()
+    assert len(ax.get_figure().axes) == 2  # the heat map and its colour bar
+
+
+def test_speedup_heatmap_falls_back_to_cpu_time(timings_unavailable):
+    ax = figures.speedup_heatmap(timings_unavailable, "s000-hjb", "batch", "width")
+    assert ax.get_title().startswith("CPU step time (no cuda rows measured)")
+    (mesh,) = ax.collections
+    assert mesh.get_cmap().name == "viridis"
+    cells = {t.get_text() for t in ax.texts if t.get_gid() == "cell"}
+    assert len(cells) == 12 and "1.84" in cells  # ms per step at the seed's size
+
+
+def test_save_figure_creates_parents_and_is_deterministic(tmp_path, timings):
+    ax = figures.time_to_train(timings, "s001-mlp")
+    a = figures.save_figure(ax.get_figure(), tmp_path / "a" / "b" / "one.png")
+    b = figures.save_figure(ax.get_figure(), tmp_path / "two.png")
+    assert a.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert a.read_bytes() == b.read_bytes()
+    assert b"Software" not in a.read_bytes()
+
+
+# ------------------------------------------------------------------------ answers
+def test_answer_sentence_uses_measured_numbers(timings, crossover):
+    text = answer_sentence(timings, crossover, "s000-hjb")
+    assert text.startswith("At the seed's size (batch=100, width=8) the CPU takes 1.84 ms")
+    assert "2.5 ms per step with tensorflow" in text
+    assert f"with torch, CUDA is 1.7{TIMES} slower at the seed's size" in text
+    assert f"it overtakes the CPU at batch ≈ 168 (95% CI 140{DASH}202)" in text
+    assert f"and at width ≈ 13.5 (95% CI 11.9{DASH}15.6)" in text
+    assert f"with tensorflow, CUDA is 2.5{TIMES} faster" in text
+    assert "faster over the whole measured range of width" in text
+    assert "after N* = 1,233 steps its time-to-train wins" in text
+    assert "never beats the CPU's" in text  # torch: slower at the seed's size
+    assert text.endswith(".") and text.count(".") >= 1
+
+    mlp = answer_sentence(timings, crossover, "s001-mlp")
+    assert "522 µs per step with torch" in mlp
+    assert f"1.8{TIMES} slower" in mlp
+    assert f"batch ≈ 117 (95% CI 100{DASH}131)" in mlp
+    assert "does not overtake the CPU inside the measured range of d_in" in mlp
+
+
+def test_answer_sentence_unavailable(timings_unavailable, tmp_path):
+    crossover = _roundtrip(make_crossover("unavailable"), tmp_path, "x.csv")
+    text = answer_sentence(timings_unavailable, crossover, "s001-mlp")
+    assert "522 µs per step with torch" in text
+    assert (
+        f"no CUDA device was visible on this machine ({UNAVAILABLE_MESSAGE}), "
+        "so no crossover was measured here" in text
+    )
+    assert "overtakes" not in text and f"{TIMES}" not in text
+
+
+# ----------------------------------------------------------------------- notebook
+def _expected_pngs() -> set[str]:
+    return {
+        "s000-hjb-step-time-batch.png",
+        "s000-hjb-step-time-width.png",
+        "s000-hjb-time-to-train.png",
+        "s000-hjb-speedup-batch-width.png",
+        "s001-mlp-step-time-batch.png",
+        "s001-mlp-step-time-d_in.png",
+        "s001-mlp-step-time-hidden.png",
+        "s001-mlp-time-to-train.png",
+    }
+
+
+def test_notebook_is_stored_without_outputs():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert nb.metadata.kernelspec.name == "python3"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", [])
+    assert all(not c.outputs and c.execution_count is None for c in code)
+
+
+@pytest.mark.parametrize("cuda_status", ["ok", "unavailable"])
+def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
+    papermill = pytest.importorskip("papermill")
+    results = tmp_path / "results" / "fixture"
+    results.mkdir(parents=True)
+    make_timings(cuda_status).to_csv(results / "timings.csv", index=False)
+    make_crossover(cuda_status).to_csv(results / "crossover.csv", index=False)
+    if cuda_status == "ok":
+        (results / "wall.json").write_text(
+            json.dumps(
+                {
+                    "measuring_jobs_wall_s": 200.0,
+                    "measured_work_s": 50.0,
+                    "measured_share": 0.25,
+                }
+            )
+        )
+    figures_dir = tmp_path / "reports" / "fixture" / "figures"
+    monkeypatch.setenv("CROSSOVER_STUDY_SRC", str(REPO / "src"))
+    out = tmp_path / "report.ipynb"
+    papermill.execute_notebook(
+        str(NOTEBOOK),
+        str(out),
+        parameters={
+            "timings": str(results / "timings.csv"),
+            "crossover": str(results / "crossover.csv"),
+            "figures_dir": str(figures_dir),
+            "study": "fixture",
+        },
+        kernel_name="python3",
+        cwd=str(tmp_path),
+        progress_bar=False,
+    )
+    assert {p.name for p in figures_dir.iterdir()} == _expected_pngs()
+
+    nb = nbformat.read(out, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    pngs = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(pngs) == len(_expected_pngs())
+    text = "\n".join(
+        o.get("text", "")
+        + o.get("data", {}).get("text/markdown", "")
+        + o.get("data", {}).get("text/plain", "")
+        for o in outputs
+    )
+    assert "study: fixture" in text and "fixture-host" in text
+    assert "device cpu: Fixture Xeon 16-core" in text
+    assert "## s000-hjb — TF2 custom loop" in text
+    assert "## s001-mlp — PyTorch MLP: GPU slower than CPU on Colab" in text
+    assert "## s004-lstm" not in text  # no rows of that case in the fixture
+    if cuda_status == "ok":
+        assert "wall-time share: 25%" in text
+        assert "after N* = 1,233 steps" in text
+    else:
+        assert "wall-time share: not recorded" in text
+        assert "device cuda: no ok rows (status unavailable)" in text
+        assert "no CUDA device was visible on this machine" in text

@@ -1,0 +1,166 @@
+"""The runner: journal and resume, failures recorded per point, missing devices."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from crossover_study import frameworks, runner
+from crossover_study.harness import TimingPolicy
+from crossover_study.provenance import REPO_ROOT, table_columns
+from crossover_study.runner import GroupSpec, Journal, run_group
+from crossover_study.spec import PointSpec
+
+SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
+
+
+def mlp_group(device="cpu", hidden=(128, 256), missing="skip", framework="torch"):
+    pts = tuple(
+        PointSpec("s001-mlp", framework, device, "eager", {**SEED, "hidden": h}) for h in hidden
+    )
+    policy = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1)
+    return GroupSpec("s001-mlp", framework, device, pts, 1, policy, missing, "testhash")
+
+
+def test_rows_have_documented_columns_units_and_provenance(tmp_path):
+    rows = run_group(mlp_group(), tmp_path / "j.jsonl", tmp_path / "out.csv", log=lambda _: None)
+    df = pd.read_csv(tmp_path / "out.csv")
+    assert list(df.columns) == list(table_columns("timings"))
+    assert list(df["status"]) == ["ok", "ok"]
+    assert list(df["hidden"]) == [128, 256]
+    for row in rows:
+        blocks = json.loads(row["block_step_times_s"])
+        assert len(blocks) == row["n_blocks"] >= 3
+        assert min(blocks) <= row["step_time_s"] <= max(blocks)
+        # Seconds per step of a small CPU MLP: between a microsecond and a second.
+        assert 1e-6 < row["step_time_s"] < 1.0
+        assert row["cold_start_s"] >= row["device_init_s"] > 0
+        assert row["import_s"] > 0 and row["threads"] == 1
+        assert row["loss_read_every"] == 1000 and row["steps_per_call"] == 1
+        assert row["config_hash"] == "testhash" and len(row["git_commit"]) >= 7
+        assert row["device_name"] and row["cpu_model"] and row["framework_version"]
+
+
+def test_rerun_keeps_measured_points_and_measures_only_new_ones(tmp_path, monkeypatch):
+    journal, out = tmp_path / "j.jsonl", tmp_path / "out.csv"
+    first = run_group(mlp_group(hidden=(128,)), journal, out, log=lambda _: None)
+    calls = []
+    original = runner.measure_point
+
+    def counting(point, *args):
+        calls.append(point.sizes["hidden"])
+        return original(point, *args)
+
+    monkeypatch.setattr(runner, "measure_point", counting)
+    second = run_group(mlp_group(hidden=(128, 256)), journal, out, log=lambda _: None)
+    assert calls == [256]
+    assert second[0] == first[0]  # kept verbatim, run_id included
+    assert second[1]["run_id"] != first[0]["run_id"]
+
+
+def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    real = frameworks.workload_class("torch", "s001-mlp")
+
+    class Broken(real):
+        def run(self, n_steps):
+            if self.sizes["hidden"] == 128:
+                raise RuntimeError("boom at hidden 128")
+            super().run(n_steps)
+
+    monkeypatch.setattr(frameworks, "workload_class", lambda *_: Broken)
+    rows = run_group(mlp_group(), tmp_path / "j.jsonl", tmp_path / "o.csv", log=lambda _: None)
+    assert rows[0]["status"] == "error" and "boom at hidden 128" in rows[0]["message"]
+    assert rows[1]["status"] == "ok" and rows[1]["step_time_s"] > 0
+    # An error is final: a rerun does not try the point again.
+    assert Journal(tmp_path / "j.jsonl").final_row(mlp_group().points[0].key())["status"] == "error"
+
+
+@pytest.mark.parametrize(
+    "exc, expected",
+    [
+        (MemoryError(), True),
+        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+        (type("OutOfMemoryError", (RuntimeError,), {})("x"), True),
+        (type("ResourceExhaustedError", (Exception,), {})("OOM when allocating"), True),
+        (ValueError("shapes do not match"), False),
+    ],
+)
+def test_oom_is_told_apart_from_other_errors(exc, expected):
+    assert frameworks.is_oom(exc) is expected
+
+
+def test_missing_device_skip_gives_unavailable_rows_never_cpu_timings(tmp_path):
+    rows = run_group(mlp_group("cuda"), tmp_path / "j.jsonl", tmp_path / "o.csv", log=lambda _: None)
+    assert [r["status"] for r in rows] == ["unavailable", "unavailable"]
+    assert all("no CUDA device visible to torch" in r["message"] for r in rows)
+    assert all(r.get("step_time_s") is None for r in rows)
+    assert all(r["device"] == "cuda" and r["device_name"] is None for r in rows)
+    # Unavailable is not final: a rerun (on a machine with the device) measures it.
+    key = mlp_group("cuda").points[0].key()
+    assert Journal(tmp_path / "j.jsonl").done[key]["status"] == "unavailable"
+    assert Journal(tmp_path / "j.jsonl").final_row(key) is None
+
+
+def test_missing_device_fail_stops_before_measuring(tmp_path):
+    with pytest.raises(frameworks.DeviceMissingError, match="'cuda' was asked for .* not visible"):
+        run_group(mlp_group("cuda", missing="fail"), tmp_path / "j.jsonl", tmp_path / "o.csv")
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_journal_ignores_a_torn_last_line(tmp_path):
+    path = tmp_path / "j.jsonl"
+    path.write_text(
+        json.dumps({"event": "done", "key": "a", "row": {"status": "ok"}}) + "\n" + '{"event": "do'
+    )
+    journal = Journal(path)
+    assert journal.final_row("a") == {"status": "ok"}
+
+
+def test_a_point_that_kills_the_process_twice_becomes_an_error(tmp_path):
+    group = mlp_group(hidden=(128,))
+    key = group.points[0].key()
+    journal = tmp_path / "j.jsonl"
+    journal.write_text("".join(json.dumps({"event": "start", "key": key}) + "\n" for _ in range(2)))
+    rows = run_group(group, journal, tmp_path / "o.csv", log=lambda _: None)
+    assert rows[0]["status"] == "error" and "died 2 times" in rows[0]["message"]
+
+
+KILL_SCRIPT = """
+import sys
+sys.path.insert(0, {src!r})
+from crossover_study.harness import TimingPolicy
+from crossover_study.runner import GroupSpec, run_group
+from crossover_study.spec import PointSpec
+seed = {{"batch": 64, "d_in": 1024}}
+pts = tuple(PointSpec("s001-mlp", "torch", "cpu", "eager", {{**seed, "hidden": h}}) for h in (64, 128, 256, 512))
+policy = TimingPolicy(min_block_s=0.2, n_blocks=5, max_warmup_s=0.3)
+run_group(GroupSpec("s001-mlp", "torch", "cpu", pts, 1, policy, "skip", "h"), sys.argv[1], sys.argv[2])
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_then_rerun_gives_the_complete_table(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(KILL_SCRIPT.format(src=str(REPO_ROOT / "src")))
+    journal, out = tmp_path / "j.jsonl", tmp_path / "out.csv"
+    proc = subprocess.Popen([sys.executable, str(script), str(journal), str(out)])
+    deadline = time.time() + 120
+    while time.time() < deadline:  # wait until at least one point is journaled
+        if journal.exists() and '"event": "done"' in journal.read_text():
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()  # no half-written table
+    kept = {json.loads(line)["key"] for line in journal.read_text().splitlines() if '"done"' in line}
+    assert 1 <= len(kept) < 4
+    subprocess.run([sys.executable, str(script), str(journal), str(out)], check=True)
+    df = pd.read_csv(out)
+    assert list(df["hidden"]) == [64, 128, 256, 512]
+    assert set(df["status"]) == {"ok"}
+    assert df["run_id"].nunique() == 2  # the kept points keep the killed run's id

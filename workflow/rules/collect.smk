@@ -1,0 +1,24 @@
+# Stage 2: collect the per-job tables into one tidy table, validated against its schema.
+
+
+rule collect:
+    input:
+        csvs=get_group_csvs(),
+        benchmarks=[
+            f"benchmarks/{STUDY}/measure/{c}/{f}/{d}.tsv" for c, f, d in GROUPS
+        ],
+    output:
+        timings=report(
+            f"{RESULTS}/timings.csv",
+            caption="../report/timings.rst",
+            category="Tables",
+        ),
+        wall=f"{RESULTS}/wall.json",
+    log:
+        f"logs/{STUDY}/collect.log",
+    params:
+        src=SRC,
+    conda:
+        "../../envs/report.yaml"
+    script:
+        "../scripts/collect.py"

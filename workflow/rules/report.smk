@@ -1,0 +1,45 @@
+# Stage 4: the report. The notebook runs through Snakemake's notebook directive and is
+# kept executed; nbconvert renders it to HTML with its figures embedded.
+
+
+rule report_notebook:
+    input:
+        timings=f"{RESULTS}/timings.csv",
+        crossover=f"{RESULTS}/crossover.csv",
+        wall=f"{RESULTS}/wall.json",
+    output:
+        figures=report(
+            directory(f"{REPORTS}/figures"),
+            patterns=["{name}.png"],
+            caption="../report/figures.rst",
+            category="Figures",
+            labels={"figure": "{name}"},
+        ),
+    log:
+        notebook=f"{REPORTS}/report.ipynb",
+    params:
+        study=STUDY,
+        src=SRC,
+    conda:
+        "../../envs/report.yaml"
+    notebook:
+        "../notebooks/report.py.ipynb"
+
+
+rule report_html:
+    input:
+        notebook=f"{REPORTS}/report.ipynb",
+        figures=f"{REPORTS}/figures",
+    output:
+        report(
+            f"{REPORTS}/report.html",
+            caption="../report/report_html.rst",
+            category="Report",
+        ),
+    log:
+        f"logs/{STUDY}/report_html.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "jupyter nbconvert --to html --no-input --output-dir {REPORTS} "
+        "--output report.html {input.notebook} > {log} 2>&1"
