@@ -36,6 +36,8 @@ test-fast: setup  ## unit tests only
 
 lint: setup  ## ruff and snakemake --lint
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
 
 clean:  ## remove generated results and reports (keeps .venv)

@@ -82,7 +82,9 @@ def _rows(device, sizes, times, status="ok", message=None):
                 "status": status,
                 "message": message,
                 "step_time_s": t if status == "ok" else None,
-                "block_step_times_s": json.dumps([t * 0.99, t, t * 1.01]) if status == "ok" else None,
+                "block_step_times_s": json.dumps([t * 0.99, t, t * 1.01])
+                if status == "ok"
+                else None,
                 "cold_start_s": 0.1 if device == "cpu" else 1.0,
                 "first_step_s": 0.01,
             }

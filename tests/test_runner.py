@@ -95,7 +95,9 @@ def test_oom_is_told_apart_from_other_errors(exc, expected):
 
 
 def test_missing_device_skip_gives_unavailable_rows_never_cpu_timings(tmp_path):
-    rows = run_group(mlp_group("cuda"), tmp_path / "j.jsonl", tmp_path / "o.csv", log=lambda _: None)
+    rows = run_group(
+        mlp_group("cuda"), tmp_path / "j.jsonl", tmp_path / "o.csv", log=lambda _: None
+    )
     assert [r["status"] for r in rows] == ["unavailable", "unavailable"]
     assert all("no CUDA device visible to torch" in r["message"] for r in rows)
     assert all(r.get("step_time_s") is None for r in rows)
@@ -157,7 +159,9 @@ def test_kill_9_then_rerun_gives_the_complete_table(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not out.exists()  # no half-written table
-    kept = {json.loads(line)["key"] for line in journal.read_text().splitlines() if '"done"' in line}
+    kept = {
+        json.loads(line)["key"] for line in journal.read_text().splitlines() if '"done"' in line
+    }
     assert 1 <= len(kept) < 4
     subprocess.run([sys.executable, str(script), str(journal), str(out)], check=True)
     df = pd.read_csv(out)

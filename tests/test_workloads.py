@@ -46,8 +46,8 @@ def test_iris_split_is_the_seeds():
     xt, yt, xv, yv = data.iris(20)
     assert xt.shape == (105, 4) and yv.shape == (45, 1) and xv.shape == (45, 4)
     assert xt.dtype == np.float32 and set(np.unique(yt)) <= {0.0, 1.0, 2.0}
-    # shuffle=False: the last 45 rows of Iris (classes 1 and 2 only) are validation.
-    assert set(np.unique(yv)) == {1.0, 2.0}
+    # shuffle=False: the last 45 rows of Iris (all of class 2) are the validation set.
+    assert set(np.unique(yv)) == {2.0}
     big, _, _, _ = data.iris(1000)
     assert big.shape == (2000, 4)  # rows repeated to fill two batches per epoch
 
@@ -67,7 +67,7 @@ def test_torch_hjb_output_bias_and_mlp_updates_follow_the_seeds():
 
     hjb = HJB("cpu", SEED_SIZES["s000-hjb"])
     hjb.setup()
-    assert float(hjb.model[-1].bias) == -60.0  # initGuess = -60
+    assert hjb.model[-1].bias.item() == -60.0  # initGuess = -60
     assert len([m for m in hjb.model if hasattr(m, "weight")]) == 4  # 3 hidden + output
     mlp = MLP("cpu", {"batch": 8, "d_in": 32, "hidden": 16})
     mlp.setup()

@@ -47,7 +47,10 @@ def import_framework(framework: str, device: str, threads: int):
         import torch
 
         torch.set_num_threads(threads)
-        torch.set_num_interop_threads(1)
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:
+            pass  # settable once per process; thread_settings() records the actual value
         return torch
     if framework == "tensorflow":
         import tensorflow as tf
@@ -58,6 +61,18 @@ def import_framework(framework: str, device: str, threads: int):
             tf.config.set_visible_devices([], "GPU")
         return tf
     raise ValueError(f"unknown framework {framework!r}: expected torch or tensorflow")
+
+
+def thread_settings(framework: str) -> tuple[int, int]:
+    """(intra-op, inter-op) CPU threads the framework actually uses in this process."""
+    if framework == "torch":
+        import torch
+
+        return torch.get_num_threads(), torch.get_num_interop_threads()
+    import tensorflow as tf
+
+    t = tf.config.threading
+    return t.get_intra_op_parallelism_threads(), t.get_inter_op_parallelism_threads()
 
 
 def probe(framework: str, device: str) -> DeviceProbe:

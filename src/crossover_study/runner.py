@@ -129,9 +129,10 @@ def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) ->
     )
     journal = Journal(journal_path)
     commit, dirty = git_state()
+    intra, interop = frameworks.thread_settings(group.framework)
     common = {
-        "threads": group.threads,
-        "interop_threads": 1,
+        "threads": intra,
+        "interop_threads": interop,
         "framework_version": probe.framework_version,
         "cuda_version": probe.cuda_version,
         "python_version": sys.version.split()[0],

@@ -4,9 +4,7 @@
 rule collect:
     input:
         csvs=get_group_csvs(),
-        benchmarks=[
-            f"benchmarks/{STUDY}/measure/{c}/{f}/{d}.tsv" for c, f, d in GROUPS
-        ],
+        benchmarks=[f"benchmarks/{STUDY}/measure/{c}/{f}/{d}.tsv" for c, f, d in GROUPS],
     output:
         timings=report(
             f"{RESULTS}/timings.csv",
@@ -16,9 +14,9 @@ rule collect:
         wall=f"{RESULTS}/wall.json",
     log:
         f"logs/{STUDY}/collect.log",
-    params:
-        src=SRC,
     conda:
         "../../envs/report.yaml"
+    params:
+        src=SRC,
     script:
         "../scripts/collect.py"

@@ -50,6 +50,11 @@ def get_env(wildcards):
     return f"../../envs/{wildcards.framework}.yaml"
 
 
+def get_output_dir(wildcards, output):
+    """Folder of a rule's first output (for tools that take a folder and a name)."""
+    return str(Path(output[0]).parent)
+
+
 def get_final_outputs():
     """What `snakemake` builds by default: tables and the rendered report."""
     return [

@@ -12,11 +12,11 @@ rule crossover:
         ),
     log:
         f"logs/{STUDY}/crossover.log",
+    conda:
+        "../../envs/report.yaml"
     params:
         bootstrap=config["crossover"]["bootstrap"],
         seed=config["crossover"]["seed"],
         src=SRC,
-    conda:
-        "../../envs/report.yaml"
     script:
         "../scripts/crossover.py"

@@ -9,6 +9,10 @@ rule measure:
         f"logs/{STUDY}/measure/{{case}}/{{framework}}/{{device}}.log",
     benchmark:
         f"benchmarks/{STUDY}/measure/{{case}}/{{framework}}/{{device}}.tsv"
+    conda:
+        get_env
+    # Threads come from the device class's config; the harness pins the framework to them.
+    threads: get_threads
     params:
         points=get_point_keys,
         # Not an output: Snakemake deletes outputs before a job runs; the journal must
@@ -17,9 +21,5 @@ rule measure:
         timing=config["timing"],
         missing_device=config["missing_device"],
         src=SRC,
-    # Threads come from the device class's config; the harness pins the framework to them.
-    threads: get_threads
-    conda:
-        get_env
     script:
         "../scripts/measure.py"

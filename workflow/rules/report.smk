@@ -17,11 +17,11 @@ rule report_notebook:
         ),
     log:
         notebook=f"{REPORTS}/report.ipynb",
+    conda:
+        "../../envs/report.yaml"
     params:
         study=STUDY,
         src=SRC,
-    conda:
-        "../../envs/report.yaml"
     notebook:
         "../notebooks/report.py.ipynb"
 
@@ -40,6 +40,8 @@ rule report_html:
         f"logs/{STUDY}/report_html.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        outdir=get_output_dir,
     shell:
-        "jupyter nbconvert --to html --no-input --output-dir {REPORTS} "
+        "jupyter nbconvert --to html --no-input --output-dir {params.outdir} "
         "--output report.html {input.notebook} > {log} 2>&1"
