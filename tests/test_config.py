@@ -117,3 +117,34 @@ def test_shipped_studies_are_valid_and_cover_every_case():
     smoke = load_config(REPO_ROOT / "config" / "studies" / "smoke.yaml")
     assert len(smoke["cases"]) == 2 and smoke["sweep"]["devices"] == ["cpu"]
     assert {len(points(smoke, *g)) for g in groups(smoke)} == {2}
+
+
+def test_variants_and_unsynced_timing_at_the_seed_size_by_default():
+    config = validate_config(
+        bad(
+            ("sweep",),
+            {
+                "frameworks": ["torch"],
+                "devices": ["cpu"],
+                "variants": ["eager", "copy_data_each_step"],
+                "timing": ["synced", "unsynced"],
+            },
+        )
+    )
+    pts = points(config, "s001-mlp", "torch", "cpu")
+    eager = [p for p in pts if p.variant == "eager" and p.timing == "synced"]
+    assert len(eager) == 2  # hidden 128 (seed) and 512
+    extras = [p for p in pts if p not in eager]
+    assert {(p.variant, p.timing) for p in extras} == {
+        ("copy_data_each_step", "synced"),
+        ("eager", "unsynced"),
+    }
+    assert all(p.is_seed_size() for p in extras)
+    assert len({p.key() for p in pts}) == len(pts)  # unsynced points have their own key
+    config["sweep"]["extras_at"] = "all"
+    assert len(points(config, "s001-mlp", "torch", "cpu")) == 2 * 3
+
+
+def test_unknown_timing_is_rejected():
+    with pytest.raises(ConfigError, match=r"sweep.timing\[0\]: 'async' is not one of"):
+        validate_config(bad(("sweep", "timing"), ["async"]))

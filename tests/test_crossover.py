@@ -115,3 +115,33 @@ def test_table_says_why_there_is_no_accelerator_data():
     table = crossover_table(pd.DataFrame(cpu + acc))
     assert set(table["outcome"]) == {"no_accelerator_data"}
     assert set(table["reason"]) == {"no CUDA device"}
+
+
+def test_two_noisy_runs_give_overlapping_intervals():
+    # The same machine measured twice: 10% lognormal block noise, 5 blocks per point.
+    x = [16, 64, 256, 1024]
+
+    def run(seed):
+        rng = np.random.default_rng(seed)
+        cpu = [2e-6 * v * rng.lognormal(0, 0.1, size=5) for v in x]
+        acc = [2e-4 * rng.lognormal(0, 0.1, size=5) for _ in x]
+        return bootstrap_crossover(x, cpu, acc, n_boot=400, seed=0)
+
+    lo1, hi1, share1 = run(11)
+    lo2, hi2, share2 = run(12)
+    assert share1 > 0.9 and share2 > 0.9
+    assert lo1 <= hi2 and lo2 <= hi1  # the intervals overlap
+    assert lo1 < 100 < hi1 and lo2 < 100 < hi2  # and both cover the true crossover
+
+
+def test_unsynced_rows_never_enter_the_crossover():
+    sizes = [32, 128, 512, 2048]
+    cpu = _rows("cpu", sizes, [1e-5 * s for s in sizes])
+    acc = _rows("cuda", sizes, [2.56e-3] * 4)
+    wrong = [
+        {**r, "timing": "unsynced", "step_time_s": 1e-9} for r in _rows("cuda", sizes, [1e-9] * 4)
+    ]
+    rows = [{**r, "timing": "synced"} for r in cpu + acc] + wrong
+    table = crossover_table(pd.DataFrame(rows), n_boot=100)
+    row = table[table["axis"] == "hidden"].iloc[0]
+    assert row["crossover_size"] == pytest.approx(256.0)

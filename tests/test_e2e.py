@@ -40,10 +40,16 @@ def smoke_run(tmp_path_factory):
 def test_smoke_study_rows_and_statuses(smoke_run):
     workdir, config = smoke_run
     df = pd.read_csv(workdir / "results/smoke/timings.csv")
-    n_points = 2 * 2  # two cases x two sizes
-    assert len(df) == n_points * 2 * 2  # x two frameworks x two devices
+    # Per case, framework and device: eager at two sizes, copy_data_each_step and the
+    # unsynced eager at the seed's size.
+    assert len(df) == 2 * 2 * 2 * (2 + 1 + 1)
     cpu, cuda = df[df["device"] == "cpu"], df[df["device"] == "cuda"]
     assert set(cpu["status"]) == {"ok"}
+    assert set(cpu["timing"]) == {"synced", "unsynced"}
+    synced = cpu[cpu["timing"] == "synced"]
+    assert synced["sync_check"].isin(["passed", "failed"]).all()
+    tf_hjb = cpu[(cpu["framework"] == "tensorflow") & (cpu["case"] == "s000-hjb")]
+    assert (tf_hjb["traces_first_step"] >= 1).all()
     assert (cpu["step_time_s"] > 0).all() and (cpu["cold_start_s"] > 0).all()
     assert set(cuda["status"]) == {"unavailable"}
     assert cuda["step_time_s"].isna().all()  # never a CPU timing under the GPU's name
@@ -56,7 +62,8 @@ def test_smoke_study_rows_and_statuses(smoke_run):
 def test_smoke_study_crossover_table(smoke_run):
     workdir, _ = smoke_run
     table = pd.read_csv(workdir / "results/smoke/crossover.csv")
-    assert len(table) == 2 * (2 + 3)  # frameworks x (s000 axes + s001 axes)
+    # (frameworks x variants) x (s000 axes + s001 axes); unsynced rows are never used
+    assert len(table) == 2 * 2 * (2 + 3)
     assert set(table["outcome"]) == {"no_accelerator_data"}
     assert table["reason"].str.contains("visible").all()
 
@@ -69,7 +76,9 @@ def test_smoke_study_report_has_sections_and_images(smoke_run):
         assert re.search(rf"<h2[^>]*>{case}", html), case
     images = re.findall(r"<img[^>]*src=\"data:image/png;base64,", html)
     figures = sorted(p.name for p in (workdir / "reports/smoke/figures").glob("*.png"))
-    assert len(figures) >= 7 and len(images) >= len(figures)
+    assert len(figures) >= 9 and len(images) >= len(figures)
+    assert {"s000-hjb-variants.png", "s001-mlp-variants.png"} <= set(figures)
+    assert "unsynced: wrong" in html or "Measurement warnings" in html
     assert "wall-time share" in html or "measured work" in html
 
 

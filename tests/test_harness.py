@@ -82,7 +82,9 @@ def test_clock_is_read_only_after_a_sync():
     # Inside a block there is exactly one sync: each run is followed by one sync.
     runs = [i for i, e in enumerate(w.events) if isinstance(e, tuple)]
     assert all(w.events[i + 1] == "sync" for i in runs)
-    assert sum(e == "sync" for e in w.events) == len(runs) + 1  # + the one after setup
+    # Other syncs: the one closing the cold start and the 25 of the overhead probe,
+    # all outside any block.
+    assert sum(e == "sync" for e in w.events) == len(runs) + 1 + 25
 
 
 def test_block_length_respects_the_workloads_granularity():
@@ -124,3 +126,99 @@ def test_point_budget_keeps_at_least_three_blocks():
     m = measure(w, TimingPolicy(min_block_s=0.5, n_blocks=7, max_point_s=1.0), clock=clock)
     assert len(m.block_step_times_s) == 3
     assert not math.isnan(m.step_time_s)
+
+
+class QueuedWorkload(FakeWorkload):
+    """A device with a launch queue: run() only enqueues (costs ``launch_s`` of host
+    time per step), sync() waits for the queued device work (``step_s`` per step)."""
+
+    def __init__(self, clock, launch_s=1e-5, step_s=1e-3, sync_s=0.0):
+        super().__init__(clock, step_s=step_s, n_warm=0, setup_s=0.0)
+        self.launch_s, self.sync_s = launch_s, sync_s
+
+    def run(self, n):
+        self.events.append(("run", n))
+        self.clock.now += n * self.launch_s  # the host only launches
+        self.pending += n * self.step_s
+        self.steps += n
+
+    def sync(self):
+        self.events.append("sync")
+        self.clock.now += self.pending + self.sync_s
+        self.pending = 0.0
+
+
+def test_unsynced_timing_measures_the_launch_queue_not_the_work():
+    clock = FakeClock()
+    synced = measure(QueuedWorkload(clock), TimingPolicy(min_block_s=0.05, n_blocks=3), clock)
+    clock2 = FakeClock()
+    unsynced = measure(
+        QueuedWorkload(clock2),
+        TimingPolicy(min_block_s=0.05, n_blocks=3, synced=False),
+        clock2,
+    )
+    # This fake device does not overlap launches with work: launch + work per step.
+    assert synced.step_time_s == pytest.approx(1e-3 + 1e-5)
+    assert unsynced.step_time_s == pytest.approx(1e-5)  # 100x too fast: the P3 error
+    assert unsynced.sync_check == "skipped" and not unsynced.synced
+
+
+def test_block_length_check_passes_when_per_step_time_is_stable():
+    clock = FakeClock()
+    m = measure(QueuedWorkload(clock), TimingPolicy(min_block_s=0.01, n_blocks=3), clock)
+    assert m.sync_check == "passed"
+    assert m.sync_check_steps >= 2 * m.steps_per_block
+    assert m.sync_check_long_s == pytest.approx(m.step_time_s)
+
+
+def test_block_length_check_fails_on_a_per_block_overhead():
+    # A fixed 5 ms cost per sync that the overhead probe cannot see (it appears only
+    # after work): short blocks carry it, the long block amortises it.
+    class Costly(QueuedWorkload):
+        def sync(self):
+            had_work = self.pending > 0
+            super().sync()
+            if had_work:
+                self.clock.now += 5e-3
+
+    clock = FakeClock()
+    m = measure(Costly(clock, step_s=1e-4), TimingPolicy(min_block_s=0.001, n_blocks=3), clock)
+    assert m.sync_check == "failed"
+    assert m.sync_check_long_s < 0.7 * m.step_time_s
+
+
+def test_sync_check_tolerance_grows_with_noise():
+    from crossover_study.harness import sync_check_agrees
+
+    assert sync_check_agrees(1.0, 1.05, iqr_s=0.0, threshold=0.1)
+    assert not sync_check_agrees(1.0, 1.3, iqr_s=0.0, threshold=0.1)
+    assert sync_check_agrees(1.0, 1.3, iqr_s=0.2, threshold=0.1)  # noisy: 2 x IQR/median
+
+
+def test_blocks_last_a_hundred_times_the_timer_overhead():
+    clock = FakeClock()
+    w = QueuedWorkload(clock, sync_s=1e-3)  # every sync (and clock read pair) costs 1 ms
+    m = measure(w, TimingPolicy(min_block_s=1e-6, n_blocks=3), clock)
+    assert m.timer_overhead_s == pytest.approx(1e-3)
+    block_s = m.steps_per_block * 1e-3
+    assert block_s >= 100 * m.timer_overhead_s
+    # ...so the overhead is below 1% of a block and the step time is right within 1%.
+    assert m.step_time_s == pytest.approx(1e-3 + 1e-5, rel=0.011)
+
+
+def test_traces_are_counted_per_phase_and_a_retrace_in_the_timed_blocks_shows():
+    class Retracing(QueuedWorkload):
+        def trace_count(self):
+            # one trace at the first step, one more once 3 000 steps have run
+            return (self.steps >= 1) + (self.steps > 3_000)
+
+    clock = FakeClock()
+    steady = measure(Retracing(clock), TimingPolicy(min_block_s=0.01, n_blocks=3), clock)
+    assert steady.traces_first_step == 1 and steady.traces_warmup == 0
+    assert steady.traces_timed == 0
+    clock = FakeClock()
+    late = measure(Retracing(clock), TimingPolicy(min_block_s=1.0, n_blocks=5), clock)
+    assert late.traces_timed == 1
+    clock = FakeClock()
+    untraced = measure(QueuedWorkload(clock), TimingPolicy(min_block_s=0.01, n_blocks=3), clock)
+    assert untraced.traces_timed is None

@@ -168,3 +168,20 @@ def test_kill_9_then_rerun_gives_the_complete_table(tmp_path):
     assert list(df["hidden"]) == [64, 128, 256, 512]
     assert set(df["status"]) == {"ok"}
     assert df["run_id"].nunique() == 2  # the kept points keep the killed run's id
+
+
+def test_not_applicable_and_unsynced_points_are_labelled(tmp_path):
+    pts = (
+        PointSpec("s001-mlp", "torch", "cpu", "custom_step", SEED),
+        PointSpec("s001-mlp", "torch", "cpu", "eager", SEED, timing="unsynced"),
+        PointSpec("s001-mlp", "torch", "cpu", "eager", SEED),
+    )
+    group = GroupSpec("s001-mlp", "torch", "cpu", pts, 1, mlp_group().policy, "skip", "h")
+    rows = run_group(group, tmp_path / "j.jsonl", tmp_path / "o.csv", log=lambda _: None)
+    assert rows[0]["status"] == "not_applicable" and "Keras" in rows[0]["message"]
+    assert rows[0].get("step_time_s") is None
+    assert rows[1]["status"] == "ok" and rows[1]["timing"] == "unsynced"
+    assert rows[1]["sync_check"] == "skipped"  # no check of the anti-pattern
+    assert rows[2]["timing"] == "synced" and rows[2]["sync_check"] in ("passed", "failed")
+    assert rows[2]["timer_overhead_s"] > 0
+    assert rows[2]["traces_timed"] is None  # eager PyTorch compiles nothing

@@ -86,3 +86,60 @@ def test_keras_compile_pins_xla_off_and_one_step_per_execution():
     assert w.model.jit_compile is False
     assert w.model.steps_per_execution == 1
     assert w.model.layers[0].units == 32 and w.model.layers[-1].units == 3
+
+
+#: Which variants apply where (framework, case) -> applicable variants; every other
+#: variant must raise NotApplicable with a reason.
+APPLICABLE = {
+    ("torch", "s000-hjb"): {"eager", "read_loss_every_1000", "copy_data_each_step"},
+    ("torch", "s001-mlp"): {"eager", "read_loss_every_step", "copy_data_each_step"},
+    ("torch", "s002-iris"): {"eager", "copy_data_each_step"},
+    ("torch", "s004-lstm"): {"eager", "copy_data_each_step"},
+    ("tensorflow", "s000-hjb"): {"eager", "read_loss_every_1000", "copy_data_each_step"},
+    ("tensorflow", "s001-mlp"): {"eager", "read_loss_every_step", "copy_data_each_step"},
+    ("tensorflow", "s002-iris"): {"eager", "train_on_batch", "custom_step"},
+    ("tensorflow", "s004-lstm"): {"eager", "train_on_batch", "custom_step"},
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_variant_applicability_and_reasons(framework, case):
+    from crossover_study.spec import VARIANTS
+    from crossover_study.workloads import NotApplicable
+
+    cls = frameworks.workload_class(framework, case)
+    applicable = APPLICABLE[(framework, case)]
+    for variant in VARIANTS:
+        if variant in applicable:
+            w = cls("cpu", SMALL[case], variant)
+            assert w.variant == variant
+        else:
+            with pytest.raises(NotApplicable, match=r"\w+ \w+"):
+                cls("cpu", SMALL[case], variant)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_applicable_variant_trains(framework, case):
+    cls = frameworks.workload_class(framework, case)
+    policy = TimingPolicy(min_block_s=0.002, n_blocks=3, max_warmup_s=0.02, sync_check_s=0.05)
+    for variant in sorted(APPLICABLE[(framework, case)] - {"eager"}):
+        w = cls("cpu", SMALL[case], variant)
+        m = measure(w, policy)
+        assert m.step_time_s > 0 and math.isfinite(m.final_loss), variant
+        if variant == "read_loss_every_step":
+            assert w.loss_read_every == 1
+        if variant == "read_loss_every_1000":
+            assert w.loss_read_every == 1000
+
+
+def test_tf_function_traces_are_counted_and_stay_constant_in_the_steady_state():
+    frameworks.import_framework("tensorflow", "cpu", 1)
+    from crossover_study.workloads.tf_cases import HJB, MLP, Iris
+
+    policy = TimingPolicy(min_block_s=0.005, n_blocks=3, max_warmup_s=0.05)
+    m = measure(HJB("cpu", SMALL["s000-hjb"]), policy)
+    assert m.traces_first_step >= 1 and m.traces_timed == 0
+    fit = measure(Iris("cpu", SMALL["s002-iris"], "custom_step"), policy)
+    assert fit.traces_first_step >= 1 and fit.traces_timed == 0
+    eager = measure(MLP("cpu", SMALL["s001-mlp"]), policy)
+    assert eager.traces_first_step is None  # eager TensorFlow compiles nothing

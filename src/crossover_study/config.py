@@ -127,13 +127,22 @@ def case_sizes(case: str, case_config: Mapping[str, Any]) -> list[dict[str, int]
 
 
 def points(config: Mapping[str, Any], case: str, framework: str, device: str) -> list[PointSpec]:
-    """The points one measuring job (case × framework × device) measures."""
+    """The points one measuring job (case × framework × device) measures: the eager
+    program over every size; the other variants and the unsynced timing over
+    ``sweep.extras_at`` (the seed's size only, or every size)."""
     sizes = case_sizes(case, config["cases"][case])
-    return [
-        PointSpec(case, framework, device, variant, s)
-        for variant in config["sweep"]["variants"]
-        for s in sizes
+    sweep = config["sweep"]
+    seed = dict(SEED_SIZES[case])
+    extra_sizes = sizes if sweep.get("extras_at", "seed") == "all" else [seed]
+    pts = [
+        PointSpec(case, framework, device, v, s)
+        for v in sweep["variants"]
+        for s in (sizes if v == "eager" else extra_sizes)
     ]
+    # The unsynchronised anti-pattern is shown beside the naive program only.
+    if "unsynced" in sweep.get("timing", ["synced"]):
+        pts += [PointSpec(case, framework, device, "eager", s, "unsynced") for s in extra_sizes]
+    return pts
 
 
 def groups(config: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -153,6 +162,7 @@ def timing_policy(config: Mapping[str, Any]) -> TimingPolicy:
         max_warmup_s=t["max_warmup_s"],
         noise_threshold=t["noise_threshold"],
         max_point_s=t["max_point_s"],
+        sync_check_s=t["sync_check_s"],
     )
 
 

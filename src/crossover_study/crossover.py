@@ -113,9 +113,12 @@ def _axis_slice(df: pd.DataFrame, case: str, axis: str) -> pd.DataFrame:
 def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """One row per case × framework × variant × accelerator × axis (crossover schema).
 
-    ``timings`` is the tidy table of ``timings.csv``. Accelerators are every device
-    class other than ``cpu`` that appears in the table, plus ``cuda``.
+    ``timings`` is the tidy table of ``timings.csv``; rows timed without a device sync
+    (``timing == "unsynced"``) are left out. Accelerators are every device class other
+    than ``cpu`` that appears in the table, plus ``cuda``.
     """
+    if "timing" in timings:  # unsynchronised rows are the anti-pattern, never estimated
+        timings = timings[timings["timing"].fillna("synced") == "synced"]
     rows = []
     devices = sorted(set(timings["device"]) - {"cpu"} | set(ACCELERATORS))
     keys = timings[["case", "framework", "variant"]].drop_duplicates().itertuples(index=False)

@@ -22,14 +22,18 @@ from matplotlib.colors import LogNorm, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from crossover_study.spec import DEVICES, FRAMEWORKS, SEED_SIZES, case_axes
+from crossover_study.spec import DEVICES, FRAMEWORKS, SEED_SIZES, SIZE_COLUMNS, case_axes
 
 #: Display characters (kept as escapes so linters do not mistake them for x and -).
 TIMES = "\u00d7"
 EN_DASH = "\u2013"
 
 __all__ = [
+    "SIZE_COLUMNS",
+    "UNSYNCED_LABEL",
     "grid_axes",
+    "programs",
+    "variant_comparison",
     "save_figure",
     "speedup_heatmap",
     "step_time_vs_size",
@@ -41,6 +45,29 @@ NOISY_ALPHA = 0.35
 _MARKERS = {"torch": "o", "tensorflow": "s"}
 _CROSSOVER_STYLES = {"torch": "--", "tensorflow": "-."}
 _VARIANT_STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))
+
+
+#: How an unsynchronised row's variant is labelled in every figure (CASES.md P3).
+UNSYNCED_LABEL = " [unsynced: wrong]"
+
+
+def programs(
+    timings: pd.DataFrame, variants=("eager",), include_unsynced: bool = True
+) -> pd.DataFrame:
+    """Rows of the given ``variants`` for the size-sweep figures.
+
+    Rows timed without a device sync (``timing == "unsynced"``) are kept only when
+    ``include_unsynced`` and then relabelled ``<variant> [unsynced: wrong]`` so that the
+    anti-pattern is always drawn beside, never instead of, the correct timing.
+    """
+    df = timings[timings["variant"].isin(variants)].copy()
+    if "timing" not in df:
+        return df
+    unsynced = df["timing"] == "unsynced"
+    if not include_unsynced:
+        return df[~unsynced]
+    df.loc[unsynced, "variant"] = df.loc[unsynced, "variant"] + UNSYNCED_LABEL
+    return df
 
 
 # --------------------------------------------------------------------------- helpers
@@ -194,7 +221,9 @@ def step_time_vs_size(
         _t=pd.to_numeric(df["step_time_s"]),
         _iqr=pd.to_numeric(df["step_time_iqr_s"], errors="coerce").fillna(0.0),
         _noisy=_truthy(df["noisy"]) if "noisy" in df else False,
+        _check_failed=(df["sync_check"] == "failed") if "sync_check" in df else False,
     )
+    failed_labelled = False
     for device in _order(df["device"], DEVICES):
         for framework in _order(df["framework"], FRAMEWORKS):
             for variant in sorted(df["variant"].unique()):
@@ -211,6 +240,7 @@ def step_time_vs_size(
                         _t=("_t", "median"),
                         _iqr=("_iqr", "median"),
                         _noisy=("_noisy", "any"),
+                        _check_failed=("_check_failed", "any"),
                     )
                     .reset_index()
                 )
@@ -252,6 +282,19 @@ def step_time_vs_size(
                             s=28,
                             gid="noisy" if alpha < 1 else "steady",
                         )
+                failed = g["_check_failed"].to_numpy(dtype=bool)
+                if failed.any():
+                    ax.scatter(
+                        x[failed],
+                        y[failed],
+                        marker="x",
+                        color="black",
+                        s=60,
+                        zorder=4,
+                        gid="sync-check-failed",
+                        label=None if failed_labelled else "block-length check failed",
+                    )
+                    failed_labelled = True
 
     ax.axvline(
         seed,
@@ -551,6 +594,65 @@ def speedup_heatmap(
     ax.set_xticks(np.arange(len(xs)) + 0.5, [_fmt_size(v) for v in xs])
     ax.set_yticks(np.arange(len(ys)) + 0.5, [_fmt_size(v) for v in ys])
     return _decorate(ax, title=title, xlabel=x_axis, ylabel=y_axis, grid=False)
+
+
+def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None) -> Axes:
+    """Step time of every measured variant at the seed's size, per device and framework.
+
+    One horizontal bar per (framework, variant[, unsynced]) and device, the median
+    seconds per step on a log x axis, error bars of the IQR; bars of noisy points
+    faded, points whose block-length check failed marked with an x. This is the factor
+    comparison of STUDY.md item 7 (loss reads, data copies, fit vs train_on_batch vs a
+    compiled step). Rows whose variant does not apply are left out. Returns the Axes.
+    """
+    ax = _new_ax(ax, figsize=(7.0, 4.6))
+    title = f"{case}: variants at the seed's size"
+    df = _at_seed(_ok_rows(timings, case), case)
+    if df.empty:
+        return _empty(ax, f"no ok rows for {case} at the seed's size", title)
+    df = programs(df, variants=tuple(df["variant"].unique()))
+    df = df.assign(
+        program=df["framework"] + " · " + df["variant"],
+        _t=pd.to_numeric(df["step_time_s"]),
+        _iqr=pd.to_numeric(df["step_time_iqr_s"], errors="coerce").fillna(0.0),
+        _noisy=_truthy(df["noisy"]) if "noisy" in df else False,
+        _failed=(df["sync_check"] == "failed") if "sync_check" in df else False,
+    )
+    # Per framework, the naive program first, then the variants alphabetically.
+    keys = df.drop_duplicates("program").set_index("program")[["framework", "variant"]]
+    order = sorted(
+        keys.index, key=lambda p: (keys.loc[p, "framework"], keys.loc[p, "variant"] != "eager", p)
+    )
+    devices = _order(df["device"], DEVICES)
+    labelled: set[str] = set()
+    colours = _palette()
+    height = 0.8 / max(len(devices), 1)
+    for j, device in enumerate(devices):
+        g = df[df["device"] == device].set_index("program")
+        for i, program in enumerate(order):
+            if program not in g.index:
+                continue
+            row = g.loc[[program]].iloc[0]
+            y = i + (j - (len(devices) - 1) / 2) * height
+            ax.barh(
+                y,
+                row["_t"],
+                height=height,
+                color=colours.get(device, "0.5"),
+                alpha=NOISY_ALPHA if row["_noisy"] else 1.0,
+                xerr=[[min(row["_iqr"] / 2, 0.999 * row["_t"])], [row["_iqr"] / 2]],
+                ecolor="0.3",
+                label=None if device in labelled else device,
+                gid="variant-bar",
+            )
+            labelled.add(device)
+            if row["_failed"]:
+                ax.plot(row["_t"], y, "kx", markersize=8, gid="sync-check-failed")
+    ax.set_yticks(range(len(order)), order)
+    ax.invert_yaxis()
+    _decorate(ax, title=title, xlabel="step time (s per step)", logx=True)
+    ax.legend(loc="best", fontsize="small", frameon=False, title="device")
+    return ax
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:

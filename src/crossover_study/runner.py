@@ -8,6 +8,7 @@ missing. The group's CSV is written atomically (temporary file + rename) at the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -26,6 +27,7 @@ from . import frameworks
 from .harness import TimingPolicy, measure
 from .provenance import git_state, placement, table_columns
 from .spec import PointSpec
+from .workloads import NotApplicable
 
 #: A point whose measurement killed the process this many times is recorded as an error
 #: instead of being tried again forever.
@@ -193,8 +195,12 @@ def measure_point(
     :func:`frameworks.initialise_device`) + this point's model and data placement.
     """
     cls = frameworks.workload_class(point.framework, point.case)
-    workload = cls(point.device, dict(point.sizes))
     started = time.perf_counter()
+    try:
+        workload = cls(point.device, dict(point.sizes), point.variant)
+    except NotApplicable as reason:
+        return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
+    policy = dataclasses.replace(policy, synced=point.timing == "synced")
     try:
         m = measure(workload, policy)
     except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded
@@ -207,11 +213,12 @@ def measure_point(
             "device_init_s": device_init_s,
             "measured_s": time.perf_counter() - started,
         }
-    finally:
-        del workload
+    retraced = None if m.traces_timed is None else m.traces_timed > 0
     return {
         "status": "ok",
-        "message": None,
+        "message": (
+            f"{m.traces_timed} tf.function trace(s) inside the timed blocks" if retraced else None
+        ),
         "step_time_s": m.step_time_s,
         "step_time_iqr_s": m.step_time_iqr_s,
         "noisy": m.is_noisy(policy.noise_threshold),
@@ -219,8 +226,16 @@ def measure_point(
         "steps_per_block": m.steps_per_block,
         "n_blocks": len(m.block_step_times_s),
         "warmup_steps": m.warmup_steps,
-        "steps_per_call": cls.steps_per_call,
-        "loss_read_every": cls.loss_read_every,
+        "steps_per_call": workload.steps_per_call,
+        "loss_read_every": workload.loss_read_every,
+        "timer_overhead_s": m.timer_overhead_s,
+        "sync_check": m.sync_check,
+        "sync_check_long_s": m.sync_check_long_s,
+        "sync_check_steps": m.sync_check_steps,
+        "traces_first_step": m.traces_first_step,
+        "traces_warmup": m.traces_warmup,
+        "traces_timed": m.traces_timed,
+        "retraced": retraced,
         "first_step_s": m.first_step_s,
         "cold_start_s": device_init_s + m.cold_start_s,
         "device_init_s": device_init_s,

@@ -19,8 +19,23 @@ FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow")
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
 ACCELERATORS: tuple[str, ...] = tuple(d for d in DEVICES if d != "cpu")
 #: ``eager`` is the naive program as the seed's user wrote it (for Keras cases that is
-#: ``fit`` with ``jit_compile=False`` and ``steps_per_execution=1`` pinned).
-VARIANTS: tuple[str, ...] = ("eager",)
+#: ``fit`` with ``jit_compile=False`` and ``steps_per_execution=1`` pinned). The others
+#: change one factor that users mix up with the device (STUDY.md item 7):
+#: how often the loss is read back (``read_loss_every_step``, ``read_loss_every_1000``),
+#: data copied from the host every step instead of pre-staged (``copy_data_each_step``),
+#: and, for Keras ``fit`` cases, ``train_on_batch`` and a compiled ``custom_step``.
+VARIANTS: tuple[str, ...] = (
+    "eager",
+    "read_loss_every_step",
+    "read_loss_every_1000",
+    "copy_data_each_step",
+    "train_on_batch",
+    "custom_step",
+)
+#: How the steady state is timed: ``synced`` (the device is synchronised before each
+#: clock read) or ``unsynced`` (the anti-pattern of CASES.md P3, measured on purpose and
+#: always labelled; never the default).
+TIMINGS: tuple[str, ...] = ("synced", "unsynced")
 #: Point outcomes. ``ok`` rows carry timings; every other status carries a ``message``.
 STATUSES: tuple[str, ...] = ("ok", "unavailable", "oom", "error", "not_applicable")
 
@@ -55,11 +70,13 @@ class PointSpec:
     device: str
     variant: str
     sizes: Mapping[str, int] = field(default_factory=dict)
+    timing: str = "synced"
 
     def key(self) -> str:
         """Stable text key of the point, used by the journal to resume a sweep."""
         sizes = ",".join(f"{k}={self.sizes[k]}" for k in sorted(self.sizes))
-        return f"{self.case}|{self.framework}|{self.device}|{self.variant}|{sizes}"
+        key = f"{self.case}|{self.framework}|{self.device}|{self.variant}|{sizes}"
+        return key if self.timing == "synced" else f"{key}|{self.timing}"
 
     def as_row(self) -> dict:
         """The spec's columns of the tidy table (size columns absent for other cases)."""

@@ -33,15 +33,32 @@ def validate_timings(df: pd.DataFrame, source: str = "timings") -> None:
             raise TableError(f"{source}: row {i}, column {col}: {error.message}")
 
 
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns as their schema types: numbers as floats, booleans as True/False/None
+    (pandas would turn a boolean column with gaps into 0.0/1.0), text as text."""
+    schema = yaml.safe_load((SCHEMAS / "timings.schema.yaml").read_text())
+    out = df.copy()
+    for column, spec in schema["properties"].items():
+        types = spec["type"] if isinstance(spec["type"], list) else [spec["type"]]
+        values = out[column]
+        if "boolean" in types:
+            out[column] = values.map(
+                lambda v: None if pd.isna(v) else str(v).strip().lower() in ("true", "1", "1.0")
+            ).astype(object)
+        elif "number" in types:
+            out[column] = pd.to_numeric(values, errors="raise")
+    return out
+
+
 def collect_timings(csvs: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
     """Concatenate per-job CSVs into the study's timings table (atomically written).
 
     Returns the table with the documented columns in schema order.
     """
-    frames = [pd.read_csv(p) for p in csvs]
+    frames = [pd.read_csv(p, dtype=object) for p in csvs]
     columns = list(table_columns("timings"))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-    df = df.reindex(columns=columns)
+    df = _typed(df.reindex(columns=columns))
     validate_timings(df, source=str(out))
     write_csv_atomic(df.to_dict("records"), columns, Path(out))
     return df

@@ -4,7 +4,7 @@
 rule collect:
     input:
         csvs=get_group_csvs(),
-        benchmarks=[f"benchmarks/{STUDY}/measure/{c}/{f}/{d}.tsv" for c, f, d in GROUPS],
+        benchmarks=[f"logs/{STUDY}/benchmarks/measure/{c}/{f}/{d}.tsv" for c, f, d in GROUPS],
     output:
         timings=report(
             f"{RESULTS}/timings.csv",

@@ -8,7 +8,7 @@ rule measure:
     log:
         f"logs/{STUDY}/measure/{{case}}/{{framework}}/{{device}}.log",
     benchmark:
-        f"benchmarks/{STUDY}/measure/{{case}}/{{framework}}/{{device}}.tsv"
+        f"logs/{STUDY}/benchmarks/measure/{{case}}/{{framework}}/{{device}}.tsv"
     conda:
         get_env
     # Threads come from the device class's config; the harness pins the framework to them.

@@ -5,6 +5,7 @@ import sys
 
 
 def main(snakemake) -> None:
+    sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
     from crossover_study.tables import collect_timings, wall_summary
 
@@ -12,7 +13,7 @@ def main(snakemake) -> None:
     summary = wall_summary(timings, snakemake.input.benchmarks)
     with open(snakemake.output.wall, "w") as fh:
         json.dump(summary, fh, indent=1)
-    with open(snakemake.log[0], "w") as log:
+    with open(snakemake.log[0], "a") as log:
         print(f"{len(timings)} rows; {json.dumps(summary)}", file=log)
 
 

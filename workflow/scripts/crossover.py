@@ -4,6 +4,7 @@ import sys
 
 
 def main(snakemake) -> None:
+    sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
     import pandas as pd
 
@@ -13,7 +14,7 @@ def main(snakemake) -> None:
     timings = pd.read_csv(snakemake.input.timings)
     table = crossover_table(timings, n_boot=snakemake.params.bootstrap, seed=snakemake.params.seed)
     write_csv_atomic(table.to_dict("records"), table.columns, snakemake.output[0])
-    with open(snakemake.log[0], "w") as log:
+    with open(snakemake.log[0], "a") as log:
         print(table.to_string(), file=log)
 
 

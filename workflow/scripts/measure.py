@@ -4,6 +4,7 @@ import sys
 
 
 def main(snakemake) -> None:
+    sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
     from crossover_study import config as study_config
     from crossover_study.runner import GroupSpec, run_group

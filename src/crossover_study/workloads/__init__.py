@@ -1,0 +1,32 @@
+"""The seed cases as timeable training programs, one module per framework.
+
+Every workload takes ``(device, sizes, variant)``; a variant that does not apply to a
+case, framework or device raises :class:`NotApplicable` from the constructor, before
+anything is built, and the runner records ``status=not_applicable`` with the reason.
+"""
+
+from __future__ import annotations
+
+
+class NotApplicable(Exception):
+    """The variant does not apply to this case, framework or device (message: why)."""
+
+
+#: Variants that change how often the loss is read back to the host (steps between reads).
+LOSS_READ_VARIANTS = {"read_loss_every_step": 1, "read_loss_every_1000": 1000}
+
+
+def loss_read_every(cls, variant: str) -> int:
+    """Steps between loss reads for ``variant`` of workload class ``cls``.
+
+    Raises NotApplicable for a Keras ``fit`` program (fit reads its logs once per epoch)
+    and for a variant identical to the seed's own program.
+    """
+    if variant not in LOSS_READ_VARIANTS:
+        return cls.loss_read_every
+    if getattr(cls, "keras_fit", False):
+        raise NotApplicable("Keras fit reads the loss once per epoch; it has no per-step read")
+    every = LOSS_READ_VARIANTS[variant]
+    if every == cls.loss_read_every:
+        raise NotApplicable(f"the seed's program already reads the loss every {every} step(s)")
+    return every

@@ -10,23 +10,61 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from . import data
+from . import NotApplicable, data, loss_read_every
+
+
+def tf_function_traces(fn, depth: int = 3) -> int | None:
+    r"""Traces so far of the ``tf.function``\ s behind ``fn``, summed.
+
+    ``fn`` may be a tf.function itself or a plain function that reaches tf.functions
+    through its closure (Keras 3's ``train_function`` wraps its tf.functions in plain
+    closures, up to two levels deep), searched ``depth`` levels down. None when no
+    tf.function is found: nothing observable was compiled.
+    """
+    if hasattr(fn, "experimental_get_tracing_count"):
+        return fn.experimental_get_tracing_count()
+    if depth == 0:
+        return None
+    counts = [
+        tf_function_traces(cell.cell_contents, depth - 1)
+        for cell in getattr(fn, "__closure__", None) or ()
+        if callable(cell.cell_contents)
+    ]
+    counts = [c for c in counts if c is not None]
+    return sum(counts) if counts else None
 
 
 class _TFWorkload:
     steps_per_call = 1
     min_steps_per_block = 1
     loss_read_every = 1
+    keras_fit = False
+    #: Variants of the Keras training path; only Keras fit programs have them.
+    keras_paths = ("train_on_batch", "custom_step")
 
-    def __init__(self, device: str, sizes: dict[str, int], seed: int = 1234):
+    def __init__(
+        self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
+    ):
+        if variant in self.keras_paths and not self.keras_fit:
+            raise NotApplicable(f"{variant} applies to Keras fit programs; this one has no fit")
+        self.loss_read_every = loss_read_every(type(self), variant)
+        #: copy_data_each_step: data stays in host memory (NumPy) and every step converts
+        #: its batch to a tensor on the device instead of placing it once.
+        self.copy_data = variant == "copy_data_each_step"
+        self.variant = variant
         self.device = device
         self.sizes = dict(sizes)
         self.seed = seed
         self.step_index = 0
         self._last = None  # last loss tensor, read back by sync()
+
+    def trace_count(self) -> int | None:
+        """tf.function traces of the training step so far (None: nothing compiled)."""
+        return None
 
     def sync(self) -> None:
         # Reading a result back to the host is TensorFlow's only synchronisation.
@@ -68,8 +106,7 @@ class HJB(_TFWorkload):
         )
         k_min, k_max = self.k_min, self.k_max
 
-        def objective():
-            k = tf.random.uniform(shape=(batch, 1), minval=k_min, maxval=k_max)
+        def objective(k):
             v_prime = tf.gradients(model(k), k)[0]
             v_prime_max = tf.maximum(v_prime, 1e-7)
             y = A * tf.pow(k, alpha)
@@ -79,10 +116,22 @@ class HJB(_TFWorkload):
             hjb = u - rho * model(k) + tf.stop_gradient(v_prime_max) * mu_k
             return tf.reduce_mean(tf.square(hjb))
 
-        @tf.function
-        def training_step():
+        def sample():
+            return tf.random.uniform(shape=(batch, 1), minval=k_min, maxval=k_max)
+
+        if self.copy_data:
+            # k drawn on the host (NumPy) and fed to the step: copied every step.
+            rng = np.random.default_rng(self.seed)
+            self.feed = lambda: (rng.uniform(k_min, k_max, size=(batch, 1)).astype("float32"),)
+            signature = [tf.TensorSpec((batch, 1), tf.float32)]
+        else:
+            self.feed = lambda: ()
+            signature = []
+
+        @tf.function(input_signature=signature)
+        def training_step(*k):
             with tf.GradientTape() as tape:
-                loss = objective()
+                loss = objective(k[0] if k else sample())
             grads = tape.gradient(loss, self.theta)
             self.optimizer.apply_gradients(zip(grads, self.theta, strict=True))
             return loss
@@ -92,10 +141,13 @@ class HJB(_TFWorkload):
 
     def run(self, n_steps: int) -> None:
         for _ in range(n_steps):
-            self._last = self.training_step()
+            self._last = self.training_step(*self.feed())
             if self.step_index % self.loss_read_every == 0:
                 self._last.numpy()
             self.step_index += 1
+
+    def trace_count(self) -> int | None:
+        return tf_function_traces(self.training_step)
 
 
 class MLP(_TFWorkload):
@@ -111,6 +163,8 @@ class MLP(_TFWorkload):
         n, d_in, h = self.sizes["batch"], self.sizes["d_in"], self.sizes["hidden"]
         self.x = tf.random.normal((n, d_in))
         self.t = tf.random.normal((n, self.d_out))
+        if self.copy_data:  # keep the data in host memory; converted every step
+            self.x, self.t = self.x.numpy(), self.t.numpy()
         self.w1 = tf.Variable(tf.random.normal((d_in, h)))
         self.w2 = tf.Variable(tf.random.normal((h, self.d_out)))
         self.w3 = tf.Variable(tf.random.normal((self.d_out, self.d_out)))
@@ -119,10 +173,11 @@ class MLP(_TFWorkload):
     def run(self, n_steps: int) -> None:
         lr = self.learning_rate
         for _ in range(n_steps):
+            x, t = tf.convert_to_tensor(self.x), tf.convert_to_tensor(self.t)
             with tf.GradientTape() as tape:
-                h1 = tf.maximum(tf.matmul(self.x, self.w1), 0.0)
+                h1 = tf.maximum(tf.matmul(x, self.w1), 0.0)
                 h2 = tf.maximum(tf.matmul(h1, self.w2), 0.0)
-                loss = tf.reduce_sum(tf.square(tf.matmul(h2, self.w3) - self.t))
+                loss = tf.reduce_sum(tf.square(tf.matmul(h2, self.w3) - t))
             if self.step_index % self.loss_read_every == 0:
                 loss.numpy()
             g1, g2, _g3 = tape.gradient(loss, [self.w1, self.w2, self.w3])
@@ -133,30 +188,111 @@ class MLP(_TFWorkload):
 
 
 class _KerasFit(_TFWorkload):
-    """A Keras ``fit`` program: one call of ``run`` is ``fit`` over whole epochs."""
+    """A Keras ``fit`` program; one call of ``run`` covers whole epochs.
+
+    Training paths (the variant): ``eager`` and the loss variants call ``fit`` as the
+    seed does; ``train_on_batch`` calls ``Model.train_on_batch`` per batch (its loss is
+    read back every step); ``custom_step`` runs a ``tf.function`` training step with
+    ``GradientTape`` on tensors placed once (the loss read once per epoch, as fit does).
+    Batches are drawn per epoch from a shuffled order, as ``fit(shuffle=True)`` does.
+    """
+
+    keras_fit = True
+    #: Iris evaluates its validation set after every epoch, as the seed's fit does.
+    validation = False
+
+    def __init__(
+        self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
+    ):
+        super().__init__(device, sizes, variant, seed)
+        if self.copy_data:
+            raise NotApplicable("Keras fit on NumPy arrays already copies every batch")
+        if variant in self.keras_paths:
+            # No fit call to amortise: a block is any whole number of epochs.
+            self.min_steps_per_block = self.steps_per_call
+        self.rng = np.random.default_rng(seed)
 
     def _compile(self, model: keras.Model, optimizer, loss: str) -> None:
         model.compile(optimizer=optimizer, loss=loss, jit_compile=False, steps_per_execution=1)
         self.model = model
+        if self.variant == "custom_step":
+            self._build_custom_step(loss)
 
-    def _fit(self, n_steps: int, **kwargs) -> None:
-        history = self.model.fit(
-            self.x_train,
-            self.y_train,
-            batch_size=self.sizes["batch"],
-            epochs=n_steps // self.steps_per_call,
-            verbose=0,
-            **kwargs,
-        )
-        self._loss_value = history.history["loss"][-1]
+    def _build_custom_step(self, loss: str) -> None:
+        model, loss_fn = self.model, keras.losses.get(loss)
+        model.optimizer.build(model.trainable_variables)
+        self.x_dev, self.y_dev = tf.constant(self.x_train), tf.constant(self.y_train)
+        if self.validation:
+            self.val_dev = (tf.constant(self.x_val), tf.constant(self.y_val))
+
+        @tf.function
+        def train_step(idx):
+            x, y = tf.gather(self.x_dev, idx), tf.gather(self.y_dev, idx)
+            with tf.GradientTape() as tape:
+                batch_loss = tf.reduce_mean(loss_fn(y, model(x, training=True)))
+            grads = tape.gradient(batch_loss, model.trainable_variables)
+            model.optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return batch_loss
+
+        @tf.function
+        def eval_step(x, y):
+            return tf.reduce_mean(loss_fn(y, model(x, training=False)))
+
+        self.train_step, self.eval_step = train_step, eval_step
+
+    def _epoch_batches(self) -> list[np.ndarray]:
+        """Row indices of this epoch's batches: a fresh shuffle, first steps_per_call."""
+        order = self.rng.permutation(len(self.x_train))
+        b = self.sizes["batch"]
+        return [order[i * b : (i + 1) * b] for i in range(self.steps_per_call)]
+
+    def run(self, n_steps: int) -> None:
+        epochs = n_steps // self.steps_per_call
+        if self.variant == "train_on_batch":
+            for _ in range(epochs):
+                for idx in self._epoch_batches():
+                    self._loss_value = self.model.train_on_batch(
+                        self.x_train[idx], self.y_train[idx]
+                    )
+                if self.validation:
+                    self.model.test_on_batch(self.x_val, self.y_val)
+        elif self.variant == "custom_step":
+            for _ in range(epochs):
+                for idx in self._epoch_batches():
+                    batch_loss = self.train_step(tf.constant(idx))
+                if self.validation:
+                    self.eval_step(*self.val_dev)
+                self._loss_value = float(batch_loss)  # read once per epoch, as fit logs
+        else:
+            kwargs = {}
+            if self.validation:
+                kwargs = {
+                    "steps_per_epoch": self.steps_per_call,
+                    "validation_data": (self.x_val, self.y_val),
+                }
+            history = self.model.fit(
+                self.x_train,
+                self.y_train,
+                batch_size=self.sizes["batch"],
+                epochs=epochs,
+                verbose=0,
+                **kwargs,
+            )
+            self._loss_value = history.history["loss"][-1]
         self.step_index += n_steps
 
     def sync(self) -> None:
-        # fit() returns after its last epoch's logs were read back: nothing is pending.
+        # Every path reads a loss back to the host at its end: nothing is pending.
         return None
 
     def loss(self) -> float:
         return float(getattr(self, "_loss_value", math.nan))
+
+    def trace_count(self) -> int | None:
+        if self.variant == "custom_step":
+            return tf_function_traces(self.train_step)
+        train_function = getattr(self.model, "train_function", None)
+        return None if train_function is None else tf_function_traces(train_function)
 
 
 class Iris(_KerasFit):
@@ -165,6 +301,7 @@ class Iris(_KerasFit):
 
     steps_per_call = data.IRIS_STEPS_PER_EPOCH
     loss_read_every = data.IRIS_STEPS_PER_EPOCH
+    validation = True
     #: The seed's one fit call: 20 epochs of 2 steps. Each fit call costs ≈70 ms of
     #: set-up here, which the seed's user paid once per 40 steps.
     min_steps_per_block = 20 * data.IRIS_STEPS_PER_EPOCH
@@ -180,13 +317,6 @@ class Iris(_KerasFit):
             ]
         )
         self._compile(model, keras.optimizers.Adam(learning_rate=0.1), "log_cosh")
-
-    def run(self, n_steps: int) -> None:
-        self._fit(
-            n_steps,
-            steps_per_epoch=self.steps_per_call,
-            validation_data=(self.x_val, self.y_val),
-        )
 
 
 class LSTM(_KerasFit):
@@ -219,9 +349,6 @@ class LSTM(_KerasFit):
             ]
         )
         self._compile(model, keras.optimizers.Adam(), "mean_squared_error")
-
-    def run(self, n_steps: int) -> None:
-        self._fit(n_steps)
 
 
 WORKLOADS = {"s000-hjb": HJB, "s001-mlp": MLP, "s002-iris": Iris, "s004-lstm": LSTM}

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import data
+from . import NotApplicable, data, loss_read_every
 
 #: Keras' Adam default epsilon (keras.optimizers.Adam, epsilon=1e-7); torch's is 1e-8.
 KERAS_ADAM_EPS = 1e-7
@@ -32,12 +32,38 @@ class _TorchWorkload:
     min_steps_per_block = 1
     loss_read_every = 1
 
-    def __init__(self, device: str, sizes: dict[str, int], seed: int = 1234):
+    #: True for ports of a Keras ``fit`` program (the loss is read once per epoch).
+    keras_fit = False
+
+    def __init__(
+        self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
+    ):
+        if variant in ("train_on_batch", "custom_step"):
+            raise NotApplicable(f"{variant} is a Keras training path; PyTorch has no fit")
+        self.loss_read_every = loss_read_every(type(self), variant)
+        #: copy_data_each_step: data stays in host memory and each step copies its batch
+        #: to the device (a no-op copy on the CPU) instead of being placed once.
+        self.copy_data = variant == "copy_data_each_step"
+        self.variant = variant
         self.device = torch.device("cuda:0" if device == "cuda" else "cpu")
         self.sizes = dict(sizes)
         self.seed = seed
         self.step_index = 0
         self._loss = None
+
+    def _staged(self, array) -> torch.Tensor:
+        """``array`` (numpy or tensor) placed once on the device, or kept on the host
+        when the variant copies data every step."""
+        tensor = torch.as_tensor(array)
+        return tensor if self.copy_data else tensor.to(self.device)
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A batch on the device: a no-op when pre-staged, a host copy otherwise."""
+        return tensor.to(self.device) if self.copy_data else tensor
+
+    def _order(self, n: int) -> torch.Tensor:
+        """Per-epoch shuffle (as Keras fit's default), drawn where the data lives."""
+        return torch.randperm(n, device=self.generator.device, generator=self.generator)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -73,7 +99,10 @@ class HJB(_TorchWorkload):
 
     def _objective(self) -> torch.Tensor:
         b = self.sizes["batch"]
-        k = torch.empty(b, 1, device=self.device).uniform_(self.k_min, self.k_max)
+        if self.copy_data:  # drawn on the host, copied to the device every step
+            k = torch.empty(b, 1).uniform_(self.k_min, self.k_max).to(self.device)
+        else:
+            k = torch.empty(b, 1, device=self.device).uniform_(self.k_min, self.k_max)
         k.requires_grad_(True)
         (v_prime,) = torch.autograd.grad(self.model(k).sum(), k, create_graph=True)
         v_prime_max = v_prime.clamp_min(1e-7)
@@ -110,8 +139,8 @@ class MLP(_TorchWorkload):
         torch.manual_seed(self.seed)
         n, d_in, h = self.sizes["batch"], self.sizes["d_in"], self.sizes["hidden"]
         dev, f32 = self.device, torch.float
-        self.x = torch.randn(n, d_in, device=dev, dtype=f32)
-        self.t = torch.randn(n, self.d_out, device=dev, dtype=f32)
+        self.x = self._staged(torch.randn(n, d_in, dtype=f32))
+        self.t = self._staged(torch.randn(n, self.d_out, dtype=f32))
         self.w1 = torch.randn(d_in, h, device=dev, dtype=f32, requires_grad=True)
         self.w2 = torch.randn(h, self.d_out, device=dev, dtype=f32, requires_grad=True)
         self.w3 = torch.randn(self.d_out, self.d_out, device=dev, dtype=f32, requires_grad=True)
@@ -119,8 +148,9 @@ class MLP(_TorchWorkload):
     def run(self, n_steps: int) -> None:
         lr = self.learning_rate
         for _ in range(n_steps):
-            y_pred = self.x.mm(self.w1).clamp(min=0).mm(self.w2).clamp(min=0).mm(self.w3)
-            loss = (y_pred - self.t).pow(2).sum()
+            x, t = self._to_device(self.x), self._to_device(self.t)
+            y_pred = x.mm(self.w1).clamp(min=0).mm(self.w2).clamp(min=0).mm(self.w3)
+            loss = (y_pred - t).pow(2).sum()
             if self.step_index % self.loss_read_every == 0:
                 self._loss = loss.item()
             loss.backward()
@@ -133,8 +163,9 @@ class MLP(_TorchWorkload):
 
     def loss(self) -> float:
         with torch.no_grad():
-            y = self.x.mm(self.w1).clamp(min=0).mm(self.w2).clamp(min=0).mm(self.w3)
-            return float((y - self.t).pow(2).sum())
+            x, t = self._to_device(self.x), self._to_device(self.t)
+            y = x.mm(self.w1).clamp(min=0).mm(self.w2).clamp(min=0).mm(self.w3)
+            return float((y - t).pow(2).sum())
 
 
 def _log_cosh(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -156,37 +187,40 @@ class Iris(_TorchWorkload):
 
     steps_per_call = data.IRIS_STEPS_PER_EPOCH
     loss_read_every = data.IRIS_STEPS_PER_EPOCH
+    keras_fit = True
 
     def setup(self) -> None:
         torch.manual_seed(self.seed)
         xt, yt, xv, yv = data.iris(self.sizes["batch"])
         dev = self.device
-        self.x_train = torch.from_numpy(xt).to(dev)
-        self.y_train = torch.from_numpy(yt).to(dev)
-        self.x_val = torch.from_numpy(xv).to(dev)
-        self.y_val = torch.from_numpy(yv).to(dev)
+        self.x_train = self._staged(xt)
+        self.y_train = self._staged(yt)
+        self.x_val = self._staged(xv)
+        self.y_val = self._staged(yv)
         h = self.sizes["hidden"]
         model = nn.Sequential(nn.Linear(4, h), nn.ReLU(), nn.Linear(h, 3), nn.Softmax(dim=1))
         self.model = _glorot(model).to(dev)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=0.1, eps=KERAS_ADAM_EPS)
-        self.generator = torch.Generator(device=dev).manual_seed(self.seed)
+        self.generator = torch.Generator(device=self.x_train.device).manual_seed(self.seed)
 
     def run(self, n_steps: int) -> None:
         b = self.sizes["batch"]
         n = self.x_train.shape[0]
         for _ in range(n_steps // self.steps_per_call):
-            order = torch.randperm(n, device=self.device, generator=self.generator)
+            order = self._order(n)
             self.model.train()
             for s in range(self.steps_per_call):
                 idx = order[s * b : (s + 1) * b]
-                loss = _log_cosh(self.model(self.x_train[idx]), self.y_train[idx])
+                x, y = self._to_device(self.x_train[idx]), self._to_device(self.y_train[idx])
+                loss = _log_cosh(self.model(x), y)
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 self.opt.step()
                 self.step_index += 1
             self.model.eval()
             with torch.no_grad():
-                val = _log_cosh(self.model(self.x_val), self.y_val)
+                x, y = self._to_device(self.x_val), self._to_device(self.y_val)
+                val = _log_cosh(self.model(x), y)
             self._loss = loss.item()
             self._val_loss = val.item()
 
@@ -220,27 +254,29 @@ class LSTM(_TorchWorkload):
 
     steps_per_call = data.LSTM_STEPS_PER_EPOCH
     loss_read_every = data.LSTM_STEPS_PER_EPOCH
+    keras_fit = True
 
     def setup(self) -> None:
         torch.manual_seed(self.seed)
         s = self.sizes
         x, y = data.sequences(s["batch"] * self.steps_per_call, s["seq_len"], seed=self.seed)
-        self.x = torch.from_numpy(x).to(self.device)
-        self.y = torch.from_numpy(y).to(self.device)
+        self.x = self._staged(x)
+        self.y = self._staged(y)
         model = LSTMRegressor(x.shape[2], s["units"], y.shape[1])
         self.model = _glorot(model).to(self.device)
         self.opt = torch.optim.Adam(self.model.parameters(), eps=KERAS_ADAM_EPS)
-        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        self.generator = torch.Generator(device=self.x.device).manual_seed(self.seed)
         self.model.train()
 
     def run(self, n_steps: int) -> None:
         b = self.sizes["batch"]
         n = self.x.shape[0]
         for _ in range(n_steps // self.steps_per_call):
-            order = torch.randperm(n, device=self.device, generator=self.generator)
+            order = self._order(n)
             for s in range(self.steps_per_call):
                 idx = order[s * b : (s + 1) * b]
-                loss = nn.functional.mse_loss(self.model(self.x[idx]), self.y[idx])
+                x, y = self._to_device(self.x[idx]), self._to_device(self.y[idx])
+                loss = nn.functional.mse_loss(self.model(x), y)
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 self.opt.step()

@@ -1,0 +1,111 @@
+"""Does the harness agree with the field's reference timers?
+
+PyTorch: ``torch.utils.benchmark.Timer(...).blocked_autorange()`` (which synchronises
+CUDA before each clock read, warms up, and picks a block length so timer overhead is
+negligible). TensorFlow: a plain loop of k steps closed by reading the result back.
+Both time the very same workload object as the harness, in one process, alternately, so
+that a drift of the machine hits both sides alike; the ratio ours / reference is the
+figure of merit (1.0 = perfect agreement).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+from . import frameworks
+from .harness import TimingPolicy, measure
+
+#: Points of the agreement check: s001-mlp at three hidden widths (seed D_in and N) and
+#: s000-hjb at its seed size.
+POINTS: tuple[tuple[str, dict[str, int]], ...] = (
+    ("s001-mlp", {"batch": 64, "d_in": 1024, "hidden": 128}),
+    ("s001-mlp", {"batch": 64, "d_in": 1024, "hidden": 512}),
+    ("s001-mlp", {"batch": 64, "d_in": 1024, "hidden": 2048}),
+    ("s000-hjb", {"batch": 100, "width": 8}),
+)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Seconds per step by the harness and by the reference, for one point."""
+
+    framework: str
+    device: str
+    case: str
+    sizes: dict
+    ours_s: float
+    reference_s: float
+
+    @property
+    def ratio(self) -> float:
+        """ours / reference (dimensionless)."""
+        return self.ours_s / self.reference_s
+
+    def line(self) -> str:
+        sizes = ",".join(f"{k}={v}" for k, v in self.sizes.items())
+        return (
+            f"{self.framework:<10} {self.device:<4} {self.case} {sizes}: "
+            f"ours {self.ours_s * 1e6:9.1f} us/step, reference {self.reference_s * 1e6:9.1f} "
+            f"us/step, ratio {self.ratio:.3f}"
+        )
+
+
+def _torch_reference(workload, threads: int, min_run_time: float) -> list[float]:
+    """Seconds per step of each block ``blocked_autorange`` timed."""
+    from torch.utils.benchmark import Timer
+
+    timer = Timer(stmt="w.run(1)", globals={"w": workload}, num_threads=threads)
+    return list(timer.blocked_autorange(min_run_time=min_run_time).times)
+
+
+def _loop_reference(workload, min_run_time: float, repeats: int = 7) -> list[float]:
+    """Plain loop: k steps then one read-back, k doubled until a loop lasts 1/repeats
+    of ``min_run_time``; seconds per step of each of ``repeats`` loops."""
+    k = workload.steps_per_call
+    while True:
+        t0 = time.perf_counter()
+        workload.run(k)
+        workload.sync()
+        if time.perf_counter() - t0 >= min_run_time / repeats:
+            break
+        k *= 2
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        workload.run(k)
+        workload.sync()
+        samples.append((time.perf_counter() - t0) / k)
+    return samples
+
+
+def agreement(
+    framework: str,
+    device: str,
+    case: str,
+    sizes: dict[str, int],
+    threads: int,
+    rounds: int = 5,
+    min_run_time: float = 1.0,
+    policy: TimingPolicy | None = None,
+) -> Agreement:
+    """Time one point ``rounds`` times with the harness and with the reference,
+    alternately, on one workload object; return the median seconds per step of each
+    side's blocks pooled over the rounds (pooling damps a shared machine's drift).
+
+    The framework must already be imported with ``threads`` pinned
+    (:func:`frameworks.import_framework`).
+    """
+    policy = policy or TimingPolicy(min_block_s=0.1, n_blocks=7, max_warmup_s=1.0)
+    workload = frameworks.workload_class(framework, case)(device, dict(sizes))
+    ours, reference = [], []
+    for i in range(rounds):
+        ours += measure(workload, policy, built=i > 0).block_step_times_s
+        if framework == "torch":
+            reference += _torch_reference(workload, threads, min_run_time)
+        else:
+            reference += _loop_reference(workload, min_run_time)
+    return Agreement(
+        framework, device, case, dict(sizes), statistics.median(ours), statistics.median(reference)
+    )

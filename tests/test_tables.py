@@ -1,0 +1,44 @@
+"""Collecting per-job tables: types survive the round trip, bad tables are refused."""
+
+import pandas as pd
+import pytest
+
+from crossover_study.provenance import table_columns
+from crossover_study.tables import TableError, collect_timings, validate_timings
+
+
+def _job_csv(path, **values):
+    row = {"case": "s001-mlp", "framework": "torch", "device": "cpu", "variant": "eager"}
+    row.update({"timing": "synced", "status": "ok", **values})
+    pd.DataFrame([row], columns=list(table_columns("timings"))).to_csv(path, index=False)
+    return path
+
+
+def test_booleans_with_gaps_stay_booleans(tmp_path):
+    # One job wrote retraced=False, another (unavailable rows) left it empty: pandas
+    # alone would make the column 0.0/NaN, which the schema refuses.
+    a = _job_csv(tmp_path / "a.csv", retraced=False, noisy=True, step_time_s=1e-3)
+    b = _job_csv(tmp_path / "b.csv", status="unavailable", message="no CUDA device")
+    df = collect_timings([b, a], tmp_path / "timings.csv")
+    assert df["retraced"].tolist() == [None, False]
+    assert df["noisy"].tolist() == [None, True]
+    back = pd.read_csv(tmp_path / "timings.csv")
+    assert list(back.columns) == list(table_columns("timings"))
+
+
+def test_a_table_breaking_its_schema_is_refused_with_row_and_column():
+    df = pd.DataFrame(
+        [
+            {
+                "case": "s001-mlp",
+                "framework": "torch",
+                "device": "cpu",
+                "variant": "eager",
+                "status": "fine",
+            }
+        ]
+    )
+    with pytest.raises(TableError, match=r"row 0, column status: 'fine' is not one of"):
+        validate_timings(df)
+    with pytest.raises(TableError, match="undocumented column"):
+        validate_timings(df.assign(status="ok", speed=1.0))
