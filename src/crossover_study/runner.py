@@ -228,6 +228,7 @@ def measure_point(
         "warmup_steps": m.warmup_steps,
         "steps_per_call": workload.steps_per_call,
         "loss_read_every": workload.loss_read_every,
+        "kernel": workload.kernel() if hasattr(workload, "kernel") else None,
         "timer_overhead_s": m.timer_overhead_s,
         "sync_check": m.sync_check,
         "sync_check_long_s": m.sync_check_long_s,

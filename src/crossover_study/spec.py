@@ -31,6 +31,16 @@ VARIANTS: tuple[str, ...] = (
     "copy_data_each_step",
     "train_on_batch",
     "custom_step",
+    # Remedies (issue: measure each fix the answers recommend).
+    "cuda_graph",
+    "compile",
+    "function",
+    "xla",
+    "loop",
+    "steps_per_execution",
+    "tf_data_repeat",
+    "cudnn",
+    "generic",
 )
 #: How the steady state is timed: ``synced`` (the device is synchronised before each
 #: clock read) or ``unsynced`` (the anti-pattern of CASES.md P3, measured on purpose and

@@ -43,14 +43,26 @@ class _TFWorkload:
     min_steps_per_block = 1
     loss_read_every = 1
     keras_fit = False
+    #: True when the seed's own step is a tf.function (s000) or Keras compiles it (fit).
+    step_is_function = False
     #: Variants of the Keras training path; only Keras fit programs have them.
-    keras_paths = ("train_on_batch", "custom_step")
+    keras_paths = ("train_on_batch", "custom_step", "steps_per_execution", "tf_data_repeat")
 
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
     ):
+        if variant in ("cuda_graph", "compile"):
+            raise NotApplicable(f"{variant} is a PyTorch program variant")
         if variant in self.keras_paths and not self.keras_fit:
             raise NotApplicable(f"{variant} applies to Keras fit programs; this one has no fit")
+        if variant in ("cudnn", "generic") and not isinstance(self, LSTM):
+            raise NotApplicable(f"{variant} chooses an LSTM kernel; this case has no LSTM")
+        if variant == "cudnn" and device != "cuda":
+            raise NotApplicable("cuDNN kernels run on CUDA devices only")
+        if variant == "generic" and device != "cuda":
+            raise NotApplicable("on the CPU the generic LSTM kernel is the only one (= eager)")
+        if variant == "function" and self.step_is_function:
+            raise NotApplicable("the seed's step already is a tf.function (= eager)")
         self.loss_read_every = loss_read_every(type(self), variant)
         #: copy_data_each_step: data stays in host memory (NumPy) and every step converts
         #: its batch to a tensor on the device instead of placing it once.
@@ -65,6 +77,32 @@ class _TFWorkload:
     def trace_count(self) -> int | None:
         """tf.function traces of the training step so far (None: nothing compiled)."""
         return None
+
+    def _compiled(self, step, eager_is_function: bool):
+        """``step`` as the variant runs it, plus a loop runner for ``loop``.
+
+        eager (and the factor variants): as the seed runs it, a ``tf.function`` when
+        the seed wraps its step in one (``eager_is_function``); function: wrapped in
+        ``tf.function``; xla: ``tf.function(jit_compile=True)``; loop: ``n`` steps inside
+        one ``tf.function`` (a ``tf.while_loop``), one call per block. Returns
+        ``(step, loop)``; ``loop`` is None except for the loop variant.
+        """
+        v = self.variant
+        if v == "xla":
+            return tf.function(step, jit_compile=True), None
+        if v == "loop":
+
+            @tf.function
+            def loop(n, *batch):
+                loss = tf.constant(0.0)
+                for _ in tf.range(n):
+                    loss = step(*batch)
+                return loss
+
+            return None, loop
+        if v == "function" or eager_is_function:
+            return tf.function(step), None
+        return step, None
 
     def sync(self) -> None:
         # Reading a result back to the host is TensorFlow's only synchronisation.
@@ -81,6 +119,7 @@ class HJB(_TFWorkload):
     every step."""
 
     loss_read_every = 1
+    step_is_function = True
     gamma, rho, A, alpha, delta = 2.0, 0.04, 0.5, 0.36, 0.05
     k_min, k_max, init_guess = 0.1, 10.0, -60.0
 
@@ -128,7 +167,6 @@ class HJB(_TFWorkload):
             self.feed = lambda: ()
             signature = []
 
-        @tf.function(input_signature=signature)
         def training_step(*k):
             with tf.GradientTape() as tape:
                 loss = objective(k[0] if k else sample())
@@ -136,10 +174,19 @@ class HJB(_TFWorkload):
             self.optimizer.apply_gradients(zip(grads, self.theta, strict=True))
             return loss
 
-        self.training_step = training_step
+        self.optimizer.build(self.theta)
+        if signature and self.variant in ("eager", "copy_data_each_step"):
+            training_step = tf.function(training_step, input_signature=signature)
+            self.training_step, self.loop = training_step, None
+        else:
+            self.training_step, self.loop = self._compiled(training_step, True)
         self._last = tf.reduce_sum(self.theta[0])
 
     def run(self, n_steps: int) -> None:
+        if self.loop is not None:  # all n steps inside one compiled program
+            self._last = self.loop(tf.constant(n_steps))
+            self.step_index += n_steps
+            return
         for _ in range(n_steps):
             self._last = self.training_step(*self.feed())
             if self.step_index % self.loss_read_every == 0:
@@ -147,7 +194,7 @@ class HJB(_TFWorkload):
             self.step_index += 1
 
     def trace_count(self) -> int | None:
-        return tf_function_traces(self.training_step)
+        return tf_function_traces(self.loop or self.training_step)
 
 
 class MLP(_TFWorkload):
@@ -169,22 +216,34 @@ class MLP(_TFWorkload):
         self.w2 = tf.Variable(tf.random.normal((h, self.d_out)))
         self.w3 = tf.Variable(tf.random.normal((self.d_out, self.d_out)))
         self._last = tf.reduce_sum(self.w3)
+        self.step, self.loop = self._compiled(self.train_step, False)
+
+    def train_step(self, x, t):
+        """The seed's step: forward, squared error, gradients, SGD on w1 and w2."""
+        with tf.GradientTape() as tape:
+            h1 = tf.maximum(tf.matmul(x, self.w1), 0.0)
+            h2 = tf.maximum(tf.matmul(h1, self.w2), 0.0)
+            loss = tf.reduce_sum(tf.square(tf.matmul(h2, self.w3) - t))
+        g1, g2, _g3 = tape.gradient(loss, [self.w1, self.w2, self.w3])
+        self.w1.assign_sub(self.learning_rate * g1)
+        self.w2.assign_sub(self.learning_rate * g2)
+        return loss
 
     def run(self, n_steps: int) -> None:
-        lr = self.learning_rate
+        if self.loop is not None:  # all n steps inside one compiled program
+            self._last = self.loop(tf.constant(n_steps), self.x, self.t)
+            self.step_index += n_steps
+            return
         for _ in range(n_steps):
             x, t = tf.convert_to_tensor(self.x), tf.convert_to_tensor(self.t)
-            with tf.GradientTape() as tape:
-                h1 = tf.maximum(tf.matmul(x, self.w1), 0.0)
-                h2 = tf.maximum(tf.matmul(h1, self.w2), 0.0)
-                loss = tf.reduce_sum(tf.square(tf.matmul(h2, self.w3) - t))
+            self._last = self.step(x, t)
             if self.step_index % self.loss_read_every == 0:
-                loss.numpy()
-            g1, g2, _g3 = tape.gradient(loss, [self.w1, self.w2, self.w3])
-            self.w1.assign_sub(lr * g1)
-            self.w2.assign_sub(lr * g2)
-            self._last = loss
+                self._last.numpy()
             self.step_index += 1
+
+    def trace_count(self) -> int | None:
+        fn = self.loop or self.step
+        return None if fn == self.train_step else tf_function_traces(fn)
 
 
 class _KerasFit(_TFWorkload):
@@ -207,13 +266,25 @@ class _KerasFit(_TFWorkload):
         super().__init__(device, sizes, variant, seed)
         if self.copy_data:
             raise NotApplicable("Keras fit on NumPy arrays already copies every batch")
-        if variant in self.keras_paths:
+        if variant == "function":
+            raise NotApplicable("Keras fit already runs its step as a tf.function (= eager)")
+        if variant == "loop":
+            raise NotApplicable("for Keras fit, many steps per program is steps_per_execution")
+        if variant in ("train_on_batch", "custom_step"):
             # No fit call to amortise: a block is any whole number of epochs.
             self.min_steps_per_block = self.steps_per_call
         self.rng = np.random.default_rng(seed)
 
     def _compile(self, model: keras.Model, optimizer, loss: str) -> None:
-        model.compile(optimizer=optimizer, loss=loss, jit_compile=False, steps_per_execution=1)
+        # Pinned, never "auto" (STUDY.md item 6); xla and steps_per_execution change them.
+        model.compile(
+            optimizer=optimizer,
+            loss=loss,
+            jit_compile=self.variant == "xla",
+            steps_per_execution=(
+                self.steps_per_call if self.variant == "steps_per_execution" else 1
+            ),
+        )
         self.model = model
         if self.variant == "custom_step":
             self._build_custom_step(loss)
@@ -263,6 +334,22 @@ class _KerasFit(_TFWorkload):
                 if self.validation:
                     self.eval_step(*self.val_dev)
                 self._loss_value = float(batch_loss)  # read once per epoch, as fit logs
+        elif self.variant == "tf_data_repeat":
+            # The answer's remedy: a tf.data pipeline that repeats, one long epoch.
+            if getattr(self, "dataset", None) is None:
+                n = len(self.x_train)
+                self.dataset = (
+                    tf.data.Dataset.from_tensor_slices((self.x_train, self.y_train))
+                    .shuffle(n, seed=self.seed)
+                    .batch(self.sizes["batch"])
+                    .repeat()
+                    .prefetch(tf.data.AUTOTUNE)
+                )
+            kwargs = {"validation_data": (self.x_val, self.y_val)} if self.validation else {}
+            history = self.model.fit(
+                self.dataset, epochs=1, steps_per_epoch=n_steps, verbose=0, shuffle=False, **kwargs
+            )
+            self._loss_value = history.history["loss"][-1]
         else:
             kwargs = {}
             if self.validation:
@@ -336,19 +423,30 @@ class LSTM(_KerasFit):
             s["batch"] * self.steps_per_call, s["seq_len"], seed=self.seed
         )
         u = s["units"]
+        # eager: Keras' default ("auto": cuDNN when the layer allows it and a GPU is
+        # present); cudnn forces it (an error if it cannot run), generic forbids it.
+        cudnn = {"cudnn": True, "generic": False}.get(self.variant, "auto")
         model = keras.Sequential(
             [
                 keras.Input(shape=(s["seq_len"], self.x_train.shape[2])),
-                keras.layers.LSTM(u, return_sequences=True),
+                keras.layers.LSTM(u, return_sequences=True, use_cudnn=cudnn),
                 keras.layers.Dropout(0.2),
-                keras.layers.LSTM(u, return_sequences=True),
+                keras.layers.LSTM(u, return_sequences=True, use_cudnn=cudnn),
                 keras.layers.Dropout(0.2),
-                keras.layers.LSTM(u),
+                keras.layers.LSTM(u, use_cudnn=cudnn),
                 keras.layers.Dropout(0.2),
                 keras.layers.Dense(self.y_train.shape[1]),
             ]
         )
         self._compile(model, keras.optimizers.Adam(), "mean_squared_error")
+
+    def kernel(self) -> str:
+        """Which LSTM kernel path Keras takes: cpu, cudnn or generic (on a GPU)."""
+        if self.device != "cuda":
+            return "cpu"
+        if self.variant == "generic":
+            return "generic"
+        return "cudnn"  # use_cudnn "auto"/True with the default activations and no masking
 
 
 WORKLOADS = {"s000-hjb": HJB, "s001-mlp": MLP, "s002-iris": Iris, "s004-lstm": LSTM}

@@ -16,6 +16,23 @@ from . import NotApplicable, data, loss_read_every
 
 #: Keras' Adam default epsilon (keras.optimizers.Adam, epsilon=1e-7); torch's is 1e-8.
 KERAS_ADAM_EPS = 1e-7
+#: Variants that exist only for TensorFlow / Keras programs.
+TF_ONLY = (
+    "train_on_batch",
+    "custom_step",
+    "function",
+    "xla",
+    "loop",
+    "steps_per_execution",
+    "tf_data_repeat",
+)
+
+
+def _compile_count() -> int:
+    """Graphs torch.compile (dynamo) has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def _glorot(module: nn.Module) -> nn.Module:
@@ -38,8 +55,16 @@ class _TorchWorkload:
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
     ):
-        if variant in ("train_on_batch", "custom_step"):
-            raise NotApplicable(f"{variant} is a Keras training path; PyTorch has no fit")
+        if variant in TF_ONLY:
+            raise NotApplicable(f"{variant} is a TensorFlow/Keras program variant")
+        if variant == "cuda_graph" and device != "cuda":
+            raise NotApplicable("a CUDA graph captures CUDA kernels; the CPU has none")
+        if variant in ("cudnn", "generic") and not isinstance(self, LSTM):
+            raise NotApplicable(f"{variant} chooses an LSTM kernel; this case has no LSTM")
+        if variant == "cudnn" and device != "cuda":
+            raise NotApplicable("cuDNN kernels run on CUDA devices only")
+        if variant == "generic" and device != "cuda":
+            raise NotApplicable("on the CPU the generic LSTM kernel is the only one (= eager)")
         self.loss_read_every = loss_read_every(type(self), variant)
         #: copy_data_each_step: data stays in host memory and each step copies its batch
         #: to the device (a no-op copy on the CPU) instead of being placed once.
@@ -69,6 +94,53 @@ class _TorchWorkload:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def _optimizer(self, params, **kwargs) -> torch.optim.Optimizer:
+        """Adam with Keras' epsilon; capturable (state on the device, no host sync in
+        ``step``) when the step is captured in a CUDA graph."""
+        capturable = self.variant == "cuda_graph"
+        return torch.optim.Adam(params, eps=KERAS_ADAM_EPS, capturable=capturable, **kwargs)
+
+    def _make_step(self, *example_batch: torch.Tensor) -> None:
+        """Set ``self.step(*batch) -> loss`` as the variant runs ``self.train_step``:
+        as it is (eager and the factor variants), through ``torch.compile`` (mode
+        ``reduce-overhead``), or captured whole in a CUDA graph and replayed.
+
+        ``example_batch`` are device tensors of the batch's shapes (none when the step
+        draws its own data). Capture follows the PyTorch docs' whole-network recipe:
+        three warm-up steps on a side stream, gradients set to None, then capture.
+        """
+        if self.variant == "compile":
+            torch._dynamo.reset()  # no state from an earlier point's compilation
+            self.step = torch.compile(self.train_step, mode="reduce-overhead")
+            self._compile_base = _compile_count()
+        elif self.variant == "cuda_graph":
+            static = [b.clone() for b in example_batch]
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    self.train_step(*static)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_loss = self.train_step(*static)
+
+            def replay(*batch: torch.Tensor) -> torch.Tensor:
+                for dst, src in zip(static, batch, strict=True):
+                    dst.copy_(src, non_blocking=True)
+                graph.replay()
+                return static_loss
+
+            self.step = replay
+        else:
+            self.step = self.train_step
+
+    def trace_count(self) -> int | None:
+        """Graphs torch.compile made for this workload (None: nothing is compiled)."""
+        if self.variant != "compile":
+            return None
+        return _compile_count() - self._compile_base
+
     def loss(self) -> float:
         return float("nan") if self._loss is None else float(self._loss)
 
@@ -85,6 +157,14 @@ class HJB(_TorchWorkload):
     gamma, rho, A, alpha, delta = 2.0, 0.04, 0.5, 0.36, 0.05
     k_min, k_max, init_guess = 0.1, 10.0, -60.0
 
+    def __init__(self, device, sizes, variant="eager", seed=1234):
+        if variant == "compile":
+            raise NotApplicable(
+                "torch.compile (AOTAutograd) does not support the double backward that "
+                "dV/dk with create_graph=True needs"
+            )
+        super().__init__(device, sizes, variant, seed)
+
     def setup(self) -> None:
         torch.manual_seed(self.seed)
         w = self.sizes["width"]
@@ -95,15 +175,18 @@ class HJB(_TorchWorkload):
         model = _glorot(nn.Sequential(*layers))
         nn.init.constant_(model[-1].bias, self.init_guess)
         self.model = model.to(self.device)
-        self.opt = torch.optim.Adam(self.model.parameters(), eps=KERAS_ADAM_EPS)
+        self.opt = self._optimizer(self.model.parameters())
+        example = (self._host_k().to(self.device),) if self.copy_data else ()
+        self._make_step(*example)
 
-    def _objective(self) -> torch.Tensor:
-        b = self.sizes["batch"]
-        if self.copy_data:  # drawn on the host, copied to the device every step
-            k = torch.empty(b, 1).uniform_(self.k_min, self.k_max).to(self.device)
-        else:
-            k = torch.empty(b, 1, device=self.device).uniform_(self.k_min, self.k_max)
-        k.requires_grad_(True)
+    def _host_k(self) -> torch.Tensor:
+        return torch.empty(self.sizes["batch"], 1).uniform_(self.k_min, self.k_max)
+
+    def _objective(self, k: torch.Tensor | None) -> torch.Tensor:
+        if k is None:  # drawn on the device (the seed draws inside its tf.function)
+            k = torch.empty(self.sizes["batch"], 1, device=self.device)
+            k.uniform_(self.k_min, self.k_max)
+        k = k.detach().requires_grad_(True)
         (v_prime,) = torch.autograd.grad(self.model(k).sum(), k, create_graph=True)
         v_prime_max = v_prime.clamp_min(1e-7)
         y = self.A * k.pow(self.alpha)
@@ -113,12 +196,19 @@ class HJB(_TorchWorkload):
         hjb = u - self.rho * self.model(k) + v_prime_max.detach() * mu_k
         return hjb.square().mean()
 
+    def train_step(self, *k: torch.Tensor) -> torch.Tensor:
+        """One Adam step on a batch of k (drawn on the device when none is given)."""
+        loss = self._objective(k[0] if k else None)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return loss
+
     def run(self, n_steps: int) -> None:
         for _ in range(n_steps):
-            loss = self._objective()
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
+            # copy_data_each_step: k drawn on the host, copied to the device every step
+            batch = (self._host_k().to(self.device),) if self.copy_data else ()
+            loss = self.step(*batch)
             if self.step_index % self.loss_read_every == 0:
                 self._loss = loss.item()
             self.step_index += 1
@@ -144,21 +234,26 @@ class MLP(_TorchWorkload):
         self.w1 = torch.randn(d_in, h, device=dev, dtype=f32, requires_grad=True)
         self.w2 = torch.randn(h, self.d_out, device=dev, dtype=f32, requires_grad=True)
         self.w3 = torch.randn(self.d_out, self.d_out, device=dev, dtype=f32, requires_grad=True)
+        self._make_step(self._to_device(self.x), self._to_device(self.t))
+
+    def train_step(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """The seed's step: forward, squared error, backward, SGD on w1 and w2."""
+        lr = self.learning_rate
+        y_pred = x.mm(self.w1).clamp(min=0).mm(self.w2).clamp(min=0).mm(self.w3)
+        loss = (y_pred - t).pow(2).sum()
+        loss.backward()
+        with torch.no_grad():
+            self.w1 -= lr * self.w1.grad
+            self.w2 -= lr * self.w2.grad
+            self.w1.grad.zero_()
+            self.w2.grad.zero_()
+        return loss
 
     def run(self, n_steps: int) -> None:
-        lr = self.learning_rate
         for _ in range(n_steps):
-            x, t = self._to_device(self.x), self._to_device(self.t)
-            y_pred = x.mm(self.w1).clamp(min=0).mm(self.w2).clamp(min=0).mm(self.w3)
-            loss = (y_pred - t).pow(2).sum()
+            loss = self.step(self._to_device(self.x), self._to_device(self.t))
             if self.step_index % self.loss_read_every == 0:
-                self._loss = loss.item()
-            loss.backward()
-            with torch.no_grad():
-                self.w1 -= lr * self.w1.grad
-                self.w2 -= lr * self.w2.grad
-                self.w1.grad.zero_()
-                self.w2.grad.zero_()
+                self._loss = loss.item()  # the seed prints the loss before backward
             self.step_index += 1
 
     def loss(self) -> float:
@@ -200,8 +295,18 @@ class Iris(_TorchWorkload):
         h = self.sizes["hidden"]
         model = nn.Sequential(nn.Linear(4, h), nn.ReLU(), nn.Linear(h, 3), nn.Softmax(dim=1))
         self.model = _glorot(model).to(dev)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=0.1, eps=KERAS_ADAM_EPS)
+        self.opt = self._optimizer(self.model.parameters(), lr=0.1)
         self.generator = torch.Generator(device=self.x_train.device).manual_seed(self.seed)
+        b = self.sizes["batch"]
+        self._make_step(self._to_device(self.x_train[:b]), self._to_device(self.y_train[:b]))
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """One Adam step on one batch, logcosh loss."""
+        loss = _log_cosh(self.model(x), y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return loss
 
     def run(self, n_steps: int) -> None:
         b = self.sizes["batch"]
@@ -212,10 +317,7 @@ class Iris(_TorchWorkload):
             for s in range(self.steps_per_call):
                 idx = order[s * b : (s + 1) * b]
                 x, y = self._to_device(self.x_train[idx]), self._to_device(self.y_train[idx])
-                loss = _log_cosh(self.model(x), y)
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                self.opt.step()
+                loss = self.step(x, y)
                 self.step_index += 1
             self.model.eval()
             with torch.no_grad():
@@ -264,9 +366,31 @@ class LSTM(_TorchWorkload):
         self.y = self._staged(y)
         model = LSTMRegressor(x.shape[2], s["units"], y.shape[1])
         self.model = _glorot(model).to(self.device)
-        self.opt = torch.optim.Adam(self.model.parameters(), eps=KERAS_ADAM_EPS)
+        self.opt = self._optimizer(self.model.parameters())
         self.generator = torch.Generator(device=self.x.device).manual_seed(self.seed)
         self.model.train()
+        b = s["batch"]
+        with self._kernel():
+            self._make_step(self._to_device(self.x[:b]), self._to_device(self.y[:b]))
+
+    def _kernel(self):
+        """cuDNN on (eager, cudnn) or off (generic: PyTorch's own LSTM kernels)."""
+        return torch.backends.cudnn.flags(enabled=self.variant != "generic")
+
+    def kernel(self) -> str:
+        """Which LSTM kernel path runs: cudnn, generic (CUDA without cuDNN) or cpu."""
+        if self.device.type != "cuda":
+            return "cpu"
+        usable = torch.backends.cudnn.is_available() and self.variant != "generic"
+        return "cudnn" if usable else "generic"
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """One Adam step on one batch, mean squared error."""
+        loss = nn.functional.mse_loss(self.model(x), y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return loss
 
     def run(self, n_steps: int) -> None:
         b = self.sizes["batch"]
@@ -276,10 +400,8 @@ class LSTM(_TorchWorkload):
             for s in range(self.steps_per_call):
                 idx = order[s * b : (s + 1) * b]
                 x, y = self._to_device(self.x[idx]), self._to_device(self.y[idx])
-                loss = nn.functional.mse_loss(self.model(x), y)
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                self.opt.step()
+                with self._kernel():
+                    loss = self.step(x, y)
                 self.step_index += 1
             self._loss = loss.item()
 
