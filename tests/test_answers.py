@@ -28,13 +28,14 @@ def test_best_remedy_is_named_with_its_measured_speedup():
             _row("tensorflow", "eager", 1e-6, timing="unsynced"),  # never a remedy
             _row("torch", "eager", 0.6e-3),
             _row("torch", "copy_data_each_step", 0.7e-3),
+            _row("torch", "compile", 0.57e-3),  # 5% faster: within noise, not a remedy
         ]
     )
     text = remedy_sentence(df, "s002-iris")
     assert (
         "tensorflow custom_step takes 800 µs per step, 25\u00d7 faster than eager (20 ms)" in text
     )
-    assert "no torch variant beats eager (600 µs)" in text
+    assert "no torch variant beats eager (600 µs) by more than 10%" in text
 
 
 def test_no_variants_measured():
