@@ -30,3 +30,17 @@ def loss_read_every(cls, variant: str) -> int:
     if every == cls.loss_read_every:
         raise NotApplicable(f"the seed's program already reads the loss every {every} step(s)")
     return every
+
+
+def check_lstm_kernel(variant: str, device: str, has_lstm: bool) -> None:
+    """Raise NotApplicable when an LSTM-kernel variant (``cudnn``, ``generic``) cannot
+    apply: the case has no LSTM, or the device is not CUDA (on the CPU there is one
+    kernel, the same as eager's)."""
+    if variant not in ("cudnn", "generic"):
+        return
+    if not has_lstm:
+        raise NotApplicable(f"{variant} chooses an LSTM kernel; this case has no LSTM")
+    if variant == "cudnn" and device != "cuda":
+        raise NotApplicable("cuDNN kernels run on CUDA devices only")
+    if variant == "generic" and device != "cuda":
+        raise NotApplicable("on the CPU the generic LSTM kernel is the only one (= eager)")

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from . import NotApplicable, data, loss_read_every
+from . import NotApplicable, check_lstm_kernel, data, loss_read_every
 
 
 def tf_function_traces(fn, depth: int = 3) -> int | None:
@@ -55,12 +55,7 @@ class _TFWorkload:
             raise NotApplicable(f"{variant} is a PyTorch program variant")
         if variant in self.keras_paths and not self.keras_fit:
             raise NotApplicable(f"{variant} applies to Keras fit programs; this one has no fit")
-        if variant in ("cudnn", "generic") and not isinstance(self, LSTM):
-            raise NotApplicable(f"{variant} chooses an LSTM kernel; this case has no LSTM")
-        if variant == "cudnn" and device != "cuda":
-            raise NotApplicable("cuDNN kernels run on CUDA devices only")
-        if variant == "generic" and device != "cuda":
-            raise NotApplicable("on the CPU the generic LSTM kernel is the only one (= eager)")
+        check_lstm_kernel(variant, device, isinstance(self, LSTM))
         if variant == "function" and self.step_is_function:
             raise NotApplicable("the seed's step already is a tf.function (= eager)")
         self.loss_read_every = loss_read_every(type(self), variant)

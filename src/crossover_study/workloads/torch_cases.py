@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import NotApplicable, data, loss_read_every
+from . import NotApplicable, check_lstm_kernel, data, loss_read_every
 
 #: Keras' Adam default epsilon (keras.optimizers.Adam, epsilon=1e-7); torch's is 1e-8.
 KERAS_ADAM_EPS = 1e-7
@@ -59,12 +59,7 @@ class _TorchWorkload:
             raise NotApplicable(f"{variant} is a TensorFlow/Keras program variant")
         if variant == "cuda_graph" and device != "cuda":
             raise NotApplicable("a CUDA graph captures CUDA kernels; the CPU has none")
-        if variant in ("cudnn", "generic") and not isinstance(self, LSTM):
-            raise NotApplicable(f"{variant} chooses an LSTM kernel; this case has no LSTM")
-        if variant == "cudnn" and device != "cuda":
-            raise NotApplicable("cuDNN kernels run on CUDA devices only")
-        if variant == "generic" and device != "cuda":
-            raise NotApplicable("on the CPU the generic LSTM kernel is the only one (= eager)")
+        check_lstm_kernel(variant, device, isinstance(self, LSTM))
         self.loss_read_every = loss_read_every(type(self), variant)
         #: copy_data_each_step: data stays in host memory and each step copies its batch
         #: to the device (a no-op copy on the CPU) instead of being placed once.
