@@ -116,7 +116,8 @@ def test_shipped_studies_are_valid_and_cover_every_case():
             assert case_config.get("grid"), case
     smoke = load_config(REPO_ROOT / "config" / "studies" / "smoke.yaml")
     assert len(smoke["cases"]) == 2 and smoke["sweep"]["devices"] == ["cpu"]
-    assert {len(points(smoke, *g)) for g in groups(smoke)} == {2}
+    # two sizes of eager, plus copy_data_each_step and the unsynced eager at the seed size
+    assert {len(points(smoke, *g)) for g in groups(smoke)} == {4}
 
 
 def test_variants_and_unsynced_timing_at_the_seed_size_by_default():
