@@ -62,3 +62,8 @@ def get_final_outputs():
         f"{RESULTS}/crossover.csv",
         f"{REPORTS}/report.html",
     ]
+
+
+def get_html_template():
+    """nbconvert template of the HTML report (the lab template without CDN scripts)."""
+    return str(Path(workflow.basedir) / "workflow" / "notebooks" / "offline.html.j2")

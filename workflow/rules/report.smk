@@ -42,6 +42,8 @@ rule report_html:
         "../../envs/report.yaml"
     params:
         outdir=get_output_dir,
+        # The lab template without CDN scripts, so that the report works offline.
+        template=get_html_template(),
     shell:
-        "jupyter nbconvert --to html --no-input --output-dir {params.outdir} "
-        "--output report.html {input.notebook} > {log} 2>&1"
+        "jupyter nbconvert --to html --no-input --template-file {params.template} "
+        "--output-dir {params.outdir} --output report.html {input.notebook} > {log} 2>&1"
