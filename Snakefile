@@ -20,6 +20,7 @@ include: "workflow/rules/measure.smk"
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/crossover.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/provenance.smk"
 
 
 rule all:

@@ -56,12 +56,33 @@ def get_output_dir(wildcards, output):
 
 
 def get_final_outputs():
-    """What `snakemake` builds by default: tables and the rendered report."""
+    """What `snakemake` builds by default: tables, the rendered report, the manifest
+    and the RO-Crate."""
     return [
         f"{RESULTS}/timings.csv",
         f"{RESULTS}/crossover.csv",
         f"{REPORTS}/report.html",
+        f"{RESULTS}/manifest.json",
+        f"{RESULTS}/ro-crate-metadata.json",
     ]
+
+
+def get_config_files():
+    """The study's config file(s) as Snakemake read them (--configfile, else the
+    default study), for the manifest."""
+    return [str(p) for p in workflow.configfiles]
+
+
+def get_snakemake_version():
+    """Version of the Snakemake running this workflow (recorded in the manifest)."""
+    from snakemake import __version__
+
+    return __version__
+
+
+def get_repo_root():
+    """This repository (code paths in the manifest are relative to it)."""
+    return str(Path(workflow.basedir))
 
 
 def get_html_template():

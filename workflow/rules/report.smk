@@ -10,10 +10,11 @@ rule report_notebook:
     output:
         figures=report(
             directory(f"{REPORTS}/figures"),
-            patterns=["{name}.png"],
+            # <case>-<kind>.png; the .svg and .pdf beside each PNG stay out of the report.
+            patterns=[r"{case,s\d+-[a-z]+}-{kind}.png"],
             caption="../report/figures.rst",
             category="Figures",
-            labels={"figure": "{name}"},
+            labels={"case": "{case}", "figure": "{kind}"},
         ),
     log:
         notebook=f"{REPORTS}/report.ipynb",
