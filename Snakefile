@@ -21,6 +21,7 @@ include: "workflow/rules/collect.smk"
 include: "workflow/rules/crossover.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/provenance.smk"
+include: "workflow/rules/paper.smk"
 
 
 rule all:

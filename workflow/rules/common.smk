@@ -88,3 +88,19 @@ def get_repo_root():
 def get_html_template():
     """nbconvert template of the HTML report (the lab template without CDN scripts)."""
     return str(Path(workflow.basedir) / "workflow" / "notebooks" / "offline.html.j2")
+
+
+# Committed results the paper figures are drawn from, and where those figures go.
+REFERENCE = "results/reference"
+PAPER = "reports/paper"
+
+
+def get_reference_runs():
+    """Names of the committed reference runs: folders of results/reference/ with a
+    timings.csv (the paper figures are drawn from every one of them)."""
+    return sorted(p.parent.name for p in Path(REFERENCE).glob("*/timings.csv"))
+
+
+def get_reference_files(name):
+    """One file (e.g. timings.csv) of every committed reference run."""
+    return [f"{REFERENCE}/{run}/{name}" for run in get_reference_runs()]
