@@ -144,9 +144,11 @@ class _Layout:
             return str(path)
 
 
-def _check_file(report: AuditReport, layout: _Layout, record: dict, kind: str = "") -> Path | None:
+def _check_file(
+    report: AuditReport, layout: _Layout, record: dict, kind: str = "", modified_too=False
+) -> Path | None:
     """Hash one recorded output; FAIL when missing or modified. Returns its path when
-    it exists with the recorded hash."""
+    it exists with the recorded hash (or, with ``modified_too``, when it exists)."""
     path = layout.locate(record)
     if path is None:
         return None
@@ -165,7 +167,7 @@ def _check_file(report: AuditReport, layout: _Layout, record: dict, kind: str = 
             expected=record["sha256"],
             actual=actual,
         )
-        return None
+        return path if modified_too else None
     return path
 
 
@@ -423,7 +425,8 @@ def _check_figures(report: AuditReport, layout: _Layout, manifest: dict) -> None
     tables = {Path(r["path"]).name: r["sha256"] for r in manifest["tables"].values()}
     present = []
     for record in manifest["figures"]:
-        path = _check_file(report, layout, record, "figure")
+        # A modified figure is checked further: which tables does it say it shows?
+        path = _check_file(report, layout, record, "figure", modified_too=True)
         if path is None:
             continue
         present.append((record, path))
@@ -458,7 +461,7 @@ def _check_figures(report: AuditReport, layout: _Layout, manifest: dict) -> None
     html = layout.locate(html_record) if html_record else None
     if html is not None and html.is_file():
         text = html.read_text(errors="replace")
-        for record, path in present:
+        for _record, path in present:
             if path.suffix == ".png":
                 encoded = base64.b64encode(path.read_bytes()).decode()
                 if encoded not in text:
@@ -466,8 +469,8 @@ def _check_figures(report: AuditReport, layout: _Layout, manifest: dict) -> None
                         "FAIL",
                         "report shows another figure",
                         layout.shown(html),
-                        f"does not embed {path.name} as recorded",
-                        expected=record["sha256"],
+                        f"does not embed {path.name} as it is now",
+                        expected=sha256_file(path),
                     )
 
 
