@@ -592,8 +592,7 @@ def _audit_study(report: AuditReport, target: Path, manifest: dict, strict: bool
             layout.shown(target),
             f"a copy of {manifest['results_dir']}: the report and figures are not part of it",
         )
-    tables = {role: _check_file(report, layout, r) for role, r in manifest["tables"].items()}
-    for record in manifest["report"].values():
+    for record in [*manifest["tables"].values(), *manifest["report"].values()]:
         _check_file(report, layout, record)
     points = _check_records(report, layout, manifest)
     if layout.original:
@@ -609,7 +608,6 @@ def _audit_study(report: AuditReport, target: Path, manifest: dict, strict: bool
     _check_crate(report, layout)
     _check_inputs(report, layout, manifest, strict)
     _check_environment(report, manifest)
-    del tables
 
 
 def _audit_paper(report: AuditReport, target: Path, manifest: dict, regenerate: bool) -> None:
