@@ -7,10 +7,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
 STUDY ?= config/config.yaml
+# The study's name (results/<name>/, reports/<name>/), read from its config file.
+STUDY_NAME = $(shell sed -n 's/^study:[[:space:]]*\([^[:space:]#]*\).*/\1/p' $(STUDY))
+# Folders `make audit` checks (default: every manifest under results/ and reports/paper/).
+AUDIT ?=
 # Jobs find jupyter, nbconvert and python of the venv through PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup study smoke test test-fast lint report clean
+.PHONY: setup study smoke test test-fast lint report audit paper clean
 
 $(STAMP): requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +29,14 @@ study: setup  ## run the default study: results/default/, reports/default/report
 smoke: setup  ## the one-minute smoke study (CPU, two cases, two sizes)
 	$(BIN)/snakemake --cores $(CORES) --keep-going --rerun-incomplete --configfile config/studies/smoke.yaml
 
-report: setup  ## Snakemake's own report of the default study
-	$(BIN)/snakemake --cores $(CORES) --configfile $(STUDY) --report reports/snakemake-report.html
+report: setup  ## Snakemake's own report of the study: reports/<study>/snakemake-report.zip
+	$(BIN)/snakemake --cores $(CORES) --configfile $(STUDY) --report reports/$(STUDY_NAME)/snakemake-report.zip
+
+audit: setup  ## recompute the manifests' hashes; check tables and figures derive from the results
+	PYTHONPATH=src $(BIN)/python -m crossover_study.audit $(AUDIT)
+
+paper: setup  ## reports/paper/fig-*.pdf and .png from the committed results/reference/ only
+	$(BIN)/snakemake --cores $(CORES) paper
 
 test: setup  ## all tests (unit tests, then the end-to-end smoke study through Snakemake)
 	$(BIN)/python -m pytest

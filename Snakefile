@@ -20,6 +20,8 @@ include: "workflow/rules/measure.smk"
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/crossover.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/provenance.smk"
+include: "workflow/rules/paper.smk"
 
 
 rule all:

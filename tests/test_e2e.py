@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from crossover_study.provenance import REPO_ROOT
 
@@ -24,16 +23,7 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
     return result
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """The smoke study, plus cuda in the sweep (not visible here: unavailable rows)."""
-    workdir = tmp_path_factory.mktemp("smoke")
-    config = yaml.safe_load((REPO_ROOT / "config/studies/smoke.yaml").read_text())
-    config["sweep"]["devices"] = ["cpu", "cuda"]
-    path = workdir / "smoke.yaml"
-    path.write_text(yaml.safe_dump(config))
-    snakemake(workdir, "--configfile", str(path))
-    return workdir, config
+# The smoke study itself (fixture smoke_run) runs once per session: tests/conftest.py.
 
 
 @pytest.mark.slow

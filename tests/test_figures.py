@@ -484,7 +484,11 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
         cwd=str(tmp_path),
         progress_bar=False,
     )
-    assert {p.name for p in figures_dir.iterdir()} == _expected_pngs()
+    # Each figure as PNG (shown in the report), SVG and PDF.
+    stems = {name.removesuffix(".png") for name in _expected_pngs()}
+    assert {p.name for p in figures_dir.iterdir()} == {
+        f"{stem}.{fmt}" for stem in stems for fmt in figures.FIGURE_FORMATS
+    }
 
     nb = nbformat.read(out, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]

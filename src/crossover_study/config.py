@@ -166,6 +166,12 @@ def timing_policy(config: Mapping[str, Any]) -> TimingPolicy:
     )
 
 
+#: Keys that do not change what is measured: the study's name, and whether curves may
+#: merge environments (a collect-time policy that can be changed after measuring).
+NOT_MEASUREMENT_KEYS: tuple[str, ...] = ("study", "merge_environments")
+
+
 def measurement_hash(config: Mapping[str, Any]) -> str:
-    """Hash of what determines a measurement (everything but the study's name)."""
-    return config_hash({k: v for k, v in config.items() if k != "study"})
+    """Hash of what determines a measurement (everything but
+    :data:`NOT_MEASUREMENT_KEYS`)."""
+    return config_hash({k: v for k, v in config.items() if k not in NOT_MEASUREMENT_KEYS})

@@ -17,6 +17,8 @@ rule collect:
     conda:
         "../../envs/report.yaml"
     params:
+        # false: refuse a curve whose rows come from different environments.
+        merge_environments=config["merge_environments"],
         src=SRC,
     script:
         "../scripts/collect.py"

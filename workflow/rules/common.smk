@@ -56,9 +56,51 @@ def get_output_dir(wildcards, output):
 
 
 def get_final_outputs():
-    """What `snakemake` builds by default: tables and the rendered report."""
+    """What `snakemake` builds by default: tables, the rendered report, the manifest
+    and the RO-Crate."""
     return [
         f"{RESULTS}/timings.csv",
         f"{RESULTS}/crossover.csv",
         f"{REPORTS}/report.html",
+        f"{RESULTS}/manifest.json",
+        f"{RESULTS}/ro-crate-metadata.json",
     ]
+
+
+def get_config_files():
+    """The study's config file(s) as Snakemake read them (--configfile, else the
+    default study), for the manifest."""
+    return [str(p) for p in workflow.configfiles]
+
+
+def get_snakemake_version():
+    """Version of the Snakemake running this workflow (recorded in the manifest)."""
+    from snakemake import __version__
+
+    return __version__
+
+
+def get_repo_root():
+    """This repository (code paths in the manifest are relative to it)."""
+    return str(Path(workflow.basedir))
+
+
+def get_html_template():
+    """nbconvert template of the HTML report (the lab template without CDN scripts)."""
+    return str(Path(workflow.basedir) / "workflow" / "notebooks" / "offline.html.j2")
+
+
+# Committed results the paper figures are drawn from, and where those figures go.
+REFERENCE = "results/reference"
+PAPER = "reports/paper"
+
+
+def get_reference_runs():
+    """Names of the committed reference runs: folders of results/reference/ with a
+    timings.csv (the paper figures are drawn from every one of them)."""
+    return sorted(p.parent.name for p in Path(REFERENCE).glob("*/timings.csv"))
+
+
+def get_reference_files(name):
+    """One file (e.g. timings.csv) of every committed reference run."""
+    return [f"{REFERENCE}/{run}/{name}" for run in get_reference_runs()]

@@ -10,10 +10,11 @@ rule report_notebook:
     output:
         figures=report(
             directory(f"{REPORTS}/figures"),
-            patterns=["{name}.png"],
+            # <case>-<kind>.png; the .svg and .pdf beside each PNG stay out of the report.
+            patterns=[r"{case,s\d+-[a-z]+}-{kind}.png"],
             caption="../report/figures.rst",
             category="Figures",
-            labels={"figure": "{name}"},
+            labels={"case": "{case}", "figure": "{kind}"},
         ),
     log:
         notebook=f"{REPORTS}/report.ipynb",
@@ -42,6 +43,8 @@ rule report_html:
         "../../envs/report.yaml"
     params:
         outdir=get_output_dir,
+        # The lab template without CDN scripts, so that the report works offline.
+        template=get_html_template(),
     shell:
-        "jupyter nbconvert --to html --no-input --output-dir {params.outdir} "
-        "--output report.html {input.notebook} > {log} 2>&1"
+        "jupyter nbconvert --to html --no-input --template-file {params.template} "
+        "--output-dir {params.outdir} --output report.html {input.notebook} > {log} 2>&1"

@@ -7,14 +7,26 @@ import sys
 def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
+    from crossover_study.environments import EnvironmentMixError, check_environments
     from crossover_study.tables import collect_timings, wall_summary
 
     timings = collect_timings(snakemake.input.csvs, snakemake.output.timings)
+    # Stops (naming the rows) when one curve mixes hosts, devices or library versions,
+    # unless the config merges them on purpose; then the differences are logged.
+    try:
+        merged = check_environments(
+            timings, merge=snakemake.params.merge_environments, source=snakemake.output.timings
+        )
+    except EnvironmentMixError as error:
+        print(error, file=sys.__stderr__)  # on the console too, not only in the log
+        raise
     summary = wall_summary(timings, snakemake.input.benchmarks)
     with open(snakemake.output.wall, "w") as fh:
         json.dump(summary, fh, indent=1)
     with open(snakemake.log[0], "a") as log:
         print(f"{len(timings)} rows; {json.dumps(summary)}", file=log)
+        for line in merged:
+            print(f"merged on purpose (merge_environments: true): {line}", file=log)
 
 
 if __name__ == "__main__":

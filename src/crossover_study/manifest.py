@@ -1,0 +1,327 @@
+"""The manifest of a study run: what went in, what came out, and their sha256.
+
+``results/<study>/manifest.json`` records, for one run of the workflow:
+
+- inputs: the config file(s) with the resolved config and its hash, the code
+  (``Snakefile``, ``workflow/**``, ``src/crossover_study/**``, the lock file and conda
+  envs) and data files (scikit-learn's Iris CSV when ``s002-iris`` is measured);
+- outputs: ``timings.csv``, ``crossover.csv``, ``wall.json``, the report (HTML and
+  executed notebook) and every figure (PNG, SVG, PDF) with the table hashes each figure
+  says it was drawn from (see :func:`crossover_study.figures.figure_sources`);
+- records: every measuring job's table (``points/**/*.csv``) and probe record
+  (``points/**/*.probe.json``, when the jobs wrote them), and one entry per measuring
+  run (``run_id`` of ``timings.csv``) with its machine and software;
+- the environment: git commit and dirty flag, installed versions of every package
+  pinned in ``requirements.lock``, Python, platform and Snakemake version.
+
+Every file entry is ``{"path", "root", "sha256", "bytes"}``; ``root`` says what
+``path`` is relative to: ``workdir`` (Snakemake's working directory), ``repo`` (this
+repository) or ``absolute``. :mod:`crossover_study.audit` recomputes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from .provenance import REPO_ROOT, git_state
+
+#: Version of the manifest's layout; the audit refuses other versions.
+MANIFEST_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+#: Code whose hash is recorded: glob patterns relative to the repository root.
+CODE_PATTERNS: tuple[str, ...] = (
+    "Snakefile",
+    "workflow/**/*",
+    "src/crossover_study/**/*",
+    "requirements.lock",
+    "pyproject.toml",
+    "envs/*.yaml",
+)
+#: Generated files that are not code even when they sit in a code folder.
+_NOT_CODE = re.compile(r"(__pycache__|\.pyc$|\.snakemake_timestamp$|\.ipynb_checkpoints)")
+#: Columns that describe where and with what a row was measured (compared by the
+#: environment check and recorded per run).
+RUN_COLUMNS: tuple[str, ...] = (
+    "case",
+    "framework",
+    "device",
+    "host",
+    "node",
+    "partition",
+    "cpu_model",
+    "device_name",
+    "framework_version",
+    "cuda_version",
+    "python_version",
+    "threads",
+    "interop_threads",
+    "git_commit",
+    "git_dirty",
+    "config_hash",
+)
+
+
+def sha256_file(path: str | Path) -> str:
+    """sha256 (hex) of a file's bytes. Raises OSError when it cannot be read."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_record(path: str | Path, workdir: str | Path, repo: str | Path = REPO_ROOT) -> dict:
+    """``{"path", "root", "sha256", "bytes"}`` of one file.
+
+    ``path`` is stored relative to ``workdir`` when inside it (root ``workdir``), else
+    relative to ``repo`` (root ``repo``), else absolute. Raises OSError for a missing
+    file.
+    """
+    path = Path(path)
+    resolved = path.resolve() if path.is_absolute() else (Path(workdir) / path).resolve()
+    root, rel = "absolute", resolved.as_posix()
+    for name, base in (("workdir", Path(workdir).resolve()), ("repo", Path(repo).resolve())):
+        if resolved.is_relative_to(base):
+            root, rel = name, resolved.relative_to(base).as_posix()
+            break
+    return {
+        "path": rel,
+        "root": root,
+        "sha256": sha256_file(resolved),
+        "bytes": resolved.stat().st_size,
+    }
+
+
+def code_files(repo: str | Path = REPO_ROOT) -> list[Path]:
+    """The workflow's code files (:data:`CODE_PATTERNS`), sorted, caches left out."""
+    repo = Path(repo)
+    found = set()
+    for pattern in CODE_PATTERNS:
+        for path in repo.glob(pattern):
+            rel = path.relative_to(repo).as_posix()
+            if path.is_file() and not _NOT_CODE.search(rel):
+                found.add(path)
+    return sorted(found)
+
+
+def data_files(config: Mapping) -> list[dict]:
+    """Data files a study reads: scikit-learn's bundled Iris CSV when ``s002-iris`` is
+    measured (the other cases make their data from a seed). Each entry is
+    ``{"name", "package", "package_version", "path"}`` with ``path`` absolute."""
+    out = []
+    if "s002-iris" in config.get("cases", {}):
+        try:
+            from importlib.resources import files
+
+            iris = files("sklearn.datasets.data") / "iris.csv"
+            out.append(
+                {
+                    "name": "iris.csv",
+                    "package": "scikit-learn",
+                    "package_version": importlib.metadata.version("scikit-learn"),
+                    "path": str(iris),
+                }
+            )
+        except (ModuleNotFoundError, importlib.metadata.PackageNotFoundError):
+            pass
+    return out
+
+
+def pinned_packages(lock: str | Path = REPO_ROOT / "requirements.lock") -> dict[str, str]:
+    """``{name: version}`` of every ``name==version`` line of the lock file."""
+    pins = {}
+    for line in Path(lock).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[name.strip()] = version.strip()
+    return pins
+
+
+def package_versions(lock: str | Path = REPO_ROOT / "requirements.lock") -> dict[str, dict]:
+    """Pinned and installed version (``importlib.metadata``) of every locked package:
+    ``{name: {"pinned": "2.13.0", "installed": "2.13.0+cpu"}}``; ``installed`` is None
+    for a package that is not installed."""
+    out = {}
+    for name, pinned in sorted(pinned_packages(lock).items(), key=lambda kv: kv[0].lower()):
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            installed = None
+        out[name] = {"pinned": pinned, "installed": installed}
+    return out
+
+
+def _json_ready(value):
+    """Table cells as JSON: NaN -> None, numpy scalars -> Python."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value != value:
+        return None
+    if hasattr(value, "item"):
+        return _json_ready(value.item())
+    return value
+
+
+def run_records(timings: pd.DataFrame, point_tables: Mapping[str, pd.DataFrame]) -> list[dict]:
+    """One entry per measuring run (``run_id``) of ``timings``: its case, framework,
+    device, machine (host, node, partition, cpu_model, device_name), software
+    (framework, CUDA and Python versions, threads), git state and config hash as the
+    rows recorded them, the number of rows and statuses, first and last ``utc_time``,
+    and ``points``: the per-job tables (keys of ``point_tables``) holding its rows.
+
+    A run whose rows disagree on a column records the distinct values as a list.
+    """
+    runs = []
+    if timings.empty or "run_id" not in timings:
+        return runs
+    holders: dict[str, list[str]] = {}
+    for name, table in point_tables.items():
+        for run_id in table.get("run_id", pd.Series(dtype=str)).dropna().astype(str).unique():
+            holders.setdefault(run_id, []).append(name)
+    for run_id, rows in timings.groupby(timings["run_id"].astype(str), sort=True):
+        entry: dict = {"run_id": run_id}
+        for column in RUN_COLUMNS:
+            if column not in rows:
+                continue
+            values = sorted({_json_ready(v) for v in rows[column]}, key=str)
+            entry[column] = values[0] if len(values) == 1 else values
+        times = rows.get("utc_time", pd.Series(dtype=str)).dropna().astype(str)
+        entry["rows"] = len(rows)
+        entry["statuses"] = {str(k): int(v) for k, v in rows["status"].value_counts().items()}
+        entry["first_utc"] = times.min() if len(times) else None
+        entry["last_utc"] = times.max() if len(times) else None
+        entry["points"] = sorted(holders.get(run_id, []))
+        runs.append(entry)
+    return runs
+
+
+def build_manifest(
+    *,
+    study: str,
+    config: Mapping,
+    config_hash: str,
+    config_files: Iterable[str | Path],
+    workdir: str | Path,
+    results_dir: str | Path,
+    tables: Mapping[str, str | Path],
+    report: Mapping[str, str | Path],
+    figures_dir: str | Path,
+    snakemake_version: str | None,
+    repo: str | Path = REPO_ROOT,
+) -> dict:
+    """The manifest of one study run as a JSON-ready dict (see the module docstring).
+
+    ``tables`` maps a role (``timings``, ``crossover``, ``wall``) to its file and
+    ``report`` a role (``html``, ``notebook``) to its file; ``figures_dir`` holds the
+    figures; per-job tables and probe records are found under
+    ``<results_dir>/points/``. Paths may be relative to ``workdir``. Raises OSError
+    when a named file is missing.
+    """
+    from .figures import FIGURE_FORMATS, figure_sources
+
+    workdir = Path(workdir).resolve()
+    results = Path(results_dir)
+    results_abs = results if results.is_absolute() else workdir / results
+
+    def rec(path):
+        return file_record(path, workdir, repo)
+
+    table_records = {role: rec(path) for role, path in tables.items()}
+    figures_abs = Path(figures_dir)
+    figures_abs = figures_abs if figures_abs.is_absolute() else workdir / figures_abs
+    derived_from = [table_records[r]["path"] for r in ("timings", "crossover") if r in tables]
+    figures = []
+    for path in sorted(figures_abs.iterdir()) if figures_abs.is_dir() else []:
+        if path.suffix.lstrip(".") in FIGURE_FORMATS and path.is_file():
+            figures.append(
+                {**rec(path), "sources": figure_sources(path), "derived_from": derived_from}
+            )
+
+    point_paths = sorted(results_abs.glob("points/**/*.csv"))
+    probe_paths = sorted(results_abs.glob("points/**/*.probe.json"))
+    point_tables = {}
+    for path in point_paths:
+        point_tables[rec(path)["path"]] = pd.read_csv(path, dtype=str)
+    probes = []
+    for path in probe_paths:
+        entry = rec(path)
+        try:
+            entry["record"] = json.loads(path.read_text())
+        except ValueError as exc:
+            entry["record"] = None
+            entry["error"] = f"not JSON: {exc}"
+        probes.append(entry)
+
+    timings_path = Path(tables["timings"])
+    timings_path = timings_path if timings_path.is_absolute() else workdir / timings_path
+    timings = pd.read_csv(timings_path, dtype=str)
+    commit, dirty = git_state(Path(repo))
+    data = [{**entry, **rec(entry["path"])} for entry in data_files(config)]
+    resolved = json.loads(json.dumps(dict(config), default=str))
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "kind": "study",
+        "study": study,
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "results_dir": Path(os.path.relpath(results_abs, workdir)).as_posix(),
+        "config": {
+            "files": [rec(p) for p in config_files],
+            "hash": config_hash,
+            "merge_environments": bool(config.get("merge_environments", False)),
+            "resolved": resolved,
+        },
+        "code": [rec(p) for p in code_files(repo)],
+        "data": data,
+        "tables": table_records,
+        "report": {role: rec(path) for role, path in report.items()},
+        "figures": figures,
+        "points": [rec(p) for p in point_paths],
+        "probes": probes,
+        "runs": run_records(timings, point_tables),
+        "measured_with": {
+            "git_commits": sorted(set(timings.get("git_commit", pd.Series()).dropna())),
+            "config_hashes": sorted(set(timings.get("config_hash", pd.Series()).dropna())),
+        },
+        "git": {"commit": commit, "dirty": dirty},
+        "packages": package_versions(Path(repo) / "requirements.lock"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "snakemake_version": snakemake_version,
+    }
+
+
+def write_json(data: Mapping, path: str | Path) -> Path:
+    """Write ``data`` as indented, key-sorted JSON via a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_manifest(path: str | Path) -> dict:
+    """Read a manifest (a file, or a folder holding ``manifest.json``). Raises
+    FileNotFoundError when missing and ValueError for another layout version."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / MANIFEST_NAME
+    data = json.loads(path.read_text())
+    if data.get("manifest_version") != MANIFEST_VERSION:
+        raise ValueError(
+            f"{path}: manifest version {data.get('manifest_version')!r}, "
+            f"this code reads {MANIFEST_VERSION}"
+        )
+    return data

@@ -1,0 +1,343 @@
+"""Paper figures, drawn only from results committed under ``results/reference/``.
+
+Each reference run is a folder ``results/reference/<name>/`` holding a study run's
+``timings.csv``, ``crossover.csv``, ``manifest.json`` (and its per-job tables, probe
+records and RO-Crate), copied there by :func:`freeze` after an audit. The paper
+figures are a fixed list (:data:`PAPER_FIGURES`), each written as PDF and PNG into
+``reports/paper/`` by :func:`paper_figures`, with ``reports/paper/manifest.json``
+recording the reference tables and the figures' sha256. Nothing is measured: the
+figures use every reference run present, one panel row (or panel) per run, so runs
+from different machines are never merged into one curve.
+
+``python -m crossover_study.paper figures`` draws them; ``python -m
+crossover_study.paper freeze results/<study> results/reference/<name>`` adds a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .provenance import REPO_ROOT
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas, matplotlib and the manifest module are imported where used: the workflow
+# imports this module while it is parsed (for PAPER_FIGURES), which must stay quick.
+MANIFEST_NAME = "manifest.json"
+
+#: Where reference runs live and where the paper figures go (relative to the workdir).
+REFERENCE_DIR = Path("results/reference")
+PAPER_DIR = Path("reports/paper")
+#: Formats of every paper figure.
+PAPER_FORMATS: tuple[str, ...] = ("pdf", "png")
+#: The paper's figures: file stem -> what it shows. Step time per seed case (the seeds'
+#: answers) and the ParaDnn-style speedup heat map.
+PAPER_FIGURES: dict[str, str] = {
+    "fig-1-s000-hjb-step-time": "s000-hjb (TF2 HJB loop): step time vs batch and width",
+    "fig-2-s001-mlp-step-time": "s001-mlp (PyTorch MLP): step time vs batch, D_in and H",
+    "fig-3-s002-iris-step-time": "s002-iris (Keras Iris): step time vs batch and hidden",
+    "fig-4-s004-lstm-step-time": "s004-lstm (Keras LSTM): step time vs batch, units, T",
+    "fig-5-speedup-heatmap": "speedup of the accelerator over the CPU on two-axis grids",
+}
+#: Case of each step-time figure.
+_STEP_TIME_CASES = {
+    "fig-1-s000-hjb-step-time": "s000-hjb",
+    "fig-2-s001-mlp-step-time": "s001-mlp",
+    "fig-3-s002-iris-step-time": "s002-iris",
+    "fig-4-s004-lstm-step-time": "s004-lstm",
+}
+#: Files a reference run keeps (globs relative to the study's results folder).
+REFERENCE_FILES: tuple[str, ...] = (
+    "timings.csv",
+    "crossover.csv",
+    "wall.json",
+    MANIFEST_NAME,
+    "ro-crate-metadata.json",
+    "config.resolved.yaml",
+    "points/**/*.csv",
+    "points/**/*.probe.json",
+)
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    """One committed run: its folder name, tables (as read by pandas) and folder."""
+
+    name: str
+    path: Path
+    timings: pd.DataFrame
+    crossover: pd.DataFrame
+
+
+def reference_dirs(root: str | Path = REFERENCE_DIR) -> list[Path]:
+    """Folders of ``root`` holding a ``timings.csv``, sorted by name."""
+    return sorted(p.parent for p in Path(root).glob("*/timings.csv"))
+
+
+def load_reference(path: str | Path) -> ReferenceRun:
+    """Read one reference run's ``timings.csv`` and ``crossover.csv`` (an empty
+    crossover table when the file is empty). Raises FileNotFoundError when
+    ``timings.csv`` is missing."""
+    import pandas as pd
+
+    path = Path(path)
+    timings = pd.read_csv(path / "timings.csv")
+    try:
+        crossover = pd.read_csv(path / "crossover.csv")
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        crossover = pd.DataFrame(columns=["case", "framework", "variant", "axis", "outcome"])
+    return ReferenceRun(path.name, path, timings, crossover)
+
+
+def _ok(run: ReferenceRun, case: str):
+    t = run.timings
+    return t[(t["case"] == case) & (t["status"] == "ok")]
+
+
+def _grid(n: int, panel: tuple[float, float], max_cols: int):
+    import matplotlib.pyplot as plt
+
+    cols = max(1, min(n, max_cols))
+    rows = max(1, math.ceil(n / cols))
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(panel[0] * cols, panel[1] * rows),
+        squeeze=False,
+        layout="constrained",
+    )
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_axis_off()
+    return fig, flat[:n]
+
+
+def _no_data(text: str, title: str):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.2), layout="constrained")
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, wrap=True)
+    ax.set_axis_off()
+    fig.suptitle(title, fontsize="medium")
+    return fig
+
+
+def step_time_figure(runs: Iterable[ReferenceRun], case: str):
+    """Step time against each size axis of ``case``: one row of panels per reference
+    run with ``ok`` rows of the case, one column per axis that some run swept (two or
+    more sizes; all axes when none did). Each panel is
+    :func:`figures.step_time_vs_size` of the naive program (``eager``, synchronised
+    timing) with the run's crossover; the panel title starts with the run's name.
+    Returns the Figure (a one-panel note when no run measured the case)."""
+    import pandas as pd
+
+    from . import figures
+    from .spec import case_axes
+
+    runs = [r for r in runs if not _ok(r, case).empty]
+    if not runs:
+        return _no_data(f"no reference run has ok rows of {case}", f"{case}: step time")
+    axes_swept = [
+        a
+        for a in case_axes(case)
+        if any(pd.to_numeric(_ok(r, case)[a], errors="coerce").nunique() > 1 for r in runs)
+    ] or list(case_axes(case))
+    fig, panels = _grid(len(runs) * len(axes_swept), (5.6, 4.0), len(axes_swept))
+    for i, run in enumerate(runs):
+        program = figures.programs(run.timings, include_unsynced=False)
+        for j, axis in enumerate(axes_swept):
+            ax = panels[i * len(axes_swept) + j]
+            figures.step_time_vs_size(program, case, axis, crossover=run.crossover, ax=ax)
+            ax.set_title(f"{run.name}\n{ax.get_title()}", fontsize="small")
+    return fig
+
+
+def speedup_figure(runs: Iterable[ReferenceRun]):
+    """ParaDnn-style heat maps: for every reference run, case with a full two-axis grid
+    (:func:`figures.grid_axes`) and framework, one :func:`figures.speedup_heatmap`
+    panel (CPU / accelerator step time, diverging at 1; the CPU step time when the run
+    has no accelerator rows, as its title says). The accelerator is the first of
+    ``spec.ACCELERATORS`` with ok rows of the case in that run. Returns the Figure (a
+    one-panel note when no run measured a grid)."""
+    from . import figures
+    from .spec import ACCELERATORS, CASES, FRAMEWORKS
+
+    panels = []
+    for run in runs:
+        for case in CASES:
+            grid = figures.grid_axes(run.timings, case)
+            if grid is None:
+                continue
+            ok = _ok(run, case)
+            accelerator = next((a for a in ACCELERATORS if a in set(ok["device"])), ACCELERATORS[0])
+            for framework in [f for f in FRAMEWORKS if f in set(ok["framework"])]:
+                panels.append((run, case, grid, accelerator, framework))
+    if not panels:
+        return _no_data(
+            "no reference run measured a two-axis grid (cases.<case>.grid)",
+            "speedup over the CPU",
+        )
+    fig, axes = _grid(len(panels), (6.2, 4.8), 3)
+    for ax, (run, case, (x_axis, y_axis), accelerator, framework) in zip(axes, panels, strict=True):
+        figures.speedup_heatmap(
+            run.timings, case, x_axis, y_axis, accelerator=accelerator, ax=ax, framework=framework
+        )
+        ax.set_title(f"{run.name}\n{ax.get_title()}", fontsize="small")
+    return fig
+
+
+def draw(name: str, runs: list[ReferenceRun]):
+    """The Figure of one entry of :data:`PAPER_FIGURES`. Raises KeyError for another
+    name."""
+    if name in _STEP_TIME_CASES:
+        return step_time_figure(runs, _STEP_TIME_CASES[name])
+    if name == "fig-5-speedup-heatmap":
+        return speedup_figure(runs)
+    raise KeyError(f"{name!r} is not a paper figure; known: {', '.join(PAPER_FIGURES)}")
+
+
+def table_sources(runs: Iterable[ReferenceRun]) -> dict[str, str]:
+    """``{"<run>/timings.csv": sha256, "<run>/crossover.csv": sha256, ...}`` of the
+    reference tables the figures are drawn from (recorded in each figure's metadata)."""
+    from .manifest import sha256_file
+
+    out = {}
+    for run in runs:
+        for table in ("timings.csv", "crossover.csv"):
+            if (run.path / table).exists():
+                out[f"{run.name}/{table}"] = sha256_file(run.path / table)
+    return out
+
+
+def paper_figures(
+    run_dirs: Iterable[str | Path],
+    outdir: str | Path = PAPER_DIR,
+    names: Iterable[str] | None = None,
+    formats: Iterable[str] = PAPER_FORMATS,
+) -> list[Path]:
+    """Draw the paper figures (all of :data:`PAPER_FIGURES`, or ``names``) from the
+    reference runs in ``run_dirs`` and write ``<outdir>/<name>.<format>`` for each of
+    ``formats`` with reproducible bytes (:func:`figures.save_figure`). Returns the
+    files written, in order. Raises KeyError for an unknown name."""
+    import matplotlib.pyplot as plt
+
+    from . import figures
+
+    runs = [load_reference(p) for p in run_dirs]
+    sources = table_sources(runs)
+    formats = list(formats)
+    written = []
+    for name in names if names is not None else PAPER_FIGURES:
+        fig = draw(name, runs)
+        path = Path(outdir) / f"{name}.{formats[0]}"
+        figures.save_figure(fig, path, formats=formats[1:], sources=sources)
+        plt.close(fig)
+        written += [path.with_suffix(f".{f}") for f in formats]
+    return written
+
+
+def paper_manifest(
+    run_dirs: Iterable[str | Path],
+    written: Iterable[str | Path],
+    workdir: str | Path = ".",
+    repo: str | Path = REPO_ROOT,
+) -> dict:
+    """The paper's manifest: every reference run's tables and manifest (sha256), every
+    figure written (sha256, the sources it records), package versions, git state."""
+    from .figures import figure_sources
+    from .manifest import MANIFEST_VERSION, file_record, package_versions
+    from .provenance import git_state
+
+    workdir = Path(workdir)
+    runs = []
+    for path in run_dirs:
+        path = Path(path)
+        files = {
+            table: file_record(path / table, workdir, repo)
+            for table in ("timings.csv", "crossover.csv", MANIFEST_NAME)
+            if (path / table).exists()
+        }
+        runs.append({"name": path.name, "files": files})
+    commit, dirty = git_state(Path(repo))
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "kind": "paper",
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "reference_runs": runs,
+        "figures": [
+            {**file_record(p, workdir, repo), "sources": figure_sources(p)} for p in written
+        ],
+        "git": {"commit": commit, "dirty": dirty},
+        "packages": package_versions(Path(repo) / "requirements.lock"),
+        "python": sys.version.split()[0],
+    }
+
+
+def freeze(results: str | Path, dest: str | Path, audit_first: bool = True) -> list[Path]:
+    """Copy a study run's results (:data:`REFERENCE_FILES`) into ``dest`` (e.g.
+    ``results/reference/<name>``) so that the paper can use it. The run is audited
+    first (:func:`crossover_study.audit.audit`): a run that fails its audit is not
+    copied. Raises FileExistsError when ``dest`` exists, ValueError when the audit
+    fails. Returns the files written."""
+    results, dest = Path(results), Path(dest)
+    if dest.exists():
+        raise FileExistsError(f"{dest} exists; choose a new name for the reference run")
+    if audit_first:
+        from .audit import audit
+
+        report = audit(results)
+        if not report.ok:
+            raise ValueError(f"{results} fails its audit; not copied:\n{report.text()}")
+    written = []
+    for pattern in REFERENCE_FILES:
+        for path in sorted(results.glob(pattern)):
+            target = dest / path.relative_to(results)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            written.append(target)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``figures`` (draw the paper figures) or ``freeze`` (add a run)."""
+    parser = argparse.ArgumentParser(description="Paper figures from committed reference runs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    fig = sub.add_parser("figures", help="draw reports/paper/fig-*.pdf and .png")
+    fig.add_argument("--reference", default=str(REFERENCE_DIR), help="folder of reference runs")
+    fig.add_argument("--out", default=str(PAPER_DIR), help="output folder")
+    fig.add_argument(
+        "names", nargs="*", help=f"figures to draw (default: all: {', '.join(PAPER_FIGURES)})"
+    )
+    frz = sub.add_parser("freeze", help="copy an audited study run into results/reference/")
+    frz.add_argument("results", help="the study's results folder, e.g. results/smoke")
+    frz.add_argument("dest", help="e.g. results/reference/cpu-2core-2026-11-30")
+    args = parser.parse_args(argv)
+    if args.command == "freeze":
+        for path in freeze(args.results, args.dest):
+            print(path)
+        return 0
+    import matplotlib
+
+    from .manifest import write_json
+
+    matplotlib.use("Agg")
+    dirs = reference_dirs(args.reference)
+    written = paper_figures(dirs, args.out, names=args.names or None)
+    if not args.names:
+        write_json(paper_manifest(dirs, written), Path(args.out) / MANIFEST_NAME)
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""Provenance without running the study: reproducible figures, the environment check,
+the manifest's pieces, the RO-Crate, the paper figures and the audit of the committed
+reference run (results/reference/)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from crossover_study import audit, figures, paper
+from crossover_study.config import ConfigError, measurement_hash, validate_config
+from crossover_study.environments import (
+    EnvironmentMixError,
+    check_environments,
+    environment_conflicts,
+)
+from crossover_study.manifest import (
+    code_files,
+    file_record,
+    load_manifest,
+    package_versions,
+    sha256_file,
+)
+from crossover_study.provenance import REPO_ROOT
+
+REFERENCE_RUNS = paper.reference_dirs(REPO_ROOT / "results" / "reference")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _table(overrides: dict | None = None) -> pd.DataFrame:
+    """Four ok rows of one curve (s001-mlp, torch, cpu, eager) from one environment;
+    ``overrides`` maps (row, column) to a new value."""
+    rows = []
+    for hidden, step in ((32, 3.0e-4), (128, 5.2e-4), (512, 2.9e-3), (2048, 2.0e-3)):
+        rows.append(
+            {
+                "case": "s001-mlp",
+                "framework": "torch",
+                "device": "cpu",
+                "variant": "eager",
+                "timing": "synced",
+                "batch": 64,
+                "d_in": 1024,
+                "hidden": hidden,
+                "status": "ok",
+                "step_time_s": step,
+                "step_time_iqr_s": step * 0.02,
+                "noisy": False,
+                "host": "host-a",
+                "cpu_model": "Xeon A",
+                "device_name": "Xeon A",
+                "framework_version": "2.13.0",
+                "cuda_version": None,
+                "python_version": "3.11.7",
+                "run_id": "run-a",
+            }
+        )
+    df = pd.DataFrame(rows)
+    for (row, column), value in (overrides or {}).items():
+        df.loc[row, column] = value
+    return df
+
+
+# ------------------------------------------------------------- reproducible figures
+def test_save_figure_writes_identical_bytes_in_every_format(tmp_path):
+    sources = {"timings.csv": "a" * 64, "crossover.csv": "b" * 64}
+    for out in ("one", "two"):
+        fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
+        figures.step_time_vs_size(_table(), "s001-mlp", "hidden", ax=ax)
+        figures.save_figure(fig, tmp_path / out / "f.png", formats=("svg", "pdf"), sources=sources)
+        plt.close(fig)
+    for fmt in figures.FIGURE_FORMATS:
+        one, two = tmp_path / "one" / f"f.{fmt}", tmp_path / "two" / f"f.{fmt}"
+        assert one.read_bytes() == two.read_bytes(), fmt
+        data = one.read_bytes()
+        assert b"Matplotlib v" not in data and b"CreationDate" not in data
+        assert figures.figure_sources(one) == sources
+    assert b"<dc:date>" not in (tmp_path / "one" / "f.svg").read_bytes()
+
+
+def test_save_figure_rejects_an_unknown_format(tmp_path):
+    fig, _ = plt.subplots()
+    with pytest.raises(ValueError, match="unknown figure format"):
+        figures.save_figure(fig, tmp_path / "f.jpg")
+    plt.close(fig)
+
+
+_DRAW = """
+import sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+from crossover_study import figures
+fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
+figures.step_time_vs_size(pd.read_csv(sys.argv[1]), "s001-mlp", "hidden", ax=ax)
+figures.save_figure(fig, sys.argv[2], formats=("svg", "pdf"), sources={"timings.csv": "0" * 64})
+"""
+
+
+def test_figures_regenerate_byte_for_byte_in_fresh_processes(tmp_path):
+    """Two processes (each with its own random state) draw the same figure."""
+    table = tmp_path / "timings.csv"
+    _table().to_csv(table, index=False)
+    env = {"PYTHONPATH": str(REPO_ROOT / "src"), "PATH": str(Path(sys.executable).parent)}
+    hashes = []
+    for out in ("a", "b"):
+        target = tmp_path / out / "fig.png"
+        subprocess.run([sys.executable, "-c", _DRAW, str(table), str(target)], check=True, env=env)
+        hashes.append({f: _sha(target.with_suffix(f".{f}")) for f in figures.FIGURE_FORMATS})
+    assert hashes[0] == hashes[1]
+
+
+# ------------------------------------------------------------------ environments
+def test_rows_from_one_environment_pass():
+    assert check_environments(_table()) == []
+
+
+def test_a_curve_mixing_hosts_is_refused_naming_the_rows():
+    df = _table({(2, "host"): "host-b", (3, "host"): "host-b", (2, "run_id"): "run-b"})
+    df.loc[3, "run_id"] = "run-b"
+    with pytest.raises(EnvironmentMixError) as info:
+        check_environments(df)
+    text = str(info.value)
+    assert "s001-mlp/torch/cpu/eager/synced mixes 2 environments (host differ)" in text
+    assert "host=host-a; run run-a: row 0 (batch=64,d_in=1024,hidden=32)" in text
+    assert "host=host-b; run run-b: row 2" in text and "row 3" in text
+    assert "merge_environments: true" in text
+
+
+def test_versions_and_devices_are_compared_too():
+    df = _table({(1, "framework_version"): "2.12.0", (1, "device_name"): "Other CPU"})
+    (conflict,) = environment_conflicts(df)
+    assert len(conflict["environments"]) == 2
+    with pytest.raises(EnvironmentMixError, match="device_name, framework_version differ"):
+        check_environments(df)
+
+
+def test_merging_on_purpose_returns_the_differences():
+    df = _table({(1, "python_version"): "3.12.3"})
+    lines = check_environments(df, merge=True)
+    assert lines and "python_version differ" in lines[0]
+
+
+def test_other_curves_and_other_statuses_may_differ():
+    df = pd.concat([_table(), _table()], ignore_index=True)
+    df.loc[4:, "device"] = "cuda"
+    df.loc[4:, "host"] = "gpu-host"
+    df.loc[4:, "device_name"] = "Some GPU"
+    df.loc[0, "status"] = "unavailable"
+    df.loc[0, "host"] = "elsewhere"
+    assert environment_conflicts(df) == []
+
+
+def test_merge_environments_config_key():
+    base = {"study": "t", "cases": {"s001-mlp": {}}}
+    assert validate_config(base)["merge_environments"] is False
+    assert validate_config({**base, "merge_environments": True})["merge_environments"] is True
+    with pytest.raises(ConfigError, match="merge_environments: 'yes' is not of type 'boolean'"):
+        validate_config({**base, "merge_environments": "yes"})
+    # Changing it after measuring does not make the rows "another config".
+    assert measurement_hash(validate_config(base)) == measurement_hash(
+        validate_config({**base, "merge_environments": True})
+    )
+
+
+# ---------------------------------------------------------------------- manifest
+def test_file_records_and_code_files(tmp_path):
+    (tmp_path / "x.txt").write_text("abc")
+    record = file_record("x.txt", tmp_path)
+    assert record == {
+        "path": "x.txt",
+        "root": "workdir",
+        "sha256": hashlib.sha256(b"abc").hexdigest(),
+        "bytes": 3,
+    }
+    assert file_record(REPO_ROOT / "Snakefile", tmp_path)["root"] == "repo"
+    code = {p.relative_to(REPO_ROOT).as_posix() for p in code_files()}
+    assert {"Snakefile", "src/crossover_study/manifest.py", "requirements.lock"} <= code
+    assert "workflow/rules/provenance.smk" in code
+    assert not any("__pycache__" in p for p in code)
+
+
+def test_package_versions_pin_and_install():
+    versions = package_versions()
+    assert versions["torch"]["pinned"] == "2.13.0"
+    assert versions["rocrate"] == {"pinned": "0.16.0", "installed": "0.16.0"}
+
+
+# ------------------------------------------------------- committed reference runs
+def _reference() -> Path:
+    if not REFERENCE_RUNS:
+        pytest.fail("no reference run committed under results/reference/")
+    return REFERENCE_RUNS[0]
+
+
+def test_reference_run_is_complete_and_audits_clean():
+    ref = _reference()
+    for name in ("timings.csv", "crossover.csv", "manifest.json", "ro-crate-metadata.json"):
+        assert (ref / name).is_file(), name
+    report = audit.audit(ref)
+    assert report.ok, report.text()
+    manifest = load_manifest(ref)
+    assert manifest["tables"]["timings"]["sha256"] == sha256_file(ref / "timings.csv")
+    assert manifest["git"]["dirty"] is False
+
+
+def test_reference_crate_links_runs_to_machines_and_software():
+    from rocrate.rocrate import ROCrate
+
+    ref = _reference()
+    crate = ROCrate(ref)
+    profiles = {e.id for e in crate.root_dataset["conformsTo"]}
+    assert "https://w3id.org/ro/wfrun/workflow/0.6" in profiles
+    assert "ComputationalWorkflow" in crate.mainEntity.type
+    runs = [e for e in crate.get_by_type("CreateAction") if e.id.startswith("#run-")]
+    timings = pd.read_csv(ref / "timings.csv", dtype=str)
+    assert {r.id[len("#run-") :] for r in runs} == set(timings["run_id"])
+    for run in runs:
+        machine = run["location"]
+        names = {p["name"] for p in machine["additionalProperty"]}
+        assert {"host", "cpu_model", "device_name"} <= names
+        assert run["instrument"]["softwareVersion"]
+        assert run["instrument"]["name"] in ("torch", "tensorflow")
+        assert run["result"]  # its per-job table
+
+
+def test_paper_figures_regenerate_byte_for_byte(tmp_path):
+    written = {}
+    for out in ("a", "b"):
+        files = paper.paper_figures(REFERENCE_RUNS, tmp_path / out)
+        written[out] = {p.name: _sha(p) for p in files}
+    expected = {f"{n}.{f}" for n in paper.PAPER_FIGURES for f in paper.PAPER_FORMATS}
+    assert set(written["a"]) == expected
+    assert written["a"] == written["b"]
+    fig = tmp_path / "a" / "fig-5-speedup-heatmap.png"
+    recorded = figures.figure_sources(fig)
+    assert recorded == paper.table_sources([paper.load_reference(r) for r in REFERENCE_RUNS])
+
+
+def _copy_reference(tmp_path: Path) -> Path:
+    dest = tmp_path / "results" / "reference" / _reference().name
+    shutil.copytree(_reference(), dest)
+    return dest
+
+
+def test_audit_reports_a_hand_edited_timings_row(tmp_path, capsys):
+    ref = _copy_reference(tmp_path)
+    recorded = sha256_file(ref / "timings.csv")
+    df = pd.read_csv(ref / "timings.csv", dtype=str, keep_default_na=False)
+    df.loc[0, "step_time_s"] = str(float(df.loc[0, "step_time_s"]) / 2)
+    df.to_csv(ref / "timings.csv", index=False)
+    assert audit.main([str(ref)]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL modified: {ref}/timings.csv" in out or "FAIL modified:" in out
+    assert f"expected sha256 {recorded}" in out
+    assert f"actual   sha256 {sha256_file(ref / 'timings.csv')}" in out
+    assert "FAIL not derived" in out and "step_time_s per-job" in out
+
+
+def test_audit_reports_missing_and_unrecorded_probe_records(tmp_path):
+    ref = _copy_reference(tmp_path)
+    manifest = json.loads((ref / "manifest.json").read_text())
+    point = manifest["points"][0]["path"]
+    probe = point.removesuffix(".csv") + ".probe.json"
+    manifest["probes"] = [
+        {"path": probe, "root": "workdir", "sha256": "0" * 64, "bytes": 2, "record": {}}
+    ]
+    (ref / "manifest.json").write_text(json.dumps(manifest))
+    report = audit.audit(ref)
+    kinds = {f.kind for f in report.failures}
+    assert "missing probe record" in kinds, report.text()
+    (ref / "points" / "extra.probe.json").write_text("{}")
+    report = audit.audit(ref)
+    assert "unrecorded probe record" in {f.kind for f in report.failures}
+
+
+def test_audit_refuses_mixed_environments(tmp_path):
+    ref = _copy_reference(tmp_path)
+    df = pd.read_csv(ref / "timings.csv", dtype=str, keep_default_na=False)
+    df.loc[0, "host"] = "another-host"
+    df.to_csv(ref / "timings.csv", index=False)
+    report = audit.audit(ref)
+    assert "mixed environments" in {f.kind for f in report.failures}, report.text()
+
+
+def test_audit_without_manifest_fails(tmp_path):
+    assert audit.main([str(tmp_path)]) == 1

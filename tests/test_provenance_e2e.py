@@ -1,0 +1,154 @@
+"""Provenance of the smoke study end to end: manifest, RO-Crate, Snakemake's report,
+the audit catching a figure drawn from other data, the collect step refusing mixed
+environments, and `snakemake paper` from the committed reference runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import zipfile
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+from conftest import run_snakemake
+
+from crossover_study import audit, figures
+from crossover_study.manifest import load_manifest, sha256_file
+from crossover_study.paper import PAPER_FIGURES, PAPER_FORMATS
+from crossover_study.provenance import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _copy(smoke_run, tmp_path) -> Path:
+    workdir, _ = smoke_run
+    dest = tmp_path / "work"
+    shutil.copytree(workdir, dest, symlinks=True)
+    return dest
+
+
+def test_manifest_records_inputs_outputs_and_runs(smoke_run):
+    workdir, _ = smoke_run
+    manifest = load_manifest(workdir / "results/smoke")
+    figures_dir = workdir / "reports/smoke/figures"
+    on_disk = sorted(p.name for p in figures_dir.iterdir() if p.suffix in (".png", ".svg", ".pdf"))
+    assert sorted(Path(f["path"]).name for f in manifest["figures"]) == on_disk
+    assert len(on_disk) == 3 * len(list(figures_dir.glob("*.png")))
+    timings = workdir / "results/smoke/timings.csv"
+    assert manifest["tables"]["timings"]["sha256"] == sha256_file(timings)
+    for figure in manifest["figures"]:
+        assert figure["sources"]["timings.csv"] == sha256_file(timings)
+    results = workdir / "results/smoke"
+    per_job = sorted(results.glob("points/**/*.csv"))
+    assert len(per_job) >= 2 * 2 * 2  # cases x frameworks x devices (or their batches)
+    assert [Path(p["path"]).name for p in manifest["points"]] == [p.name for p in per_job]
+    probes = sorted(results.glob("points/**/*.probe.json"))  # where the jobs write them
+    assert [Path(p["path"]).name for p in manifest["probes"]] == [p.name for p in probes]
+    df = pd.read_csv(timings, dtype=str)
+    assert {r["run_id"] for r in manifest["runs"]} == set(df["run_id"])
+    assert manifest["config"]["hash"] == df["config_hash"].iloc[0]
+    assert manifest["config"]["files"][0]["path"].endswith("smoke.yaml")
+    assert manifest["snakemake_version"] == "9.27.1"
+    assert manifest["packages"]["pandas"]["installed"] == "3.1.1"
+    assert {"Snakefile", "workflow/rules/provenance.smk"} <= {c["path"] for c in manifest["code"]}
+    report = audit.audit(workdir / "results/smoke")
+    assert report.ok, report.text()
+
+
+def test_crate_links_figures_to_tables_and_runs(smoke_run):
+    workdir, _ = smoke_run
+    graph = json.loads((workdir / "results/smoke/ro-crate-metadata.json").read_text())["@graph"]
+    by_id = {e["@id"]: e for e in graph}
+    figure = by_id["../../reports/smoke/figures/s001-mlp-step-time-hidden.png"]
+    based_on = {b["@id"] for b in figure["isBasedOn"]}
+    assert {"timings.csv", "crossover.csv"} <= based_on
+    assert any(p.startswith("points/s001-mlp/torch/cpu") for p in based_on)
+    assert not any(p.startswith("points/s000-hjb") for p in based_on)
+    runs = [e for e in graph if e["@id"].startswith("#run-")]
+    run_ids = pd.read_csv(workdir / "results/smoke/timings.csv", dtype=str)["run_id"]
+    assert len(runs) == run_ids.nunique()
+    for run in runs:
+        assert by_id[run["location"]["@id"]]["@type"] == "Place"
+        assert by_id[run["instrument"]["@id"]]["@type"] == "SoftwareApplication"
+
+
+def test_snakemake_report_zip_has_figures_config_and_code(smoke_run):
+    workdir, _ = smoke_run
+    out = workdir / "reports/smoke/snakemake-report.zip"
+    run_snakemake(workdir, "--configfile", str(workdir / "smoke.yaml"), "--report", str(out))
+    with zipfile.ZipFile(out) as zf:
+        names = zf.namelist()
+        html = zf.read("snakemake-report/report.html").decode()
+    pngs = {p.name for p in (workdir / "reports/smoke/figures").glob("*.png")}
+    assert pngs <= {Path(n).name for n in names}
+    assert {"manifest.json", "config.resolved.yaml", "ro-crate-metadata.json"} <= {
+        Path(n).name for n in names
+    }
+    assert "smoke.yaml" in html  # the config file
+    assert "check_environments" in html and "build_manifest" in html  # the code
+    for category in ('"Figures"', '"Tables"', '"Provenance"', '"Report"'):
+        assert category in html
+    assert '"labels": {"case": "s001-mlp", "figure": "step-time-hidden"}' in html
+
+
+def test_audit_catches_a_figure_drawn_from_other_data(smoke_run, tmp_path, capsys):
+    work = _copy(smoke_run, tmp_path)
+    results = work / "results/smoke"
+    recorded = sha256_file(results / "timings.csv")
+    other = pd.read_csv(results / "timings.csv")
+    other["step_time_s"] *= 3
+    other.to_csv(tmp_path / "other.csv", index=False)
+    fig, ax = plt.subplots(figsize=(7, 4.6), layout="constrained")
+    figures.step_time_vs_size(figures.programs(other), "s001-mlp", "hidden", ax=ax)
+    target = work / "reports/smoke/figures/s001-mlp-step-time-hidden.png"
+    figures.save_figure(fig, target, sources={"timings.csv": sha256_file(tmp_path / "other.csv")})
+    plt.close(fig)
+    assert audit.main([str(results)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL figure from other data" in out and "s001-mlp-step-time-hidden.png" in out
+    assert f"expected sha256 {recorded}" in out
+    assert f"actual   sha256 {sha256_file(tmp_path / 'other.csv')}" in out
+    assert "FAIL report shows another figure" in out
+
+
+def test_collect_refuses_rows_from_different_environments(smoke_run, tmp_path):
+    work = _copy(smoke_run, tmp_path)
+    per_job = work / "results/smoke/points/s001-mlp/torch/cpu.csv"
+    df = pd.read_csv(per_job, dtype=str, keep_default_na=False)
+    df.loc[1, "host"] = "another-host"
+    df.to_csv(per_job, index=False)
+    args = ("results/smoke/timings.csv", "--configfile", str(work / "smoke.yaml"))
+    result = run_snakemake(work, *args, check=False)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr  # the job's message is on the console
+    assert "curve s001-mlp/torch/cpu/eager/synced mixes 2 environments (host differ)" in output
+    assert "host=another-host; run " in output and "(batch=64,d_in=1024,hidden=512)" in output
+    run_snakemake(work, *args, "--config", "merge_environments=True")
+    log = (work / "logs/smoke/collect.log").read_text()
+    assert "merged on purpose (merge_environments: true)" in log
+
+
+def test_paper_rule_redraws_from_committed_results_only(tmp_path):
+    work = tmp_path / "paper"
+    shutil.copytree(REPO_ROOT / "results/reference", work / "results/reference")
+    config = ("--configfile", str(REPO_ROOT / "config/config.yaml"))
+    started = time.perf_counter()
+    result = run_snakemake(work, "paper", *config)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 60, elapsed
+    assert "rule measure" not in result.stdout + result.stderr
+    assert "1 of 1 steps (100%) done" in result.stdout + result.stderr
+    for name in PAPER_FIGURES:
+        for fmt in PAPER_FORMATS:
+            assert (work / f"reports/paper/{name}.{fmt}").stat().st_size > 0
+    report = audit.audit(work / "reports/paper")
+    assert report.ok, report.text()
+    again = run_snakemake(work, "paper", "-n", *config)
+    assert "Nothing to be done" in again.stdout + again.stderr

@@ -1,0 +1,27 @@
+"""Snakemake job: the Workflow Run Crate results/<study>/ro-crate-metadata.json (see
+crossover_study.crate), from the study's manifest."""
+
+import os
+import sys
+
+
+def main(snakemake) -> None:
+    sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
+    sys.path.insert(0, snakemake.params.src)
+    from crossover_study.crate import write_crate
+    from crossover_study.manifest import load_manifest
+
+    manifest = load_manifest(snakemake.input.manifest)
+    write_crate(
+        manifest,
+        workdir=os.getcwd(),
+        out=snakemake.output[0],
+        repo=snakemake.params.repo,
+        manifest_path=snakemake.input.manifest,
+    )
+    with open(snakemake.log[0], "a") as log:
+        print(f"wrote {snakemake.output[0]} ({len(manifest['runs'])} runs)", file=log)
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 - injected by Snakemake's script directive
