@@ -50,6 +50,7 @@ lint: setup  ## ruff and snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
 
-clean:  ## remove generated results and reports (keeps .venv)
-	rm -rf results/* reports/* logs benchmarks .snakemake
+clean:  ## remove generated results and reports (keeps .venv and the committed results/reference/)
+	find results -mindepth 1 -maxdepth 1 ! -name reference ! -name .gitkeep -exec rm -rf {} +
+	rm -rf reports/* logs .snakemake
 	touch results/.gitkeep reports/.gitkeep
