@@ -222,3 +222,21 @@ def test_traces_are_counted_per_phase_and_a_retrace_in_the_timed_blocks_shows():
     clock = FakeClock()
     untraced = measure(QueuedWorkload(clock), TimingPolicy(min_block_s=0.01, n_blocks=3), clock)
     assert untraced.traces_timed is None
+
+
+def test_garbage_collector_is_off_inside_blocks_and_restored_after():
+    import gc
+
+    seen = []
+
+    class Watching(QueuedWorkload):
+        def run(self, n):
+            seen.append(gc.isenabled())
+            super().run(n)
+
+    clock = FakeClock()
+    assert gc.isenabled()
+    measure(Watching(clock), TimingPolicy(min_block_s=0.01, n_blocks=3), clock)
+    assert seen[0] is True  # the first step runs as the program would
+    assert not any(seen[1:])  # warm-up, timed blocks and the check: off, as in timeit
+    assert gc.isenabled()

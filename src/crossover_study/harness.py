@@ -9,6 +9,7 @@ and interquartile range over blocks.
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
@@ -57,6 +58,9 @@ class TimingPolicy:
         block already lasts longer than this budget allows.
     synced: False times the anti-pattern on purpose (clock read without a device
         sync); never the default.
+    disable_gc: Python's garbage collector is collected once and switched off during
+        warm-up and timed blocks, as ``timeit`` (and so ``torch.utils.benchmark``) does;
+        autograd's many small objects otherwise trigger collections inside blocks.
     """
 
     min_block_s: float = 0.05
@@ -68,6 +72,7 @@ class TimingPolicy:
     sync_check_s: float = 1.0
     sync_check_factor: int = 10
     synced: bool = True
+    disable_gc: bool = True
 
     def __post_init__(self) -> None:
         if self.n_blocks < 3:
@@ -189,6 +194,15 @@ def measure(
     Exceptions from the workload propagate (the runner turns them into
     ``status=error``/``oom`` rows).
     """
+    gc_was_enabled = gc.isenabled()
+    try:
+        return _measure(workload, policy, clock, built)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Measurement:
     start = clock()
     t0 = clock()
     if not built:
@@ -201,6 +215,9 @@ def measure(
     traces_after_first = _traces(workload)
     overhead_s = timer_overhead(workload, clock)
     min_block_s = max(policy.min_block_s, 100.0 * overhead_s)
+    if policy.disable_gc:
+        gc.collect()
+        gc.disable()
 
     # Calibrate the block length as blocked_autorange does: double until a block lasts
     # at least min_block_s. These blocks are warm-up, as are the ones until two in a
