@@ -33,12 +33,26 @@ def validate_timings(df: pd.DataFrame, source: str = "timings") -> None:
             raise TableError(f"{source}: row {i}, column {col}: {error.message}")
 
 
+def text_columns(table: str) -> tuple[str, ...]:
+    """Columns of ``table`` (timings or crossover) that the schema types as text only
+    (``string``, possibly null), in schema order."""
+    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+    names = []
+    for name, spec in schema["properties"].items():
+        types = spec.get("type", [])
+        types = {types} if isinstance(types, str) else set(types)
+        if "string" in types and not types & {"number", "integer", "boolean"}:
+            names.append(name)
+    return tuple(names)
+
+
 def collect_timings(csvs: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
     """Concatenate per-job CSVs into the study's timings table (atomically written).
 
     Returns the table with the documented columns in schema order.
     """
-    frames = [pd.read_csv(p) for p in csvs]
+    # Text columns stay text: a config hash or run id of only digits is not a number.
+    frames = [pd.read_csv(p, dtype=dict.fromkeys(text_columns("timings"), str)) for p in csvs]
     columns = list(table_columns("timings"))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     df = df.reindex(columns=columns)
