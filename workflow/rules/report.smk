@@ -19,6 +19,10 @@ rule report_notebook:
         notebook=f"{REPORTS}/report.ipynb",
     conda:
         "../../envs/report.yaml"
+    # Light work on the cpu class's partition; memory and time from default-resources.
+    resources:
+        slurm_partition=get_slurm_partition,
+        slurm_account=get_slurm_account,
     params:
         study=STUDY,
         src=SRC,
@@ -40,6 +44,10 @@ rule report_html:
         f"logs/{STUDY}/report_html.log",
     conda:
         "../../envs/report.yaml"
+    # Light work on the cpu class's partition; memory and time from default-resources.
+    resources:
+        slurm_partition=get_slurm_partition,
+        slurm_account=get_slurm_account,
     params:
         outdir=get_output_dir,
     shell:
