@@ -25,6 +25,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from crossover_study import frameworks
 from crossover_study.config import load_config, measure_jobs
 from crossover_study.provenance import REPO_ROOT
 
@@ -35,6 +36,8 @@ TOOLS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch", "sac
 SEARCH_PATH = f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
 #: Partition each device class of the smoke study's devices table sends its jobs to.
 PARTITION = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}
+#: A healthy run takes 1-2 minutes here; past this the cluster state is reported.
+SNAKEMAKE_TIMEOUT_S = 480
 COMMENT = re.compile(r"rule_measure_wildcards_([^_]+)_([^_]+)_(.+)_(\d+)$")
 
 
@@ -43,7 +46,7 @@ def _in_ci() -> bool:
 
 
 @pytest.fixture(scope="module")
-def slurm_env():
+def slurm_env(tmp_path_factory):
     """Environment of a running test Slurm (SLURM_CONF set); stopped afterwards."""
     missing = [t for t in TOOLS if shutil.which(t, path=SEARCH_PATH) is None]
     if missing:
@@ -54,10 +57,13 @@ def slurm_env():
     if os.geteuid() != 0:
         pytest.fail("the test Slurm runs its daemons as root: run the Slurm tests as root")
     state = Path(tempfile.mkdtemp(prefix="xs-", dir="/tmp"))  # munge's socket path is short
+    # A clean environment: no Slurm variables of an enclosing job, no GPU mask, and no
+    # thread pinning left over from tests that imported a framework in this process.
+    drop = {"CUDA_VISIBLE_DEVICES", "OMP_THREAD_LIMIT", *frameworks.THREAD_ENV}
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("SLURM_", "SBATCH_", "SRUN_")) and k != "CUDA_VISIBLE_DEVICES"
+        if not k.startswith(("SLURM_", "SBATCH_", "SRUN_")) and k not in drop
     }
     env["PATH"] = f"{Path(sys.executable).parent}:{SEARCH_PATH}"
     start = subprocess.run(
@@ -74,6 +80,8 @@ def slurm_env():
         yield env
     finally:
         subprocess.run([str(SLURM_DIR / "stop-slurm.sh"), str(state)], timeout=120)
+        # Keep the daemons' logs with pytest's temporary folders (the last runs are kept).
+        shutil.copytree(state / "log", tmp_path_factory.mktemp("slurm-logs"), dirs_exist_ok=True)
         shutil.rmtree(state, ignore_errors=True)
 
 
@@ -114,11 +122,37 @@ def snakemake_slurm(
     """The literal `snakemake --profile slurm` in workdir; returns the result and the
     run's Slurm job name (the plugin's run id)."""
     cmd = ["snakemake", "--profile", "slurm", "-s", str(REPO_ROOT / "Snakefile"), *args]
-    result = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    try:
+        result = subprocess.run(
+            cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=SNAKEMAKE_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode() + (exc.stderr or b"").decode()
+        pytest.fail(
+            f"snakemake --profile slurm did not finish within {SNAKEMAKE_TIMEOUT_S} s.\n"
+            f"{cluster_state(env)}\n--- snakemake output ---\n{out[-4000:]}"
+        )
     out = result.stdout + result.stderr
     m = re.search(r"SLURM run ID: (\S+)", out)
     assert m, f"no SLURM run ID in the output:\n{out[-5000:]}"
     return result, m.group(1)
+
+
+def cluster_state(env: dict) -> str:
+    """Queue, node and job states of the test cluster (for a failure message)."""
+    text = []
+    for cmd in (
+        ["squeue", "-o", "%i %P %T %r %C %b"],
+        ["sinfo", "-N", "-o", "%N %P %t %E"],
+        ["sacct", "-X", "-P", "-S", "2020-01-01", "-o", "JobID,Partition,State,Reason,AllocTRES"],
+        ["scontrol", "show", "job"],
+    ):
+        try:
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
+            text.append(f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}")
+        except (OSError, subprocess.SubprocessError) as exc:
+            text.append(f"$ {' '.join(cmd)}: {exc}")
+    return "\n".join(text)
 
 
 def sacct_jobs(env: dict, run_id: str) -> pd.DataFrame:

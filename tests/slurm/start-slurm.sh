@@ -61,7 +61,8 @@ MYSQL_PORT=$(free_port)
 DBD_PORT=$(free_port)
 CTLD_PORT=$(free_port)
 SLURMD_PORT=$(free_port)
-CPUS=$(nproc)
+# All CPUs of this machine: nproc alone would obey OMP_NUM_THREADS and OMP_THREAD_LIMIT.
+CPUS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 MEM_MB=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
 
 # --- munge: own key and socket, so that a system munge (if any) is left alone ---
@@ -129,11 +130,14 @@ AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$DIR/munge/munge.socket
 AccountingStorageTRES=gres/gpu
 JobCompType=jobcomp/none
+MailProg=/bin/true
 # sacct shows the executor plugin's --comment (rule and wildcards of each job).
 AccountingStoreFlags=job_comment
 ReturnToService=2
 MinJobAge=300
-SlurmdTimeout=60
+# Generous timeouts: a loaded 2-core CI machine must not make the node look dead.
+SlurmdTimeout=300
+MessageTimeout=30
 InactiveLimit=0
 KillWait=5
 NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$NODE CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:2 State=UNKNOWN
@@ -194,5 +198,10 @@ wait_for 60 slurmctld scontrol ping
 slurmd || fail "slurmd did not start"
 node_idle() { sinfo -h -N -n "$NODE" -o %t | grep -qx idle; }
 wait_for 60 "the node (idle in sinfo)" node_idle
+# A first job in each partition: jobs launch, and accounting records them.
+for partition in cpu gpu tpu; do
+    timeout 60 srun -p "$partition" -N1 -n1 -t 1 true \
+        || fail "a first job in partition $partition did not run"
+done
 wait_for 30 "sacct (accounting)" sacct -n -X
 echo "Slurm is up: SLURM_CONF=$SLURM_CONF ($(sinfo -h -o '%P %D %t %G' | tr '\n' ';'))"

@@ -28,5 +28,6 @@ stop_pid munged "$DIR/run/munged.pid"
 # slurmd's link to its cached configuration (configless mode), if it points into DIR.
 if [ -L /run/slurm/conf ] && [ "$(readlink /run/slurm/conf)" = "$DIR" ]; then
     rm -f /run/slurm/conf
+    rmdir /run/slurm 2>/dev/null || true  # only when nothing else is in it
 fi
 exit 0
