@@ -66,14 +66,14 @@ def slurm_env(tmp_path_factory):
         if not k.startswith(("SLURM_", "SBATCH_", "SRUN_")) and k not in drop
     }
     env["PATH"] = f"{Path(sys.executable).parent}:{SEARCH_PATH}"
-    start = subprocess.run(
-        [str(SLURM_DIR / "start-slurm.sh"), str(state)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
     try:
+        start = subprocess.run(
+            [str(SLURM_DIR / "start-slurm.sh"), str(state)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         if start.returncode != 0:
             pytest.fail(f"Slurm did not start:\n{start.stdout}\n{start.stderr}")
         env["SLURM_CONF"] = str(state / "slurm.conf")
@@ -81,7 +81,9 @@ def slurm_env(tmp_path_factory):
     finally:
         subprocess.run([str(SLURM_DIR / "stop-slurm.sh"), str(state)], timeout=120)
         # Keep the daemons' logs with pytest's temporary folders (the last runs are kept).
-        shutil.copytree(state / "log", tmp_path_factory.mktemp("slurm-logs"), dirs_exist_ok=True)
+        if (state / "log").is_dir():
+            logs = tmp_path_factory.mktemp("slurm-logs")
+            shutil.copytree(state / "log", logs, dirs_exist_ok=True)
         shutil.rmtree(state, ignore_errors=True)
 
 
