@@ -11,10 +11,12 @@ STUDY ?= config/config.yaml
 STUDY_NAME = $(shell sed -n 's/^study:[[:space:]]*\([^[:space:]#]*\).*/\1/p' $(STUDY))
 # Folders `make audit` checks (default: every manifest under results/ and reports/paper/).
 AUDIT ?=
+# Where `snakemake --profile slurm` looks for the profile (Snakemake's user config dir).
+PROFILE_DIR ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake/slurm
 # Jobs find jupyter, nbconvert and python of the venv through PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup study smoke test test-fast lint report audit paper clean
+.PHONY: setup study smoke test test-fast test-slurm lint report audit paper install-profile clean
 
 $(STAMP): requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -38,11 +40,19 @@ audit: setup  ## recompute the manifests' hashes; check tables and figures deriv
 paper: setup  ## reports/paper/fig-*.pdf and .png from the committed results/reference/ only
 	$(BIN)/snakemake --cores $(CORES) paper
 
-test: setup  ## all tests (unit tests, then the end-to-end smoke study through Snakemake)
+test: setup  ## all tests (unit tests, the smoke study through Snakemake, the Slurm tests)
 	$(BIN)/python -m pytest
 
 test-fast: setup  ## unit tests only
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow and not slurm"
+
+test-slurm: setup  ## the tests on a real single-node Slurm (tests/slurm/start-slurm.sh)
+	$(BIN)/python -m pytest -m slurm
+
+install-profile:  ## install profiles/slurm as the `slurm` profile: snakemake --profile slurm
+	mkdir -p "$(PROFILE_DIR)"
+	cp profiles/slurm/config.yaml "$(PROFILE_DIR)/config.yaml"
+	@echo "installed $(PROFILE_DIR)/config.yaml"
 
 lint: setup  ## ruff and snakemake --lint
 	$(BIN)/ruff check .

@@ -6,10 +6,13 @@ import pytest
 
 from crossover_study.config import (
     ConfigError,
+    batches,
     case_sizes,
     groups,
     load_config,
+    measure_jobs,
     points,
+    split_batches,
     validate_config,
 )
 from crossover_study.provenance import REPO_ROOT
@@ -72,9 +75,87 @@ def test_bad_input_names_the_key_path(path, value, expected):
         validate_config(bad(path, value))
 
 
+CUDA = ("devices", "cuda")
+
+
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        ((*CUDA, "gpu"), 0, r"devices.cuda.gpu: 0 is less than the minimum of 1"),
+        ((*CUDA, "gpu"), -2, r"devices.cuda.gpu: -2 is less than the minimum of 1"),
+        ((*CUDA, "gpu"), 1.5, r"devices.cuda.gpu: 1.5 is not of type 'integer'"),
+        ((*CUDA, "gpu"), "2", r"devices.cuda.gpu: '2' is not of type 'integer'"),
+        ((*CUDA, "gpu"), True, r"devices.cuda.gpu: True is not of type 'integer'"),
+        ((*CUDA, "slurm_partition"), "gpu,cpu", r"slurm_partition: 'gpu,cpu' is not one name"),
+        ((*CUDA, "slurm_partition"), "gpu cpu", r"slurm_partition: 'gpu cpu' is not one name"),
+        ((*CUDA, "slurm_partition"), "gpu\t", r"slurm_partition: 'gpu\\t' is not one name"),
+        ((*CUDA, "slurm_partition"), "", r"slurm_partition: '' is not one name"),
+        ((*CUDA, "slurm_account"), "a, b", r"devices.cuda.slurm_account: 'a, b' is not one name"),
+        ((*CUDA, "gres"), "gpu 1", r"devices.cuda.gres: 'gpu 1' does not match"),
+        ((*CUDA, "cpus_per_task"), 0, r"devices.cuda.cpus_per_task: 0 is less than the minimum"),
+        ((*CUDA, "mem_mb"), 0, r"devices.cuda.mem_mb: 0 is less than the minimum of 1"),
+        ((*CUDA, "runtime"), "1h", r"devices.cuda.runtime: '1h' is not of type 'integer'"),
+        # Accelerators are asked for with gpu or gres, never through slurm_extra (P7).
+        ((*CUDA, "slurm_extra"), "--gres=gpu:1", r"devices.cuda: unknown key\(s\) 'slurm_extra'"),
+        (("devices", "gpu"), {}, r"at devices: unknown key\(s\) 'gpu'"),
+        (("max_points_per_job",), 0, r"max_points_per_job: 0 is less than the minimum of 1"),
+    ],
+)
+def test_bad_device_resources_name_the_key_path(path, value, expected):
+    config = bad(path, value)
+    config.setdefault("devices", {"cuda": {}}).setdefault("cpu", {})
+    with pytest.raises(ConfigError, match=expected):
+        validate_config(config)
+
+
+def test_gpu_and_gres_together_and_gpu_model_alone_are_errors():
+    both = bad(CUDA, {"gpu": 1, "gres": "gpu:1"})
+    both["devices"]["cpu"] = {}
+    with pytest.raises(ConfigError, match=r"at devices.cuda: give gpu .* or gres, not both"):
+        validate_config(both)
+    model = bad(CUDA, {"gpu_model": "a100"})
+    model["devices"]["cpu"] = {}
+    with pytest.raises(ConfigError, match=r"at devices.cuda: 'gpu' is a dependency of 'gpu_model'"):
+        validate_config(model)
+
+
+def test_threads_follow_cpus_per_task_and_must_not_differ():
+    config = bad(("devices",), {"cpu": {"cpus_per_task": 4}, "cuda": {"threads": 3}})
+    devices = validate_config(config)["devices"]
+    assert devices["cpu"]["threads"] == devices["cpu"]["cpus_per_task"] == 4
+    assert devices["cuda"]["threads"] == 3 and "cpus_per_task" not in devices["cuda"]
+    same = bad(("devices",), {"cpu": {"threads": 2, "cpus_per_task": 2}, "cuda": {}})
+    assert validate_config(same)["devices"]["cpu"]["threads"] == 2
+    differ = bad(("devices",), {"cpu": {"threads": 2, "cpus_per_task": 8}, "cuda": {}})
+    with pytest.raises(ConfigError, match=r"devices.cpu: threads \(2\) and cpus_per_task \(8\)"):
+        validate_config(differ)
+
+
+def test_slurm_resources_of_a_good_device_table_are_kept():
+    table = {
+        "cpu": {"slurm_partition": "cpu", "constraint": "icelake", "slurm_account": "proj1"},
+        "cuda": {"slurm_partition": "gpu", "gpu": 1, "gpu_model": "h200", "mem_mb": 16000},
+        "cuda_multi": {"slurm_partition": "gpu", "gres": "gpu:h200:4", "runtime": 120},
+        "tpu": {"slurm_partition": "tpu-v5e"},
+    }
+    config = bad(("devices",), table)
+    config["sweep"]["devices"] = ["cpu", "cuda", "cuda_multi", "tpu"]
+    devices = validate_config(config)["devices"]
+    for name, spec in table.items():
+        assert devices[name].items() >= spec.items()
+    assert devices["tpu"]["mem_mb"] == 4000 and devices["tpu"]["runtime"] == 60  # defaults
+
+
 def test_swept_device_must_be_defined():
     config = bad(("devices",), {"cpu": {}})
     with pytest.raises(ConfigError, match=r"sweep.devices\[1\]: device 'cuda' is not defined"):
+        validate_config(config)
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda_multi"])
+def test_swept_accelerator_class_must_be_defined(device):
+    config = bad(("sweep", "devices"), ["cpu", device])
+    with pytest.raises(ConfigError, match=rf"sweep.devices\[1\]: device '{device}' is not defined"):
         validate_config(config)
 
 
@@ -149,3 +230,28 @@ def test_variants_and_unsynced_timing_at_the_seed_size_by_default():
 def test_unknown_timing_is_rejected():
     with pytest.raises(ConfigError, match=r"sweep.timing\[0\]: 'async' is not one of"):
         validate_config(bad(("sweep", "timing"), ["async"]))
+    assert {len(points(smoke, *g)) for g in groups(smoke)} == {2}
+
+
+@pytest.mark.parametrize("n, size", [(0, 3), (1, 1), (7, 3), (9, 3), (10, 3), (250, 100)])
+def test_split_batches_covers_every_item_once_in_nearly_equal_batches(n, size):
+    items = list(range(n))
+    parts = split_batches(items, size)
+    assert len(parts) == -(-n // size)
+    assert sorted(x for part in parts for x in part) == items
+    assert all(len(part) <= size for part in parts)
+    if parts:
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    assert split_batches(items, size) == parts  # deterministic: a rerun finds its journal
+    with pytest.raises(ValueError):
+        split_batches(items, 0)
+
+
+def test_small_groups_stay_one_job_and_large_ones_are_batched():
+    default = load_config(REPO_ROOT / "config" / "config.yaml")
+    assert measure_jobs(default) == [(*g, 0) for g in groups(default)]
+    config = validate_config({**GOOD, "max_points_per_job": 1})
+    jobs = measure_jobs(config)
+    assert [j[3] for j in jobs] == [0, 1, 0, 1]  # two points per group, one per job
+    keys = [p.key() for b in batches(config, "s001-mlp", "torch", "cpu") for p in b]
+    assert keys == [p.key() for p in points(config, "s001-mlp", "torch", "cpu")]

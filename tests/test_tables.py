@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from crossover_study.provenance import table_columns
-from crossover_study.tables import TableError, collect_timings, validate_timings
+from crossover_study.tables import TableError, collect_timings, text_columns, validate_timings
 
 
 def _job_csv(path, **values):
@@ -42,3 +42,24 @@ def test_a_table_breaking_its_schema_is_refused_with_row_and_column():
         validate_timings(df)
     with pytest.raises(TableError, match="undocumented column"):
         validate_timings(df.assign(status="ok", speed=1.0))
+
+
+def test_digit_only_hashes_and_ids_stay_text(tmp_path):
+    # A 12-hex-digit config hash or run id is all digits about once in 280 runs.
+    row = {
+        "case": "s001-mlp",
+        "framework": "torch",
+        "device": "cuda",
+        "variant": "eager",
+        "status": "unavailable",
+        "message": "no CUDA device",
+        "config_hash": "150752106971",
+        "run_id": "000123456789",
+        "git_commit": "1234567",
+    }
+    part = tmp_path / "batch-0.csv"
+    pd.DataFrame([row], columns=list(table_columns("timings"))).to_csv(part, index=False)
+    df = collect_timings([part], tmp_path / "timings.csv")
+    assert df.loc[0, "config_hash"] == "150752106971" and df.loc[0, "run_id"] == "000123456789"
+    assert {"config_hash", "run_id", "git_commit", "message"} <= set(text_columns("timings"))
+    assert "step_time_s" not in text_columns("timings")

@@ -23,7 +23,7 @@ SEED_QUESTIONS: dict[str, str] = {
     "s002-iris": "Keras Iris model: TPU slower than CPU",
     "s004-lstm": "Keras LSTM: several GPUs no faster than one",
 }
-_DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA"}
+_DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA", "cuda_multi": "several-GPU CUDA", "tpu": "TPU"}
 
 
 def format_seconds(seconds: float) -> str:

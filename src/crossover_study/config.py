@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 import yaml
@@ -22,6 +23,7 @@ from .provenance import SCHEMAS
 from .spec import SEED_SIZES, PointSpec, config_hash
 
 SCHEMA_PATH = SCHEMAS / "config.schema.yaml"
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -68,6 +70,16 @@ def _schema_error(error: jsonschema.ValidationError) -> ConfigError:
         return ConfigError(
             f"config error at {where}: {error.instance!r} is not one of {error.validator_value}"
         )
+    key = error.absolute_path[-1] if error.absolute_path else None
+    if error.validator == "pattern" and key in ("slurm_partition", "slurm_account"):
+        return ConfigError(
+            f"config error at {where}: {error.instance!r} is not one name (no commas or "
+            "spaces: one partition and one account per device class)"
+        )
+    if error.validator == "not" and where.startswith("devices."):
+        return ConfigError(
+            f"config error at {where}: give gpu (with an optional gpu_model) or gres, not both"
+        )
     return ConfigError(f"config error at {where}: {error.message}")
 
 
@@ -76,10 +88,19 @@ def validate_config(config: Mapping[str, Any]) -> dict:
 
     Raises :class:`ConfigError` naming the first bad key path (unknown names or keys,
     non-positive or duplicate sizes, a swept device that ``devices`` does not define,
-    grid axes a case does not have).
+    grid axes a case does not have, a GPU count that is not a positive integer, a
+    partition or account with a comma or space, threads and cpus_per_task that differ).
+
+    A device class that gives ``cpus_per_task`` but not ``threads`` gets
+    ``threads = cpus_per_task``: a job's framework threads are the CPUs Slurm gives it.
     """
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
     config = copy.deepcopy(dict(config))
+    raw_devices = config.get("devices")
+    given = {
+        name: set(spec) if isinstance(spec, Mapping) else set()
+        for name, spec in (raw_devices.items() if isinstance(raw_devices, Mapping) else ())
+    }
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
@@ -91,6 +112,16 @@ def validate_config(config: Mapping[str, Any]) -> dict:
                 f"config error at sweep.devices[{i}]: device {device!r} is not defined "
                 f"under devices (defined: {', '.join(config['devices'])})"
             )
+    for name, spec in config["devices"].items():
+        if "cpus_per_task" not in spec:
+            continue
+        if "threads" in given.get(name, ()) and spec["threads"] != spec["cpus_per_task"]:
+            raise ConfigError(
+                f"config error at devices.{name}: threads ({spec['threads']}) and "
+                f"cpus_per_task ({spec['cpus_per_task']}) differ; a job's framework threads "
+                "must equal the CPUs Slurm gives it (give one of them, or equal values)"
+            )
+        spec["threads"] = spec["cpus_per_task"]
     return config
 
 
@@ -146,11 +177,60 @@ def points(config: Mapping[str, Any], case: str, framework: str, device: str) ->
 
 
 def groups(config: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Every (case, framework, device) job of the study."""
+    """Every (case, framework, device) group of the study (one or more measuring jobs)."""
     sweep = config["sweep"]
     return [
         (c, f, d) for c in config["cases"] for f in sweep["frameworks"] for d in sweep["devices"]
     ]
+
+
+def split_batches(items: Sequence[T], max_items: int) -> list[tuple[T, ...]]:
+    """Split ``items`` into ``ceil(len / max_items)`` batches of nearly equal size, dealt
+    round-robin (batch ``i`` holds items ``i, i + n, i + 2n, ...``), so that every batch
+    spans the range of a sorted list. Deterministic; ``[]`` for no items.
+
+    Raises ValueError when ``max_items`` is below 1.
+    """
+    if max_items < 1:
+        raise ValueError(f"max_items must be at least 1, got {max_items}")
+    n = math.ceil(len(items) / max_items)
+    return [tuple(items[i::n]) for i in range(n)]
+
+
+def batches(
+    config: Mapping[str, Any], case: str, framework: str, device: str
+) -> list[tuple[PointSpec, ...]]:
+    """The points of one group split into measuring jobs of at most
+    ``config['max_points_per_job']`` points each (see :func:`split_batches`)."""
+    return split_batches(points(config, case, framework, device), config["max_points_per_job"])
+
+
+def measure_jobs(config: Mapping[str, Any]) -> list[tuple[str, str, str, int]]:
+    """Every measuring job of the study as (case, framework, device, batch index)."""
+    return [
+        (c, f, d, i) for c, f, d in groups(config) for i in range(len(batches(config, c, f, d)))
+    ]
+
+
+#: Conda env (``envs/<name>.yaml``) of a measuring job per framework and device class.
+#: torch has no TPU backend here, so torch's tpu jobs (which only record unavailable rows)
+#: use the small CPU build.
+MEASURE_ENVS: dict[tuple[str, str], str] = {
+    ("torch", "cpu"): "torch-cpu",
+    ("torch", "cuda"): "torch-cuda",
+    ("torch", "cuda_multi"): "torch-cuda",
+    ("torch", "tpu"): "torch-cpu",
+    ("tensorflow", "cpu"): "tensorflow-cpu",
+    ("tensorflow", "cuda"): "tensorflow-cuda",
+    ("tensorflow", "cuda_multi"): "tensorflow-cuda",
+    ("tensorflow", "tpu"): "tensorflow-tpu",
+}
+
+
+def measure_env(framework: str, device: str) -> str:
+    """Path of the conda env file of a measuring job, relative to the repository root
+    (e.g. ``envs/torch-cuda.yaml``). Raises KeyError for an unknown pair."""
+    return f"envs/{MEASURE_ENVS[(framework, device)]}.yaml"
 
 
 def timing_policy(config: Mapping[str, Any]) -> TimingPolicy:

@@ -76,7 +76,16 @@ def thread_settings(framework: str) -> tuple[int, int]:
 
 
 def probe(framework: str, device: str) -> DeviceProbe:
-    """Whether ``device`` is visible to ``framework`` in this process, and its name."""
+    """Whether ``device`` is visible to ``framework`` in this process, and its name.
+
+    ``cuda_multi`` and ``tpu`` are never available for timing (the harness has no
+    replica or TPU variant yet): their probe says whether the hardware is there and why
+    nothing is timed, so their rows are ``unavailable`` with that reason.
+    """
+    if device == "tpu":
+        return _probe_tpu(framework)
+    if device == "cuda_multi":
+        return _probe_cuda_multi(framework)
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     cvd_text = "unset" if cvd is None else repr(cvd)
     if framework == "torch":
@@ -112,6 +121,84 @@ def probe(framework: str, device: str) -> DeviceProbe:
         return DeviceProbe(False, None, why, version, cuda, visible)
     name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", gpus[0].name)
     return DeviceProbe(True, name, None, version, cuda, visible)
+
+
+def _cvd_text() -> str:
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return "unset" if cvd is None else repr(cvd)
+
+
+def _versions(framework: str) -> tuple[str, str | None]:
+    """(framework version, CUDA version it was built with or None)."""
+    if framework == "torch":
+        import torch
+
+        return torch.__version__, torch.version.cuda
+    import tensorflow as tf
+
+    build = tf.sysconfig.get_build_info()
+    return tf.__version__, build.get("cuda_version") if build.get("is_cuda_build") else None
+
+
+def gpu_names(framework: str) -> list[str]:
+    """Names of the GPUs ``framework`` sees in this process (empty without any)."""
+    if framework == "torch":
+        import torch
+
+        if not torch.cuda.is_available():
+            return []
+        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    import tensorflow as tf
+
+    return [g.name for g in tf.config.list_physical_devices("GPU")]
+
+
+def tpu_names(framework: str) -> list[str]:
+    """Names of the TPU devices ``framework`` sees (TensorFlow's logical TPU devices;
+    torch has no TPU backend here, so always empty for torch)."""
+    if framework == "torch":
+        return []
+    import tensorflow as tf
+
+    return [d.name for d in tf.config.list_logical_devices("TPU")]
+
+
+def _probe_tpu(framework: str) -> DeviceProbe:
+    version, cuda = _versions(framework)
+    if framework == "torch":
+        why = f"torch has no TPU backend here (torch {version}; torch_xla is not used)"
+        return DeviceProbe(False, None, why, version, cuda, "no TPU backend")
+    tpus = tpu_names(framework)
+    visible = ", ".join(tpus) or "no TPU"
+    if not tpus:
+        why = (
+            f"no TPU visible to TensorFlow (tensorflow {version}; "
+            "tf.config.list_logical_devices('TPU') is empty)"
+        )
+    else:
+        why = (
+            f"{len(tpus)} TPU device(s) visible to TensorFlow, but the harness has no TPU "
+            "variant yet (TPUStrategy); nothing is timed under tpu"
+        )
+    return DeviceProbe(False, None, why, version, cuda, visible)
+
+
+def _probe_cuda_multi(framework: str) -> DeviceProbe:
+    version, cuda = _versions(framework)
+    gpus = gpu_names(framework)
+    visible = ", ".join(gpus) or "no GPU"
+    if len(gpus) < 2:
+        why = (
+            f"cuda_multi needs at least 2 GPUs; {len(gpus)} visible to {framework} "
+            f"({framework} {version}, built with CUDA {cuda or 'none'}; "
+            f"CUDA_VISIBLE_DEVICES={_cvd_text()})"
+        )
+    else:
+        why = (
+            f"{len(gpus)} GPUs visible to {framework}, but the harness has no several-GPU "
+            "(replica) variant yet; nothing is timed under cuda_multi"
+        )
+    return DeviceProbe(False, None, why, version, cuda, visible)
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -15,8 +15,14 @@ from dataclasses import asdict, dataclass, field
 #: Case names, exactly as the issues and the config use them.
 CASES: tuple[str, ...] = ("s000-hjb", "s001-mlp", "s002-iris", "s004-lstm")
 FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow")
-#: Device classes. ``cpu`` is the baseline; every other class is an accelerator.
-DEVICES: tuple[str, ...] = ("cpu", "cuda")
+#: Device classes. ``cpu`` is the baseline; every other class is an accelerator. Only
+#: ``cpu`` and ``cuda`` (one GPU) are measured today; ``cuda_multi`` (several GPUs of one
+#: node) and ``tpu`` can be swept and scheduled, and their jobs record
+#: ``status=unavailable`` rows with the reason (or fail, per ``missing_device``) until
+#: the harness has replica and TPU variants. Never a CPU timing under their names.
+DEVICES: tuple[str, ...] = ("cpu", "cuda", "cuda_multi", "tpu")
+#: Device classes the harness can time today (the others never get ``status=ok`` rows).
+MEASURABLE_DEVICES: tuple[str, ...] = ("cpu", "cuda")
 ACCELERATORS: tuple[str, ...] = tuple(d for d in DEVICES if d != "cpu")
 #: ``eager`` is the naive program as the seed's user wrote it (for Keras cases that is
 #: ``fit`` with ``jit_compile=False`` and ``steps_per_execution=1`` pinned). The others

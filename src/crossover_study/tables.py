@@ -50,6 +50,19 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def text_columns(table: str) -> tuple[str, ...]:
+    """Columns of ``table`` (timings or crossover) that the schema types as text only
+    (``string``, possibly null), in schema order."""
+    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+    names = []
+    for name, spec in schema["properties"].items():
+        types = spec.get("type", [])
+        types = {types} if isinstance(types, str) else set(types)
+        if "string" in types and not types & {"number", "integer", "boolean"}:
+            names.append(name)
+    return tuple(names)
+
+
 def collect_timings(csvs: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
     """Concatenate per-job CSVs into the study's timings table (atomically written).
 

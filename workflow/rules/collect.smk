@@ -1,10 +1,12 @@
-# Stage 2: collect the per-job tables into one tidy table, validated against its schema.
+# Stage 2: collect the per-job tables into one tidy table, validated against its schema
+# and against each job's probe record (no accelerator row without the accelerator).
 
 
 rule collect:
     input:
-        csvs=get_group_csvs(),
-        benchmarks=[f"logs/{STUDY}/benchmarks/measure/{c}/{f}/{d}.tsv" for c, f, d in GROUPS],
+        csvs=get_batch_csvs(),
+        probes=get_batch_probes(),
+        benchmarks=get_batch_benchmarks(),
     output:
         timings=report(
             f"{RESULTS}/timings.csv",
@@ -16,6 +18,10 @@ rule collect:
         f"logs/{STUDY}/collect.log",
     conda:
         "../../envs/report.yaml"
+    # Light work on the cpu class's partition; memory and time from default-resources.
+    resources:
+        slurm_partition=get_slurm_partition,
+        slurm_account=get_slurm_account,
     params:
         # false: refuse a curve whose rows come from different environments.
         merge_environments=config["merge_environments"],

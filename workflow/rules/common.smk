@@ -16,7 +16,10 @@ config.update(study_config.validate_config(config))
 STUDY = config["study"]
 RESULTS = f"results/{STUDY}"
 REPORTS = f"reports/{STUDY}"
-GROUPS = study_config.groups(config)
+# Every measuring job as (case, framework, device, batch): a group with more than
+# max_points_per_job points is split into batches, each its own job and journal.
+MEASURE_JOBS = study_config.measure_jobs(config)
+POINTS = f"{RESULTS}/points/{{case}}/{{framework}}/{{device}}/batch-{{batch}}"
 
 
 def _alternatives(names):
@@ -27,27 +30,95 @@ wildcard_constraints:
     case=_alternatives(config["cases"]),
     framework=_alternatives(config["sweep"]["frameworks"]),
     device=_alternatives(config["sweep"]["devices"]),
+    batch=r"\d+",
 
 
-def get_group_csvs():
-    """Per-job timing tables of every case x framework x device of the study."""
-    return [f"{RESULTS}/points/{c}/{f}/{d}.csv" for c, f, d in GROUPS]
+def _measure_paths(pattern):
+    return [pattern.format(case=c, framework=f, device=d, batch=i) for c, f, d, i in MEASURE_JOBS]
+
+
+def get_batch_csvs():
+    """Timing tables of every measuring job (case x framework x device x batch)."""
+    return _measure_paths(f"{POINTS}.csv")
+
+
+def get_batch_probes():
+    """Probe records of every measuring job, in the order of get_batch_csvs()."""
+    return _measure_paths(f"{POINTS}.probe.json")
+
+
+def get_batch_benchmarks():
+    """Snakemake benchmark files of every measuring job (for the wall-time summary)."""
+    return _measure_paths(
+        f"logs/{STUDY}/benchmarks/measure/{{case}}/{{framework}}/{{device}}/batch-{{batch}}.tsv"
+    )
 
 
 def get_point_keys(wildcards):
     """Keys of the points a measuring job measures (a change reruns the job)."""
-    pts = study_config.points(config, wildcards.case, wildcards.framework, wildcards.device)
-    return [p.key() for p in pts]
+    batches = study_config.batches(config, wildcards.case, wildcards.framework, wildcards.device)
+    return [p.key() for p in batches[int(wildcards.batch)]]
+
+
+def _device_class(wildcards):
+    """Config of the job's device class; jobs without a device wildcard (collect,
+    crossover, report) belong to the cpu class."""
+    return config["devices"].get(wildcards.get("device", "cpu"), {})
 
 
 def get_threads(wildcards):
-    """CPU threads of a measuring job: the device class's configured threads."""
+    """CPU threads of a measuring job: its device class's threads (= cpus_per_task)."""
     return config["devices"][wildcards.device]["threads"]
 
 
+def get_cpus_per_task(wildcards, threads):
+    """CPUs Slurm gives the job: always its threads, which the framework is pinned to."""
+    return threads
+
+
+def get_slurm_partition(wildcards):
+    """The one Slurm partition of the job's device class (None: the cluster's default)."""
+    return _device_class(wildcards).get("slurm_partition")
+
+
+def get_slurm_account(wildcards):
+    """Slurm account of the job's device class (None: the executor plugin guesses)."""
+    return _device_class(wildcards).get("slurm_account")
+
+
+def get_constraint(wildcards):
+    """Node features of a measuring job's device class (None: any node)."""
+    return config["devices"][wildcards.device].get("constraint")
+
+
+def get_gpu(wildcards):
+    """GPUs of a measuring job (plugin resource gpu, sbatch --gpus), or None."""
+    return config["devices"][wildcards.device].get("gpu")
+
+
+def get_gpu_model(wildcards):
+    """GPU model of a measuring job (with gpu), or None."""
+    return config["devices"][wildcards.device].get("gpu_model")
+
+
+def get_gres(wildcards):
+    """Generic resources of a measuring job (sbatch --gres), or None."""
+    return config["devices"][wildcards.device].get("gres")
+
+
+def get_mem_mb(wildcards):
+    """Memory of a measuring job in MB (its device class's mem_mb)."""
+    return config["devices"][wildcards.device]["mem_mb"]
+
+
+def get_runtime(wildcards):
+    """Wall-time limit of a measuring job in minutes (its device class's runtime)."""
+    return config["devices"][wildcards.device]["runtime"]
+
+
 def get_env(wildcards):
-    """Conda env of a measuring job, per framework (used with --sdm conda)."""
-    return f"../../envs/{wildcards.framework}.yaml"
+    """Conda env of a measuring job, per framework and device (used with --sdm conda)."""
+    return f"../../{study_config.measure_env(wildcards.framework, wildcards.device)}"
 
 
 def get_output_dir(wildcards, output):

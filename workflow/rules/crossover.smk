@@ -14,6 +14,10 @@ rule crossover:
         f"logs/{STUDY}/crossover.log",
     conda:
         "../../envs/report.yaml"
+    # Light work on the cpu class's partition; memory and time from default-resources.
+    resources:
+        slurm_partition=get_slurm_partition,
+        slurm_account=get_slurm_account,
     params:
         bootstrap=config["crossover"]["bootstrap"],
         seed=config["crossover"]["seed"],

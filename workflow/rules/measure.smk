@@ -1,23 +1,38 @@
 # Stage 1: measure. One job per case x framework x device runs all its sizes and variants
-# in one process, so that framework import and process start are paid once per job.
+# in one process, so that framework import and process start are paid once per job; a
+# group larger than max_points_per_job is split into batches (one job and journal each).
 
 
 rule measure:
     output:
-        f"{RESULTS}/points/{{case}}/{{framework}}/{{device}}.csv",
+        csv=f"{POINTS}.csv",
+        # What the job was given and saw (host, Slurm job, partition, CPUs, GPUs, TPUs).
+        probe=f"{POINTS}.probe.json",
     log:
-        f"logs/{STUDY}/measure/{{case}}/{{framework}}/{{device}}.log",
+        f"logs/{STUDY}/measure/{{case}}/{{framework}}/{{device}}/batch-{{batch}}.log",
     benchmark:
-        f"logs/{STUDY}/benchmarks/measure/{{case}}/{{framework}}/{{device}}.tsv"
+        f"logs/{STUDY}/benchmarks/measure/{{case}}/{{framework}}/{{device}}/batch-{{batch}}.tsv"
     conda:
         get_env
     # Threads come from the device class's config; the harness pins the framework to them.
     threads: get_threads
+    # Slurm resources of the device class (snakemake-executor-plugin-slurm names). GPUs are
+    # asked for with gpu/gres, never slurm_extra; cpus_per_task is the job's threads.
+    resources:
+        slurm_partition=get_slurm_partition,
+        slurm_account=get_slurm_account,
+        constraint=get_constraint,
+        gpu=get_gpu,
+        gpu_model=get_gpu_model,
+        gres=get_gres,
+        cpus_per_task=get_cpus_per_task,
+        mem_mb=get_mem_mb,
+        runtime=get_runtime,
     params:
         points=get_point_keys,
         # Not an output: Snakemake deletes outputs before a job runs; the journal must
         # survive a crash so that a rerun measures only the missing points.
-        journal=f"{RESULTS}/journal/{{case}}/{{framework}}/{{device}}.jsonl",
+        journal=f"{RESULTS}/journal/{{case}}/{{framework}}/{{device}}/batch-{{batch}}.jsonl",
         timing=config["timing"],
         missing_device=config["missing_device"],
         src=SRC,

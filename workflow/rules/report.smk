@@ -20,6 +20,10 @@ rule report_notebook:
         notebook=f"{REPORTS}/report.ipynb",
     conda:
         "../../envs/report.yaml"
+    # Light work on the cpu class's partition; memory and time from default-resources.
+    resources:
+        slurm_partition=get_slurm_partition,
+        slurm_account=get_slurm_account,
     params:
         study=STUDY,
         src=SRC,
@@ -41,6 +45,10 @@ rule report_html:
         f"logs/{STUDY}/report_html.log",
     conda:
         "../../envs/report.yaml"
+    # Light work on the cpu class's partition; memory and time from default-resources.
+    resources:
+        slurm_partition=get_slurm_partition,
+        slurm_account=get_slurm_account,
     params:
         outdir=get_output_dir,
         # The lab template without CDN scripts, so that the report works offline.

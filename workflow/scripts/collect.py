@@ -1,4 +1,5 @@
-"""Snakemake job: concatenate the per-job tables into timings.csv and record wall time."""
+"""Snakemake job: check each job's table against its probe record, concatenate the
+tables into timings.csv and record wall time."""
 
 import json
 import sys
@@ -8,8 +9,12 @@ def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
     from crossover_study.environments import EnvironmentMixError, check_environments
+    from crossover_study.probe import check_tables
     from crossover_study.tables import collect_timings, wall_summary
 
+    # Refuses (naming the file) an accelerator row with status ok whose job saw no
+    # such device: a lost GPU request must not become a CPU timing under its name.
+    check_tables(snakemake.input.csvs, snakemake.input.probes)
     timings = collect_timings(snakemake.input.csvs, snakemake.output.timings)
     # Stops (naming the rows) when one curve mixes hosts, devices or library versions,
     # unless the config merges them on purpose; then the differences are logged.

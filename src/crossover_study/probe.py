@@ -1,0 +1,180 @@
+"""The probe record: what a measuring job was given and what it saw.
+
+Every measuring job writes one JSON record beside its timings table
+(``points/<case>/<framework>/<device>/batch-<i>.probe.json``): host, Slurm job id,
+partition and node, the CPUs it was given and the threads it used, the GPUs and TPUs
+it could see (``CUDA_VISIBLE_DEVICES``, the framework's own device lists), the
+framework's version and CUDA build. The collect step checks every accelerator table
+against its probe (:func:`check_table`): an ``ok`` row of ``cuda`` from a job whose
+probe shows no GPU is refused, so a lost GPU request (CASES.md P7) cannot turn into a
+CPU timing under the GPU's name.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import socket
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from . import frameworks
+
+#: Format version of the record; bump it when a key changes meaning.
+PROBE_VERSION = 1
+#: Slurm variables that tell which GPUs a job was given.
+SLURM_GPU_ENV = ("SLURM_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE", "GPU_DEVICE_ORDINAL")
+#: Environment variables set on TPU hosts (Cloud TPU VMs, Colab).
+TPU_ENV = ("TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "COLAB_TPU_ADDR")
+#: Fewest devices of its kind a probe must show for ``ok`` rows of a device class.
+REQUIRED_DEVICES: dict[str, tuple[str, int]] = {
+    "cuda": ("gpus", 1),
+    "cuda_multi": ("gpus", 2),
+    "tpu": ("tpus", 1),
+}
+
+
+class ProbeError(ValueError):
+    """A timings table disagrees with its probe record, or the record is unreadable;
+    the message names the files."""
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _framework_devices(framework: str) -> list[str]:
+    """Every device the framework lists in this process (its own names)."""
+    if framework == "torch":
+        return ["cpu", *(f"cuda:{i} {n}" for i, n in enumerate(frameworks.gpu_names("torch")))]
+    import tensorflow as tf
+
+    return [d.name for d in tf.config.list_physical_devices()] + [
+        d.name for d in tf.config.list_logical_devices("TPU")
+    ]
+
+
+def probe_record(framework: str, device: str, threads: int) -> dict:
+    """The probe of this process, as a JSON-ready dict.
+
+    ``threads`` is the number of CPU threads the job pinned its framework to. Imports
+    the framework (call it after the measurement, so that neither the thread pinning
+    nor the import time is disturbed). CPU counts are integers or None; ``gpus`` and
+    ``tpus`` list the device names the framework sees (empty lists when none).
+    """
+    seen = frameworks.probe(framework, device)
+    slurm_cpus = _int_env("SLURM_CPUS_PER_TASK")
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    cpus_given = slurm_cpus if slurm_cpus is not None else affinity
+    return {
+        "probe_version": PROBE_VERSION,
+        "utc_time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "framework": framework,
+        "device": device,
+        "hostname": socket.gethostname(),
+        "node": os.environ.get("SLURMD_NODENAME"),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+        "partition": os.environ.get("SLURM_JOB_PARTITION"),
+        "cpus": {
+            "given": cpus_given,
+            "threads": threads,
+            "slurm_cpus_per_task": slurm_cpus,
+            "slurm_cpus_on_node": _int_env("SLURM_CPUS_ON_NODE"),
+            "affinity": affinity,
+            "os_cpu_count": os.cpu_count(),
+        },
+        # Under Slurm the framework's threads must be the CPUs the job was given.
+        "threads_equal_cpus_given": threads == slurm_cpus if slurm_cpus is not None else None,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "slurm_gpu_env": {k: os.environ[k] for k in SLURM_GPU_ENV if k in os.environ},
+        "tpu_env": {k: os.environ[k] for k in TPU_ENV if k in os.environ},
+        "accel_device_files": sorted(glob.glob("/dev/accel*")),
+        "gpus": frameworks.gpu_names(framework),
+        "tpus": frameworks.tpu_names(framework),
+        "framework_devices": _framework_devices(framework),
+        "framework_version": seen.framework_version,
+        "cuda_build": seen.cuda_version,
+        "device_available": seen.available,
+        "device_reason": seen.reason,
+    }
+
+
+def write_probe(record: Mapping, path: str | Path) -> None:
+    """Write ``record`` as indented JSON to ``path`` (temporary file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def load_probe(path: str | Path) -> dict:
+    """Read a probe record. Raises :class:`ProbeError` naming ``path`` when it is
+    missing, not JSON, or not a record."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ProbeError(f"cannot read probe record {path}: {exc}") from exc
+    if not isinstance(record, dict) or "device" not in record:
+        raise ProbeError(f"{path} is not a probe record (no 'device' key)")
+    return record
+
+
+def shows_device(record: Mapping, device: str) -> bool:
+    """True when the probe ``record`` shows enough devices of class ``device``
+    (``cpu``: always; ``cuda``: a GPU; ``cuda_multi``: two GPUs; ``tpu``: a TPU)."""
+    if device == "cpu":
+        return True
+    key, fewest = REQUIRED_DEVICES[device]
+    return len(record.get(key) or []) >= fewest
+
+
+def check_table(rows, record: Mapping, table: str | Path, probe: str | Path) -> None:
+    """Refuse a timings table whose accelerator rows the probe does not back.
+
+    ``rows`` is the table (a pandas DataFrame or a list of row dicts with ``device``
+    and ``status``). Raises :class:`ProbeError`, naming both files, when the probe was
+    written for another device class than a row's, or when a row of an accelerator
+    class has ``status=ok`` while the probe shows no such device.
+    """
+    records = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
+    for i, row in enumerate(records):
+        device = row.get("device")
+        if device != record.get("device"):
+            raise ProbeError(
+                f"{table}: row {i} is for device {device!r} but its probe {probe} was "
+                f"written by a {record.get('device')!r} job"
+            )
+        if device == "cpu" or row.get("status") != "ok":
+            continue
+        if not shows_device(record, device):
+            key, fewest = REQUIRED_DEVICES[device]
+            raise ProbeError(
+                f"{table}: row {i} has status ok for device {device!r}, but its probe "
+                f"{probe} shows {len(record.get(key) or [])} {key} (at least {fewest} "
+                f"needed; host {record.get('hostname')}, partition {record.get('partition')}, "
+                f"CUDA_VISIBLE_DEVICES={record.get('cuda_visible_devices')!r}). Refusing to "
+                "count a timing that no such device produced."
+            )
+
+
+def check_tables(tables, probes) -> None:
+    """:func:`check_table` for each timings CSV and its probe record (same order).
+
+    Raises :class:`ProbeError` for the first disagreement, or when the lists differ in
+    length.
+    """
+    import pandas as pd
+
+    tables, probes = list(tables), list(probes)
+    if len(tables) != len(probes):
+        raise ProbeError(f"{len(tables)} timings tables but {len(probes)} probe records")
+    for table, probe in zip(tables, probes, strict=True):
+        check_table(pd.read_csv(table), load_probe(probe), table, probe)

@@ -1,0 +1,148 @@
+"""Probe records and the collect step's check: no accelerator row without the accelerator;
+device classes that cannot be measured yet never get a CPU timing under their names."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from crossover_study import frameworks
+from crossover_study.harness import TimingPolicy
+from crossover_study.probe import (
+    ProbeError,
+    check_table,
+    check_tables,
+    load_probe,
+    probe_record,
+    shows_device,
+    write_probe,
+)
+from crossover_study.runner import GroupSpec, run_group
+from crossover_study.spec import PointSpec
+
+SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
+
+
+def rows(device, statuses):
+    return pd.DataFrame({"device": [device] * len(statuses), "status": statuses})
+
+
+def record(device, gpus=(), tpus=()):
+    return {"device": device, "gpus": list(gpus), "tpus": list(tpus), "hostname": "n1"}
+
+
+def test_probe_record_of_this_process_says_what_the_job_got(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_PARTITION", "gpu")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    frameworks.import_framework("torch", "cuda", 1)
+    rec = probe_record("torch", "cuda", threads=1)
+    assert rec["slurm_job_id"] == "4242" and rec["partition"] == "gpu"
+    assert rec["cpus"]["given"] == rec["cpus"]["threads"] == 1
+    assert rec["threads_equal_cpus_given"] is True
+    assert rec["cuda_visible_devices"] == "1" and rec["hostname"]
+    assert rec["gpus"] == [] and rec["tpus"] == []  # no GPU on the test machine
+    assert rec["framework_devices"][0] == "cpu" and rec["framework_version"]
+    assert rec["device_available"] is False and "no CUDA device" in rec["device_reason"]
+    json.dumps(rec)  # JSON-ready
+
+
+def test_threads_are_checked_against_slurm_cpus_only_under_slurm(monkeypatch):
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert probe_record("torch", "cpu", threads=1)["threads_equal_cpus_given"] is None
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
+    assert probe_record("torch", "cpu", threads=2)["threads_equal_cpus_given"] is False
+
+
+def test_write_and_load(tmp_path):
+    path = tmp_path / "a" / "batch-0.probe.json"
+    write_probe(record("cuda", gpus=["H200"]), path)
+    assert load_probe(path)["gpus"] == ["H200"]
+    with pytest.raises(ProbeError, match="cannot read probe record .*missing.json"):
+        load_probe(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ProbeError, match="bad.json is not a probe record"):
+        load_probe(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize(
+    "device, rec, shown",
+    [
+        ("cpu", record("cpu"), True),
+        ("cuda", record("cuda"), False),
+        ("cuda", record("cuda", gpus=["H200"]), True),
+        ("cuda_multi", record("cuda_multi", gpus=["H200"]), False),
+        ("cuda_multi", record("cuda_multi", gpus=["H200", "H200"]), True),
+        ("tpu", record("tpu"), False),
+        ("tpu", record("tpu", tpus=["/device:TPU:0"]), True),
+    ],
+)
+def test_shows_device(device, rec, shown):
+    assert shows_device(rec, device) is shown
+
+
+def test_ok_accelerator_rows_without_the_device_are_refused_naming_the_files():
+    with pytest.raises(ProbeError, match=r"t.csv: row 1 has status ok for device 'cuda'.*p.json"):
+        check_table(rows("cuda", ["unavailable", "ok"]), record("cuda"), "t.csv", "p.json")
+    with pytest.raises(ProbeError, match=r"device 'tpu'.* shows 0 tpus"):
+        check_table(rows("tpu", ["ok"]), record("tpu"), "t.csv", "p.json")
+    with pytest.raises(ProbeError, match=r"'cuda_multi'.* shows 1 gpus \(at least 2 needed"):
+        check_table(rows("cuda_multi", ["ok"]), record("cuda_multi", gpus=["A"]), "t", "p")
+
+
+def test_backed_or_unmeasured_rows_pass():
+    check_table(rows("cuda", ["ok", "oom"]), record("cuda", gpus=["H200"]), "t", "p")
+    check_table(rows("cuda", ["unavailable"] * 2), record("cuda"), "t", "p")
+    check_table(rows("cpu", ["ok", "error"]), record("cpu"), "t", "p")
+
+
+def test_a_probe_of_another_device_class_is_refused():
+    with pytest.raises(ProbeError, match=r"row 0 is for device 'cuda' but its probe p"):
+        check_table(rows("cuda", ["ok"]), record("cpu", gpus=["H200"]), "t", "p")
+
+
+def test_check_tables_reads_the_files(tmp_path):
+    table, probe = tmp_path / "batch-0.csv", tmp_path / "batch-0.probe.json"
+    rows("cuda", ["ok"]).to_csv(table, index=False)
+    write_probe(record("cuda"), probe)
+    with pytest.raises(ProbeError, match=str(table)):
+        check_tables([table], [probe])
+    write_probe(record("cuda", gpus=["H200"]), probe)
+    check_tables([table], [probe])
+    with pytest.raises(ProbeError, match="1 timings tables but 0 probe records"):
+        check_tables([table], [])
+
+
+@pytest.mark.parametrize(
+    "framework, device, reason",
+    [
+        ("torch", "tpu", "torch has no TPU backend here"),
+        ("torch", "cuda_multi", "cuda_multi needs at least 2 GPUs; 0 visible to torch"),
+        ("tensorflow", "tpu", "no TPU visible to TensorFlow"),
+        ("tensorflow", "cuda_multi", "cuda_multi needs at least 2 GPUs; 0 visible to tensorflow"),
+    ],
+)
+def test_unmeasurable_classes_probe_unavailable_with_the_reason(framework, device, reason):
+    frameworks.import_framework(framework, device, 1)
+    seen = frameworks.probe(framework, device)
+    assert seen.available is False and reason in seen.reason
+    assert seen.framework_version
+
+
+def _group(device, missing):
+    pts = tuple(
+        PointSpec("s001-mlp", "torch", device, "eager", {**SEED, "hidden": h}) for h in (128, 256)
+    )
+    policy = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1)
+    return GroupSpec("s001-mlp", "torch", device, pts, 1, policy, missing, "h")
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda_multi"])
+def test_tpu_and_multi_gpu_jobs_follow_missing_device(tmp_path, device):
+    out = run_group(_group(device, "skip"), tmp_path / "j.jsonl", tmp_path / "o.csv", log=print)
+    assert [r["status"] for r in out] == ["unavailable", "unavailable"]
+    assert all(r.get("step_time_s") is None and r["message"] for r in out)
+    with pytest.raises(frameworks.DeviceMissingError, match=f"'{device}' was asked for"):
+        run_group(_group(device, "fail"), tmp_path / "j2.jsonl", tmp_path / "o2.csv")
+    assert not (tmp_path / "o2.csv").exists()
