@@ -39,6 +39,8 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     schema = yaml.safe_load((SCHEMAS / "timings.schema.yaml").read_text())
     out = df.copy()
     for column, spec in schema["properties"].items():
+        if column not in out:
+            continue
         types = spec["type"] if isinstance(spec["type"], list) else [spec["type"]]
         values = out[column]
         if "boolean" in types:
@@ -63,13 +65,17 @@ def text_columns(table: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def collect_timings(csvs: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
+def collect_timings(
+    csvs: Iterable[str | Path], out: str | Path, columns: Iterable[str] | None = None
+) -> pd.DataFrame:
     """Concatenate per-job CSVs into the study's timings table (atomically written).
 
-    Returns the table with the documented columns in schema order.
+    Returns the table with the documented columns in schema order, or with ``columns``
+    (the audit re-collects a run recorded under an older schema with that run's own
+    header). Raises TableError when a row breaks the schema.
     """
     frames = [pd.read_csv(p, dtype=object) for p in csvs]
-    columns = list(table_columns("timings"))
+    columns = list(columns) if columns is not None else list(table_columns("timings"))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     df = _typed(df.reindex(columns=columns))
     validate_timings(df, source=str(out))
