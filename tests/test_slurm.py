@@ -112,6 +112,9 @@ def study(workdir: Path, missing_device: str) -> Path:
     config["study"] = f"slurm-{missing_device}"
     config["sweep"]["frameworks"] = ["torch"]
     config["sweep"]["devices"] = ["cpu", "cuda", "tpu"]
+    # The naive program only: partitions and GPUs are the subject here, not variants.
+    config["sweep"]["variants"] = ["eager"]
+    config["sweep"]["timing"] = ["synced"]
     config["missing_device"] = missing_device
     path = workdir / "study.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -205,8 +208,9 @@ def test_every_job_ran_in_its_device_partition(skip_run):
     for _, job in measured.iterrows():
         assert job["Partition"] == PARTITION[job["device"]], job.to_dict()
     others = jobs.drop(measured.index)
-    # collect, crossover, report_notebook, report_html: the cpu class's partition
-    assert len(others) == 4 and set(others["Partition"]) == {"cpu"}, others.to_string()
+    # collect, crossover, report_notebook, report_html, manifest, ro_crate: the cpu
+    # class's partition
+    assert len(others) == 6 and set(others["Partition"]) == {"cpu"}, others.to_string()
 
 
 def test_cuda_jobs_got_one_gpu_and_the_others_none(skip_run):

@@ -51,6 +51,7 @@ def test_digit_only_hashes_and_ids_stay_text(tmp_path):
         "framework": "torch",
         "device": "cuda",
         "variant": "eager",
+        "timing": "synced",
         "status": "unavailable",
         "message": "no CUDA device",
         "config_hash": "150752106971",
