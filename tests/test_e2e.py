@@ -1,26 +1,15 @@
 """The smoke study end to end through Snakemake, in a temporary working directory."""
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import run_snakemake
 
 from crossover_study.provenance import REPO_ROOT
 
-SNAKEMAKE = Path(sys.executable).with_name("snakemake")
-
-
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    cmd = [str(SNAKEMAKE), "-s", str(REPO_ROOT / "Snakefile"), "-d", str(workdir), "--cores", "2"]
-    result = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=900)
-    if check and result.returncode != 0:
-        raise AssertionError(f"snakemake failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
-    return result
+# One runner of the workflow for all end-to-end tests (tests/conftest.py).
+snakemake = run_snakemake
 
 
 # The smoke study itself (fixture smoke_run) runs once per session: tests/conftest.py.
