@@ -198,3 +198,16 @@ def test_torch_compile_variant_trains_and_counts_its_graphs():
     m = measure(w, TimingPolicy(min_block_s=0.005, n_blocks=3, max_warmup_s=0.05))
     assert m.traces_first_step >= 1 and m.traces_timed == 0
     assert math.isfinite(m.final_loss)
+
+
+def test_loss_read_cadence_of_the_compiled_and_keras_paths_is_recorded():
+    frameworks.import_framework("tensorflow", "cpu", 1)
+    from crossover_study.workloads.tf_cases import MLP, Iris
+
+    assert MLP("cpu", SMALL["s001-mlp"], "loop").loss_read_every == 1000  # before setup
+    loop = MLP("cpu", SMALL["s001-mlp"], "loop")
+    loop.setup()
+    assert loop.loss_read_every == 0  # one read per compiled loop, i.e. per block
+    assert Iris("cpu", SMALL["s002-iris"], "train_on_batch").loss_read_every == 1
+    assert Iris("cpu", SMALL["s002-iris"], "tf_data_repeat").loss_read_every == 0
+    assert Iris("cpu", SMALL["s002-iris"]).loss_read_every == 2  # once per fit epoch

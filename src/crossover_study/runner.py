@@ -217,7 +217,9 @@ def measure_point(
     return {
         "status": "ok",
         "message": (
-            f"{m.traces_timed} tf.function trace(s) inside the timed blocks" if retraced else None
+            f"{m.traces_timed} trace(s) or recompilation(s) inside the timed blocks"
+            if retraced
+            else None
         ),
         "step_time_s": m.step_time_s,
         "step_time_iqr_s": m.step_time_iqr_s,

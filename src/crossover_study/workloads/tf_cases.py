@@ -86,6 +86,7 @@ class _TFWorkload:
         if v == "xla":
             return tf.function(step, jit_compile=True), None
         if v == "loop":
+            self.loss_read_every = 0  # read once per call, i.e. once per timed block
 
             @tf.function
             def loop(n, *batch):
@@ -265,6 +266,10 @@ class _KerasFit(_TFWorkload):
             raise NotApplicable("Keras fit already runs its step as a tf.function (= eager)")
         if variant == "loop":
             raise NotApplicable("for Keras fit, many steps per program is steps_per_execution")
+        if variant == "train_on_batch":
+            self.loss_read_every = 1  # train_on_batch returns the loss as a float
+        if variant == "tf_data_repeat":
+            self.loss_read_every = 0  # one long epoch per call: logs once per block
         if variant in ("train_on_batch", "custom_step"):
             # No fit call to amortise: a block is any whole number of epochs.
             self.min_steps_per_block = self.steps_per_call
