@@ -33,3 +33,7 @@ def test_harness_agrees_with_the_reference_timer_on_the_cpu(framework, case, siz
     # Loose bounds: CI machines are shared; benchmarks/timer_agreement.py holds the
     # strict [0.95, 1.05] target and prints the measured ratios.
     assert 0.7 < result.ratio < 1.4, result.line()
+    assert result.steps_per_block >= 1
+    if framework == "torch":
+        # The reference also reports its own block choice, for the like-with-like story.
+        assert result.own_block_steps >= 1 and result.own_mean_s > 0, result.line()
