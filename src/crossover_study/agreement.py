@@ -64,8 +64,7 @@ class Agreement:
         return (
             f"{self.framework:<10} {self.device:<4} {self.case} {sizes}: "
             f"ours {self.ours_s * 1e6:9.1f} us/step, reference {self.reference_s * 1e6:9.1f} "
-            f"us/step, ratio {self.ratio:.3f} (k={self.steps_per_block})"
-            + self._own_blocks()
+            f"us/step, ratio {self.ratio:.3f} (k={self.steps_per_block})" + self._own_blocks()
         )
 
     def _own_blocks(self) -> str:
