@@ -43,3 +43,43 @@ def test_no_variants_measured():
     assert remedy_sentence(df, "s002-iris") == (
         "No variant other than eager was measured at the seed's size."
     )
+
+
+def test_remedy_shift_sentence_sets_the_remedy_beside_eager():
+    import json
+
+    from crossover_study.answers import remedy_shift_sentence
+    from crossover_study.crossover import crossover_table, remedy_shift
+
+    rows = []
+    for device, variant, times in (
+        ("cpu", "eager", [1e-5 * h for h in (32, 128, 512, 2048)]),
+        ("cuda", "eager", [2.56e-3] * 4),
+        ("cuda", "cuda_graph", [6.4e-4] * 4),
+    ):
+        for h, t in zip((32, 128, 512, 2048), times, strict=True):
+            rows.append(
+                {
+                    "case": "s001-mlp",
+                    "framework": "torch",
+                    "device": device,
+                    "variant": variant,
+                    "batch": 64,
+                    "d_in": 1024,
+                    "hidden": h,
+                    "status": "ok",
+                    "step_time_s": t,
+                    "block_step_times_s": json.dumps([t, t, t]),
+                    "cold_start_s": 0.1 if device == "cpu" else 1.0,
+                    "first_step_s": 0.01,
+                }
+            )
+    shift = remedy_shift(crossover_table(pd.DataFrame(rows), n_boot=50))
+    text = remedy_shift_sentence(shift, "s001-mlp")
+    # At H = 128: CPU eager 1.28 ms vs GPU graph 0.64 ms -> 2x faster; N* = (1.01 - 0.11)
+    # / (1.28e-3 - 0.64e-3) = 1407 steps; eager's GPU is slower: never.
+    assert "torch cuda_graph on CUDA is 2.0\u00d7 faster than the CPU's eager" in text
+    assert "overtakes it at hidden ≈ 64 (eager: at hidden ≈ 256; 4.0\u00d7 smaller)" in text
+    assert "time-to-train wins after 1,407 steps (eager: never)" in text
+    empty = remedy_shift_sentence(shift, "s000-hjb")
+    assert empty.startswith("No remedy (a variant other than eager) has ok accelerator rows")

@@ -6,7 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossover_study.crossover import bootstrap_crossover, crossover_size, crossover_table, n_star
+from crossover_study.crossover import (
+    SHIFT_COLUMNS,
+    bootstrap_crossover,
+    crossover_size,
+    crossover_table,
+    n_star,
+    remedy_shift,
+)
 from crossover_study.provenance import table_columns
 
 
@@ -145,3 +152,59 @@ def test_unsynced_rows_never_enter_the_crossover():
     table = crossover_table(pd.DataFrame(rows), n_boot=100)
     row = table[table["axis"] == "hidden"].iloc[0]
     assert row["crossover_size"] == pytest.approx(256.0)
+
+
+def _variant(rows, variant):
+    return [{**r, "variant": variant} for r in rows]
+
+
+def test_accelerator_only_remedy_is_compared_with_the_cpu_eager_program():
+    # eager: the GPU costs 2.56 ms flat, the CPU 10 us x H -> crossover at H = 256.
+    # cuda_graph: the GPU step drops to 0.64 ms -> crossover at H = 64; on the CPU the
+    # variant is not_applicable, so the GPU is compared with the CPU's eager program.
+    sizes = [32, 128, 512, 2048]
+    cpu = _rows("cpu", sizes, [1e-5 * s for s in sizes])
+    acc = _rows("cuda", sizes, [2.56e-3] * 4)
+    graph = _variant(_rows("cuda", sizes, [6.4e-4] * 4), "cuda_graph")
+    cpu_na = _variant(
+        _rows("cpu", sizes, [None] * 4, status="not_applicable", message="needs CUDA"),
+        "cuda_graph",
+    )
+    table = crossover_table(pd.DataFrame(cpu + acc + graph + cpu_na), n_boot=100)
+    hidden = table[table["axis"] == "hidden"].set_index("variant")
+    assert hidden.loc["cuda_graph", "cpu_variant"] == "eager"
+    assert hidden.loc["eager", "cpu_variant"] == "eager"
+    assert hidden.loc["cuda_graph", "crossover_size"] == pytest.approx(64.0)
+
+    shift = remedy_shift(table)
+    assert list(shift.columns) == list(SHIFT_COLUMNS)
+    row = shift[(shift["axis"] == "hidden") & (shift["variant"] == "cuda_graph")].iloc[0]
+    assert row["eager_crossover_size"] == pytest.approx(256.0)
+    assert row["crossover_size"] == pytest.approx(64.0)
+    assert row["crossover_shift"] == pytest.approx(0.25)
+    # N* at the seed (H = 128): eager never catches up (GPU slower); cuda_graph does.
+    assert pd.isna(row["eager_n_star_steps"])
+    assert row["n_star_steps"] > 0
+
+
+def test_remedy_that_also_runs_on_the_cpu_is_compared_like_with_like():
+    sizes = [32, 128, 512, 2048]
+    cpu = _rows("cpu", sizes, [1e-5 * s for s in sizes])
+    acc = _rows("cuda", sizes, [2.56e-3] * 4)
+    # The variant halves the CPU's step too: the GPU at 0.64 ms now meets 5 us x H at 128.
+    cpu_v = _variant(_rows("cpu", sizes, [5e-6 * s for s in sizes]), "loop")
+    acc_v = _variant(_rows("cuda", sizes, [6.4e-4] * 4), "loop")
+    table = crossover_table(pd.DataFrame(cpu + acc + cpu_v + acc_v), n_boot=100)
+    row = table[(table["axis"] == "hidden") & (table["variant"] == "loop")].iloc[0]
+    assert row["cpu_variant"] == "loop"
+    assert row["crossover_size"] == pytest.approx(128.0)
+    shift = remedy_shift(table)
+    assert shift.loc[shift["axis"] == "hidden", "crossover_shift"].iloc[0] == pytest.approx(0.5)
+
+
+def test_remedy_shift_leaves_out_devices_without_data():
+    sizes = [128, 512]
+    cpu = _rows("cpu", sizes, [1e-3, 4e-3])
+    acc = _rows("cuda", sizes, [None, None], status="unavailable", message="no CUDA device")
+    table = crossover_table(pd.DataFrame(cpu + acc + _variant(acc, "cuda_graph")))
+    assert remedy_shift(table).empty

@@ -14,7 +14,13 @@ from crossover_study.spec import ACCELERATORS, FRAMEWORKS, SEED_SIZES
 TIMES = "\u00d7"
 EN_DASH = "\u2013"
 
-__all__ = ["SEED_QUESTIONS", "answer_sentence", "format_seconds"]
+__all__ = [
+    "SEED_QUESTIONS",
+    "answer_sentence",
+    "format_seconds",
+    "remedy_sentence",
+    "remedy_shift_sentence",
+]
 
 #: The question each seed case asks, as the report's section headings say it.
 SEED_QUESTIONS: dict[str, str] = {
@@ -290,3 +296,72 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
     if not parts:
         return "No variant other than eager was measured at the seed's size."
     return "Best remedy at the seed's size. " + " ".join(parts)
+
+
+def _where(outcome, size, axis: str) -> str:
+    """Where the accelerator overtakes the CPU on ``axis``, in words."""
+    if not isinstance(outcome, str):
+        return "not measured"
+    if outcome == "crossover" and _num(size) is not None:
+        return f"at {axis} ≈ {_fmt_size(_num(size))}"
+    return {
+        "accelerator_faster_throughout": f"already at the smallest {axis}",
+        "no_crossover": f"nowhere in the measured {axis} range",
+    }.get(outcome, f"unknown ({outcome})")
+
+
+def _n_star_text(value) -> str:
+    value = _num(value)
+    return "never" if value is None else f"after {_fmt_count(value)} steps"
+
+
+def remedy_shift_sentence(shift: pd.DataFrame, case: str) -> str:
+    """How far each remedy moves the crossover and N* for ``case``, in words.
+
+    ``shift`` is :func:`crossover_study.crossover.remedy_shift`'s table. One clause per
+    framework × variant × accelerator: the speed-up at the seed's size against the CPU
+    program it is compared with (``cpu_variant``), the crossover on each axis with more
+    than one common size next to eager's (with the ratio when both cross), and N* next
+    to eager's. Says so when no remedy has accelerator data to compare.
+    """
+    rows = shift[shift["case"] == case] if not shift.empty else shift
+    if rows.empty:
+        return (
+            "No remedy (a variant other than eager) has ok accelerator rows for this "
+            "case, so no remedy's effect on the crossover or N* was measured here."
+        )
+    clauses = []
+    for (framework, variant, acc), group in rows.groupby(
+        ["framework", "variant", "accelerator"], sort=False
+    ):
+        name = _DEVICE_NAMES.get(acc, acc.upper())
+        first = group.iloc[0]
+        speedup = _num(first.get("speedup_at_seed"))
+        text = f"{framework} {variant} on {name}"
+        if speedup is not None:
+            faster = (
+                f"{_fmt_ratio(speedup)}{TIMES} faster"
+                if speedup >= 1
+                else (f"{_fmt_ratio(1 / speedup)}{TIMES} slower")
+            )
+            text += f" is {faster} than the CPU's {first.get('cpu_variant')} at the seed's size"
+        crossings = []
+        for _, r in group[group["outcome"] != "too_few_points"].iterrows():
+            piece = (
+                f"overtakes it {_where(r['outcome'], r['crossover_size'], r['axis'])} "
+                f"(eager: {_where(r['eager_outcome'], r['eager_crossover_size'], r['axis'])}"
+            )
+            ratio = _num(r.get("crossover_shift"))
+            if ratio is not None and ratio < 1:
+                piece += f"; {_fmt_ratio(1 / ratio)}{TIMES} smaller"
+            elif ratio is not None:
+                piece += f"; {_fmt_ratio(ratio)}{TIMES} larger"
+            crossings.append(piece + ")")
+        if crossings:
+            text += "; " + "; ".join(crossings)
+        text += (
+            f"; time-to-train wins {_n_star_text(first.get('n_star_steps'))} "
+            f"(eager: {_n_star_text(first.get('eager_n_star_steps'))})"
+        )
+        clauses.append(text)
+    return ". ".join(clauses) + "."

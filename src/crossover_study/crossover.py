@@ -10,6 +10,13 @@ blocks are resampled with replacement (Efron & Tibshirani 1993, percentile inter
 N*: time-to-train T(N) = cold_start + first_step + N × step (STUDY.md item 1); N* is
 the smallest N with T_acc(N) < T_cpu(N), i.e. N* = (C_acc − C_cpu) / (t_cpu − t_acc)
 with C = cold_start + first_step, when the accelerator's step is faster.
+
+The CPU side of a variant's curve is the same variant on the CPU where that has ok rows
+on the axis, else the CPU's ``eager`` program (column ``cpu_variant``): a remedy that
+only exists on the accelerator (``cuda_graph``, ``cudnn``) is compared with the program
+the user runs on the CPU today, and one that also speeds the CPU up (``loop``,
+``custom_step``) with the CPU running it too. :func:`remedy_shift` then sets each
+variant's crossover and N* beside eager's.
 """
 
 from __future__ import annotations
@@ -123,20 +130,31 @@ def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
     devices = sorted(set(timings["device"]) - {"cpu"} | set(ACCELERATORS))
     keys = timings[["case", "framework", "variant"]].drop_duplicates().itertuples(index=False)
     for case, framework, variant in keys:
-        sub = timings[
-            (timings["case"] == case)
-            & (timings["framework"] == framework)
-            & (timings["variant"] == variant)
-        ]
+        mine = (timings["case"] == case) & (timings["framework"] == framework)
+        sub = timings[mine & (timings["variant"] == variant)]
+        eager = timings[mine & (timings["variant"] == "eager")]
         for acc_name in devices:
             if acc_name not in set(sub["device"]):
                 continue
             for axis in case_axes(case):
-                rows.append(_one_row(sub, case, framework, variant, acc_name, axis, n_boot, seed))
+                rows.append(
+                    _one_row(sub, eager, case, framework, variant, acc_name, axis, n_boot, seed)
+                )
     return pd.DataFrame(rows, columns=list(table_columns("crossover")))
 
 
-def _one_row(sub, case, framework, variant, acc_name, axis, n_boot, seed) -> dict:
+def _cpu_line(sub: pd.DataFrame, eager: pd.DataFrame, case: str, axis: str, variant: str):
+    """(ok CPU rows of the axis line indexed by size, the CPU variant they ran): the
+    same variant where it has ok CPU rows on the line, else the CPU's eager program."""
+    for program, rows in ((variant, sub), ("eager", eager)):
+        line = _axis_slice(rows, case, axis)
+        cpu = line[(line["status"] == "ok") & (line["device"] == "cpu")]
+        if not cpu.empty:
+            return cpu.set_index(axis), program
+    return _axis_slice(sub, case, axis).iloc[0:0].set_index(axis), variant
+
+
+def _one_row(sub, eager, case, framework, variant, acc_name, axis, n_boot, seed) -> dict:
     row = {
         "case": case,
         "framework": framework,
@@ -147,7 +165,7 @@ def _one_row(sub, case, framework, variant, acc_name, axis, n_boot, seed) -> dic
     }
     line = _axis_slice(sub, case, axis)
     ok = line[line["status"] == "ok"]
-    cpu = ok[ok["device"] == "cpu"].set_index(axis)
+    cpu, row["cpu_variant"] = _cpu_line(sub, eager, case, axis, variant)
     acc = ok[ok["device"] == acc_name].set_index(axis)
     if acc.empty:
         reasons = line.loc[line["device"] == acc_name, "message"].dropna().unique()
@@ -185,3 +203,58 @@ def _one_row(sub, case, framework, variant, acc_name, axis, n_boot, seed) -> dic
         )
         row.update(ci_low=lo, ci_high=hi, bootstrap_found=share)
     return row
+
+
+#: Columns of :func:`remedy_shift`'s table.
+SHIFT_COLUMNS = (
+    "case",
+    "framework",
+    "accelerator",
+    "axis",
+    "variant",
+    "cpu_variant",
+    "eager_outcome",
+    "eager_crossover_size",
+    "outcome",
+    "crossover_size",
+    "crossover_shift",
+    "eager_n_star_steps",
+    "n_star_steps",
+    "eager_speedup_at_seed",
+    "speedup_at_seed",
+)
+
+
+def remedy_shift(crossover: pd.DataFrame) -> pd.DataFrame:
+    """How far each variant moves the crossover and N* against the naive program.
+
+    ``crossover`` is the table of :func:`crossover_table`. Returns one row per case ×
+    framework × accelerator × axis × non-eager variant with an accelerator estimate
+    (columns :data:`SHIFT_COLUMNS`): eager's outcome, crossover size and N* beside the
+    variant's, and ``crossover_shift`` = variant crossover size / eager crossover size
+    (dimensionless; below 1: the remedy makes the accelerator win at a smaller size),
+    set only when both have a crossover inside the measured range. Speed-ups and N* are
+    at the seed's size (N* in steps; empty when the accelerator never catches up).
+    Rows whose accelerator has no data (``no_accelerator_data``) are left out.
+    """
+    if crossover.empty:
+        return pd.DataFrame(columns=list(SHIFT_COLUMNS))
+    measured = crossover[crossover["outcome"] != "no_accelerator_data"]
+    keys = ["case", "framework", "accelerator", "axis"]
+    eager = measured[measured["variant"] == "eager"].set_index(keys)
+    rows = []
+    for _, r in measured[measured["variant"] != "eager"].iterrows():
+        key = tuple(r[k] for k in keys)
+        base = eager.loc[key] if key in eager.index else None
+        row = {c: r.get(c) for c in SHIFT_COLUMNS if c in r}
+        if base is not None:
+            row.update(
+                eager_outcome=base["outcome"],
+                eager_crossover_size=base["crossover_size"],
+                eager_n_star_steps=base["n_star_steps"],
+                eager_speedup_at_seed=base["speedup_at_seed"],
+            )
+            if r["outcome"] == "crossover" and base["outcome"] == "crossover":
+                row["crossover_shift"] = r["crossover_size"] / base["crossover_size"]
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(SHIFT_COLUMNS))
