@@ -1,0 +1,158 @@
+"""Two runs of one study on one machine: do they agree within their own noise?
+
+The study's claim is that a number in the report is reproducible within the interval it
+is given with. :func:`compare_runs` checks it on two runs' tables: per point, the ratio
+of the two median step times and whether the two interquartile ranges of the block
+times overlap; per crossover estimate present in both runs, whether the two bootstrap
+95% intervals overlap. ``benchmarks/repeat_study.py`` prints the comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .spec import SIZE_COLUMNS
+
+#: Columns that name a point (with the size columns).
+POINT_KEYS: tuple[str, ...] = ("case", "framework", "device", "variant", "timing")
+#: Columns that name a crossover estimate.
+CROSSOVER_KEYS: tuple[str, ...] = ("case", "framework", "variant", "accelerator", "axis")
+
+
+@dataclass(frozen=True)
+class RepeatSummary:
+    """What two runs share and how well they agree.
+
+    ``points``: one row per point measured ok in both runs (columns of
+    :data:`POINT_KEYS`, sizes, ``step_time_a_s``, ``step_time_b_s``, ``ratio`` = b / a,
+    ``iqr_overlap``). ``crossovers``: one row per crossover found in both runs with
+    both intervals (``ci_*_a``, ``ci_*_b``, ``ci_overlap``).
+    """
+
+    points: pd.DataFrame
+    crossovers: pd.DataFrame
+
+    def lines(self) -> list[str]:
+        """The comparison as printable lines, the summary last."""
+        out = []
+        for _, r in self.points.iterrows():
+            sizes = ",".join(f"{c}={int(r[c])}" for c in SIZE_COLUMNS if c in r and pd.notna(r[c]))
+            out.append(
+                f"{r['case']} {r['framework']:<10} {r['device']:<5} {r['variant']:<20} "
+                f"{r['timing']:<8} {sizes:<28} a {r['step_time_a_s'] * 1e6:10.1f} us  "
+                f"b {r['step_time_b_s'] * 1e6:10.1f} us  b/a {r['ratio']:.3f}  "
+                f"IQRs {'overlap' if r['iqr_overlap'] else 'DISJOINT'}"
+            )
+        for _, r in self.crossovers.iterrows():
+            out.append(
+                f"crossover {r['case']} {r['framework']} {r['variant']} {r['accelerator']} "
+                f"{r['axis']}: a [{r['ci_low_a']:.4g}, {r['ci_high_a']:.4g}]  "
+                f"b [{r['ci_low_b']:.4g}, {r['ci_high_b']:.4g}]  "
+                f"{'overlap' if r['ci_overlap'] else 'DISJOINT'}"
+            )
+        out.append(self.summary())
+        return out
+
+    def summary(self) -> str:
+        """One line: counts, the spread of the ratios and the overlap shares."""
+        n = len(self.points)
+        if n == 0:
+            return "repeat: no point measured ok in both runs"
+        ratio = self.points["ratio"]
+        text = (
+            f"repeat: {n} points in both runs; b/a median {ratio.median():.3f}, "
+            f"min {ratio.min():.3f}, max {ratio.max():.3f}; "
+            f"IQRs overlap at {int(self.points['iqr_overlap'].sum())} of {n}"
+        )
+        m = len(self.crossovers)
+        if m:
+            text += f"; crossover intervals overlap at {int(self.crossovers['ci_overlap'].sum())} of {m}"
+        else:
+            text += "; no crossover with an interval in both runs"
+        return text
+
+
+def _quartiles(blocks: str) -> tuple[float, float]:
+    q1, q3 = np.percentile(json.loads(blocks), [25, 75])
+    return float(q1), float(q3)
+
+
+def _ok_points(timings: pd.DataFrame) -> pd.DataFrame:
+    df = timings[timings["status"] == "ok"].copy()
+    if "timing" not in df:
+        df["timing"] = "synced"
+    df["timing"] = df["timing"].fillna("synced")
+    for c in SIZE_COLUMNS:
+        if c not in df:
+            df[c] = np.nan
+    return df
+
+
+def compare_runs(
+    timings_a: pd.DataFrame,
+    timings_b: pd.DataFrame,
+    crossover_a: pd.DataFrame | None = None,
+    crossover_b: pd.DataFrame | None = None,
+) -> RepeatSummary:
+    """Compare two runs' ``timings.csv`` (and ``crossover.csv``) tables.
+
+    Points are matched on :data:`POINT_KEYS` and the size columns; only rows with
+    ``status=ok`` in both runs count. Two intervals [lo, hi] overlap when
+    ``lo_a <= hi_b and lo_b <= hi_a``. Raises KeyError when a table lacks a key column
+    or ``step_time_s``/``block_step_times_s``.
+    """
+    keys = [*POINT_KEYS, *SIZE_COLUMNS]
+    a, b = _ok_points(timings_a), _ok_points(timings_b)
+    cols = [*keys, "step_time_s", "block_step_times_s"]
+    # Size columns hold NaN where a case lacks the axis; merge on a filled copy.
+    merged = pd.merge(
+        a[cols].fillna({c: -1 for c in SIZE_COLUMNS}),
+        b[cols].fillna({c: -1 for c in SIZE_COLUMNS}),
+        on=keys,
+        suffixes=("_a", "_b"),
+    )
+    merged[list(SIZE_COLUMNS)] = merged[list(SIZE_COLUMNS)].replace(-1, np.nan)
+    rows = []
+    for _, r in merged.iterrows():
+        lo_a, hi_a = _quartiles(r["block_step_times_s_a"])
+        lo_b, hi_b = _quartiles(r["block_step_times_s_b"])
+        rows.append(
+            {
+                **{k: r[k] for k in keys},
+                "step_time_a_s": r["step_time_s_a"],
+                "step_time_b_s": r["step_time_s_b"],
+                "ratio": r["step_time_s_b"] / r["step_time_s_a"],
+                "iqr_overlap": bool(lo_a <= hi_b and lo_b <= hi_a),
+            }
+        )
+    points = pd.DataFrame(
+        rows, columns=[*keys, "step_time_a_s", "step_time_b_s", "ratio", "iqr_overlap"]
+    )
+
+    cross_cols = [*CROSSOVER_KEYS, "ci_low_a", "ci_high_a", "ci_low_b", "ci_high_b", "ci_overlap"]
+    crossovers = pd.DataFrame(columns=cross_cols)
+    if (
+        crossover_a is not None
+        and crossover_b is not None
+        and len(crossover_a)
+        and len(crossover_b)
+    ):
+        found = [
+            c[(c["outcome"] == "crossover") & c["ci_low"].notna() & c["ci_high"].notna()]
+            for c in (crossover_a, crossover_b)
+        ]
+        both = pd.merge(
+            found[0][[*CROSSOVER_KEYS, "ci_low", "ci_high"]],
+            found[1][[*CROSSOVER_KEYS, "ci_low", "ci_high"]],
+            on=list(CROSSOVER_KEYS),
+            suffixes=("_a", "_b"),
+        )
+        both["ci_overlap"] = (both["ci_low_a"] <= both["ci_high_b"]) & (
+            both["ci_low_b"] <= both["ci_high_a"]
+        )
+        crossovers = both[cross_cols]
+    return RepeatSummary(points, crossovers)

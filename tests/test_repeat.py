@@ -1,0 +1,70 @@
+"""Comparing two runs of one study (benchmarks/repeat_study.py's logic)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crossover_study.repeat import compare_runs
+
+
+def _timings(times: dict[int, list[float]], status="ok") -> pd.DataFrame:
+    rows = []
+    for hidden, blocks in times.items():
+        rows.append(
+            {
+                "case": "s001-mlp",
+                "framework": "torch",
+                "device": "cpu",
+                "variant": "eager",
+                "timing": "synced",
+                "batch": 64,
+                "d_in": 1024,
+                "hidden": hidden,
+                "status": status,
+                "step_time_s": float(np.median(blocks)),
+                "block_step_times_s": json.dumps(blocks),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_points_are_matched_and_iqr_overlap_is_judged():
+    a = _timings({128: [1.0, 1.1, 1.2, 1.3], 512: [4.0, 4.1, 4.2, 4.3]})
+    # 128: same spread shifted by 5%: overlaps. 512: 50% slower: disjoint.
+    b = _timings({128: [1.05, 1.15, 1.25, 1.35], 512: [6.0, 6.1, 6.2, 6.3], 2048: [9.0] * 3})
+    summary = compare_runs(a, b)
+    points = summary.points.set_index("hidden")
+    assert list(points.index) == [128, 512]  # 2048 is in run b only
+    assert points.loc[128, "ratio"] == pytest.approx(1.2 / 1.15, rel=1e-2)
+    assert points.loc[128, "iqr_overlap"] and not points.loc[512, "iqr_overlap"]
+    assert pd.isna(points.loc[128, "width"])  # s001 has no width axis
+    assert "IQRs overlap at 1 of 2" in summary.summary()
+    assert any("DISJOINT" in line for line in summary.lines())
+
+
+def test_only_rows_ok_in_both_runs_count():
+    a = _timings({128: [1.0, 1.0, 1.0]})
+    b = _timings({128: [1.0, 1.0, 1.0]}, status="error")
+    assert compare_runs(a, b).summary() == "repeat: no point measured ok in both runs"
+
+
+def test_crossover_intervals_are_compared():
+    base = {"case": "s001-mlp", "framework": "torch", "variant": "eager", "accelerator": "cuda"}
+    a = pd.DataFrame(
+        [
+            {**base, "axis": "hidden", "outcome": "crossover", "ci_low": 200, "ci_high": 300},
+            {**base, "axis": "d_in", "outcome": "crossover", "ci_low": 10, "ci_high": 20},
+        ]
+    )
+    b = pd.DataFrame(
+        [
+            {**base, "axis": "hidden", "outcome": "crossover", "ci_low": 280, "ci_high": 350},
+            {**base, "axis": "d_in", "outcome": "crossover", "ci_low": 25, "ci_high": 30},
+        ]
+    )
+    t = _timings({128: [1.0, 1.0, 1.0]})
+    cross = compare_runs(t, t, a, b).crossovers.set_index("axis")
+    assert cross.loc["hidden", "ci_overlap"] and not cross.loc["d_in", "ci_overlap"]
+    assert "crossover intervals overlap at 1 of 2" in compare_runs(t, t, a, b).summary()
