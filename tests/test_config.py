@@ -248,7 +248,11 @@ def test_split_batches_covers_every_item_once_in_nearly_equal_batches(n, size):
 
 def test_small_groups_stay_one_job_and_large_ones_are_batched():
     default = load_config(REPO_ROOT / "config" / "config.yaml")
-    assert measure_jobs(default) == [(*g, 0) for g in groups(default)]
+    jobs = measure_jobs(default)
+    assert [j for j in jobs if j[3] == 0] == [(*g, 0) for g in groups(default)]
+    # The replicated points of each replicated case x framework: one more job (2 replicas).
+    replicated = {(c, f, "cpu") for c in ("s004-lstm", "s001-mlp") for f in ("torch", "tensorflow")}
+    assert {j[:3] for j in jobs if j[3] == 1} == replicated and max(j[3] for j in jobs) == 1
     config = validate_config({**GOOD, "max_points_per_job": 1})
     jobs = measure_jobs(config)
     assert [j[3] for j in jobs] == [0, 1, 0, 1]  # two points per group, one per job

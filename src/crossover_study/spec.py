@@ -87,6 +87,15 @@ SEED_SIZES: dict[str, dict[str, int]] = {
 SIZE_COLUMNS: tuple[str, ...] = ("batch", "width", "d_in", "hidden", "units", "seq_len")
 
 
+def without_replicas(timings):
+    """Rows of a timings DataFrame that are not replicated points (variant ``ddp`` or
+    ``mirrored``): the size sweeps, crossovers, variant comparisons and answers are
+    about one process on one device; replicated rows have their own scaling figure."""
+    if "variant" not in timings:
+        return timings
+    return timings[~timings["variant"].isin(tuple(REPLICA_VARIANTS))]
+
+
 def case_axes(case: str) -> tuple[str, ...]:
     """Size axes of ``case`` (e.g. ``("batch", "width")``); raises KeyError for unknown."""
     return tuple(SEED_SIZES[case])

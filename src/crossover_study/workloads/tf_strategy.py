@@ -37,8 +37,10 @@ from tensorflow import keras
 from . import NotApplicable, data
 from .tf_cases import HJB, tf_function_traces
 
-#: Timed all-reduces per point (the median is the row's ``allreduce_s``).
-ALLREDUCE_REPEATS = 20
+#: Timed blocks of all-reduces per point (the median is the row's ``allreduce_s``)
+#: and all-reduces per block.
+ALLREDUCE_REPEATS = 5
+ALLREDUCE_PER_BLOCK = 10
 #: Steps between loss reads, as each seed reads it (Keras fit: once per epoch).
 LOSS_READ_EVERY = {
     "s000-hjb": 1,
@@ -302,9 +304,10 @@ class StrategyWorkload:
         return tf_function_traces(self.step)
 
     def allreduce_s(self, repeats: int = ALLREDUCE_REPEATS) -> float:
-        """Median seconds of one all-reduce (sum, ``ReplicaContext.all_reduce``) of
-        tensors shaped as the step's gradients, run alone through the same strategy
-        and read back from every replica (includes one ``tf.function`` call)."""
+        """Seconds of one all-reduce (sum, ``ReplicaContext.all_reduce``) of tensors
+        shaped as the step's gradients, run alone through the same strategy: the median
+        over ``repeats`` blocks of :data:`ALLREDUCE_PER_BLOCK` calls (one
+        ``tf.function`` call each), every block read back from every replica."""
         strategy = self.strategy
         shapes = [v.shape for v in self.program.grad_variables]
 
@@ -316,18 +319,19 @@ class StrategyWorkload:
 
             return strategy.run(fn)
 
-        def once():
-            out = allreduce()
+        def block(n):
+            for _ in range(n):
+                out = allreduce()
             for t in out:
                 for v in strategy.experimental_local_results(t):
                     v.numpy()
 
-        once()  # trace
+        block(1)  # trace
         samples = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            once()
-            samples.append(time.perf_counter() - t0)
+            block(ALLREDUCE_PER_BLOCK)
+            samples.append((time.perf_counter() - t0) / ALLREDUCE_PER_BLOCK)
         return statistics.median(samples)
 
     def replica_info(self) -> dict:

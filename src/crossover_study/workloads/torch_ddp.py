@@ -9,7 +9,7 @@ processes that obey. Every command is a broadcast of a small int64 tensor
 - ``RUN n``: every rank runs ``n`` training steps (DDP all-reduces the gradients of
   every step, so the ranks stay in lockstep);
 - ``SYNC``: every rank waits for its device, then a barrier (the harness's ``sync``);
-- ``ALLREDUCE n``: ``n`` timed all-reduces of one flat tensor as large as the step's
+- ``ALLREDUCE n``: ``n`` timed blocks of all-reduces of one flat tensor as large as the step's
   gradients (:meth:`RankProgram.time_allreduce`);
 - ``STOP``: followers leave the process group and exit.
 
@@ -50,8 +50,10 @@ from .torch_cases import KERAS_ADAM_EPS, LSTMRegressor, _glorot
 
 #: Control ops broadcast by rank 0.
 STOP, RUN, SYNC, ALLREDUCE = 0, 1, 2, 3
-#: Timed all-reduces per point (the median is the row's ``allreduce_s``).
-ALLREDUCE_REPEATS = 20
+#: Timed blocks of all-reduces per point (the median is the row's ``allreduce_s``)
+#: and all-reduces per block.
+ALLREDUCE_REPEATS = 5
+ALLREDUCE_PER_BLOCK = 10
 #: Seconds a rank waits for the others (process-group start and every collective).
 TIMEOUT_S = 120
 #: Seconds ``close`` waits for a follower to exit before killing it.
@@ -178,18 +180,26 @@ class RankProgram:
             torch.cuda.synchronize(self.device)
 
     def time_allreduce(self, ctrl, repeats: int) -> float:
-        """Median seconds of one ``all_reduce`` (sum) of a flat fp32 tensor of
-        ``grad_numel`` elements on the DDP backend, each started after a barrier and
-        ended by this device's sync: the step's gradient traffic measured alone."""
+        """Seconds of one ``all_reduce`` (sum) of a flat fp32 tensor of ``grad_numel``
+        elements on the DDP backend: the step's gradient traffic measured alone.
+
+        Timed as the harness times steps: ``repeats`` blocks of
+        :data:`ALLREDUCE_PER_BLOCK` back-to-back all-reduces, each block started after a
+        barrier and ended by this device's sync; the median over blocks of block
+        seconds / all-reduces (a barrier per all-reduce would add the ranks' release
+        skew to every sample).
+        """
         flat = torch.ones(self.grad_numel, device=self.device)
+        dist.all_reduce(flat)  # warm-up: the backend's first call sets up buffers
         samples = []
         for _ in range(repeats):
             dist.barrier(group=ctrl)
             self.sync()
             t0 = time.perf_counter()
-            dist.all_reduce(flat)
+            for _ in range(ALLREDUCE_PER_BLOCK):
+                dist.all_reduce(flat)
             self.sync()
-            samples.append(time.perf_counter() - t0)
+            samples.append((time.perf_counter() - t0) / ALLREDUCE_PER_BLOCK)
         return statistics.median(samples)
 
     def loss(self) -> float:
