@@ -198,7 +198,11 @@ def test_shipped_studies_are_valid_and_cover_every_case():
     smoke = load_config(REPO_ROOT / "config" / "studies" / "smoke.yaml")
     assert len(smoke["cases"]) == 2 and smoke["sweep"]["devices"] == ["cpu"]
     # two sizes of eager, plus copy_data_each_step and the unsynced eager at the seed size
-    assert {len(points(smoke, *g)) for g in groups(smoke)} == {4}
+    ordinary = {g: [p for p in points(smoke, *g) if p.replicas == 1] for g in groups(smoke)}
+    assert {len(pts) for pts in ordinary.values()} == {4}
+    # s001-mlp also has ddp and mirrored x strong and weak at 2 replicas (own job).
+    replicated = {g: len(points(smoke, *g)) - len(ordinary[g]) for g in groups(smoke)}
+    assert replicated == {g: 4 if g[0] == "s001-mlp" else 0 for g in groups(smoke)}
 
 
 def test_variants_and_unsynced_timing_at_the_seed_size_by_default():
@@ -248,7 +252,11 @@ def test_split_batches_covers_every_item_once_in_nearly_equal_batches(n, size):
 
 def test_small_groups_stay_one_job_and_large_ones_are_batched():
     default = load_config(REPO_ROOT / "config" / "config.yaml")
-    assert measure_jobs(default) == [(*g, 0) for g in groups(default)]
+    jobs = measure_jobs(default)
+    assert [j for j in jobs if j[3] == 0] == [(*g, 0) for g in groups(default)]
+    # The replicated points of each replicated case x framework: one more job (2 replicas).
+    replicated = {(c, f, "cpu") for c in ("s004-lstm", "s001-mlp") for f in ("torch", "tensorflow")}
+    assert {j[:3] for j in jobs if j[3] == 1} == replicated and max(j[3] for j in jobs) == 1
     config = validate_config({**GOOD, "max_points_per_job": 1})
     jobs = measure_jobs(config)
     assert [j[3] for j in jobs] == [0, 1, 0, 1]  # two points per group, one per job

@@ -18,10 +18,27 @@ snakemake = run_snakemake
 @pytest.mark.slow
 def test_smoke_study_rows_and_statuses(smoke_run):
     workdir, config = smoke_run
-    df = pd.read_csv(workdir / "results/smoke/timings.csv")
+    all_rows = pd.read_csv(workdir / "results/smoke/timings.csv")
+    replicated = all_rows[all_rows["variant"].isin(["ddp", "mirrored"])]
+    df = all_rows.drop(replicated.index)
     # Per case, framework and device: eager at two sizes, copy_data_each_step and the
     # unsynced eager at the seed's size.
     assert len(df) == 2 * 2 * 2 * (2 + 1 + 1)
+    assert (df["replicas"] == 1).all() and df["scaling"].isna().all()
+    # s001-mlp on cpu: ddp and mirrored x strong and weak, in both frameworks (2 replicas).
+    assert len(replicated) == 2 * 2 * 2 and set(replicated["device"]) == {"cpu"}
+    measured = replicated[replicated["status"] == "ok"]
+    assert sorted(
+        zip(measured["framework"], measured["variant"], measured["scaling"], strict=True)
+    ) == [
+        ("tensorflow", "mirrored", "strong"),
+        ("tensorflow", "mirrored", "weak"),
+        ("torch", "ddp", "strong"),
+        ("torch", "ddp", "weak"),
+    ]
+    assert (measured["global_batch"] == measured["scaling"].map({"strong": 64, "weak": 128})).all()
+    assert (measured["allreduce_share"] > 0).all() and (measured["samples_per_s"] > 0).all()
+    assert set(replicated.loc[replicated["status"] != "ok", "status"]) == {"not_applicable"}
     cpu, cuda = df[df["device"] == "cpu"], df[df["device"] == "cuda"]
     assert set(cpu["status"]) == {"ok"}
     assert set(cpu["timing"]) == {"synced", "unsynced"}
@@ -56,7 +73,10 @@ def test_smoke_study_report_has_sections_and_images(smoke_run):
     images = re.findall(r"<img[^>]*src=\"data:image/png;base64,", html)
     figures = sorted(p.name for p in (workdir / "reports/smoke/figures").glob("*.png"))
     assert len(figures) >= 9 and len(images) >= len(figures)
-    assert {"s000-hjb-variants.png", "s001-mlp-variants.png"} <= set(figures)
+    assert {"s000-hjb-variants.png", "s001-mlp-variants.png", "s001-mlp-scaling.png"} <= set(
+        figures
+    )
+    assert "Data-parallel scaling" in html
     assert "unsynced: wrong" in html or "Measurement warnings" in html
     assert "wall-time share" in html or "measured work" in html
 

@@ -119,7 +119,7 @@ def test_check_tables_reads_the_files(tmp_path):
     [
         ("torch", "tpu", "torch has no TPU backend here"),
         ("torch", "cuda_multi", "cuda_multi needs at least 2 GPUs; 0 visible to torch"),
-        ("tensorflow", "tpu", "no TPU visible to TensorFlow"),
+        ("tensorflow", "tpu", "no TPU usable by TensorFlow"),
         ("tensorflow", "cuda_multi", "cuda_multi needs at least 2 GPUs; 0 visible to tensorflow"),
     ],
 )

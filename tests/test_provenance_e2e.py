@@ -120,7 +120,7 @@ def test_audit_catches_a_figure_drawn_from_other_data(smoke_run, tmp_path, capsy
 
 def test_collect_refuses_rows_from_different_environments(smoke_run, tmp_path):
     work = _copy(smoke_run, tmp_path)
-    (per_job,) = (work / "results/smoke/points/s001-mlp/torch/cpu").glob("batch-*.csv")
+    per_job = work / "results/smoke/points/s001-mlp/torch/cpu/batch-0.csv"  # batch-1: replicas
     df = pd.read_csv(per_job, dtype=str, keep_default_na=False)
     df.loc[1, "host"] = "another-host"
     df.to_csv(per_job, index=False)

@@ -115,6 +115,7 @@ def study(workdir: Path, missing_device: str) -> Path:
     # The naive program only: partitions and GPUs are the subject here, not variants.
     config["sweep"]["variants"] = ["eager"]
     config["sweep"]["timing"] = ["synced"]
+    config.pop("replication", None)  # replicas have their own tests (tests/test_replicas.py)
     config["missing_device"] = missing_device
     path = workdir / "study.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study.spec import ACCELERATORS, FRAMEWORKS, SEED_SIZES
+from crossover_study.spec import ACCELERATORS, FRAMEWORKS, SEED_SIZES, without_replicas
 
 #: Display characters (kept as escapes so linters do not mistake them for x and -).
 TIMES = "\u00d7"
@@ -149,6 +149,7 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
     device was visible on this machine (<message>), so no crossover was measured here".
     """
     crossover = crossover if crossover is not None else pd.DataFrame()
+    timings = without_replicas(timings)  # replicated rows have their own section
     seed = SEED_SIZES[case]
     at_seed = _seed_rows(timings, case)
     case_rows = timings[timings["case"] == case]
@@ -265,7 +266,7 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
     eager (20.8 ms)". Says so when no variant beats eager by more than ``MARGIN`` or
     none was measured.
     """
-    rows = _seed_rows(timings, case)
+    rows = _seed_rows(without_replicas(timings), case)
     if "timing" in rows:
         rows = rows[rows["timing"].fillna("synced") == "synced"]
     parts = []

@@ -211,6 +211,8 @@ _ID_COLUMNS: tuple[str, ...] = (
     "device",
     "variant",
     "timing",
+    "replicas",
+    "scaling",
     "batch",
     "width",
     "d_in",

@@ -112,6 +112,7 @@ def validate_config(config: Mapping[str, Any]) -> dict:
                 f"config error at sweep.devices[{i}]: device {device!r} is not defined "
                 f"under devices (defined: {', '.join(config['devices'])})"
             )
+    _check_replication(config)
     for name, spec in config["devices"].items():
         if "cpus_per_task" not in spec:
             continue
@@ -123,6 +124,27 @@ def validate_config(config: Mapping[str, Any]) -> dict:
             )
         spec["threads"] = spec["cpus_per_task"]
     return config
+
+
+def _check_replication(config: Mapping[str, Any]) -> None:
+    """Cross-checks of the ``replication`` section the schema cannot express: its cases
+    must be measured (under ``cases``) and its devices swept (in ``sweep.devices``)."""
+    rep = config.get("replication")
+    if rep is None:
+        return
+    for i, case in enumerate(rep["cases"]):
+        if case not in config["cases"]:
+            raise ConfigError(
+                f"config error at replication.cases[{i}]: case {case!r} is not under cases "
+                f"(measured: {', '.join(config['cases'])}); replicated points are measured "
+                "at a case's seed size, so the case must be in the study"
+            )
+    for i, device in enumerate(rep["devices"]):
+        if device not in config["sweep"]["devices"]:
+            raise ConfigError(
+                f"config error at replication.devices[{i}]: device {device!r} is not in "
+                f"sweep.devices ({', '.join(config['sweep']['devices'])}); add it there"
+            )
 
 
 def load_config(path: str | Path) -> dict:
@@ -173,7 +195,26 @@ def points(config: Mapping[str, Any], case: str, framework: str, device: str) ->
     # The unsynchronised anti-pattern is shown beside the naive program only.
     if "unsynced" in sweep.get("timing", ["synced"]):
         pts += [PointSpec(case, framework, device, "eager", s, "unsynced") for s in extra_sizes]
-    return pts
+    return pts + replicated_points(config, case, framework, device)
+
+
+def replicated_points(
+    config: Mapping[str, Any], case: str, framework: str, device: str
+) -> list[PointSpec]:
+    """The ``replication`` section's points of one group: at the seed's size, every
+    variant x replica count x scaling of the section (empty when the section is absent,
+    the case or device is not listed). A variant of the other framework is kept: it
+    gives a ``not_applicable`` row with the reason, as the sweep's variants do."""
+    rep = config.get("replication")
+    if not rep or case not in rep["cases"] or device not in rep["devices"]:
+        return []
+    seed = dict(SEED_SIZES[case])
+    return [
+        PointSpec(case, framework, device, v, seed, replicas=r, scaling=s)
+        for v in rep["variants"]
+        for r in sorted(rep["replicas"])
+        for s in rep["scaling"]
+    ]
 
 
 def groups(config: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -201,8 +242,59 @@ def batches(
     config: Mapping[str, Any], case: str, framework: str, device: str
 ) -> list[tuple[PointSpec, ...]]:
     """The points of one group split into measuring jobs of at most
-    ``config['max_points_per_job']`` points each (see :func:`split_batches`)."""
-    return split_batches(points(config, case, framework, device), config["max_points_per_job"])
+    ``config['max_points_per_job']`` points each (see :func:`split_batches`).
+
+    Ordinary points come first, batched as before replicas existed (so their batch
+    indices, tables and journals are unchanged); then the replicated points, one or more
+    jobs per replica count: a job's replicas decide its processes, its logical CPU
+    devices and, on cuda_multi, the GPUs it asks Slurm for.
+    """
+    every = points(config, case, framework, device)
+    limit = config["max_points_per_job"]
+    out = split_batches([p for p in every if p.replicas == 1], limit)
+    for r in sorted({p.replicas for p in every if p.replicas > 1}):
+        out += split_batches([p for p in every if p.replicas == r], limit)
+    return out
+
+
+def job_replicas(batch: Sequence[PointSpec]) -> int:
+    """Replicas of a measuring job: the most of its points (1 for ordinary jobs)."""
+    return max((p.replicas for p in batch), default=1)
+
+
+def job_gpu_resources(
+    config: Mapping[str, Any], case: str, framework: str, device: str, batch: int
+) -> dict[str, Any]:
+    """Slurm GPU resources of one measuring job: ``{"gpu", "gpu_model", "gres"}``.
+
+    The device class's own ``gpu``/``gpu_model``/``gres``, except for a ``cuda_multi``
+    job of replicated points, which asks for exactly as many GPUs as its points have
+    replicas: ``gpu`` becomes the replica count (``gpu_model`` kept), or the count of a
+    ``gres`` such as ``gpu:h200:4`` is replaced (``gpu:h200:<replicas>``); a class
+    with neither gets ``gpu = replicas``. Raises IndexError for a batch the group does
+    not have.
+    """
+    spec = config["devices"][device]
+    res = {k: spec.get(k) for k in ("gpu", "gpu_model", "gres")}
+    replicas = job_replicas(batches(config, case, framework, device)[batch])
+    if device != "cuda_multi" or replicas < 2:
+        return res
+    if res["gres"] is not None:
+        parts = res["gres"].split(":")
+        if len(parts) > 1 and parts[-1].rstrip("TGM").isdigit():
+            parts = parts[:-1]
+        res["gres"] = ":".join([*parts, str(replicas)])
+    else:
+        res["gpu"] = replicas
+    return res
+
+
+def logical_cpus(group_points: Sequence[PointSpec], device: str) -> int:
+    """Logical CPU devices TensorFlow must be given before it initialises: the most
+    replicas of a ``mirrored`` point on ``cpu`` (1: none to configure)."""
+    if device != "cpu":
+        return 1
+    return max((p.replicas for p in group_points if p.variant == "mirrored"), default=1)
 
 
 def measure_jobs(config: Mapping[str, Any]) -> list[tuple[str, str, str, int]]:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .provenance import table_columns
-from .spec import ACCELERATORS, SEED_SIZES, case_axes
+from .spec import ACCELERATORS, SEED_SIZES, case_axes, without_replicas
 
 
 def crossover_size(sizes: Sequence[float], t_cpu: Sequence[float], t_acc: Sequence[float]):
@@ -122,8 +122,10 @@ def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
 
     ``timings`` is the tidy table of ``timings.csv``; rows timed without a device sync
     (``timing == "unsynced"``) are left out. Accelerators are every device class other
-    than ``cpu`` that appears in the table, plus ``cuda``.
+    than ``cpu`` that appears in the table, plus ``cuda``. Replicated rows (``ddp``,
+    ``mirrored``) are left out: they are measured at the seed's size only.
     """
+    timings = without_replicas(timings)  # replicated rows: the scaling figure's
     if "timing" in timings:  # unsynchronised rows are the anti-pattern, never estimated
         timings = timings[timings["timing"].fillna("synced") == "synced"]
     rows = []

@@ -27,7 +27,15 @@ from matplotlib.colors import LogNorm, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from crossover_study.spec import DEVICES, FRAMEWORKS, SEED_SIZES, SIZE_COLUMNS, case_axes
+from crossover_study.spec import (
+    DEVICES,
+    FRAMEWORKS,
+    REPLICA_VARIANTS,
+    SEED_SIZES,
+    SIZE_COLUMNS,
+    case_axes,
+    without_replicas,
+)
 
 #: Display characters (kept as escapes so linters do not mistake them for x and -).
 TIMES = "\u00d7"
@@ -40,6 +48,8 @@ __all__ = [
     "figure_sources",
     "grid_axes",
     "programs",
+    "replica_scaling",
+    "scaling_table",
     "variant_comparison",
     "save_figure",
     "sources_text",
@@ -68,7 +78,8 @@ def programs(
     ``include_unsynced`` and then relabelled ``<variant> [unsynced: wrong]`` so that the
     anti-pattern is always drawn beside, never instead of, the correct timing.
     """
-    df = timings[timings["variant"].isin(variants)].copy()
+    df = without_replicas(timings)
+    df = df[df["variant"].isin(variants)].copy()
     if "timing" not in df:
         return df
     unsynced = df["timing"] == "unsynced"
@@ -128,7 +139,9 @@ def _truthy(series: pd.Series) -> pd.Series:
 
 
 def _ok_rows(timings: pd.DataFrame, case: str) -> pd.DataFrame:
-    """Rows of ``case`` with ``status == "ok"`` and a step time."""
+    """Rows of ``case`` with ``status == "ok"`` and a step time (replicated rows left
+    out: the scaling figure draws them)."""
+    timings = without_replicas(timings)
     df = timings[(timings["case"] == case) & (timings["status"] == "ok")]
     return df[pd.to_numeric(df["step_time_s"], errors="coerce").notna()].copy()
 
@@ -660,6 +673,162 @@ def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None)
     ax.invert_yaxis()
     _decorate(ax, title=title, xlabel="step time (s per step)", logx=True)
     ax.legend(loc="best", fontsize="small", frameon=False, title="device")
+    return ax
+
+
+def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFrame:
+    """Replicated rows with their 1-replica baseline and scaling efficiency.
+
+    One row per ok replicated point (variant ``ddp`` or ``mirrored``, synced) of
+    ``case`` (every case when None), plus one ``replicas = 1`` baseline row per
+    case x framework x device: the synced ``eager`` row at the seed's size. Columns:
+    ``case, framework, device, variant, scaling, replicas, global_batch,
+    samples_per_s`` (global samples per second; computed as ``global_batch /
+    step_time_s`` for tables written before the column existed), ``baseline_samples_per_s``,
+    ``speedup`` = samples_per_s / baseline, ``efficiency`` = speedup / replicas (1 is
+    perfect scaling; the same formula for strong and weak scaling, since both are
+    compared in global samples per second), and ``allreduce_share``. Empty when the
+    table has no replicated rows. The baseline is NaN where no eager row was measured.
+    """
+    columns = [
+        "case",
+        "framework",
+        "device",
+        "variant",
+        "scaling",
+        "replicas",
+        "global_batch",
+        "samples_per_s",
+        "baseline_samples_per_s",
+        "speedup",
+        "efficiency",
+        "allreduce_share",
+    ]
+    df = timings[timings["status"] == "ok"].copy()
+    if "timing" in df:
+        df = df[df["timing"].fillna("synced") == "synced"]
+    if case is not None:
+        df = df[df["case"] == case]
+    batch = pd.to_numeric(df["batch"], errors="coerce")
+    replicas = pd.to_numeric(df.get("replicas", pd.Series(1, index=df.index)), errors="coerce")
+    df["replicas"] = replicas.fillna(1).astype(int)
+    scaling = df.get("scaling", pd.Series(None, index=df.index, dtype=object))
+    global_batch = pd.to_numeric(df.get("global_batch", batch), errors="coerce")
+    global_batch = global_batch.fillna(batch.where(scaling != "weak", batch * df["replicas"]))
+    df["global_batch"] = global_batch
+    step = pd.to_numeric(df["step_time_s"], errors="coerce")
+    sps = pd.to_numeric(df.get("samples_per_s", global_batch / step), errors="coerce")
+    df["samples_per_s"] = sps.fillna(global_batch / step)
+    df["scaling"] = scaling
+    df["allreduce_share"] = pd.to_numeric(
+        df.get("allreduce_share", pd.Series(np.nan, index=df.index)), errors="coerce"
+    )
+    replicated = df[df["variant"].isin(tuple(REPLICA_VARIANTS))]
+    if replicated.empty:
+        return pd.DataFrame(columns=columns)
+    out = []
+    for (c, framework, device), rows in replicated.groupby(["case", "framework", "device"]):
+        base = _at_seed(df[(df["case"] == c) & (df["framework"] == framework)], c)
+        base = base[(base["device"] == device) & (base["variant"] == "eager")]
+        base = base[base["replicas"] == 1]
+        base_sps = float(base["samples_per_s"].median()) if len(base) else np.nan
+        if len(base):
+            first = base.iloc[0]
+            out.append(
+                {
+                    "case": c,
+                    "framework": framework,
+                    "device": device,
+                    "variant": "eager",
+                    "scaling": "baseline",
+                    "replicas": 1,
+                    "global_batch": first["global_batch"],
+                    "samples_per_s": base_sps,
+                    "allreduce_share": np.nan,
+                }
+            )
+        for _, row in rows.iterrows():
+            out.append({k: row[k] for k in columns if k in row.index})
+        for item in out:
+            if (item["case"], item["framework"], item["device"]) == (c, framework, device):
+                item["baseline_samples_per_s"] = base_sps
+    table = pd.DataFrame(out).reindex(columns=columns)
+    table["speedup"] = table["samples_per_s"] / table["baseline_samples_per_s"]
+    table["efficiency"] = table["speedup"] / table["replicas"]
+    order = {"baseline": 0, "strong": 1, "weak": 2}
+    table = table.sort_values(
+        ["case", "framework", "device", "replicas", "scaling"],
+        key=lambda col: col.map(order) if col.name == "scaling" else col,
+    )
+    return table.reset_index(drop=True)
+
+
+def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) -> Axes:
+    """Global samples per second against replicas, strong and weak scaling.
+
+    Per framework x device (colour: device, marker: framework), one line per scaling
+    (solid: strong, dashed: weak) from the 1-replica ``eager`` baseline at the seed's
+    size through the replicated points (:func:`scaling_table`); the dotted grey line
+    is perfect scaling (baseline x replicas). Each replicated point is annotated with
+    its scaling efficiency and all-reduce share. Log-2 x axis, log y axis. Returns the
+    Axes; says so on the Axes when ``case`` has no replicated rows.
+    """
+    ax = _new_ax(ax, figsize=(7.0, 4.6))
+    title = f"{case}: data-parallel scaling at the seed's size"
+    table = scaling_table(timings, case)
+    table = table[table["samples_per_s"].notna()]
+    if table[table["scaling"] != "baseline"].empty:
+        return _empty(ax, f"no ok replicated rows for {case}", title)
+    palette = _palette()
+    lines = []
+    for (framework, device), rows in table.groupby(["framework", "device"]):
+        base = rows[rows["scaling"] == "baseline"]
+        for scaling, dashes in (("strong", ""), ("weak", (4, 2))):
+            part = pd.concat([base, rows[rows["scaling"] == scaling]])
+            if len(part) == len(base):
+                continue
+            part = part.assign(
+                label=f"{device} {framework} {scaling}", framework=framework, device=device
+            )
+            lines.append((part, dashes))
+    for part, dashes in lines:
+        label = part["label"].iloc[0]
+        framework, device = part["framework"].iloc[0], part["device"].iloc[0]
+        ax.plot(
+            part["replicas"],
+            part["samples_per_s"],
+            color=palette.get(device),
+            marker=_MARKERS.get(framework, "o"),
+            linestyle=(0, dashes) if dashes else "-",
+            label=label,
+            markersize=7,
+            gid="scaling-line",
+        )
+        for _, row in part[part["scaling"] != "baseline"].iterrows():
+            text = f"eff {row['efficiency']:.0%}" if pd.notna(row["efficiency"]) else ""
+            if pd.notna(row["allreduce_share"]):
+                text += f", all-reduce {row['allreduce_share']:.0%}"
+            ax.annotate(
+                text.strip(", "),
+                (row["replicas"], row["samples_per_s"]),
+                textcoords="offset points",
+                xytext=(6, 4),
+                fontsize=7,
+                gid="scaling-annotation",
+            )
+    ideal = table[table["scaling"] == "baseline"]
+    top = int(table["replicas"].max())
+    for _, row in ideal.iterrows():
+        xs = np.array([1, top])
+        ax.plot(xs, row["samples_per_s"] * xs, ":", color="grey", lw=1, gid="ideal-scaling")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(sorted(table["replicas"].unique()))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("replicas")
+    ax.set_ylabel("global samples per second")
+    ax.set_title(title)
+    ax.legend(fontsize=7, title="1 replica = eager; dotted: perfect scaling", title_fontsize=7)
     return ax
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from .provenance import cpu_model
 
@@ -39,10 +40,20 @@ def pin_thread_env(threads: int) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def import_framework(framework: str, device: str, threads: int):
+def import_framework(framework: str, device: str, threads: int, logical_cpus: int = 1):
     """Import ``framework`` (torch or tensorflow), pin its intra-op threads to
     ``threads`` and inter-op threads to 1, and hide GPUs from TensorFlow in ``cpu`` jobs
-    so that nothing is placed on a GPU by default. Returns the module."""
+    so that nothing is placed on a GPU by default. Returns the module.
+
+    ``logical_cpus`` > 1 (TensorFlow, ``cpu`` jobs of ``mirrored`` points) splits the
+    one physical CPU device into that many logical CPU devices (one per replica of
+    ``MirroredStrategy``) with ``tf.config.set_logical_device_configuration``; this
+    must happen before TensorFlow initialises its devices, so a process that already
+    initialised them with fewer devices raises RuntimeError naming both counts. The
+    logical devices share the job's one intra-op pool of ``threads`` threads.
+    """
+    if logical_cpus < 1:
+        raise ValueError(f"logical_cpus must be at least 1, got {logical_cpus}")
     if framework == "torch":
         import torch
 
@@ -59,8 +70,37 @@ def import_framework(framework: str, device: str, threads: int):
         tf.config.threading.set_inter_op_parallelism_threads(1)
         if device == "cpu":
             tf.config.set_visible_devices([], "GPU")
+            if logical_cpus > 1:
+                _split_cpu(tf, logical_cpus)
         return tf
     raise ValueError(f"unknown framework {framework!r}: expected torch or tensorflow")
+
+
+def _split_cpu(tf, n: int) -> None:
+    """Configure ``n`` logical CPU devices on the first physical CPU (before TensorFlow
+    initialises; later, a process already showing ``n`` or more is accepted)."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)]
+        )
+    except RuntimeError as exc:
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have < n:
+            raise RuntimeError(
+                f"{n} logical CPU devices are needed for mirrored replicas, but TensorFlow "
+                f"was initialised with {have} before they could be configured: {exc}"
+            ) from exc
+
+
+def logical_devices(framework: str) -> list[str]:
+    """TensorFlow's logical devices in this process (CPU:0, CPU:1, ... after a split;
+    empty for torch, which has none)."""
+    if framework != "tensorflow":
+        return []
+    import tensorflow as tf
+
+    return [d.name for d in tf.config.list_logical_devices()]
 
 
 def thread_settings(framework: str) -> tuple[int, int]:
@@ -78,9 +118,10 @@ def thread_settings(framework: str) -> tuple[int, int]:
 def probe(framework: str, device: str) -> DeviceProbe:
     """Whether ``device`` is visible to ``framework`` in this process, and its name.
 
-    ``cuda_multi`` and ``tpu`` are never available for timing (the harness has no
-    replica or TPU variant yet): their probe says whether the hardware is there and why
-    nothing is timed, so their rows are ``unavailable`` with that reason.
+    ``cuda_multi`` is available with at least 2 GPUs (the replicas of a point are GPUs
+    0..replicas-1). ``tpu`` is available to TensorFlow when a TPU system initialises
+    (:func:`tpu_strategy`); torch has no TPU backend here. An unavailable probe's
+    ``reason`` says what was missing or what failed.
     """
     if device == "tpu":
         return _probe_tpu(framework)
@@ -163,24 +204,60 @@ def tpu_names(framework: str) -> list[str]:
     return [d.name for d in tf.config.list_logical_devices("TPU")]
 
 
+#: The TPU system of this process, connected once (see :func:`tpu_strategy`): the
+#: strategy, or the reason none could be made.
+_TPU: dict[str, Any] = {}
+
+
+def tpu_strategy():
+    """The ``tf.distribute.TPUStrategy`` of this process's TPU, connected on first call.
+
+    Steps, each named in the error when it fails: ``TPUClusterResolver(tpu=<TPU_NAME or
+    'local'>)``, ``tf.config.experimental_connect_to_cluster`` (skipped for ``local``,
+    as on a TPU VM), ``tf.tpu.experimental.initialize_tpu_system``, ``TPUStrategy``.
+    Raises :class:`DeviceMissingError` with that reason (cached: a failed host is not
+    retried in the same process).
+    """
+    if "strategy" in _TPU:
+        return _TPU["strategy"]
+    if "reason" in _TPU:
+        raise DeviceMissingError(_TPU["reason"])
+    import tensorflow as tf
+
+    name = os.environ.get("TPU_NAME") or "local"
+    step = f"TPUClusterResolver(tpu={name!r})"
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
+        if name != "local":
+            step = f"tf.config.experimental_connect_to_cluster (TPU {name!r})"
+            tf.config.experimental_connect_to_cluster(resolver)
+        step = f"tf.tpu.experimental.initialize_tpu_system (TPU {name!r})"
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        step = f"tf.distribute.TPUStrategy (TPU {name!r})"
+        strategy = tf.distribute.TPUStrategy(resolver)
+    except Exception as exc:  # noqa: BLE001 - any failure means: no TPU here
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        _TPU["reason"] = (
+            f"no TPU usable by TensorFlow {tf.__version__}: {step} failed with "
+            f"{type(exc).__name__}: {first[:300]}"
+        )
+        raise DeviceMissingError(_TPU["reason"]) from exc
+    _TPU["strategy"] = strategy
+    return strategy
+
+
 def _probe_tpu(framework: str) -> DeviceProbe:
     version, cuda = _versions(framework)
     if framework == "torch":
         why = f"torch has no TPU backend here (torch {version}; torch_xla is not used)"
         return DeviceProbe(False, None, why, version, cuda, "no TPU backend")
+    try:
+        strategy = tpu_strategy()
+    except DeviceMissingError as exc:
+        return DeviceProbe(False, None, str(exc), version, cuda, "no TPU")
     tpus = tpu_names(framework)
-    visible = ", ".join(tpus) or "no TPU"
-    if not tpus:
-        why = (
-            f"no TPU visible to TensorFlow (tensorflow {version}; "
-            "tf.config.list_logical_devices('TPU') is empty)"
-        )
-    else:
-        why = (
-            f"{len(tpus)} TPU device(s) visible to TensorFlow, but the harness has no TPU "
-            "variant yet (TPUStrategy); nothing is timed under tpu"
-        )
-    return DeviceProbe(False, None, why, version, cuda, visible)
+    name = f"TPU x{strategy.num_replicas_in_sync} ({os.environ.get('TPU_ACCELERATOR_TYPE') or os.environ.get('TPU_NAME') or 'local'})"
+    return DeviceProbe(True, name, None, version, cuda, ", ".join(tpus) or "TPU")
 
 
 def _probe_cuda_multi(framework: str) -> DeviceProbe:
@@ -193,12 +270,9 @@ def _probe_cuda_multi(framework: str) -> DeviceProbe:
             f"({framework} {version}, built with CUDA {cuda or 'none'}; "
             f"CUDA_VISIBLE_DEVICES={_cvd_text()})"
         )
-    else:
-        why = (
-            f"{len(gpus)} GPUs visible to {framework}, but the harness has no several-GPU "
-            "(replica) variant yet; nothing is timed under cuda_multi"
-        )
-    return DeviceProbe(False, None, why, version, cuda, visible)
+        return DeviceProbe(False, None, why, version, cuda, visible)
+    name = gpus[0] if len(set(gpus)) == 1 else " + ".join(gpus)
+    return DeviceProbe(True, f"{len(gpus)} x {name}", None, version, cuda, visible)
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -220,6 +294,66 @@ def workload_class(framework: str, case: str):
     return WORKLOADS[case]
 
 
+def make_workload(point, threads: int):
+    """The workload that measures ``point`` (a :class:`~crossover_study.spec.PointSpec`)
+    in a job of ``threads`` CPU threads. Imports the framework's workload modules.
+
+    - a replicated point (``replicas`` > 1): ``ddp`` in torch
+      (:class:`~crossover_study.workloads.torch_ddp.DDPWorkload`), ``mirrored`` in
+      TensorFlow (:func:`~crossover_study.workloads.tf_strategy.mirrored_workload`);
+    - an ordinary point on ``tpu`` (TensorFlow): the seed case's strategy step under this
+      host's ``TPUStrategy`` (eager only);
+    - any other point: the case's one-device program (:func:`workload_class`).
+
+    Raises ``workloads.NotApplicable`` (with the reason) where the point's variant does
+    not apply (a replica variant of the other framework or of a case without replicas,
+    an ordinary point on ``cuda_multi``, a non-eager variant on ``tpu``), and
+    :class:`DeviceMissingError` when fewer GPUs are visible than replicas or no TPU is.
+    """
+    from .spec import REPLICA_VARIANTS
+    from .workloads import NotApplicable
+
+    case, device, sizes = point.case, point.device, dict(point.sizes)
+    if point.variant in REPLICA_VARIANTS or point.replicas > 1:
+        owner = REPLICA_VARIANTS.get(point.variant)
+        if owner is None:
+            raise NotApplicable(
+                f"{point.variant} is not a replica variant (ddp for torch, mirrored for tensorflow)"
+            )
+        if owner != point.framework:
+            raise NotApplicable(f"{point.variant} is a {owner} replica variant")
+        if point.replicas < 2:
+            raise NotApplicable(f"{point.variant} needs at least 2 replicas")
+        if device == "cuda_multi":
+            visible = len(gpu_names(point.framework))
+            if visible < point.replicas:
+                raise DeviceMissingError(
+                    f"{point.replicas} replicas need {point.replicas} GPUs; {visible} "
+                    f"visible to {point.framework} (CUDA_VISIBLE_DEVICES={_cvd_text()})"
+                )
+        if point.framework == "torch":
+            from .workloads.torch_ddp import DDPWorkload
+
+            return DDPWorkload(case, device, sizes, point.replicas, point.scaling, threads)
+        from .workloads.tf_strategy import mirrored_workload
+
+        return mirrored_workload(case, device, sizes, point.replicas, point.scaling, threads)
+    if device == "cuda_multi":
+        raise NotApplicable(
+            "cuda_multi measures the replicated points (ddp, mirrored) of the replication "
+            "section only; the one-GPU program is the cuda class's"
+        )
+    if device == "tpu" and point.framework == "tensorflow":
+        if point.variant != "eager":
+            raise NotApplicable(
+                "on tpu only the eager program runs (the seed's step under TPUStrategy)"
+            )
+        from .workloads.tf_strategy import StrategyWorkload
+
+        return StrategyWorkload(case, device, sizes, tpu_strategy())
+    return workload_class(point.framework, case)(device, sizes, point.variant)
+
+
 def initialise_device(framework: str, device: str) -> float:
     """Seconds to initialise ``device`` and the framework's lazily loaded training path.
 
@@ -235,7 +369,7 @@ def initialise_device(framework: str, device: str) -> float:
     if framework == "torch":
         import torch
 
-        dev = torch.device("cuda:0" if device == "cuda" else "cpu")
+        dev = torch.device("cuda:0" if device in ("cuda", "cuda_multi") else "cpu")
         model = torch.nn.Linear(4, 4).to(dev)
         opt = torch.optim.Adam(model.parameters())
         loss = model(torch.ones(2, 4, device=dev)).square().mean()

@@ -99,6 +99,9 @@ def probe_record(framework: str, device: str, threads: int) -> dict:
         "gpus": frameworks.gpu_names(framework),
         "tpus": frameworks.tpu_names(framework),
         "framework_devices": _framework_devices(framework),
+        # TensorFlow's logical devices (CPU:0, CPU:1, ... when mirrored replicas split
+        # the CPU); empty for torch.
+        "logical_devices": frameworks.logical_devices(framework),
         "framework_version": seen.framework_version,
         "cuda_build": seen.cuda_version,
         "device_available": seen.available,

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from . import frameworks
+from .config import logical_cpus
 from .harness import TimingPolicy, measure
 from .provenance import git_state, placement, table_columns
 from .spec import PointSpec
@@ -122,7 +123,10 @@ def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) ->
     """
     created = psutil.Process().create_time()
     frameworks.pin_thread_env(group.threads)
-    frameworks.import_framework(group.framework, group.device, group.threads)
+    # Logical CPU devices for mirrored replicas must exist before TensorFlow starts.
+    frameworks.import_framework(
+        group.framework, group.device, group.threads, logical_cpus(group.points, group.device)
+    )
     import_s = time.time() - created
 
     probe = frameworks.probe(group.framework, group.device)
@@ -175,7 +179,7 @@ def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) ->
             journal.start(key)
             row = {
                 **base,
-                **measure_point(point, group.policy, import_s, device_init_s),
+                **measure_point(point, group.policy, import_s, device_init_s, group.threads),
             }
         row["utc_time"] = datetime.now(UTC).isoformat(timespec="seconds")
         journal.finish(key, row)
@@ -187,22 +191,36 @@ def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) ->
 
 
 def measure_point(
-    point: PointSpec, policy: TimingPolicy, import_s: float, device_init_s: float
+    point: PointSpec,
+    policy: TimingPolicy,
+    import_s: float,
+    device_init_s: float,
+    threads: int = 1,
 ) -> dict:
     """Time one point; exceptions become ``status=oom`` or ``status=error`` rows.
 
     ``cold_start_s`` = ``device_init_s`` (once per process, see
-    :func:`frameworks.initialise_device`) + this point's model and data placement.
+    :func:`frameworks.initialise_device`) + this point's model and data placement (for
+    ``ddp`` also starting the follower processes and the process group). ``threads``
+    are the job's CPU threads (replicas on the CPU share them).
+
+    Replica columns: ``samples_per_s`` = ``global_batch / step_time_s`` for every ok
+    row; for a workload with replicas (``replica_info``), ``allreduce_s`` (one
+    all-reduce of the step's gradients measured alone after the timed blocks) and
+    ``allreduce_share`` = ``allreduce_s / step_time_s``. The workload's ``close`` (the
+    ddp followers) runs whatever happens.
     """
-    cls = frameworks.workload_class(point.framework, point.case)
     started = time.perf_counter()
     try:
-        workload = cls(point.device, dict(point.sizes), point.variant)
+        workload = frameworks.make_workload(point, threads)
     except NotApplicable as reason:
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
+    except frameworks.DeviceMissingError as reason:
+        return {"status": "unavailable", "message": str(reason), "import_s": import_s}
     policy = dataclasses.replace(policy, synced=point.timing == "synced")
     try:
         m = measure(workload, policy)
+        info = workload.replica_info() if hasattr(workload, "replica_info") else {}
     except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded
         status = "oom" if frameworks.is_oom(exc) else "error"
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -213,7 +231,13 @@ def measure_point(
             "device_init_s": device_init_s,
             "measured_s": time.perf_counter() - started,
         }
+    finally:
+        close = getattr(workload, "close", None)
+        if close is not None:
+            close()
     retraced = None if m.traces_timed is None else m.traces_timed > 0
+    global_batch = info.get("global_batch", point.global_batch())
+    allreduce_s = info.get("allreduce_s")
     return {
         "status": "ok",
         "message": (
@@ -245,4 +269,12 @@ def measure_point(
         "import_s": import_s,
         "measured_s": m.measured_s,
         "final_loss": m.final_loss,
+        "replicas": info.get("replicas", point.replicas),
+        "scaling": info.get("scaling", point.scaling),
+        "global_batch": global_batch,
+        "samples_per_s": global_batch / m.step_time_s,
+        "threads_per_replica": info.get("threads_per_replica"),
+        "replica_devices": info.get("replica_devices"),
+        "allreduce_s": allreduce_s,
+        "allreduce_share": None if allreduce_s is None else allreduce_s / m.step_time_s,
     }

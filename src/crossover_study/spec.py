@@ -15,14 +15,16 @@ from dataclasses import asdict, dataclass, field
 #: Case names, exactly as the issues and the config use them.
 CASES: tuple[str, ...] = ("s000-hjb", "s001-mlp", "s002-iris", "s004-lstm")
 FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow")
-#: Device classes. ``cpu`` is the baseline; every other class is an accelerator. Only
-#: ``cpu`` and ``cuda`` (one GPU) are measured today; ``cuda_multi`` (several GPUs of one
-#: node) and ``tpu`` can be swept and scheduled, and their jobs record
-#: ``status=unavailable`` rows with the reason (or fail, per ``missing_device``) until
-#: the harness has replica and TPU variants. Never a CPU timing under their names.
+#: Device classes. ``cpu`` is the baseline; every other class is an accelerator:
+#: ``cuda`` (one GPU), ``cuda_multi`` (several GPUs of one node: the replica variants
+#: ``ddp`` and ``mirrored``, one GPU per replica) and ``tpu`` (TensorFlow ``TPUStrategy``
+#: on a TPU host). A class whose hardware a job cannot see records
+#: ``status=unavailable`` rows with the reason (or fails, per ``missing_device``); never a
+#: CPU timing under its name. ``cuda_multi`` and ``tpu`` have not run on real hardware
+#: in this repository (see the README).
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "cuda_multi", "tpu")
-#: Device classes the harness can time today (the others never get ``status=ok`` rows).
-MEASURABLE_DEVICES: tuple[str, ...] = ("cpu", "cuda")
+#: Device classes the harness can time when their hardware is visible.
+MEASURABLE_DEVICES: tuple[str, ...] = ("cpu", "cuda", "cuda_multi", "tpu")
 ACCELERATORS: tuple[str, ...] = tuple(d for d in DEVICES if d != "cpu")
 #: ``eager`` is the naive program as the seed's user wrote it (for Keras cases that is
 #: ``fit`` with ``jit_compile=False`` and ``steps_per_execution=1`` pinned). The others
@@ -47,7 +49,24 @@ VARIANTS: tuple[str, ...] = (
     "tf_data_repeat",
     "cudnn",
     "generic",
+    # Data parallel over several replicas (config section ``replication``).
+    "ddp",
+    "mirrored",
 )
+#: Data-parallel variants, one per framework: torch ``DistributedDataParallel`` and
+#: TensorFlow ``tf.distribute.MirroredStrategy``. They are never in ``sweep.variants``;
+#: the ``replication`` config section makes their points.
+REPLICA_VARIANTS: dict[str, str] = {"ddp": "torch", "mirrored": "tensorflow"}
+#: Cases whose seed or answers ask about several replicas (issue 5): s004's user ran
+#: MirroredStrategy on several GPUs; s001 is the plain PyTorch MLP.
+REPLICA_CASES: tuple[str, ...] = ("s001-mlp", "s004-lstm")
+#: ``strong``: the global batch is the seed's batch, split over the replicas
+#: (per-replica batch = batch / replicas). ``weak``: every replica gets the seed's batch
+#: (global batch = batch x replicas).
+SCALINGS: tuple[str, ...] = ("strong", "weak")
+#: Device classes replicated points may be measured on: CPU replicas share the job's
+#: cores; ``cuda_multi`` runs one replica per GPU.
+REPLICA_DEVICES: tuple[str, ...] = ("cpu", "cuda_multi")
 #: How the steady state is timed: ``synced`` (the device is synchronised before each
 #: clock read) or ``unsynced`` (the anti-pattern of CASES.md P3, measured on purpose and
 #: always labelled; never the default).
@@ -66,6 +85,15 @@ SEED_SIZES: dict[str, dict[str, int]] = {
 }
 #: Every size column of the tidy table (a column is empty where a case lacks the axis).
 SIZE_COLUMNS: tuple[str, ...] = ("batch", "width", "d_in", "hidden", "units", "seq_len")
+
+
+def without_replicas(timings):
+    """Rows of a timings DataFrame that are not replicated points (variant ``ddp`` or
+    ``mirrored``): the size sweeps, crossovers, variant comparisons and answers are
+    about one process on one device; replicated rows have their own scaling figure."""
+    if "variant" not in timings:
+        return timings
+    return timings[~timings["variant"].isin(tuple(REPLICA_VARIANTS))]
 
 
 def case_axes(case: str) -> tuple[str, ...]:
@@ -87,17 +115,65 @@ class PointSpec:
     variant: str
     sizes: Mapping[str, int] = field(default_factory=dict)
     timing: str = "synced"
+    #: Data-parallel replicas (1: an ordinary point, one process on one device).
+    replicas: int = 1
+    #: ``strong`` or ``weak`` for a replicated point (see :data:`SCALINGS`), else None.
+    scaling: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"replicas must be a positive int, got {self.replicas!r}")
+        if self.replicas > 1 and self.scaling not in SCALINGS:
+            raise ValueError(
+                f"a point with {self.replicas} replicas needs scaling strong or weak, "
+                f"got {self.scaling!r}"
+            )
+        if self.replicas == 1 and self.scaling is not None:
+            raise ValueError(f"scaling {self.scaling!r} given for a point with one replica")
 
     def key(self) -> str:
-        """Stable text key of the point, used by the journal to resume a sweep."""
+        """Stable text key of the point, used by the journal to resume a sweep.
+
+        Ordinary points keep the key they had before replicas existed (journals and
+        results of earlier runs still match); a replicated point appends
+        ``|replicas=<n>,scaling=<strong|weak>``.
+        """
         sizes = ",".join(f"{k}={self.sizes[k]}" for k in sorted(self.sizes))
         key = f"{self.case}|{self.framework}|{self.device}|{self.variant}|{sizes}"
-        return key if self.timing == "synced" else f"{key}|{self.timing}"
+        if self.timing != "synced":
+            key = f"{key}|{self.timing}"
+        if self.replicas > 1:
+            key = f"{key}|replicas={self.replicas},scaling={self.scaling}"
+        return key
+
+    def global_batch(self) -> int:
+        """Samples per training step over all replicas: ``batch`` for ordinary and
+        strong-scaling points, ``batch x replicas`` for weak scaling."""
+        batch = self.sizes["batch"]
+        return batch * self.replicas if self.scaling == "weak" else batch
+
+    def replica_batch(self) -> int:
+        """Samples per step on each replica: ``batch / replicas`` (strong scaling) or
+        ``batch`` (weak scaling and ordinary points).
+
+        Raises ValueError when strong scaling cannot split ``batch`` evenly.
+        """
+        batch = self.sizes["batch"]
+        if self.scaling != "strong":
+            return batch
+        if batch % self.replicas:
+            raise ValueError(
+                f"strong scaling splits the global batch {batch} over {self.replicas} "
+                "replicas; it is not divisible"
+            )
+        return batch // self.replicas
 
     def as_row(self) -> dict:
-        """The spec's columns of the tidy table (size columns absent for other cases)."""
+        """The spec's columns of the tidy table (size columns absent for other cases;
+        ``global_batch`` from :meth:`global_batch`)."""
         row = {k: v for k, v in asdict(self).items() if k != "sizes"}
         row.update({c: self.sizes.get(c) for c in SIZE_COLUMNS})
+        row["global_batch"] = self.global_batch() if "batch" in self.sizes else None
         return row
 
     def is_seed_size(self) -> bool:

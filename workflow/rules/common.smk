@@ -91,19 +91,27 @@ def get_constraint(wildcards):
     return config["devices"][wildcards.device].get("constraint")
 
 
+def _gpu_resources(wildcards):
+    """GPU resources of a measuring job: its device class's, except that a cuda_multi
+    job of replicated points asks for as many GPUs as its points have replicas."""
+    return study_config.job_gpu_resources(
+        config, wildcards.case, wildcards.framework, wildcards.device, int(wildcards.batch)
+    )
+
+
 def get_gpu(wildcards):
     """GPUs of a measuring job (plugin resource gpu, sbatch --gpus), or None."""
-    return config["devices"][wildcards.device].get("gpu")
+    return _gpu_resources(wildcards)["gpu"]
 
 
 def get_gpu_model(wildcards):
     """GPU model of a measuring job (with gpu), or None."""
-    return config["devices"][wildcards.device].get("gpu_model")
+    return _gpu_resources(wildcards)["gpu_model"]
 
 
 def get_gres(wildcards):
     """Generic resources of a measuring job (sbatch --gres), or None."""
-    return config["devices"][wildcards.device].get("gres")
+    return _gpu_resources(wildcards)["gres"]
 
 
 def get_mem_mb(wildcards):

@@ -44,3 +44,14 @@ def check_lstm_kernel(variant: str, device: str, has_lstm: bool) -> None:
         raise NotApplicable("cuDNN kernels run on CUDA devices only")
     if variant == "generic" and device != "cuda":
         raise NotApplicable("on the CPU the generic LSTM kernel is the only one (= eager)")
+
+
+def check_replica_variant(variant: str) -> None:
+    """Raise NotApplicable for a data-parallel variant (``ddp``, ``mirrored``) given to a
+    one-device program: those run through the ``replication`` config section, with
+    replicas (``frameworks.make_workload``)."""
+    if variant in ("ddp", "mirrored"):
+        raise NotApplicable(
+            f"{variant} trains on several replicas; its points come from the replication "
+            "section of the config"
+        )

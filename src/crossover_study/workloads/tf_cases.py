@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from . import NotApplicable, check_lstm_kernel, data, loss_read_every
+from . import NotApplicable, check_lstm_kernel, check_replica_variant, data, loss_read_every
 
 
 def tf_function_traces(fn, depth: int = 3) -> int | None:
@@ -51,6 +51,7 @@ class _TFWorkload:
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
     ):
+        check_replica_variant(variant)
         if variant in ("cuda_graph", "compile"):
             raise NotApplicable(f"{variant} is a PyTorch program variant")
         if variant in self.keras_paths and not self.keras_fit:

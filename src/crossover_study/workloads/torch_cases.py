@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import NotApplicable, check_lstm_kernel, data, loss_read_every
+from . import NotApplicable, check_lstm_kernel, check_replica_variant, data, loss_read_every
 
 #: Keras' Adam default epsilon (keras.optimizers.Adam, epsilon=1e-7); torch's is 1e-8.
 KERAS_ADAM_EPS = 1e-7
@@ -55,6 +55,7 @@ class _TorchWorkload:
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
     ):
+        check_replica_variant(variant)
         if variant in TF_ONLY:
             raise NotApplicable(f"{variant} is a TensorFlow/Keras program variant")
         if variant == "cuda_graph" and device != "cuda":

@@ -1,0 +1,497 @@
+"""Replicated points (issue 5, item 3) and the TPU path (item 4), on this CPU-only host:
+torch DDP with gloo and two processes, TensorFlow MirroredStrategy on two logical CPU
+devices, the strategy step under an injected strategy, the TPU probe, the config section
+and the Slurm GPU resources of cuda_multi jobs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+
+from crossover_study import frameworks, runner
+from crossover_study.config import (
+    ConfigError,
+    batches,
+    job_gpu_resources,
+    logical_cpus,
+    measure_jobs,
+    points,
+    validate_config,
+)
+from crossover_study.harness import TimingPolicy, measure
+from crossover_study.provenance import REPO_ROOT, table_columns
+from crossover_study.runner import GroupSpec, run_group
+from crossover_study.spec import SEED_SIZES, PointSpec, without_replicas
+from crossover_study.workloads import NotApplicable
+
+MLP = SEED_SIZES["s001-mlp"]
+FAST = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1, sync_check_s=0)
+
+REPLICATED = {
+    "study": "r",
+    "sweep": {"frameworks": ["torch", "tensorflow"], "devices": ["cpu"], "variants": ["eager"]},
+    "replication": {"cases": ["s001-mlp"]},
+    "cases": {"s001-mlp": {"axes": {"hidden": [128, 512]}}, "s000-hjb": {}},
+}
+
+
+def rep(**kw):
+    return PointSpec("s001-mlp", "torch", "cpu", "ddp", MLP, **kw)
+
+
+# -- the point and its arithmetic ------------------------------------------------------
+
+
+def test_strong_and_weak_batch_arithmetic_and_keys():
+    ordinary = PointSpec("s001-mlp", "torch", "cpu", "eager", MLP)
+    assert ordinary.key() == "s001-mlp|torch|cpu|eager|batch=64,d_in=1024,hidden=128"
+    assert (ordinary.replicas, ordinary.scaling, ordinary.global_batch()) == (1, None, 64)
+    strong, weak = rep(replicas=2, scaling="strong"), rep(replicas=4, scaling="weak")
+    assert (strong.global_batch(), strong.replica_batch()) == (64, 32)
+    assert (weak.global_batch(), weak.replica_batch()) == (256, 64)
+    assert strong.key() == f"{ordinary.key().replace('eager', 'ddp')}|replicas=2,scaling=strong"
+    assert strong.as_row()["global_batch"] == 64 and weak.as_row()["global_batch"] == 256
+    assert weak.as_row()["replicas"] == 4 and weak.as_row()["scaling"] == "weak"
+    with pytest.raises(ValueError, match="not divisible"):
+        rep(replicas=3, scaling="strong").replica_batch()
+    with pytest.raises(ValueError, match="needs scaling strong or weak"):
+        rep(replicas=2)
+    with pytest.raises(ValueError, match="one replica"):
+        rep(scaling="weak")
+    with pytest.raises(ValueError, match="positive int"):
+        rep(replicas=0)
+
+
+# -- config ------------------------------------------------------------------------------
+
+
+def test_replication_section_defaults_points_and_jobs():
+    config = validate_config(REPLICATED)
+    assert config["replication"] == {
+        "cases": ["s001-mlp"],
+        "variants": ["ddp", "mirrored"],
+        "replicas": [2],
+        "scaling": ["strong", "weak"],
+        "devices": ["cpu"],
+    }
+    pts = points(config, "s001-mlp", "torch", "cpu")
+    replicated = [p for p in pts if p.replicas > 1]
+    assert len(replicated) == 2 * 1 * 2  # variants x replicas x scalings
+    assert all(p.sizes == MLP for p in replicated)  # the seed's size only
+    assert len({p.key() for p in pts}) == len(pts)
+    assert points(config, "s000-hjb", "torch", "cpu") == [
+        PointSpec("s000-hjb", "torch", "cpu", "eager", SEED_SIZES["s000-hjb"])
+    ]
+    # Ordinary points keep batch 0 (their journals still match); replicas get their own job.
+    parts = batches(config, "s001-mlp", "torch", "cpu")
+    assert [len(p) for p in parts] == [2, 4]  # hidden 128 and 512; 2 x 2 replicated
+    assert all(p.replicas == 1 for p in parts[0]) and all(p.replicas == 2 for p in parts[1])
+    assert logical_cpus(parts[0], "cpu") == 1 and logical_cpus(parts[1], "cpu") == 2
+    assert len(measure_jobs(config)) == 2 * 2 + 2  # (2 cases x 2 fw) + replicated s001 x 2 fw
+    # Absent section: no replicated points, and the validated config gains nothing.
+    plain = {k: v for k, v in REPLICATED.items() if k != "replication"}
+    assert "replication" not in validate_config(plain)
+
+
+@pytest.mark.parametrize(
+    "section, expected",
+    [
+        ({"cases": ["s002-iris"]}, r"replication.cases\[0\]: case 's002-iris' is not under cases"),
+        ({"cases": ["s003-cnn"]}, r"replication.cases\[0\]: 's003-cnn' is not one of"),
+        ({"replicas": [2, 1]}, r"replication.replicas\[1\]: 1 is less than the minimum of 2"),
+        ({"replicas": [2, 2]}, r"replication.replicas: duplicate value\(s\) 2"),
+        ({"replicas": [2.5]}, r"replication.replicas\[0\]: 2.5 is not of type 'integer'"),
+        ({"scaling": ["diagonal"]}, r"replication.scaling\[0\]: 'diagonal' is not one of"),
+        ({"variants": ["horovod"]}, r"replication.variants\[0\]: 'horovod' is not one of"),
+        ({"devices": ["cuda"]}, r"replication.devices\[0\]: 'cuda' is not one of"),
+        (
+            {"devices": ["cuda_multi"]},
+            r"replication.devices\[0\]: device 'cuda_multi' is not in sweep",
+        ),
+        ({"replica": [2]}, r"at replication: unknown key\(s\) 'replica'"),
+    ],
+)
+def test_bad_replication_section_names_the_key(section, expected):
+    config = copy.deepcopy(REPLICATED)
+    config["replication"].update(section)
+    with pytest.raises(ConfigError, match=expected):
+        validate_config(config)
+
+
+def test_cuda_multi_jobs_ask_for_as_many_gpus_as_replicas():
+    config = copy.deepcopy(REPLICATED)
+    config["sweep"]["devices"] = ["cpu", "cuda_multi"]
+    config["replication"].update(replicas=[2, 4], devices=["cuda_multi"])
+    config["devices"] = {"cpu": {}, "cuda_multi": {"gpu": 8, "gpu_model": "h200"}}
+    config = validate_config(config)
+    parts = batches(config, "s001-mlp", "torch", "cuda_multi")
+    assert [{p.replicas for p in part} for part in parts] == [{1}, {2}, {4}]
+    gpus = [job_gpu_resources(config, "s001-mlp", "torch", "cuda_multi", i) for i in range(3)]
+    assert [g["gpu"] for g in gpus] == [8, 2, 4] and {g["gpu_model"] for g in gpus} == {"h200"}
+    assert job_gpu_resources(config, "s001-mlp", "torch", "cpu", 0)["gpu"] is None
+    config["devices"]["cuda_multi"] = {
+        "gres": "gpu:h200:8",
+        "threads": 2,
+        "mem_mb": 1,
+        "runtime": 1,
+    }
+    assert job_gpu_resources(config, "s001-mlp", "tensorflow", "cuda_multi", 2) == {
+        "gpu": None,
+        "gpu_model": None,
+        "gres": "gpu:h200:4",
+    }
+
+
+@pytest.mark.slow
+def test_snakemake_dry_run_gives_cuda_multi_jobs_their_replicas_as_gpus(tmp_path):
+    study = copy.deepcopy(REPLICATED)
+    study["sweep"]["devices"] = ["cpu", "cuda_multi"]
+    study["replication"].update(replicas=[2, 4], devices=["cuda_multi"], scaling=["weak"])
+    study["devices"] = {
+        "cpu": {"slurm_partition": "cpu"},
+        "cuda_multi": {"threads": 4, "slurm_partition": "gpu", "gpu": 2, "gpu_model": "h200"},
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(json.dumps(study))
+    snakemake = Path(sys.executable).with_name("snakemake")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    out = subprocess.run(
+        [str(snakemake), "-s", str(REPO_ROOT / "Snakefile"), "-d", str(tmp_path), "-n"]
+        + ["--configfile", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    jobs = re.findall(
+        r"wildcards: case=(\S+), framework=(\S+), device=(\S+), batch=(\d+)\n\s+resources: ([^\n]*)",
+        text,
+    )
+    got = {}
+    for case, framework, device, batch, resources in jobs:
+        res = dict(kv.split("=", 1) for kv in resources.split(", "))
+        got[(case, framework, device, int(batch))] = (res.get("slurm_partition"), res.get("gpu"))
+    for framework in ("torch", "tensorflow"):
+        assert got[("s001-mlp", framework, "cuda_multi", 1)] == ("gpu", "2")
+        assert got[("s001-mlp", framework, "cuda_multi", 2)] == ("gpu", "4")
+        assert got[("s001-mlp", framework, "cuda_multi", 0)] == ("gpu", "2")  # the class's own
+        assert got[("s001-mlp", framework, "cpu", 0)] == ("cpu", None)  # never a GPU
+    assert ("s000-hjb", "torch", "cuda_multi", 1) not in got  # s000 is not replicated
+
+
+# -- which program a point gets ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "point, reason",
+    [
+        (
+            PointSpec("s001-mlp", "torch", "cpu", "mirrored", MLP, replicas=2, scaling="weak"),
+            "tensorflow replica variant",
+        ),
+        (
+            PointSpec("s001-mlp", "tensorflow", "cpu", "ddp", MLP, replicas=2, scaling="weak"),
+            "torch replica variant",
+        ),
+        (
+            PointSpec(
+                "s000-hjb",
+                "torch",
+                "cpu",
+                "ddp",
+                SEED_SIZES["s000-hjb"],
+                replicas=2,
+                scaling="weak",
+            ),
+            "replicas are measured for s001-mlp, s004-lstm",
+        ),
+        (
+            PointSpec("s001-mlp", "torch", "cpu", "ddp", MLP, replicas=3, scaling="strong"),
+            "not divisible",
+        ),
+        (PointSpec("s001-mlp", "torch", "cuda_multi", "eager", MLP), "replicated points"),
+        (
+            PointSpec("s002-iris", "tensorflow", "tpu", "xla", SEED_SIZES["s002-iris"]),
+            "only the eager",
+        ),
+    ],
+)
+def test_points_that_do_not_apply_say_why(point, reason):
+    frameworks.import_framework(point.framework, "cpu", 1)
+    with pytest.raises(NotApplicable, match=reason):
+        frameworks.make_workload(point, 2)
+
+
+def test_cuda_multi_replicas_without_gpus_are_unavailable():
+    frameworks.import_framework("torch", "cpu", 1)
+    point = PointSpec("s001-mlp", "torch", "cuda_multi", "ddp", MLP, replicas=2, scaling="strong")
+    row = runner.measure_point(point, FAST, 0.1, 0.1, 2)
+    assert row["status"] == "unavailable" and "2 replicas need 2 GPUs; 0 visible" in row["message"]
+    probe = frameworks.probe("torch", "cuda_multi")
+    assert not probe.available and "cuda_multi needs at least 2 GPUs; 0 visible" in probe.reason
+
+
+# -- torch DDP with gloo, two processes ----------------------------------------------------
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.mark.slow
+def test_ddp_gloo_two_processes_measures_real_rows(tmp_path):
+    before = _children()
+    pts = (
+        PointSpec("s001-mlp", "torch", "cpu", "eager", MLP),
+        PointSpec("s001-mlp", "torch", "cpu", "ddp", MLP, replicas=2, scaling="strong"),
+        PointSpec("s001-mlp", "torch", "cpu", "ddp", MLP, replicas=2, scaling="weak"),
+        PointSpec("s001-mlp", "torch", "cpu", "mirrored", MLP, replicas=2, scaling="weak"),
+    )
+    policy = TimingPolicy(min_block_s=0.02, n_blocks=3, max_warmup_s=0.2, max_point_s=2)
+    group = GroupSpec("s001-mlp", "torch", "cpu", pts, 2, policy, "skip", "h")
+    rows = run_group(group, tmp_path / "j.jsonl", tmp_path / "o.csv", log=lambda _: None)
+    df = pd.read_csv(tmp_path / "o.csv")
+    assert list(df.columns) == list(table_columns("timings"))
+    eager, strong, weak, mirrored = rows
+    assert eager["status"] == "ok" and eager["replicas"] == 1 and eager["scaling"] is None
+    assert eager["global_batch"] == 64 and eager["allreduce_share"] is None
+    for row, global_batch in ((strong, 64), (weak, 128)):
+        assert row["status"] == "ok", row.get("message")
+        assert row["replicas"] == 2 and row["global_batch"] == global_batch
+        assert row["samples_per_s"] == pytest.approx(global_batch / row["step_time_s"])
+        assert 0 < row["allreduce_share"] < 1 and row["allreduce_s"] > 0
+        assert row["threads_per_replica"] == 1  # the job's 2 threads shared by 2 ranks
+        assert row["device"] == "cpu" and row["device_name"] == frameworks.cpu_model()
+        assert "gloo" in row["replica_devices"] and "cuda" not in row["replica_devices"]
+        assert math.isfinite(row["final_loss"]) and row["n_blocks"] >= 3
+    assert mirrored["status"] == "not_applicable" and "tensorflow" in mirrored["message"]
+    assert _children() == before  # every follower process was reaped
+    assert df["scaling"].tolist()[1:3] == ["strong", "weak"]
+
+
+class _Boom(RuntimeError):
+    pass
+
+
+def test_ddp_followers_are_killed_and_reaped_when_a_point_fails(monkeypatch):
+    from crossover_study.workloads.torch_ddp import DDPWorkload, RankProgram
+
+    frameworks.import_framework("torch", "cpu", 1)
+    before, seen = _children(), []
+    real_run = RankProgram.run
+
+    def failing_run(self, n):  # rank 0 only: followers are other processes
+        real_run(self, n)
+        if self.step_index > 3:
+            raise _Boom("rank 0 fails mid-block")
+
+    class Recording(DDPWorkload):
+        def setup(self):
+            super().setup()
+            seen.extend(self.follower_pids())
+
+    monkeypatch.setattr(RankProgram, "run", failing_run)
+    monkeypatch.setattr(
+        frameworks,
+        "make_workload",
+        lambda p, t: Recording(p.case, p.device, dict(p.sizes), p.replicas, p.scaling, t),
+    )
+    point = PointSpec("s001-mlp", "torch", "cpu", "ddp", MLP, replicas=2, scaling="strong")
+    row = runner.measure_point(point, FAST, 0.1, 0.1, 2)
+    assert row["status"] == "error" and "rank 0 fails mid-block" in row["message"]
+    assert len(seen) == 1
+    assert not psutil.pid_exists(seen[0]) or psutil.Process(seen[0]).status() == "zombie"
+    assert _children() == before
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()  # the next point can start a process group
+
+
+# -- TensorFlow MirroredStrategy on two logical CPU devices ----------------------------------
+
+MIRRORED_SCRIPT = """
+import json, sys
+sys.path.insert(0, {src!r})
+from crossover_study.harness import TimingPolicy
+from crossover_study.runner import GroupSpec, run_group
+from crossover_study.spec import PointSpec
+from crossover_study import frameworks
+seed = {{"batch": 32, "units": 8, "seq_len": 5}}
+mlp = {{"batch": 64, "d_in": 1024, "hidden": 128}}
+pts = tuple(
+    PointSpec(case, "tensorflow", "cpu", v, s, replicas=2, scaling=sc)
+    for case, s in (("s001-mlp", mlp), ("s004-lstm", seed))
+    for v in ("mirrored", "ddp")
+    for sc in ("strong", "weak")
+)
+policy = TimingPolicy(min_block_s=0.02, n_blocks=3, max_warmup_s=0.2, max_point_s=2)
+run_group(GroupSpec("s001-mlp", "tensorflow", "cpu", pts, 2, policy, "skip", "h"), sys.argv[1], sys.argv[2], log=lambda _: None)
+print(json.dumps(frameworks.logical_devices("tensorflow")))
+"""
+
+
+@pytest.mark.slow
+def test_mirrored_on_two_logical_cpu_devices(tmp_path):
+    # A fresh process: the logical devices must exist before TensorFlow initialises.
+    script = tmp_path / "run.py"
+    script.write_text(MIRRORED_SCRIPT.format(src=str(REPO_ROOT / "src")))
+    out = tmp_path / "o.csv"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "j.jsonl"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
+        "/device:CPU:0",
+        "/device:CPU:1",
+    ]
+    df = pd.read_csv(out)
+    mirrored = df[df["variant"] == "mirrored"]
+    assert set(mirrored["status"]) == {"ok"}, mirrored["message"].tolist()
+    assert mirrored["replicas"].tolist() == [2] * 4
+    assert mirrored["global_batch"].tolist() == [64, 128, 32, 64]
+    assert np.allclose(
+        mirrored["samples_per_s"], mirrored["global_batch"] / mirrored["step_time_s"]
+    )
+    assert ((mirrored["allreduce_share"] > 0) & (mirrored["allreduce_share"] < 1)).all()
+    assert (mirrored["replica_devices"].str.count("CPU:") == 2).all()
+    assert mirrored["replica_devices"].str.contains("MirroredStrategy").all()
+    assert (mirrored["traces_timed"] == 0).all()  # one trace, before the timed blocks
+    assert (mirrored["device"] == "cpu").all() and np.isfinite(mirrored["final_loss"]).all()
+    assert set(df.loc[df["variant"] == "ddp", "status"]) == {"not_applicable"}
+
+
+# -- TPU ---------------------------------------------------------------------------------------
+
+
+def test_tpu_probe_on_this_host_is_unavailable_with_the_reason():
+    frameworks.import_framework("tensorflow", "cpu", 1)
+    probe = frameworks.probe("tensorflow", "tpu")
+    assert not probe.available and probe.device_name is None
+    assert re.search(
+        r"(TPUClusterResolver|initialize_tpu_system|TPUStrategy).* failed", probe.reason
+    )
+    assert frameworks.probe("tensorflow", "tpu").reason == probe.reason  # tried once
+    torch_probe = frameworks.probe("torch", "tpu")
+    assert not torch_probe.available and "no TPU backend" in torch_probe.reason
+
+
+def test_tpu_group_gives_unavailable_rows_or_fails(tmp_path):
+    pts = (PointSpec("s002-iris", "tensorflow", "tpu", "eager", SEED_SIZES["s002-iris"]),)
+    group = GroupSpec("s002-iris", "tensorflow", "tpu", pts, 1, FAST, "skip", "h")
+    rows = run_group(group, tmp_path / "j.jsonl", tmp_path / "o.csv", log=lambda _: None)
+    assert rows[0]["status"] == "unavailable" and "failed" in rows[0]["message"]
+    assert rows[0].get("step_time_s") is None
+    fail = GroupSpec("s002-iris", "tensorflow", "tpu", pts, 1, FAST, "fail", "h")
+    with pytest.raises(frameworks.DeviceMissingError, match="'tpu' was asked for"):
+        run_group(fail, tmp_path / "j2.jsonl", tmp_path / "o2.csv", log=lambda _: None)
+
+
+@pytest.mark.parametrize(
+    "case, sizes",
+    [("s000-hjb", {"batch": 16, "width": 8}), ("s002-iris", {"batch": 20, "hidden": 8})],
+)
+def test_tpu_step_runs_under_an_injected_strategy(monkeypatch, case, sizes):
+    tf = frameworks.import_framework("tensorflow", "cpu", 1)
+    from crossover_study.workloads.tf_strategy import StrategyWorkload
+
+    # The tpu routing of make_workload, with a CPU strategy standing in for TPUStrategy.
+    monkeypatch.setattr(
+        frameworks, "tpu_strategy", lambda: tf.distribute.OneDeviceStrategy("/cpu:0")
+    )
+    workload = frameworks.make_workload(PointSpec(case, "tensorflow", "tpu", "eager", sizes), 1)
+    assert isinstance(workload, StrategyWorkload)
+    m = measure(workload, FAST)
+    assert m.step_time_s > 0 and math.isfinite(m.final_loss)
+    assert m.traces_first_step == 1 and m.traces_timed == 0
+    info = workload.replica_info()
+    assert info["replicas"] == 1 and info["global_batch"] == sizes["batch"]
+    assert "OneDeviceStrategy" in info["replica_devices"] and info["allreduce_s"] > 0
+
+
+# -- figures and tables ---------------------------------------------------------------------
+
+
+def _scaling_rows():
+    base = {"case": "s001-mlp", "framework": "torch", "device": "cpu", "status": "ok", **MLP}
+    return pd.DataFrame(
+        [
+            {**base, "variant": "eager", "timing": "synced", "step_time_s": 0.001},
+            {**base, "variant": "eager", "timing": "unsynced", "step_time_s": 0.0001},
+            {
+                **base,
+                "variant": "ddp",
+                "timing": "synced",
+                "replicas": 2,
+                "scaling": "strong",
+                "global_batch": 64,
+                "samples_per_s": 32000.0,
+                "step_time_s": 0.002,
+                "allreduce_share": 0.25,
+            },
+            {
+                **base,
+                "variant": "ddp",
+                "timing": "synced",
+                "replicas": 2,
+                "scaling": "weak",
+                "global_batch": 128,
+                "samples_per_s": 96000.0,
+                "step_time_s": 128 / 96000,
+                "allreduce_share": 0.5,
+            },
+        ]
+    )
+
+
+def test_scaling_table_baseline_and_efficiency():
+    from crossover_study import figures
+
+    table = figures.scaling_table(_scaling_rows())
+    assert table["scaling"].tolist() == ["baseline", "strong", "weak"]
+    # Baseline: the synced eager row, 64 samples / 1 ms (the unsynced row is ignored).
+    assert table["baseline_samples_per_s"].tolist() == pytest.approx([64000.0] * 3)
+    assert table["efficiency"].tolist() == pytest.approx([1.0, 0.25, 0.75])
+    assert table["allreduce_share"].tolist()[1:] == [0.25, 0.5]
+    assert len(without_replicas(_scaling_rows())) == 2
+    old = _scaling_rows().iloc[:2]  # a table from before replicas: nothing to scale
+    assert figures.scaling_table(old).empty
+
+
+def test_replica_scaling_figure_draws_strong_weak_and_ideal():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from crossover_study import figures
+
+    fig, ax = plt.subplots()
+    figures.replica_scaling(_scaling_rows(), "s001-mlp", ax=ax)
+    lines = [line for line in ax.get_lines() if line.get_gid() == "scaling-line"]
+    assert sorted(line.get_label() for line in lines) == ["cpu torch strong", "cpu torch weak"]
+    for line in lines:
+        assert list(line.get_xdata()) == [1, 2]
+    notes = [t.get_text() for t in ax.texts if t.get_gid() == "scaling-annotation"]
+    assert sorted(notes) == ["eff 25%, all-reduce 25%", "eff 75%, all-reduce 50%"]
+    assert [line.get_gid() for line in ax.get_lines()].count("ideal-scaling") == 1
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    figures.replica_scaling(_scaling_rows(), "s000-hjb", ax=ax)
+    assert "no ok replicated rows" in ax.texts[0].get_text()
+    plt.close(fig)
