@@ -198,11 +198,15 @@ def test_shipped_studies_are_valid_and_cover_every_case():
     smoke = load_config(REPO_ROOT / "config" / "studies" / "smoke.yaml")
     assert len(smoke["cases"]) == 2 and smoke["sweep"]["devices"] == ["cpu"]
     # two sizes of eager, plus copy_data_each_step and the unsynced eager at the seed size
-    ordinary = {g: [p for p in points(smoke, *g) if p.replicas == 1] for g in groups(smoke)}
+    data_parallel = ("ddp", "mirrored")
+    ordinary = {
+        g: [p for p in points(smoke, *g) if p.variant not in data_parallel] for g in groups(smoke)
+    }
     assert {len(pts) for pts in ordinary.values()} == {4}
-    # s001-mlp also has ddp and mirrored x strong and weak at 2 replicas (own job).
+    # s001-mlp also has ddp and mirrored on one replica (the scaling baseline) and x
+    # strong and weak at 2 replicas (own job).
     replicated = {g: len(points(smoke, *g)) - len(ordinary[g]) for g in groups(smoke)}
-    assert replicated == {g: 4 if g[0] == "s001-mlp" else 0 for g in groups(smoke)}
+    assert replicated == {g: 6 if g[0] == "s001-mlp" else 0 for g in groups(smoke)}
 
 
 def test_variants_and_unsynced_timing_at_the_seed_size_by_default():

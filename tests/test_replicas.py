@@ -89,15 +89,23 @@ def test_replication_section_defaults_points_and_jobs():
     replicated = [p for p in pts if p.replicas > 1]
     assert len(replicated) == 2 * 1 * 2  # variants x replicas x scalings
     assert all(p.sizes == MLP for p in replicated)  # the seed's size only
+    # Per variant, the same program on one replica: the scaling baseline.
+    baselines = [p for p in pts if p.variant in ("ddp", "mirrored") and p.replicas == 1]
+    assert [(p.variant, p.scaling, p.sizes) for p in baselines] == [
+        ("ddp", None, MLP),
+        ("mirrored", None, MLP),
+    ]
     assert len({p.key() for p in pts}) == len(pts)
     assert points(config, "s000-hjb", "torch", "cpu") == [
         PointSpec("s000-hjb", "torch", "cpu", "eager", SEED_SIZES["s000-hjb"])
     ]
     # Ordinary points keep batch 0 (their journals still match); replicas get their own job.
     parts = batches(config, "s001-mlp", "torch", "cpu")
-    assert [len(p) for p in parts] == [2, 4]  # hidden 128 and 512; 2 x 2 replicated
+    # hidden 128 and 512 plus the two one-replica baselines; 2 x 2 replicated
+    assert [len(p) for p in parts] == [4, 4]
+    assert [p.variant for p in parts[0]] == ["eager", "eager", "ddp", "mirrored"]
     assert all(p.replicas == 1 for p in parts[0]) and all(p.replicas == 2 for p in parts[1])
-    assert logical_cpus(parts[0], "cpu") == 1 and logical_cpus(parts[1], "cpu") == 2
+    assert [logical_cpus(p, "cpu") for p in parts] == [1, 2]
     assert len(measure_jobs(config)) == 2 * 2 + 2  # (2 cases x 2 fw) + replicated s001 x 2 fw
     # Absent section: no replicated points, and the validated config gains nothing.
     plain = {k: v for k, v in REPLICATED.items() if k != "replication"}
@@ -138,7 +146,9 @@ def test_cuda_multi_jobs_ask_for_as_many_gpus_as_replicas():
     parts = batches(config, "s001-mlp", "torch", "cuda_multi")
     assert [{p.replicas for p in part} for part in parts] == [{1}, {2}, {4}]
     gpus = [job_gpu_resources(config, "s001-mlp", "torch", "cuda_multi", i) for i in range(3)]
-    assert [g["gpu"] for g in gpus] == [8, 2, 4] and {g["gpu_model"] for g in gpus} == {"h200"}
+    # Batch 0: ordinary points (not_applicable on cuda_multi) and the one-replica
+    # baselines, so one GPU; then one GPU per replica.
+    assert [g["gpu"] for g in gpus] == [1, 2, 4] and {g["gpu_model"] for g in gpus} == {"h200"}
     assert job_gpu_resources(config, "s001-mlp", "torch", "cpu", 0)["gpu"] is None
     config["devices"]["cuda_multi"] = {
         "gres": "gpu:h200:8",
@@ -187,7 +197,7 @@ def test_snakemake_dry_run_gives_cuda_multi_jobs_their_replicas_as_gpus(tmp_path
     for framework in ("torch", "tensorflow"):
         assert got[("s001-mlp", framework, "cuda_multi", 1)] == ("gpu", "2")
         assert got[("s001-mlp", framework, "cuda_multi", 2)] == ("gpu", "4")
-        assert got[("s001-mlp", framework, "cuda_multi", 0)] == ("gpu", "2")  # the class's own
+        assert got[("s001-mlp", framework, "cuda_multi", 0)] == ("gpu", "1")  # the baselines
         assert got[("s001-mlp", framework, "cpu", 0)] == ("cpu", None)  # never a GPU
     assert ("s000-hjb", "torch", "cuda_multi", 1) not in got  # s000 is not replicated
 
@@ -259,13 +269,18 @@ def test_ddp_gloo_two_processes_measures_real_rows(tmp_path):
         PointSpec("s001-mlp", "torch", "cpu", "ddp", MLP, replicas=2, scaling="strong"),
         PointSpec("s001-mlp", "torch", "cpu", "ddp", MLP, replicas=2, scaling="weak"),
         PointSpec("s001-mlp", "torch", "cpu", "mirrored", MLP, replicas=2, scaling="weak"),
+        PointSpec("s001-mlp", "torch", "cpu", "ddp", MLP, replicas=1),
     )
     policy = TimingPolicy(min_block_s=0.02, n_blocks=3, max_warmup_s=0.2, max_point_s=2)
     group = GroupSpec("s001-mlp", "torch", "cpu", pts, 2, policy, "skip", "h")
     rows = run_group(group, tmp_path / "j.jsonl", tmp_path / "o.csv", log=lambda _: None)
     df = pd.read_csv(tmp_path / "o.csv")
     assert list(df.columns) == list(table_columns("timings"))
-    eager, strong, weak, mirrored = rows
+    eager, strong, weak, mirrored, baseline = rows
+    # The scaling baseline: the same DDP program on one rank (no follower process).
+    assert baseline["status"] == "ok", baseline.get("message")
+    assert baseline["replicas"] == 1 and baseline["global_batch"] == 64
+    assert baseline["threads_per_replica"] == 2
     assert eager["status"] == "ok" and eager["replicas"] == 1 and eager["scaling"] is None
     assert eager["global_batch"] == 64 and eager["allreduce_share"] is None
     for row, global_batch in ((strong, 64), (weak, 128)):
@@ -280,6 +295,7 @@ def test_ddp_gloo_two_processes_measures_real_rows(tmp_path):
     assert mirrored["status"] == "not_applicable" and "tensorflow" in mirrored["message"]
     assert _children() == before  # every follower process was reaped
     assert df["scaling"].tolist()[1:3] == ["strong", "weak"]
+    assert pd.isna(df["scaling"].tolist()[4])
 
 
 class _Boom(RuntimeError):
@@ -336,7 +352,7 @@ pts = tuple(
     for case, s in (("s001-mlp", mlp), ("s004-lstm", seed))
     for v in ("mirrored", "ddp")
     for sc in ("strong", "weak")
-)
+) + (PointSpec("s001-mlp", "tensorflow", "cpu", "mirrored", mlp, replicas=1),)
 policy = TimingPolicy(min_block_s=0.02, n_blocks=3, max_warmup_s=0.2, max_point_s=2)
 run_group(GroupSpec("s001-mlp", "tensorflow", "cpu", pts, 2, policy, "skip", "h"), sys.argv[1], sys.argv[2], log=lambda _: None)
 print(json.dumps(frameworks.logical_devices("tensorflow")))
@@ -363,7 +379,10 @@ def test_mirrored_on_two_logical_cpu_devices(tmp_path):
     df = pd.read_csv(out)
     mirrored = df[df["variant"] == "mirrored"]
     assert set(mirrored["status"]) == {"ok"}, mirrored["message"].tolist()
-    assert mirrored["replicas"].tolist() == [2] * 4
+    baseline = mirrored[mirrored["replicas"] == 1]  # the same program on one replica
+    assert baseline["global_batch"].tolist() == [64] and baseline["scaling"].isna().all()
+    assert baseline["replica_devices"].str.count("CPU:").tolist() == [1]
+    mirrored = mirrored[mirrored["replicas"] == 2]
     assert mirrored["global_batch"].tolist() == [64, 128, 32, 64]
     assert np.allclose(
         mirrored["samples_per_s"], mirrored["global_batch"] / mirrored["step_time_s"]
@@ -471,6 +490,12 @@ def test_scaling_table_baseline_and_efficiency():
     assert len(without_replicas(_scaling_rows())) == 2
     old = _scaling_rows().iloc[:2]  # a table from before replicas: nothing to scale
     assert figures.scaling_table(old).empty
+    # With the same program on one replica measured, that is the baseline (not eager).
+    one = {**_scaling_rows().iloc[0].to_dict(), "variant": "ddp", "replicas": 1}
+    one.update(global_batch=64, samples_per_s=48000.0, step_time_s=64 / 48000)
+    table = figures.scaling_table(pd.concat([_scaling_rows(), pd.DataFrame([one])]))
+    assert table.loc[0, "variant"] == "ddp" and table.loc[0, "scaling"] == "baseline"
+    assert table["efficiency"].tolist() == pytest.approx([1.0, 1 / 3, 1.0])
 
 
 def test_replica_scaling_figure_draws_strong_weak_and_ideal():

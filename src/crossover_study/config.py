@@ -20,7 +20,7 @@ import yaml
 
 from .harness import TimingPolicy
 from .provenance import SCHEMAS
-from .spec import SEED_SIZES, PointSpec, config_hash
+from .spec import REPLICA_VARIANTS, SEED_SIZES, PointSpec, config_hash
 
 SCHEMA_PATH = SCHEMAS / "config.schema.yaml"
 T = TypeVar("T")
@@ -201,19 +201,27 @@ def points(config: Mapping[str, Any], case: str, framework: str, device: str) ->
 def replicated_points(
     config: Mapping[str, Any], case: str, framework: str, device: str
 ) -> list[PointSpec]:
-    """The ``replication`` section's points of one group: at the seed's size, every
-    variant x replica count x scaling of the section (empty when the section is absent,
-    the case or device is not listed). A variant of the other framework is kept: it
-    gives a ``not_applicable`` row with the reason, as the sweep's variants do."""
+    """The ``replication`` section's points of one group: at the seed's size, per
+    variant one replica (the scaling baseline: the same data-parallel program on one
+    device, so that efficiency compares like with like) and every replica count x
+    scaling of the section (empty when the section is absent, the case or device is not
+    listed). A variant of the other framework is kept: it gives a ``not_applicable`` row
+    with the reason, as the sweep's variants do."""
     rep = config.get("replication")
     if not rep or case not in rep["cases"] or device not in rep["devices"]:
         return []
     seed = dict(SEED_SIZES[case])
     return [
-        PointSpec(case, framework, device, v, seed, replicas=r, scaling=s)
+        point
         for v in rep["variants"]
-        for r in sorted(rep["replicas"])
-        for s in rep["scaling"]
+        for point in (
+            PointSpec(case, framework, device, v, seed, replicas=1),
+            *(
+                PointSpec(case, framework, device, v, seed, replicas=r, scaling=s)
+                for r in sorted(rep["replicas"])
+                for s in rep["scaling"]
+            ),
+        )
     ]
 
 
@@ -244,10 +252,12 @@ def batches(
     """The points of one group split into measuring jobs of at most
     ``config['max_points_per_job']`` points each (see :func:`split_batches`).
 
-    Ordinary points come first, batched as before replicas existed (so their batch
-    indices, tables and journals are unchanged); then the replicated points, one or more
-    jobs per replica count: a job's replicas decide its processes, its logical CPU
-    devices and, on cuda_multi, the GPUs it asks Slurm for.
+    Points of one replica come first (the ordinary points, batched as before replicas
+    existed, so their tables and journals still match, and the one-replica baselines of
+    ``ddp``/``mirrored``, which need no process or device of their own); then the
+    replicated points, one or more jobs per replica count: a job's replicas decide its
+    processes, its logical CPU devices and, on cuda_multi, the GPUs it asks Slurm for
+    (one for a job whose only runnable points are the baselines).
     """
     every = points(config, case, framework, device)
     limit = config["max_points_per_job"]
@@ -276,8 +286,9 @@ def job_gpu_resources(
     """
     spec = config["devices"][device]
     res = {k: spec.get(k) for k in ("gpu", "gpu_model", "gres")}
-    replicas = job_replicas(batches(config, case, framework, device)[batch])
-    if device != "cuda_multi" or replicas < 2:
+    points_of_job = batches(config, case, framework, device)[batch]
+    replicas = job_replicas(points_of_job)
+    if device != "cuda_multi" or not any(p.variant in REPLICA_VARIANTS for p in points_of_job):
         return res
     if res["gres"] is not None:
         parts = res["gres"].split(":")

@@ -679,16 +679,18 @@ def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None)
 def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFrame:
     """Replicated rows with their 1-replica baseline and scaling efficiency.
 
-    One row per ok replicated point (variant ``ddp`` or ``mirrored``, synced) of
-    ``case`` (every case when None), plus one ``replicas = 1`` baseline row per
-    case x framework x device: the synced ``eager`` row at the seed's size. Columns:
+    One row per ok replicated point (variant ``ddp`` or ``mirrored``, synced, more
+    than one replica) of ``case`` (every case when None), plus one ``replicas = 1``
+    baseline row per case x framework x device x variant: the same variant on one
+    replica (the same program, so efficiency compares like with like), or, in tables
+    without it, the synced ``eager`` row at the seed's size. Columns:
     ``case, framework, device, variant, scaling, replicas, global_batch,
     samples_per_s`` (global samples per second; computed as ``global_batch /
     step_time_s`` for tables written before the column existed), ``baseline_samples_per_s``,
     ``speedup`` = samples_per_s / baseline, ``efficiency`` = speedup / replicas (1 is
     perfect scaling; the same formula for strong and weak scaling, since both are
     compared in global samples per second), and ``allreduce_share``. Empty when the
-    table has no replicated rows. The baseline is NaN where no eager row was measured.
+    table has no replicated rows. The baseline is NaN where neither was measured.
     """
     columns = [
         "case",
@@ -723,35 +725,39 @@ def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFram
     df["allreduce_share"] = pd.to_numeric(
         df.get("allreduce_share", pd.Series(np.nan, index=df.index)), errors="coerce"
     )
-    replicated = df[df["variant"].isin(tuple(REPLICA_VARIANTS))]
+    is_replicated = df["variant"].isin(tuple(REPLICA_VARIANTS))
+    replicated = df[is_replicated & (df["replicas"] > 1)]
     if replicated.empty:
         return pd.DataFrame(columns=columns)
     out = []
-    for (c, framework, device), rows in replicated.groupby(["case", "framework", "device"]):
-        base = _at_seed(df[(df["case"] == c) & (df["framework"] == framework)], c)
-        base = base[(base["device"] == device) & (base["variant"] == "eager")]
-        base = base[base["replicas"] == 1]
+    groups = replicated.groupby(["case", "framework", "device", "variant"])
+    for (c, framework, device, variant), rows in groups:
+        mine = _at_seed(df[(df["case"] == c) & (df["framework"] == framework)], c)
+        mine = mine[(mine["device"] == device) & (mine["replicas"] == 1)]
+        # The same data-parallel program on one replica; tables from before the
+        # one-replica baselines existed fall back to the seed's eager program.
+        base = mine[mine["variant"] == variant]
+        if base.empty:
+            base = mine[mine["variant"] == "eager"]
         base_sps = float(base["samples_per_s"].median()) if len(base) else np.nan
+        group = [{k: row[k] for k in columns if k in row.index} for _, row in rows.iterrows()]
         if len(base):
             first = base.iloc[0]
-            out.append(
+            group.insert(
+                0,
                 {
                     "case": c,
                     "framework": framework,
                     "device": device,
-                    "variant": "eager",
+                    "variant": first["variant"],
                     "scaling": "baseline",
                     "replicas": 1,
                     "global_batch": first["global_batch"],
                     "samples_per_s": base_sps,
-                    "allreduce_share": np.nan,
-                }
+                    "allreduce_share": first["allreduce_share"],
+                },
             )
-        for _, row in rows.iterrows():
-            out.append({k: row[k] for k in columns if k in row.index})
-        for item in out:
-            if (item["case"], item["framework"], item["device"]) == (c, framework, device):
-                item["baseline_samples_per_s"] = base_sps
+        out += [{**item, "baseline_samples_per_s": base_sps} for item in group]
     table = pd.DataFrame(out).reindex(columns=columns)
     table["speedup"] = table["samples_per_s"] / table["baseline_samples_per_s"]
     table["efficiency"] = table["speedup"] / table["replicas"]
@@ -767,7 +773,7 @@ def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) ->
     """Global samples per second against replicas, strong and weak scaling.
 
     Per framework x device (colour: device, marker: framework), one line per scaling
-    (solid: strong, dashed: weak) from the 1-replica ``eager`` baseline at the seed's
+    (solid: strong, dashed: weak) from the one-replica baseline (:func:`scaling_table`) at the seed's
     size through the replicated points (:func:`scaling_table`); the dotted grey line
     is perfect scaling (baseline x replicas). Each replicated point is annotated with
     its scaling efficiency and all-reduce share. Log-2 x axis, log y axis. Returns the

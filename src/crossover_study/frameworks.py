@@ -298,7 +298,8 @@ def make_workload(point, threads: int):
     """The workload that measures ``point`` (a :class:`~crossover_study.spec.PointSpec`)
     in a job of ``threads`` CPU threads. Imports the framework's workload modules.
 
-    - a replicated point (``replicas`` > 1): ``ddp`` in torch
+    - a replicated point (variant ``ddp`` or ``mirrored``; one replica is the scaling
+      baseline, the same program on one device): ``ddp`` in torch
       (:class:`~crossover_study.workloads.torch_ddp.DDPWorkload`), ``mirrored`` in
       TensorFlow (:func:`~crossover_study.workloads.tf_strategy.mirrored_workload`);
     - an ordinary point on ``tpu`` (TensorFlow): the seed case's strategy step under this
@@ -322,8 +323,6 @@ def make_workload(point, threads: int):
             )
         if owner != point.framework:
             raise NotApplicable(f"{point.variant} is a {owner} replica variant")
-        if point.replicas < 2:
-            raise NotApplicable(f"{point.variant} needs at least 2 replicas")
         if device == "cuda_multi":
             visible = len(gpu_names(point.framework))
             if visible < point.replicas:

@@ -387,8 +387,8 @@ def mirrored_workload(
             f"replicas are measured for {', '.join(CASES)} (issue 5); {case}'s seed ran "
             "on one device"
         )
-    if replicas < 2:
-        raise NotApplicable("mirrored needs at least 2 replicas")
+    if replicas < 1:
+        raise ValueError(f"mirrored needs at least 1 replica, got {replicas}")
     batch = sizes["batch"]
     if scaling == "strong" and batch % replicas:
         raise NotApplicable(

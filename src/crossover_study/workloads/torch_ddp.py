@@ -299,8 +299,8 @@ class DDPWorkload:
             )
         if device not in ("cpu", "cuda_multi"):
             raise NotApplicable(f"ddp runs on cpu or cuda_multi, not {device}")
-        if replicas < 2:
-            raise NotApplicable("ddp needs at least 2 replicas")
+        if replicas < 1:
+            raise ValueError(f"ddp needs at least 1 replica, got {replicas}")
         batch = sizes["batch"]
         if scaling == "strong" and batch % replicas:
             raise NotApplicable(
