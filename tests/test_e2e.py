@@ -25,17 +25,27 @@ def test_smoke_study_rows_and_statuses(smoke_run):
     # unsynced eager at the seed's size.
     assert len(df) == 2 * 2 * 2 * (2 + 1 + 1)
     assert (df["replicas"] == 1).all() and df["scaling"].isna().all()
-    # s001-mlp on cpu: ddp and mirrored x strong and weak, in both frameworks (2 replicas).
-    assert len(replicated) == 2 * 2 * 2 and set(replicated["device"]) == {"cpu"}
+    # s001-mlp on cpu: ddp and mirrored on one replica (the scaling baseline) and x
+    # strong and weak on 2 replicas, in both frameworks.
+    assert len(replicated) == 2 * 2 * 3 and set(replicated["device"]) == {"cpu"}
     measured = replicated[replicated["status"] == "ok"]
     assert sorted(
-        zip(measured["framework"], measured["variant"], measured["scaling"], strict=True)
+        zip(
+            measured["framework"],
+            measured["variant"],
+            measured["replicas"],
+            measured["scaling"].fillna("baseline"),
+            strict=True,
+        )
     ) == [
-        ("tensorflow", "mirrored", "strong"),
-        ("tensorflow", "mirrored", "weak"),
-        ("torch", "ddp", "strong"),
-        ("torch", "ddp", "weak"),
+        ("tensorflow", "mirrored", 1, "baseline"),
+        ("tensorflow", "mirrored", 2, "strong"),
+        ("tensorflow", "mirrored", 2, "weak"),
+        ("torch", "ddp", 1, "baseline"),
+        ("torch", "ddp", 2, "strong"),
+        ("torch", "ddp", 2, "weak"),
     ]
+    measured = measured[measured["replicas"] == 2]
     assert (measured["global_batch"] == measured["scaling"].map({"strong": 64, "weak": 128})).all()
     assert (measured["allreduce_share"] > 0).all() and (measured["samples_per_s"] > 0).all()
     assert set(replicated.loc[replicated["status"] != "ok", "status"]) == {"not_applicable"}
