@@ -40,7 +40,7 @@ def test_points_are_matched_and_iqr_overlap_is_judged():
     assert points.loc[128, "ratio"] == pytest.approx(1.2 / 1.15, rel=1e-2)
     assert points.loc[128, "iqr_overlap"] and not points.loc[512, "iqr_overlap"]
     assert pd.isna(points.loc[128, "width"])  # s001 has no width axis
-    assert "IQRs overlap at 1 of 2" in summary.summary()
+    assert "within 10% at 1 of 2; IQRs overlap at 1 of 2" in summary.summary()
     assert any("DISJOINT" in line for line in summary.lines())
 
 
@@ -68,3 +68,16 @@ def test_crossover_intervals_are_compared():
     cross = compare_runs(t, t, a, b).crossovers.set_index("axis")
     assert cross.loc["hidden", "ci_overlap"] and not cross.loc["d_in", "ci_overlap"]
     assert "crossover intervals overlap at 1 of 2" in compare_runs(t, t, a, b).summary()
+
+
+def test_replicated_points_are_matched_on_replicas_and_scaling():
+    one = _timings({128: [1.0, 1.0, 1.0]}).assign(variant="ddp")
+    rows = pd.concat(
+        [
+            one.assign(replicas=1, scaling=None),
+            one.assign(replicas=2, scaling="strong", step_time_s=2.0),
+            one.assign(replicas=2, scaling="weak", step_time_s=3.0),
+        ]
+    )
+    points = compare_runs(rows, rows).points
+    assert len(points) == 3 and (points["ratio"] == 1.0).all()

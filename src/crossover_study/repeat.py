@@ -18,7 +18,17 @@ import pandas as pd
 from .spec import SIZE_COLUMNS
 
 #: Columns that name a point (with the size columns).
-POINT_KEYS: tuple[str, ...] = ("case", "framework", "device", "variant", "timing")
+POINT_KEYS: tuple[str, ...] = (
+    "case",
+    "framework",
+    "device",
+    "variant",
+    "timing",
+    "replicas",
+    "scaling",
+)
+#: Two runs' step times agree when b/a is within 1 +- this (STUDY.md's noise threshold).
+AGREE = 0.1
 #: Columns that name a crossover estimate.
 CROSSOVER_KEYS: tuple[str, ...] = ("case", "framework", "variant", "accelerator", "axis")
 
@@ -41,8 +51,13 @@ class RepeatSummary:
         out = []
         for _, r in self.points.iterrows():
             sizes = ",".join(f"{c}={int(r[c])}" for c in SIZE_COLUMNS if c in r and pd.notna(r[c]))
+            variant = r["variant"]
+            if r["replicas"] != 1 or r["scaling"] != "none":
+                variant += f" x{int(r['replicas'])}" + (
+                    f" {r['scaling']}" if r["scaling"] != "none" else ""
+                )
             out.append(
-                f"{r['case']} {r['framework']:<10} {r['device']:<5} {r['variant']:<20} "
+                f"{r['case']} {r['framework']:<10} {r['device']:<5} {variant:<20} "
                 f"{r['timing']:<8} {sizes:<28} a {r['step_time_a_s'] * 1e6:10.1f} us  "
                 f"b {r['step_time_b_s'] * 1e6:10.1f} us  b/a {r['ratio']:.3f}  "
                 f"IQRs {'overlap' if r['iqr_overlap'] else 'DISJOINT'}"
@@ -63,10 +78,11 @@ class RepeatSummary:
         if n == 0:
             return "repeat: no point measured ok in both runs"
         ratio = self.points["ratio"]
+        agree = int(((ratio - 1).abs() <= AGREE).sum())
         text = (
             f"repeat: {n} points in both runs; b/a median {ratio.median():.3f}, "
-            f"min {ratio.min():.3f}, max {ratio.max():.3f}; "
-            f"IQRs overlap at {int(self.points['iqr_overlap'].sum())} of {n}"
+            f"min {ratio.min():.3f}, max {ratio.max():.3f}; within {AGREE:.0%} at "
+            f"{agree} of {n}; IQRs overlap at {int(self.points['iqr_overlap'].sum())} of {n}"
         )
         m = len(self.crossovers)
         if m:
@@ -83,9 +99,11 @@ def _quartiles(blocks: str) -> tuple[float, float]:
 
 def _ok_points(timings: pd.DataFrame) -> pd.DataFrame:
     df = timings[timings["status"] == "ok"].copy()
-    if "timing" not in df:
-        df["timing"] = "synced"
-    df["timing"] = df["timing"].fillna("synced")
+    # Columns added over time: tables written before them read as the defaults.
+    for column, default in (("timing", "synced"), ("replicas", 1), ("scaling", "none")):
+        if column not in df:
+            df[column] = default
+        df[column] = df[column].fillna(default)
     for c in SIZE_COLUMNS:
         if c not in df:
             df[c] = np.nan
@@ -101,7 +119,8 @@ def compare_runs(
     """Compare two runs' ``timings.csv`` (and ``crossover.csv``) tables.
 
     Points are matched on :data:`POINT_KEYS` and the size columns; only rows with
-    ``status=ok`` in both runs count. Two intervals [lo, hi] overlap when
+    ``status=ok`` in both runs count. The summary also counts the points whose ratio is
+    within ``1 +- AGREE``. Two intervals [lo, hi] overlap when
     ``lo_a <= hi_b and lo_b <= hi_a``. Raises KeyError when a table lacks a key column
     or ``step_time_s``/``block_step_times_s``.
     """
