@@ -83,3 +83,17 @@ def test_remedy_shift_sentence_sets_the_remedy_beside_eager():
     assert "time-to-train wins after 1,407 steps (eager: never)" in text
     empty = remedy_shift_sentence(shift, "s000-hjb")
     assert empty.startswith("No remedy (a variant other than eager) has ok accelerator rows")
+
+
+def test_an_anti_pattern_is_never_the_best_remedy():
+    df = pd.DataFrame(
+        [
+            _row("torch", "eager", 420e-6),
+            _row("torch", "copy_data_each_step", 368e-6),  # noise on a CPU: not a fix
+            _row("torch", "read_loss_every_step", 300e-6),
+            _row("torch", "compile", 400e-6),
+        ]
+    )
+    text = remedy_sentence(df, "s002-iris")
+    assert "no torch variant beats eager (420 µs) by more than 10%" in text
+    assert "copy_data_each_step" not in text and "read_loss_every_step" not in text

@@ -255,6 +255,11 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
 #: A variant must be this much faster than eager to be called a remedy: the noise
 #: threshold of STUDY.md item 4 (IQR/median 0.1), so noise is not sold as a speed-up.
 MARGIN = 0.1
+#: Variants that add work to the naive program on purpose (the anti-patterns of STUDY.md
+#: item 7: a loss read back every step, data copied from the host every step). They
+#: show what a factor costs and are never offered as a remedy, even when noise makes
+#: one of them look faster.
+ANTI_PATTERNS = ("read_loss_every_step", "copy_data_each_step")
 
 
 def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
@@ -262,7 +267,7 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
 
     Compares, at the seed's own size and per framework, the median step time of the
     ``eager`` program with the fastest other variant measured there (synced timings
-    only), e.g. "On cpu: tensorflow custom_step takes 837 µs per step, 25× faster than
+    only; the :data:`ANTI_PATTERNS` never count as remedies), e.g. "On cpu: tensorflow custom_step takes 837 µs per step, 25× faster than
     eager (20.8 ms)". Says so when no variant beats eager by more than ``MARGIN`` or
     none was measured.
     """
@@ -277,6 +282,7 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
             mine = on_device[on_device["framework"] == framework]
             times = pd.to_numeric(mine.set_index("variant")["step_time_s"], errors="coerce")
             times = times.groupby(level=0).median().dropna()
+            times = times.drop([v for v in ANTI_PATTERNS if v in times.index])
             if "eager" not in times or len(times) < 2:
                 continue
             eager = times["eager"]
