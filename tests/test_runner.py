@@ -63,6 +63,39 @@ def test_rerun_keeps_measured_points_and_measures_only_new_ones(tmp_path, monkey
     assert second[1]["run_id"] != first[0]["run_id"]
 
 
+def test_a_row_measured_under_other_threads_or_timing_is_measured_again(tmp_path, monkeypatch):
+    import dataclasses
+
+    journal, out = tmp_path / "j.jsonl", tmp_path / "out.csv"
+    first = run_group(mlp_group(hidden=(128,)), journal, out, log=lambda _: None)
+    calls, said = [], []
+    original = runner.measure_point
+
+    def counting(point, *args):
+        calls.append(point.sizes["hidden"])
+        return original(point, *args)
+
+    monkeypatch.setattr(runner, "measure_point", counting)
+    same = mlp_group(hidden=(128,))
+    for changed in (
+        dataclasses.replace(same, threads=2),
+        dataclasses.replace(same, policy=dataclasses.replace(same.policy, min_block_s=0.02)),
+    ):
+        assert changed.settings() != same.settings()
+        again = run_group(changed, journal, out, log=said.append)
+        assert again[0]["run_id"] != first[0]["run_id"]
+    assert calls == [128, 128]
+    assert any("measured again" in line and first[0]["run_id"] in line for line in said)
+    # Back to the last settings: kept, not measured a third time.
+    run_group(
+        dataclasses.replace(same, policy=dataclasses.replace(same.policy, min_block_s=0.02)),
+        journal,
+        out,
+        log=said.append,
+    )
+    assert calls == [128, 128]
+
+
 def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     real = frameworks.workload_class("torch", "s001-mlp")
 
@@ -77,7 +110,8 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch
     assert rows[0]["status"] == "error" and "boom at hidden 128" in rows[0]["message"]
     assert rows[1]["status"] == "ok" and rows[1]["step_time_s"] > 0
     # An error is final: a rerun does not try the point again.
-    assert Journal(tmp_path / "j.jsonl").final_row(mlp_group().points[0].key())["status"] == "error"
+    journal = Journal(tmp_path / "j.jsonl", mlp_group().settings())
+    assert journal.final_row(mlp_group().points[0].key())["status"] == "error"
 
 
 @pytest.mark.parametrize(
@@ -104,8 +138,9 @@ def test_missing_device_skip_gives_unavailable_rows_never_cpu_timings(tmp_path):
     assert all(r["device"] == "cuda" and r["device_name"] is None for r in rows)
     # Unavailable is not final: a rerun (on a machine with the device) measures it.
     key = mlp_group("cuda").points[0].key()
-    assert Journal(tmp_path / "j.jsonl").done[key]["status"] == "unavailable"
-    assert Journal(tmp_path / "j.jsonl").final_row(key) is None
+    journal = Journal(tmp_path / "j.jsonl", mlp_group("cuda").settings())
+    assert journal.done[key]["status"] == "unavailable"
+    assert journal.final_row(key) is None
 
 
 def test_missing_device_fail_stops_before_measuring(tmp_path):
@@ -127,7 +162,8 @@ def test_a_point_that_kills_the_process_twice_becomes_an_error(tmp_path):
     group = mlp_group(hidden=(128,))
     key = group.points[0].key()
     journal = tmp_path / "j.jsonl"
-    journal.write_text("".join(json.dumps({"event": "start", "key": key}) + "\n" for _ in range(2)))
+    start = {"event": "start", "key": key, "settings": group.settings()}
+    journal.write_text("".join(json.dumps(start) + "\n" for _ in range(2)))
     rows = run_group(group, journal, tmp_path / "o.csv", log=lambda _: None)
     assert rows[0]["status"] == "error" and "died 2 times" in rows[0]["message"]
 

@@ -9,6 +9,7 @@ missing. The group's CSV is written atomically (temporary file + rename) at the 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -51,29 +52,49 @@ class GroupSpec:
     missing_device: str  # "skip" or "fail"
     config_hash: str
 
+    def settings(self) -> str:
+        """Fingerprint (12 hex digits) of what a measurement depends on besides the
+        point itself: the job's threads and the timing policy. A journaled row measured
+        under other settings is measured again, never reused."""
+        text = json.dumps(
+            {"threads": self.threads, "policy": dataclasses.asdict(self.policy)},
+            sort_keys=True,
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
 
 class Journal:
     """Append-only JSON-lines record of a group's points; survives ``kill -9``.
 
-    Each line is ``{"event": "start"|"done", "key": ..., "row": {...}}``; a torn last
-    line (the process died while writing it) is ignored.
+    Each line is ``{"event": "start"|"done", "key": ..., "settings": ..., "row": {...}}``;
+    a torn last line (the process died while writing it) is ignored. Only entries
+    written under ``settings`` (:meth:`GroupSpec.settings`) count: a row measured with
+    other threads or another timing policy (or by a version that did not record its
+    settings) is listed in ``stale`` and measured again.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, settings: str | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.settings = settings
         self.done: dict[str, dict] = {}
         self.starts: dict[str, int] = {}
+        self.stale: dict[str, dict] = {}
         if self.path.exists():
             for line in self.path.read_text().splitlines():
                 try:
                     entry = json.loads(line)
                 except json.JSONDecodeError:
                     continue
+                key = entry.get("key")
+                if entry.get("settings") != settings:
+                    if entry.get("event") == "done":
+                        self.stale[key] = entry["row"]
+                    continue
                 if entry.get("event") == "done":
-                    self.done[entry["key"]] = entry["row"]
+                    self.done[key] = entry["row"]
                 elif entry.get("event") == "start":
-                    self.starts[entry["key"]] = self.starts.get(entry["key"], 0) + 1
+                    self.starts[key] = self.starts.get(key, 0) + 1
 
     def _append(self, entry: dict) -> None:
         with self.path.open("a") as fh:
@@ -83,11 +104,11 @@ class Journal:
 
     def start(self, key: str) -> None:
         self.starts[key] = self.starts.get(key, 0) + 1
-        self._append({"event": "start", "key": key})
+        self._append({"event": "start", "key": key, "settings": self.settings})
 
     def finish(self, key: str, row: dict) -> None:
         self.done[key] = row
-        self._append({"event": "done", "key": key, "row": row})
+        self._append({"event": "done", "key": key, "settings": self.settings, "row": row})
 
     def final_row(self, key: str) -> dict | None:
         row = self.done.get(key)
@@ -133,7 +154,7 @@ def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) ->
     device_init_s = (
         frameworks.initialise_device(group.framework, group.device) if probe.available else None
     )
-    journal = Journal(journal_path)
+    journal = Journal(journal_path, group.settings())
     commit, dirty = git_state()
     intra, interop = frameworks.thread_settings(group.framework)
     common = {
@@ -166,6 +187,11 @@ def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) ->
             log(f"  {key}: kept from run {row.get('run_id')} ({row['status']})")
             rows.append(row)
             continue
+        if key in journal.stale and key not in journal.done:
+            log(
+                f"  {key}: measured again (run {journal.stale[key].get('run_id')} measured it "
+                "with other threads or timing settings)"
+            )
         base = {**point.as_row(), **common, "device_name": probe.device_name}
         if not probe.available:
             row = {**base, "status": "unavailable", "message": probe.reason}
