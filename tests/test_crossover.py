@@ -208,3 +208,16 @@ def test_remedy_shift_leaves_out_devices_without_data():
     acc = _rows("cuda", sizes, [None, None], status="unavailable", message="no CUDA device")
     table = crossover_table(pd.DataFrame(cpu + acc + _variant(acc, "cuda_graph")))
     assert remedy_shift(table).empty
+
+
+def test_a_variant_that_does_not_exist_on_the_accelerator_gets_no_row():
+    sizes = [128, 512]
+    cpu = _rows("cpu", sizes, [1e-3, 4e-3])
+    na = "xla is a TensorFlow/Keras program variant"
+    xla = _variant(
+        _rows("cpu", sizes, [None] * 2, status="not_applicable", message=na)
+        + _rows("cuda", sizes, [None] * 2, status="not_applicable", message=na),
+        "xla",
+    )
+    table = crossover_table(pd.DataFrame(cpu + _rows("cuda", sizes, [2e-3, 2e-3]) + xla))
+    assert set(table["variant"]) == {"eager"}

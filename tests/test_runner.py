@@ -221,3 +221,17 @@ def test_not_applicable_and_unsynced_points_are_labelled(tmp_path):
     assert rows[2]["timing"] == "synced" and rows[2]["sync_check"] in ("passed", "failed")
     assert rows[2]["timer_overhead_s"] > 0
     assert rows[2]["traces_timed"] is None  # eager PyTorch compiles nothing
+
+
+def test_a_variant_of_the_other_framework_is_not_applicable_even_without_the_device(tmp_path):
+    group = mlp_group("cuda", hidden=(128,))
+    xla = PointSpec("s001-mlp", "torch", "cuda", "xla", SEED)
+    graph = PointSpec("s001-mlp", "torch", "cuda", "cuda_graph", SEED)
+    group = GroupSpec(
+        "s001-mlp", "torch", "cuda", (xla, graph), 1, group.policy, "skip", "testhash"
+    )
+    rows = run_group(group, tmp_path / "j.jsonl", tmp_path / "o.csv", log=lambda _: None)
+    assert rows[0]["status"] == "not_applicable"
+    assert rows[0]["message"] == "xla is a TensorFlow/Keras program variant"
+    # cuda_graph exists in torch: without a GPU it is unavailable, never not_applicable.
+    assert rows[1]["status"] == "unavailable" and "no CUDA device" in rows[1]["message"]

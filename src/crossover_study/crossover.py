@@ -122,7 +122,8 @@ def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
 
     ``timings`` is the tidy table of ``timings.csv``; rows timed without a device sync
     (``timing == "unsynced"``) are left out. Accelerators are every device class other
-    than ``cpu`` that appears in the table, plus ``cuda``. Replicated rows (``ddp``,
+    than ``cpu`` that appears in the table, plus ``cuda``; a variant whose rows on an
+    accelerator are all ``not_applicable`` gets no row for it. Replicated rows (``ddp``,
     ``mirrored``) are left out: they are measured at the seed's size only.
     """
     timings = without_replicas(timings)  # replicated rows: the scaling figure's
@@ -136,8 +137,9 @@ def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
         sub = timings[mine & (timings["variant"] == variant)]
         eager = timings[mine & (timings["variant"] == "eager")]
         for acc_name in devices:
-            if acc_name not in set(sub["device"]):
-                continue
+            on_acc = sub.loc[sub["device"] == acc_name, "status"]
+            if on_acc.empty or (on_acc == "not_applicable").all():
+                continue  # not measured there, or the variant does not exist there
             for axis in case_axes(case):
                 rows.append(
                     _one_row(sub, eager, case, framework, variant, acc_name, axis, n_boot, seed)

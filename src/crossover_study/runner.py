@@ -29,7 +29,17 @@ from .config import logical_cpus
 from .harness import TimingPolicy, measure
 from .provenance import git_state, placement, table_columns
 from .spec import PointSpec
-from .workloads import NotApplicable
+from .workloads import NotApplicable, check_framework
+
+
+def framework_mismatch(point: PointSpec) -> str | None:
+    """Why ``point``'s variant does not exist in its framework, or None when it does."""
+    try:
+        check_framework(point.variant, point.framework)
+    except NotApplicable as why:
+        return str(why)
+    return None
+
 
 #: A point whose measurement killed the process this many times is recorded as an error
 #: instead of being tried again forever.
@@ -193,7 +203,10 @@ def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) ->
                 "with other threads or timing settings)"
             )
         base = {**point.as_row(), **common, "device_name": probe.device_name}
-        if not probe.available:
+        mismatch = framework_mismatch(point)
+        if mismatch is not None:  # decided before the device: never "unavailable"
+            row = {**base, "status": "not_applicable", "message": mismatch}
+        elif not probe.available:
             row = {**base, "status": "unavailable", "message": probe.reason}
         elif journal.starts.get(key, 0) >= MAX_ATTEMPTS:
             row = {

@@ -12,6 +12,33 @@ class NotApplicable(Exception):
     """The variant does not apply to this case, framework or device (message: why)."""
 
 
+#: Variants that exist in one framework only; the other framework's rows are
+#: ``not_applicable``, also where the device is missing (no ``unavailable`` row suggests
+#: a GPU would have run them).
+FRAMEWORK_OF_VARIANT: dict[str, str] = {
+    "cuda_graph": "torch",
+    "compile": "torch",
+    "ddp": "torch",
+    "train_on_batch": "tensorflow",
+    "custom_step": "tensorflow",
+    "function": "tensorflow",
+    "xla": "tensorflow",
+    "loop": "tensorflow",
+    "steps_per_execution": "tensorflow",
+    "tf_data_repeat": "tensorflow",
+    "mirrored": "tensorflow",
+}
+_FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow/Keras"}
+
+
+def check_framework(variant: str, framework: str) -> None:
+    """Raise NotApplicable when ``variant`` exists only in the other framework
+    (:data:`FRAMEWORK_OF_VARIANT`); the message names the framework it belongs to."""
+    owner = FRAMEWORK_OF_VARIANT.get(variant)
+    if owner is not None and owner != framework:
+        raise NotApplicable(f"{variant} is a {_FRAMEWORK_NAMES[owner]} program variant")
+
+
 #: Variants that change how often the loss is read back to the host (steps between reads).
 LOSS_READ_VARIANTS = {"read_loss_every_step": 1, "read_loss_every_1000": 1000}
 

@@ -14,7 +14,14 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from . import NotApplicable, check_lstm_kernel, check_replica_variant, data, loss_read_every
+from . import (
+    NotApplicable,
+    check_framework,
+    check_lstm_kernel,
+    check_replica_variant,
+    data,
+    loss_read_every,
+)
 
 
 def tf_function_traces(fn, depth: int = 3) -> int | None:
@@ -51,9 +58,8 @@ class _TFWorkload:
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
     ):
+        check_framework(variant, "tensorflow")
         check_replica_variant(variant)
-        if variant in ("cuda_graph", "compile"):
-            raise NotApplicable(f"{variant} is a PyTorch program variant")
         if variant in self.keras_paths and not self.keras_fit:
             raise NotApplicable(f"{variant} applies to Keras fit programs; this one has no fit")
         check_lstm_kernel(variant, device, isinstance(self, LSTM))

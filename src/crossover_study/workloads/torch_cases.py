@@ -12,20 +12,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import NotApplicable, check_lstm_kernel, check_replica_variant, data, loss_read_every
+from . import (
+    NotApplicable,
+    check_framework,
+    check_lstm_kernel,
+    check_replica_variant,
+    data,
+    loss_read_every,
+)
 
 #: Keras' Adam default epsilon (keras.optimizers.Adam, epsilon=1e-7); torch's is 1e-8.
 KERAS_ADAM_EPS = 1e-7
-#: Variants that exist only for TensorFlow / Keras programs.
-TF_ONLY = (
-    "train_on_batch",
-    "custom_step",
-    "function",
-    "xla",
-    "loop",
-    "steps_per_execution",
-    "tf_data_repeat",
-)
 
 
 def _compile_count() -> int:
@@ -55,9 +52,8 @@ class _TorchWorkload:
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
     ):
+        check_framework(variant, "torch")
         check_replica_variant(variant)
-        if variant in TF_ONLY:
-            raise NotApplicable(f"{variant} is a TensorFlow/Keras program variant")
         if variant == "cuda_graph" and device != "cuda":
             raise NotApplicable("a CUDA graph captures CUDA kernels; the CPU has none")
         check_lstm_kernel(variant, device, isinstance(self, LSTM))
