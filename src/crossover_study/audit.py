@@ -251,6 +251,9 @@ def _row_label(row) -> str:
         f"{c}={_size_text(str(row[c]))}" for c in SIZE_COLUMNS if c in row and str(row[c]) != ""
     )
     parts = [str(row.get(c, "")) for c in ("case", "framework", "device", "variant", "timing")]
+    replicas = str(row.get("replicas", ""))
+    if replicas not in ("", "1", "1.0", "nan"):  # replicated points: which one
+        parts.append(f"x{_size_text(replicas)} {row.get('scaling', '')}".rstrip())
     return f"{'/'.join(parts)} {sizes}"
 
 

@@ -834,7 +834,9 @@ def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) ->
     ax.set_xlabel("replicas")
     ax.set_ylabel("global samples per second")
     ax.set_title(title)
-    ax.legend(fontsize=7, title="1 replica = eager; dotted: perfect scaling", title_fontsize=7)
+    ax.legend(
+        fontsize=7, title="1 replica: the same program; dotted: perfect scaling", title_fontsize=7
+    )
     return ax
 
 
