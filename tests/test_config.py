@@ -140,6 +140,8 @@ def test_slurm_resources_of_a_good_device_table_are_kept():
     }
     config = bad(("devices",), table)
     config["sweep"]["devices"] = ["cpu", "cuda", "cuda_multi", "tpu"]
+    config["cases"] = {"s001-mlp": {"axes": {"hidden": [128, 512]}}}
+    config["replication"] = {"cases": ["s001-mlp"], "devices": ["cuda_multi"], "variants": ["ddp"]}
     devices = validate_config(config)["devices"]
     for name, spec in table.items():
         assert devices[name].items() >= spec.items()

@@ -128,12 +128,37 @@ def test_replication_section_defaults_points_and_jobs():
             r"replication.devices\[0\]: device 'cuda_multi' is not in sweep",
         ),
         ({"replica": [2]}, r"at replication: unknown key\(s\) 'replica'"),
+        ({"replicas": [3]}, r"replication.replicas\[0\]: 3 replicas on cpu exceed devices.cpu"),
+        ({"cases": None}, r"replication.cases defaults to \[s004-lstm, s001-mlp\]"),
     ],
 )
 def test_bad_replication_section_names_the_key(section, expected):
     config = copy.deepcopy(REPLICATED)
     config["replication"].update(section)
+    config["replication"] = {k: v for k, v in config["replication"].items() if v is not None}
     with pytest.raises(ConfigError, match=expected):
+        validate_config(config)
+
+
+def test_replication_cross_checks_name_the_key():
+    config = copy.deepcopy(REPLICATED)
+    config["sweep"]["frameworks"] = ["torch"]
+    config["replication"]["variants"] = ["ddp", "mirrored"]
+    with pytest.raises(ConfigError, match=r"variants\[1\]: mirrored is a tensorflow variant"):
+        validate_config(config)
+    # 3 replicas fit 4 cores, but strong scaling cannot split the seed's batch of 64.
+    config = copy.deepcopy(REPLICATED)
+    config["devices"] = {"cpu": {"threads": 4}, "cuda": {}}
+    config["replication"].update(replicas=[2, 3], scaling=["strong"])
+    with pytest.raises(ConfigError, match=r"replicas\[1\]: strong scaling splits s001-mlp's"):
+        validate_config(config)
+    config["replication"]["scaling"] = ["weak"]  # weak scaling has nothing to split
+    assert validate_config(config)["replication"]["replicas"] == [2, 3]
+    # cuda_multi runs replicated points only.
+    config = copy.deepcopy(REPLICATED)
+    config["sweep"]["devices"] = ["cpu", "cuda_multi"]
+    config["devices"] = {"cpu": {}, "cuda_multi": {"gpu": 2}}
+    with pytest.raises(ConfigError, match=r"sweep.devices: cuda_multi runs only replicated"):
         validate_config(config)
 
 
@@ -287,12 +312,15 @@ def test_ddp_gloo_two_processes_measures_real_rows(tmp_path):
         assert row["status"] == "ok", row.get("message")
         assert row["replicas"] == 2 and row["global_batch"] == global_batch
         assert row["samples_per_s"] == pytest.approx(global_batch / row["step_time_s"])
-        assert 0 < row["allreduce_share"] < 1 and row["allreduce_s"] > 0
+        # The all-reduce is timed alone, after the step's blocks; on a busy 2-core machine
+        # it can come out a little above the step that contains it (seen: 1.04), but
+        # never several steps long.
+        assert 0 < row["allreduce_share"] < 2 and row["allreduce_s"] > 0
         assert row["threads_per_replica"] == 1  # the job's 2 threads shared by 2 ranks
         assert row["device"] == "cpu" and row["device_name"] == frameworks.cpu_model()
         assert "gloo" in row["replica_devices"] and "cuda" not in row["replica_devices"]
         assert math.isfinite(row["final_loss"]) and row["n_blocks"] >= 3
-    assert mirrored["status"] == "not_applicable" and "tensorflow" in mirrored["message"]
+    assert mirrored["status"] == "not_applicable" and "TensorFlow" in mirrored["message"]
     assert _children() == before  # every follower process was reaped
     assert df["scaling"].tolist()[1:3] == ["strong", "weak"]
     assert pd.isna(df["scaling"].tolist()[4])
@@ -387,7 +415,8 @@ def test_mirrored_on_two_logical_cpu_devices(tmp_path):
     assert np.allclose(
         mirrored["samples_per_s"], mirrored["global_batch"] / mirrored["step_time_s"]
     )
-    assert ((mirrored["allreduce_share"] > 0) & (mirrored["allreduce_share"] < 1)).all()
+    # Timed alone (see the ddp test): above zero, never several steps long.
+    assert ((mirrored["allreduce_share"] > 0) & (mirrored["allreduce_share"] < 2)).all()
     assert (mirrored["replica_devices"].str.count("CPU:") == 2).all()
     assert mirrored["replica_devices"].str.contains("MirroredStrategy").all()
     assert (mirrored["traces_timed"] == 0).all()  # one trace, before the timed blocks

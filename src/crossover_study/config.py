@@ -128,23 +128,71 @@ def validate_config(config: Mapping[str, Any]) -> dict:
 
 def _check_replication(config: Mapping[str, Any]) -> None:
     """Cross-checks of the ``replication`` section the schema cannot express: its cases
-    must be measured (under ``cases``) and its devices swept (in ``sweep.devices``)."""
+    must be measured (under ``cases``) and its devices swept (in ``sweep.devices``); each
+    variant's framework must be swept; on ``cpu`` a replica needs a core of its own
+    (replicas <= ``devices.cpu.threads``); strong scaling must split each case's seed
+    batch evenly; ``cuda_multi`` runs replicated points only, so sweeping it needs the
+    section to list it."""
     rep = config.get("replication")
+    devices = config["sweep"]["devices"]
+    if "cuda_multi" in devices and (rep is None or "cuda_multi" not in rep["devices"]):
+        raise ConfigError(
+            "config error at sweep.devices: cuda_multi runs only replicated points (ddp, "
+            "mirrored); add a replication section with devices: [cuda_multi], or drop "
+            "cuda_multi from sweep.devices"
+        )
     if rep is None:
         return
+    default = schema_default("replication", "cases")
     for i, case in enumerate(rep["cases"]):
         if case not in config["cases"]:
             raise ConfigError(
                 f"config error at replication.cases[{i}]: case {case!r} is not under cases "
                 f"(measured: {', '.join(config['cases'])}); replicated points are measured "
-                "at a case's seed size, so the case must be in the study"
+                "at a case's seed size, so the case must be in the study (replication.cases "
+                f"defaults to [{', '.join(default)}] when left out)"
             )
+    for i, variant in enumerate(rep["variants"]):
+        owner = REPLICA_VARIANTS[variant]
+        if owner not in config["sweep"]["frameworks"]:
+            raise ConfigError(
+                f"config error at replication.variants[{i}]: {variant} is a {owner} variant "
+                f"but sweep.frameworks is [{', '.join(config['sweep']['frameworks'])}]"
+            )
+    cores = config["devices"].get("cpu", {}).get("threads")
+    if "cpu" in rep["devices"] and cores is not None:
+        for i, replicas in enumerate(rep["replicas"]):
+            if replicas > cores:
+                raise ConfigError(
+                    f"config error at replication.replicas[{i}]: {replicas} replicas on cpu "
+                    f"exceed devices.cpu.threads ({cores}); each CPU replica needs a core "
+                    "of its own"
+                )
+    if "strong" in rep["scaling"]:
+        for case in rep["cases"]:
+            batch = SEED_SIZES[case]["batch"]
+            for i, replicas in enumerate(rep["replicas"]):
+                if batch % replicas:
+                    raise ConfigError(
+                        f"config error at replication.replicas[{i}]: strong scaling splits "
+                        f"{case}'s seed batch {batch} over the replicas, and {replicas} "
+                        "does not divide it"
+                    )
     for i, device in enumerate(rep["devices"]):
         if device not in config["sweep"]["devices"]:
             raise ConfigError(
                 f"config error at replication.devices[{i}]: device {device!r} is not in "
                 f"sweep.devices ({', '.join(config['sweep']['devices'])}); add it there"
             )
+
+
+def schema_default(*path: str):
+    """The ``default`` of the config schema's property at ``path`` (e.g.
+    ``("replication", "cases")``). Raises KeyError for a path the schema lacks."""
+    node = yaml.safe_load(SCHEMA_PATH.read_text())
+    for name in path:
+        node = node["properties"][name]
+    return node["default"]
 
 
 def load_config(path: str | Path) -> dict:
