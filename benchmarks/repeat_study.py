@@ -34,15 +34,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_a", type=Path, help="folder with timings.csv (first run)")
     parser.add_argument("run_b", type=Path, help="folder with timings.csv (second run)")
     args = parser.parse_args(argv)
+    tables = []
     for run in (args.run_a, args.run_b):
-        if not (run / "timings.csv").is_file():
-            parser.error(f"{run}: no timings.csv in this folder")
-    summary = compare_runs(
-        pd.read_csv(args.run_a / "timings.csv"),
-        pd.read_csv(args.run_b / "timings.csv"),
-        _read(args.run_a / "crossover.csv"),
-        _read(args.run_b / "crossover.csv"),
-    )
+        if not run.is_dir():
+            parser.error(f"{run}: no such folder")
+        timings = _read(run / "timings.csv")
+        if timings is None:
+            parser.error(f"{run}: no timings.csv in this folder, or it is empty")
+        tables.append(timings)
+    try:
+        summary = compare_runs(
+            *tables, _read(args.run_a / "crossover.csv"), _read(args.run_b / "crossover.csv")
+        )
+    except KeyError as missing:
+        parser.error(f"a table lacks the column {missing}: is it a timings.csv of this study?")
     print("\n".join(summary.lines()))
     return 0
 

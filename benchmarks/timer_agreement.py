@@ -22,14 +22,34 @@ from crossover_study import frameworks  # noqa: E402
 from crossover_study.agreement import POINTS, agreement  # noqa: E402
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads (both timers)")
+    parser.add_argument(
+        "--threads", type=_positive_int, default=2, help="CPU threads (both timers)"
+    )
     parser.add_argument(
         "--frameworks", nargs="+", default=["torch", "tensorflow"], choices=["torch", "tensorflow"]
     )
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per point")
-    parser.add_argument("--min-run-time", type=float, default=1.0, help="reference seconds")
+    parser.add_argument(
+        "--rounds", type=_positive_int, default=5, help="alternating rounds per point"
+    )
+    parser.add_argument(
+        "--min-run-time", type=_positive_float, default=1.0, help="reference seconds"
+    )
     args = parser.parse_args(argv)
 
     frameworks.pin_thread_env(args.threads)

@@ -76,7 +76,7 @@ class RepeatSummary:
         """One line: counts, the spread of the ratios and the overlap shares."""
         n = len(self.points)
         if n == 0:
-            return "repeat: no point measured ok in both runs"
+            return "repeat: no point measured ok in both runs (are they runs of the same study?)"
         ratio = self.points["ratio"]
         agree = int(((ratio - 1).abs() <= AGREE).sum())
         text = (

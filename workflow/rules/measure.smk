@@ -33,7 +33,9 @@ rule measure:
         # Not an output: Snakemake deletes outputs before a job runs; the journal must
         # survive a crash so that a rerun measures only the missing points.
         journal=f"{RESULTS}/journal/{{case}}/{{framework}}/{{device}}/batch-{{batch}}.jsonl",
-        timing=config["timing"],
+        # Sorted: the same settings written in another key order are not a change
+        # (Snakemake reruns a job whose params changed).
+        timing=dict(sorted(config["timing"].items())),
         missing_device=config["missing_device"],
         src=SRC,
     script:
