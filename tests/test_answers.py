@@ -97,3 +97,25 @@ def test_an_anti_pattern_is_never_the_best_remedy():
     text = remedy_sentence(df, "s002-iris")
     assert "no torch variant beats eager (420 µs) by more than 10%" in text
     assert "copy_data_each_step" not in text and "read_loss_every_step" not in text
+
+
+def test_each_framework_s_reason_for_a_missing_device_is_given():
+    from crossover_study.answers import answer_sentence
+
+    rows = [_row("torch", "eager", 5e-4), _row("tensorflow", "eager", 2e-2)]
+    for framework, why in (
+        ("torch", "torch has no TPU backend here"),
+        ("tensorflow", "no TPU usable by TensorFlow: TPUs not found"),
+    ):
+        rows.append(
+            {
+                **_row(framework, "eager", None, device="tpu"),
+                "status": "unavailable",
+                "message": why,
+            }
+        )
+    text = answer_sentence(pd.DataFrame(rows), None, "s002-iris")
+    assert (
+        "no TPU device was visible on this machine (torch: torch has no TPU backend here; "
+        "tensorflow: no TPU usable by TensorFlow: TPUs not found)"
+    ) in text

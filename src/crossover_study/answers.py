@@ -201,8 +201,20 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
         if not (acc_rows["status"] == "ok").any():
             unavailable = acc_rows[acc_rows["status"] == "unavailable"]
             if not unavailable.empty:
-                messages = [str(m) for m in unavailable["message"].dropna() if str(m).strip()]
-                why = f" ({messages[0]})" if messages else ""
+                # One reason per framework: each framework can miss the device for its
+                # own reason (torch: no TPU backend; TensorFlow: no TPU found).
+                reasons = {}
+                for framework, message in zip(
+                    unavailable["framework"], unavailable["message"], strict=True
+                ):
+                    if pd.notna(message) and str(message).strip():
+                        reasons.setdefault(framework, str(message))
+                distinct = list(dict.fromkeys(reasons.values()))
+                if len(distinct) == 1:
+                    why = f" ({distinct[0]})"
+                else:
+                    why = " (" + "; ".join(f"{f}: {m}" for f, m in reasons.items()) + ")"
+                why = why if reasons else ""
                 clauses.append(
                     f"no {name} device was visible on this machine{why}, "
                     "so no crossover was measured here"

@@ -239,11 +239,19 @@ def tpu_strategy():
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         _TPU["reason"] = (
             f"no TPU usable by TensorFlow {tf.__version__}: {step} failed with "
-            f"{type(exc).__name__}: {first[:300]}"
+            f"{type(exc).__name__}: {_clip(first, 300)}"
         )
         raise DeviceMissingError(_TPU["reason"]) from exc
     _TPU["strategy"] = strategy
     return strategy
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary to at most ``limit`` characters, marked with
+    an ellipsis when cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " \u2026"
 
 
 def _probe_tpu(framework: str) -> DeviceProbe:
