@@ -119,3 +119,15 @@ def test_each_framework_s_reason_for_a_missing_device_is_given():
         "no TPU device was visible on this machine (torch: torch has no TPU backend here; "
         "tensorflow: no TPU usable by TensorFlow: TPUs not found)"
     ) in text
+
+
+def test_a_flagged_headline_number_says_so():
+    from crossover_study.answers import answer_sentence
+
+    rows = [
+        {**_row("torch", "eager", 4.5e-4), "sync_check": "failed", "noisy": True},
+        {**_row("tensorflow", "eager", 2e-2), "sync_check": "passed", "noisy": False},
+    ]
+    text = answer_sentence(pd.DataFrame(rows), None, "s002-iris")
+    assert "450 µs per step with torch (flagged: block-length check failed, noisy)" in text
+    assert "20 ms per step with tensorflow;" in text  # a clean row carries no flag

@@ -75,6 +75,18 @@ def _seed_rows(timings: pd.DataFrame, case: str) -> pd.DataFrame:
     return df
 
 
+def _flags(rows: pd.DataFrame) -> str:
+    """`` (flagged: noisy, ...)`` when a row's timing is flagged (see the report's
+    measurement warnings), else ``""``: a headline number is never quoted without it."""
+    flags = []
+    if "sync_check" in rows and (rows["sync_check"] == "failed").any():
+        flags.append("block-length check failed")
+    for column, text in (("noisy", "noisy"), ("retraced", "retraced while timed")):
+        if column in rows and rows[column].astype(str).eq("True").any():
+            flags.append(text)
+    return f" (flagged: {', '.join(flags)})" if flags else ""
+
+
 def _program(framework: str, variant: str, several_variants: bool) -> str:
     return f"{framework}/{variant}" if several_variants else framework
 
@@ -175,7 +187,7 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
         if pd.notna(t):
             cpu_times.append(
                 f"{format_seconds(t)} per step with "
-                f"{_program(framework, variant, several_variants)}"
+                f"{_program(framework, variant, several_variants)}{_flags(rows)}"
             )
     if cpu_times:
         head = (
