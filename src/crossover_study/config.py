@@ -128,8 +128,8 @@ def validate_config(config: Mapping[str, Any]) -> dict:
 
 def _check_replication(config: Mapping[str, Any]) -> None:
     """Cross-checks of the ``replication`` section the schema cannot express: its cases
-    must be measured (under ``cases``) and its devices swept (in ``sweep.devices``); each
-    variant's framework must be swept; on ``cpu`` a replica needs a core of its own
+    must be measured (under ``cases``) and its devices swept (in ``sweep.devices``); at
+    least one variant's framework must be swept; on ``cpu`` a replica needs a core of its own
     (replicas <= ``devices.cpu.threads``); strong scaling must split each case's seed
     batch evenly; ``cuda_multi`` runs replicated points only, so sweeping it needs the
     section to list it."""
@@ -152,13 +152,15 @@ def _check_replication(config: Mapping[str, Any]) -> None:
                 "at a case's seed size, so the case must be in the study (replication.cases "
                 f"defaults to [{', '.join(default)}] when left out)"
             )
-    for i, variant in enumerate(rep["variants"]):
-        owner = REPLICA_VARIANTS[variant]
-        if owner not in config["sweep"]["frameworks"]:
-            raise ConfigError(
-                f"config error at replication.variants[{i}]: {variant} is a {owner} variant "
-                f"but sweep.frameworks is [{', '.join(config['sweep']['frameworks'])}]"
-            )
+    owners = {REPLICA_VARIANTS[v] for v in rep["variants"]}
+    if not owners & set(config["sweep"]["frameworks"]):
+        # One variant of an unswept framework gives not_applicable rows, as sweep.variants
+        # do; none that can run at all is a mistake.
+        raise ConfigError(
+            f"config error at replication.variants: [{', '.join(rep['variants'])}] belong to "
+            f"{', '.join(sorted(owners))}, but sweep.frameworks is "
+            f"[{', '.join(config['sweep']['frameworks'])}]: no replicated point could run"
+        )
     cores = config["devices"].get("cpu", {}).get("threads")
     if "cpu" in rep["devices"] and cores is not None:
         for i, replicas in enumerate(rep["replicas"]):
