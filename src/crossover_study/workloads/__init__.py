@@ -73,6 +73,36 @@ def check_lstm_kernel(variant: str, device: str, has_lstm: bool) -> None:
         raise NotApplicable("on the CPU the generic LSTM kernel is the only one (= eager)")
 
 
+def replica_batches(
+    variant: str, case: str, device: str, batch: int, replicas: int, scaling: str | None
+) -> tuple[int, int]:
+    """(samples per replica, global samples) per step of a data-parallel point
+    (``ddp`` or ``mirrored``): strong scaling splits ``batch`` over the replicas, weak
+    scaling (and one replica) gives every replica ``batch``.
+
+    Raises NotApplicable for a case or device without replicas
+    (:data:`~crossover_study.spec.REPLICA_CASES`, ``REPLICA_DEVICES``) or a batch strong
+    scaling cannot split evenly; ValueError for fewer than one replica.
+    """
+    from ..spec import REPLICA_CASES, REPLICA_DEVICES
+
+    if case not in REPLICA_CASES:
+        raise NotApplicable(
+            f"replicas are measured for {', '.join(REPLICA_CASES)} (issue 5); {case}'s seed "
+            "ran on one device"
+        )
+    if device not in REPLICA_DEVICES:
+        raise NotApplicable(f"{variant} runs on {' or '.join(REPLICA_DEVICES)}, not {device}")
+    if replicas < 1:
+        raise ValueError(f"{variant} needs at least 1 replica, got {replicas}")
+    if scaling == "strong" and batch % replicas:
+        raise NotApplicable(
+            f"strong scaling splits the batch {batch} over {replicas} replicas: not divisible"
+        )
+    per_replica = batch // replicas if scaling == "strong" else batch
+    return per_replica, per_replica * replicas
+
+
 def check_replica_variant(variant: str) -> None:
     """Raise NotApplicable for a data-parallel variant (``ddp``, ``mirrored``) given to a
     one-device program: those run through the ``replication`` config section, with

@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from . import NotApplicable, data
+from . import NotApplicable, data, replica_batches
 from .tf_cases import HJB, tf_function_traces
 
 #: Timed blocks of all-reduces per point (the median is the row's ``allreduce_s``)
@@ -77,6 +77,22 @@ def _shards(strategy, arrays: tuple[np.ndarray, ...], replica_batch: int) -> tup
         return fn
 
     return tuple(strategy.experimental_distribute_values_from_function(value_fn(a)) for a in arrays)
+
+
+def _epoch_shards(
+    strategy, arrays: tuple[np.ndarray, ...], global_batch: int, steps: int, replica_batch: int
+) -> list[tuple]:
+    """One epoch of ``steps`` global batches cut from ``arrays`` (rows
+    ``[s * global_batch, (s + 1) * global_batch)`` for step ``s``), each placed on the
+    replicas once by :func:`_shards`."""
+    return [
+        _shards(
+            strategy,
+            tuple(a[s * global_batch : (s + 1) * global_batch] for a in arrays),
+            replica_batch,
+        )
+        for s in range(steps)
+    ]
 
 
 def build_case(
@@ -167,17 +183,7 @@ def build_case(
             )
             optimizer = keras.optimizers.Adam(learning_rate=0.1)
             loss_fn = keras.losses.get("log_cosh")
-            batches = [
-                _shards(
-                    strategy,
-                    (
-                        xt[s * global_batch : (s + 1) * global_batch],
-                        yt[s * global_batch : (s + 1) * global_batch],
-                    ),
-                    pb,
-                )
-                for s in range(steps)
-            ]
+            batches = _epoch_shards(strategy, (xt, yt), global_batch, steps, pb)
         elif case == "s004-lstm":
             steps = data.LSTM_STEPS_PER_EPOCH
             x, y = data.sequences(global_batch * steps, sizes["seq_len"], seed=seed)
@@ -196,17 +202,7 @@ def build_case(
             )
             optimizer = keras.optimizers.Adam()
             loss_fn = keras.losses.get("mean_squared_error")
-            batches = [
-                _shards(
-                    strategy,
-                    (
-                        x[s * global_batch : (s + 1) * global_batch],
-                        y[s * global_batch : (s + 1) * global_batch],
-                    ),
-                    pb,
-                )
-                for s in range(steps)
-            ]
+            batches = _epoch_shards(strategy, (x, y), global_batch, steps, pb)
         else:
             raise NotApplicable(f"no strategy program for {case}")
         optimizer.build(model.trainable_variables)
@@ -380,20 +376,8 @@ def mirrored_workload(
     replicas; ``frameworks.DeviceMissingError`` when fewer GPUs are visible.
     """
     from .. import frameworks
-    from .torch_ddp import CASES
 
-    if case not in CASES:
-        raise NotApplicable(
-            f"replicas are measured for {', '.join(CASES)} (issue 5); {case}'s seed ran "
-            "on one device"
-        )
-    if replicas < 1:
-        raise ValueError(f"mirrored needs at least 1 replica, got {replicas}")
-    batch = sizes["batch"]
-    if scaling == "strong" and batch % replicas:
-        raise NotApplicable(
-            f"strong scaling splits the batch {batch} over {replicas} replicas: not divisible"
-        )
+    _, global_batch = replica_batches("mirrored", case, device, sizes["batch"], replicas, scaling)
     if device == "cuda_multi":
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) < replicas:
@@ -401,7 +385,7 @@ def mirrored_workload(
                 f"{replicas} replicas need {replicas} GPUs; {len(gpus)} visible to TensorFlow"
             )
         devices = [g.name for g in gpus[:replicas]]
-    elif device == "cpu":
+    else:  # cpu (replica_batches refused any other device)
         cpus = tf.config.list_logical_devices("CPU")
         if len(cpus) < replicas:
             raise RuntimeError(
@@ -410,10 +394,7 @@ def mirrored_workload(
                 "given them before TensorFlow initialised)"
             )
         devices = [c.name for c in cpus[:replicas]]
-    else:
-        raise NotApplicable(f"mirrored runs on cpu or cuda_multi, not {device}")
     strategy = _mirrored(tuple(devices))
-    global_batch = batch * replicas if scaling == "weak" else batch
     return StrategyWorkload(
         case,
         device,

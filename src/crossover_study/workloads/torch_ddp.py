@@ -45,7 +45,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from . import NotApplicable, data
+from ..spec import REPLICA_CASES
+from . import NotApplicable, data, replica_batches
 from .torch_cases import KERAS_ADAM_EPS, LSTMRegressor, _glorot
 
 #: Control ops broadcast by rank 0.
@@ -59,7 +60,6 @@ TIMEOUT_S = 120
 #: Seconds ``close`` waits for a follower to exit before killing it.
 JOIN_TIMEOUT_S = 15
 #: Cases with a DDP program (their seeds or answers ask about replicas).
-CASES = ("s001-mlp", "s004-lstm")
 SRC = str(Path(__file__).resolve().parents[2])
 
 
@@ -111,7 +111,7 @@ class RankProgram:
         device: torch.device,
         seed: int = 1234,
     ):
-        if case not in CASES:
+        if case not in REPLICA_CASES:
             raise NotApplicable(f"no DDP program for {case}")
         self.case, self.device, self.replicas = case, device, replicas
         self.step_index = 0
@@ -292,24 +292,11 @@ class DDPWorkload:
         threads: int,
         seed: int = 1234,
     ):
-        if case not in CASES:
-            raise NotApplicable(
-                f"replicas are measured for {', '.join(CASES)} (issue 5); {case}'s seed "
-                "ran on one device"
-            )
-        if device not in ("cpu", "cuda_multi"):
-            raise NotApplicable(f"ddp runs on cpu or cuda_multi, not {device}")
-        if replicas < 1:
-            raise ValueError(f"ddp needs at least 1 replica, got {replicas}")
-        batch = sizes["batch"]
-        if scaling == "strong" and batch % replicas:
-            raise NotApplicable(
-                f"strong scaling splits the batch {batch} over {replicas} replicas: not divisible"
-            )
+        self.replica_batch, self.global_batch = replica_batches(
+            "ddp", case, device, sizes["batch"], replicas, scaling
+        )
         self.case, self.device, self.sizes = case, device, dict(sizes)
         self.replicas, self.scaling, self.seed = replicas, scaling, seed
-        self.replica_batch = batch // replicas if scaling == "strong" else batch
-        self.global_batch = self.replica_batch * replicas
         self.threads_per_replica = max(1, threads // replicas)
         self.backend = "nccl" if device == "cuda_multi" else "gloo"
         self.loss_read_every = 1000 if case == "s001-mlp" else data.LSTM_STEPS_PER_EPOCH
