@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study.spec import ACCELERATORS, FRAMEWORKS, SEED_SIZES, without_replicas
+from crossover_study.spec import (
+    ACCELERATORS,
+    FRAMEWORKS,
+    SEED_SIZES,
+    truthy,
+    without_replicas,
+)
 
 #: Display characters (kept as escapes so linters do not mistake them for x and -).
 TIMES = "\u00d7"
@@ -82,7 +88,7 @@ def _flags(rows: pd.DataFrame) -> str:
     if "sync_check" in rows and (rows["sync_check"] == "failed").any():
         flags.append("block-length check failed")
     for column, text in (("noisy", "noisy"), ("retraced", "retraced while timed")):
-        if column in rows and rows[column].astype(str).eq("True").any():
+        if column in rows and truthy(rows[column]).any():
             flags.append(text)
     return f" (flagged: {', '.join(flags)})" if flags else ""
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .manifest import MANIFEST_NAME, load_manifest, sha256_file
 from .provenance import REPO_ROOT
+from .spec import POINT_COLUMNS, SIZE_COLUMNS
 
 #: Rows listed per finding before "... and N more".
 MAX_ROWS = 8
@@ -205,22 +206,7 @@ def _check_inputs(report: AuditReport, layout: _Layout, manifest: dict, strict: 
 
 
 #: Columns that identify a row of timings.csv (a point, and the run that measured it).
-_ID_COLUMNS: tuple[str, ...] = (
-    "case",
-    "framework",
-    "device",
-    "variant",
-    "timing",
-    "replicas",
-    "scaling",
-    "batch",
-    "width",
-    "d_in",
-    "hidden",
-    "units",
-    "seq_len",
-    "run_id",
-)
+_ID_COLUMNS: tuple[str, ...] = (*POINT_COLUMNS, *SIZE_COLUMNS, "run_id")
 
 
 def _canonical_rows(path: Path):
@@ -245,8 +231,6 @@ def _size_text(value: str) -> str:
 
 def _row_label(row) -> str:
     """``case/framework/device/variant/timing size=value,...`` of a timings row."""
-    from .spec import SIZE_COLUMNS
-
     sizes = ",".join(
         f"{c}={_size_text(str(row[c]))}" for c in SIZE_COLUMNS if c in row and str(row[c]) != ""
     )

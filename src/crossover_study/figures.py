@@ -34,6 +34,7 @@ from crossover_study.spec import (
     SEED_SIZES,
     SIZE_COLUMNS,
     case_axes,
+    truthy,
     without_replicas,
 )
 
@@ -131,11 +132,6 @@ def _new_ax(ax: Axes | None, figsize: tuple[float, float] = (6.4, 4.4)) -> Axes:
     if ax is None:
         _, ax = plt.subplots(figsize=figsize, layout="constrained")
     return ax
-
-
-def _truthy(series: pd.Series) -> pd.Series:
-    """CSV booleans (True/False/empty or text) -> bool; missing -> False."""
-    return series.map(lambda v: str(v).strip().lower() in {"true", "1", "1.0", "yes"})
 
 
 def _ok_rows(timings: pd.DataFrame, case: str) -> pd.DataFrame:
@@ -241,7 +237,7 @@ def step_time_vs_size(
         _size=pd.to_numeric(df[axis]),
         _t=pd.to_numeric(df["step_time_s"]),
         _iqr=pd.to_numeric(df["step_time_iqr_s"], errors="coerce").fillna(0.0),
-        _noisy=_truthy(df["noisy"]) if "noisy" in df else False,
+        _noisy=truthy(df["noisy"]) if "noisy" in df else False,
         _check_failed=(df["sync_check"] == "failed") if "sync_check" in df else False,
     )
     failed_labelled = False
@@ -636,7 +632,7 @@ def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None)
         program=df["framework"] + " · " + df["variant"],
         _t=pd.to_numeric(df["step_time_s"]),
         _iqr=pd.to_numeric(df["step_time_iqr_s"], errors="coerce").fillna(0.0),
-        _noisy=_truthy(df["noisy"]) if "noisy" in df else False,
+        _noisy=truthy(df["noisy"]) if "noisy" in df else False,
         _failed=(df["sync_check"] == "failed") if "sync_check" in df else False,
     )
     # Per framework, the naive program first, then the variants alphabetically.

@@ -15,18 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .spec import SIZE_COLUMNS
+from .spec import POINT_COLUMNS, SIZE_COLUMNS
 
 #: Columns that name a point (with the size columns).
-POINT_KEYS: tuple[str, ...] = (
-    "case",
-    "framework",
-    "device",
-    "variant",
-    "timing",
-    "replicas",
-    "scaling",
-)
+POINT_KEYS: tuple[str, ...] = POINT_COLUMNS
 #: Two runs' step times agree when b/a is within 1 +- this (STUDY.md's noise threshold).
 AGREE = 0.1
 #: Columns that name a crossover estimate.

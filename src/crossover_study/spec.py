@@ -85,6 +85,17 @@ SEED_SIZES: dict[str, dict[str, int]] = {
 }
 #: Every size column of the tidy table (a column is empty where a case lacks the axis).
 SIZE_COLUMNS: tuple[str, ...] = ("batch", "width", "d_in", "hidden", "units", "seq_len")
+#: Columns of the tidy table that, with the size columns, name a point (a
+#: :class:`PointSpec`): what two tables or two runs are matched on.
+POINT_COLUMNS: tuple[str, ...] = (
+    "case",
+    "framework",
+    "device",
+    "variant",
+    "timing",
+    "replicas",
+    "scaling",
+)
 
 
 def without_replicas(timings):
@@ -94,6 +105,12 @@ def without_replicas(timings):
     if "variant" not in timings:
         return timings
     return timings[~timings["variant"].isin(tuple(REPLICA_VARIANTS))]
+
+
+def truthy(series):
+    """A column of CSV booleans (True/False/empty, or their text) as bools; missing
+    values are False. ``series``: a pandas Series."""
+    return series.map(lambda v: str(v).strip().lower() in {"true", "1", "1.0", "yes"})
 
 
 def case_axes(case: str) -> tuple[str, ...]:
