@@ -289,6 +289,7 @@ def _children() -> set[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # two processes on gloo: a hang fails here
 def test_ddp_gloo_two_processes_measures_real_rows(tmp_path):
     before = _children()
     pts = (
@@ -320,7 +321,7 @@ def test_ddp_gloo_two_processes_measures_real_rows(tmp_path):
         assert 0 < row["allreduce_share"] < 2 and row["allreduce_s"] > 0
         assert row["threads_per_replica"] == 1  # the job's 2 threads shared by 2 ranks
         assert row["device"] == "cpu" and row["device_name"] == frameworks.cpu_model()
-        assert "gloo" in row["replica_devices"] and "cuda" not in row["replica_devices"]
+        assert "gloo on lo" in row["replica_devices"] and "cuda" not in row["replica_devices"]
         assert math.isfinite(row["final_loss"]) and row["n_blocks"] >= 3
     assert mirrored["status"] == "not_applicable" and "TensorFlow" in mirrored["message"]
     assert _children() == before  # every follower process was reaped
@@ -328,10 +329,25 @@ def test_ddp_gloo_two_processes_measures_real_rows(tmp_path):
     assert pd.isna(df["scaling"].tolist()[4])
 
 
+def test_gloo_binds_the_loopback_unless_the_user_chose(monkeypatch):
+    from crossover_study.workloads import torch_ddp
+
+    assert torch_ddp.loopback_interface() == "lo"  # Linux
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    torch_ddp._gloo_on_loopback()
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "lo"
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
+    torch_ddp._gloo_on_loopback()
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "eth7"
+    monkeypatch.setattr(torch_ddp.socket, "if_nameindex", lambda: [(1, "eth0")])
+    assert torch_ddp.loopback_interface() is None
+
+
 class _Boom(RuntimeError):
     pass
 
 
+@pytest.mark.timeout(300)  # two processes on gloo: a hang fails here
 def test_ddp_followers_are_killed_and_reaped_when_a_point_fails(monkeypatch):
     from crossover_study.workloads.torch_ddp import DDPWorkload, RankProgram
 

@@ -206,9 +206,35 @@ class RankProgram:
         return float("nan") if self._loss is None else float(self._loss)
 
 
+def loopback_interface() -> str | None:
+    """The loopback interface's name (``lo`` on Linux, ``lo0`` on macOS), or None when
+    ``socket.if_nameindex`` lists neither."""
+    names = {name for _, name in socket.if_nameindex()}
+    return next((name for name in ("lo", "lo0") if name in names), None)
+
+
+def _gloo_on_loopback() -> None:
+    """Make gloo bind its pairs to the loopback interface, where the rendezvous is.
+
+    Without ``GLOO_SOCKET_IFNAME``, torch's ``ProcessGroupGloo::createDefaultDevice``
+    picks the address that ``gethostname()`` resolves to (pytorch/pytorch#26166): a name
+    lookup in every process group, whose answer depends on the host's ``/etc/hosts``
+    and resolver. All ranks of a point run on this host, so the loopback carries them
+    whatever the host is called. (The project's CI hung once in the first gloo test,
+    with no traceback; this removes the one step of the rendezvous that depends on the
+    host.) An explicit ``GLOO_SOCKET_IFNAME`` is left as the user set it.
+    """
+    if not os.environ.get("GLOO_SOCKET_IFNAME"):
+        name = loopback_interface()
+        if name is not None:
+            os.environ["GLOO_SOCKET_IFNAME"] = name
+
+
 def _init(backend: str, port: int, rank: int, world: int):
-    """Join the process group (TCP rendezvous on 127.0.0.1:port) and make the gloo
-    control group (created by every rank in the same order). Returns the control group."""
+    """Join the process group (TCP rendezvous on 127.0.0.1:port, gloo pairs on the
+    loopback, see :func:`_gloo_on_loopback`) and make the gloo control group (created
+    by every rank in the same order). Returns the control group."""
+    _gloo_on_loopback()
     dist.init_process_group(
         backend,
         init_method=f"tcp://127.0.0.1:{port}",
@@ -396,9 +422,15 @@ class DDPWorkload:
             "scaling": self.scaling,
             "global_batch": self.global_batch,
             "threads_per_replica": self.threads_per_replica,
-            "replica_devices": f"{where} ({self.backend}, torch DDP)",
+            "replica_devices": f"{where} ({self._transport()}, torch DDP)",
             "allreduce_s": self.allreduce_s(),
         }
+
+    def _transport(self) -> str:
+        """The backend and, for gloo, the interface its pairs use (e.g. ``gloo on lo``)."""
+        if self.backend != "gloo":
+            return self.backend
+        return f"gloo on {os.environ.get('GLOO_SOCKET_IFNAME') or 'the host name'}"
 
     def follower_pids(self) -> list[int]:
         return [p.pid for p in self.followers]
