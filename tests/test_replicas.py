@@ -347,6 +347,43 @@ class _Boom(RuntimeError):
     pass
 
 
+def _record_live_ddp_at_destroy(monkeypatch) -> list[int]:
+    """Wrap ``dist.destroy_process_group`` as torch_ddp calls it: each call appends how
+    many DistributedDataParallel models are still alive at that moment."""
+    import gc
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from crossover_study.workloads import torch_ddp
+
+    live, real = [], torch_ddp.dist.destroy_process_group
+
+    def destroy(*args, **kwargs):
+        live.append(sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch_ddp.dist, "destroy_process_group", destroy)
+    return live
+
+
+def test_ddp_model_is_freed_before_its_process_group_is_destroyed(monkeypatch):
+    # A Reducer that outlives its gloo group destroys the group itself, with the GIL
+    # held, and can deadlock with gloo's worker thread (torch_ddp._release_program).
+    from crossover_study.workloads.torch_ddp import DDPWorkload
+
+    frameworks.import_framework("torch", "cpu", 1)
+    live = _record_live_ddp_at_destroy(monkeypatch)
+    w = DDPWorkload("s001-mlp", "cpu", MLP, 1, "strong", 1)
+    w.setup()
+    w.run(3)
+    w.sync()
+    assert w.replica_info()["allreduce_s"] > 0
+    w.close()
+    assert live == [0] and w.prog is None
+    w.close()  # twice is safe: nothing left to destroy
+    assert live == [0]
+
+
 @pytest.mark.timeout(300)  # two processes on gloo: a hang fails here
 def test_ddp_followers_are_killed_and_reaped_when_a_point_fails(monkeypatch):
     from crossover_study.workloads.torch_ddp import DDPWorkload, RankProgram
@@ -366,6 +403,7 @@ def test_ddp_followers_are_killed_and_reaped_when_a_point_fails(monkeypatch):
             seen.extend(self.follower_pids())
 
     monkeypatch.setattr(RankProgram, "run", failing_run)
+    live = _record_live_ddp_at_destroy(monkeypatch)
     monkeypatch.setattr(
         frameworks,
         "make_workload",
@@ -377,6 +415,7 @@ def test_ddp_followers_are_killed_and_reaped_when_a_point_fails(monkeypatch):
     assert len(seen) == 1
     assert not psutil.pid_exists(seen[0]) or psutil.Process(seen[0]).status() == "zombie"
     assert _children() == before
+    assert live == [0]  # the failed point's model went before its process group
     import torch.distributed as dist
 
     assert not dist.is_initialized()  # the next point can start a process group

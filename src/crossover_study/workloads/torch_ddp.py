@@ -29,6 +29,7 @@ rank the seed's batch (global batch ``batch x replicas``).
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import os
 import socket
@@ -220,9 +221,9 @@ def _gloo_on_loopback() -> None:
     picks the address that ``gethostname()`` resolves to (pytorch/pytorch#26166): a name
     lookup in every process group, whose answer depends on the host's ``/etc/hosts``
     and resolver. All ranks of a point run on this host, so the loopback carries them
-    whatever the host is called. (The project's CI hung once in the first gloo test,
-    with no traceback; this removes the one step of the rendezvous that depends on the
-    host.) An explicit ``GLOO_SOCKET_IFNAME`` is left as the user set it.
+    whatever the host is called, and no rendezvous waits on a name lookup or on an
+    address the ranks cannot reach each other on. An explicit ``GLOO_SOCKET_IFNAME`` is
+    left as the user set it.
     """
     if not os.environ.get("GLOO_SOCKET_IFNAME"):
         name = loopback_interface()
@@ -247,6 +248,28 @@ def _init(backend: str, port: int, rank: int, world: int):
 
 def _device(kind: str, rank: int) -> torch.device:
     return torch.device(f"cuda:{rank}") if kind == "cuda_multi" else torch.device("cpu")
+
+
+def _release_program(prog: RankProgram | None) -> None:
+    """Free a rank's DDP model (its ``Reducer``) while the process group is still
+    registered, before ``destroy_process_group``.
+
+    The Reducer holds a reference to the gloo process group, and its Python binding
+    deallocates with the GIL held. When the Reducer is the last owner, its deallocation
+    runs ``~ProcessGroupGloo``, which joins gloo's worker thread; a worker still freeing
+    a finished all-reduce needs the GIL for that work's tensors, so both wait for ever
+    (pytorch/pytorch#56297). Seen here in 1 of 17 runs of the DDP tests, and in a loop
+    of their points after 11 rounds (py-spy: rank 0 in ``std::thread::join`` under
+    ``Reducer::~Reducer``, the worker in ``gil_scoped_acquire`` under
+    ``~AsyncAllreduceWork``); the project's CI hung in that test until its time ran out.
+    Freed first, with the group's own registry keeping it alive, the Reducer destroys
+    nothing; ``destroy_process_group`` then frees the group through its own binding,
+    which releases the GIL (torch >= 2.8, pytorch/pytorch#154976). ``gc.collect`` frees
+    the reference cycles that autograd hooks make around the model.
+    """
+    if prog is not None:
+        prog.model = prog.opt = prog.batches = None
+    gc.collect()
 
 
 def _watch_parent(parent: int) -> None:
@@ -290,6 +313,8 @@ def follower_main(spec: dict) -> None:
             break
         else:
             raise RuntimeError(f"unknown command {op}")
+    _release_program(prog)
+    del prog
     dist.destroy_process_group()
 
 
@@ -447,7 +472,8 @@ class DDPWorkload:
 
     def close(self) -> None:
         """Stop the followers (STOP when the protocol is idle, else kill), reap them,
-        leave the process group and restore rank 0's threads. Safe to call twice."""
+        free rank 0's model, leave the process group and restore rank 0's threads. Safe
+        to call twice."""
         try:
             alive = all(p.poll() is None for p in self.followers)
             if self.ctrl is not None and not self._busy and alive and self.followers:
@@ -464,6 +490,8 @@ class DDPWorkload:
         for log in self._logs:
             log.close()
         self.followers, self._logs = [], []
+        _release_program(self.prog)  # before the group goes: see _release_program
+        self.prog = None
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
