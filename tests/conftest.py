@@ -1,5 +1,7 @@
-"""Shared fixtures: the smoke study, run once per test session through Snakemake."""
+"""Shared fixtures: the smoke study, run once per test session through Snakemake; a hard
+time limit on every test."""
 
+import faulthandler
 import os
 import subprocess
 import sys
@@ -11,6 +13,37 @@ import yaml
 from crossover_study.provenance import REPO_ROOT
 
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+
+
+def pytest_addoption(parser):
+    parser.addini(
+        "hard_timeout",
+        "seconds after which a test that has not finished ends the whole run (faulthandler)",
+        default="1200",
+    )
+
+
+def pytest_configure(config):
+    # faulthandler writes to a file descriptor; a copy of the terminal's stderr taken
+    # now is still the terminal while pytest captures fd 2 during the tests.
+    config.hard_timeout_fd = os.dup(sys.stderr.fileno())
+
+
+@pytest.fixture(autouse=True)
+def hard_timeout(request):
+    """Backstop for hangs pytest-timeout cannot end: a wait inside C++ that holds the GIL
+    (a gloo process group destroyed under a DDP Reducer did, see torch_ddp's
+    ``_release_program``) starves pytest-timeout's Python timer, and its signal handler
+    never runs. faulthandler's watchdog is a C thread: after ``hard_timeout`` seconds
+    (ini option) it prints every thread's Python stack and exits the process, so CI
+    fails with the stacks instead of waiting out its own limit."""
+    faulthandler.dump_traceback_later(
+        float(request.config.getini("hard_timeout")),
+        exit=True,
+        file=request.config.hard_timeout_fd,
+    )
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:

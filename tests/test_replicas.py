@@ -289,7 +289,7 @@ def _children() -> set[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)  # two processes on gloo: a hang fails here
+@pytest.mark.timeout(300)  # two processes on gloo (a wait in C++: conftest hard_timeout)
 def test_ddp_gloo_two_processes_measures_real_rows(tmp_path):
     before = _children()
     pts = (
@@ -384,7 +384,7 @@ def test_ddp_model_is_freed_before_its_process_group_is_destroyed(monkeypatch):
     assert live == [0]
 
 
-@pytest.mark.timeout(300)  # two processes on gloo: a hang fails here
+@pytest.mark.timeout(300)  # two processes on gloo (a wait in C++: conftest hard_timeout)
 def test_ddp_followers_are_killed_and_reaped_when_a_point_fails(monkeypatch):
     from crossover_study.workloads.torch_ddp import DDPWorkload, RankProgram
 
