@@ -264,7 +264,7 @@ def _release_program(prog: RankProgram | None) -> None:
     ``~AsyncAllreduceWork``); the project's CI hung in that test until its time ran out.
     Freed first, with the group's own registry keeping it alive, the Reducer destroys
     nothing; ``destroy_process_group`` then frees the group through its own binding,
-    which releases the GIL (torch >= 2.8, pytorch/pytorch#154976). ``gc.collect`` frees
+    which releases the GIL (pytorch/pytorch#154976). ``gc.collect`` frees
     the reference cycles that autograd hooks make around the model.
     """
     if prog is not None:
