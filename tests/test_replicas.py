@@ -359,7 +359,7 @@ def _record_live_ddp_at_destroy(monkeypatch) -> list[int]:
     live, real = [], torch_ddp.dist.destroy_process_group
 
     def destroy(*args, **kwargs):
-        live.append(sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects()))
+        live.append(sum(type(o) is DistributedDataParallel for o in gc.get_objects()))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(torch_ddp.dist, "destroy_process_group", destroy)
