@@ -227,12 +227,13 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
                 ):
                     if pd.notna(message) and str(message).strip():
                         reasons.setdefault(framework, str(message))
-                distinct = list(dict.fromkeys(reasons.values()))
-                if len(distinct) == 1:
-                    why = f" ({distinct[0]})"
+                distinct = set(reasons.values())
+                if not reasons:
+                    why = ""
+                elif len(distinct) == 1:
+                    why = f" ({distinct.pop()})"
                 else:
                     why = " (" + "; ".join(f"{f}: {m}" for f, m in reasons.items()) + ")"
-                why = why if reasons else ""
                 clauses.append(
                     f"no {name} device was visible on this machine{why}, "
                     "so no crossover was measured here"

@@ -17,8 +17,6 @@ import pandas as pd
 
 from .spec import POINT_COLUMNS, SIZE_COLUMNS
 
-#: Columns that name a point (with the size columns).
-POINT_KEYS: tuple[str, ...] = POINT_COLUMNS
 #: Two runs' step times agree when b/a is within 1 +- this (STUDY.md's noise threshold).
 AGREE = 0.1
 #: Columns that name a crossover estimate.
@@ -30,7 +28,7 @@ class RepeatSummary:
     """What two runs share and how well they agree.
 
     ``points``: one row per point measured ok in both runs (columns of
-    :data:`POINT_KEYS`, sizes, ``step_time_a_s``, ``step_time_b_s``, ``ratio`` = b / a,
+    :data:`~crossover_study.spec.POINT_COLUMNS`, sizes, ``step_time_a_s``, ``step_time_b_s``, ``ratio`` = b / a,
     ``iqr_overlap``). ``crossovers``: one row per crossover found in both runs with
     both intervals (``ci_*_a``, ``ci_*_b``, ``ci_overlap``).
     """
@@ -110,13 +108,13 @@ def compare_runs(
 ) -> RepeatSummary:
     """Compare two runs' ``timings.csv`` (and ``crossover.csv``) tables.
 
-    Points are matched on :data:`POINT_KEYS` and the size columns; only rows with
+    Points are matched on :data:`~crossover_study.spec.POINT_COLUMNS` and the size columns; only rows with
     ``status=ok`` in both runs count. The summary also counts the points whose ratio is
     within ``1 +- AGREE``. Two intervals [lo, hi] overlap when
     ``lo_a <= hi_b and lo_b <= hi_a``. Raises KeyError when a table lacks a key column
     or ``step_time_s``/``block_step_times_s``.
     """
-    keys = [*POINT_KEYS, *SIZE_COLUMNS]
+    keys = [*POINT_COLUMNS, *SIZE_COLUMNS]
     a, b = _ok_points(timings_a), _ok_points(timings_b)
     cols = [*keys, "step_time_s", "block_step_times_s"]
     # Size columns hold NaN where a case lacks the axis; merge on a filled copy.

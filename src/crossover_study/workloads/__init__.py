@@ -7,6 +7,8 @@ anything is built, and the runner records ``status=not_applicable`` with the rea
 
 from __future__ import annotations
 
+from ..spec import REPLICA_CASES, REPLICA_DEVICES, REPLICA_VARIANTS
+
 
 class NotApplicable(Exception):
     """The variant does not apply to this case, framework or device (message: why)."""
@@ -14,11 +16,10 @@ class NotApplicable(Exception):
 
 #: Variants that exist in one framework only; the other framework's rows are
 #: ``not_applicable``, also where the device is missing (no ``unavailable`` row suggests
-#: a GPU would have run them).
+#: a GPU would have run them). The data-parallel ones come from spec.REPLICA_VARIANTS.
 FRAMEWORK_OF_VARIANT: dict[str, str] = {
     "cuda_graph": "torch",
     "compile": "torch",
-    "ddp": "torch",
     "train_on_batch": "tensorflow",
     "custom_step": "tensorflow",
     "function": "tensorflow",
@@ -26,7 +27,7 @@ FRAMEWORK_OF_VARIANT: dict[str, str] = {
     "loop": "tensorflow",
     "steps_per_execution": "tensorflow",
     "tf_data_repeat": "tensorflow",
-    "mirrored": "tensorflow",
+    **REPLICA_VARIANTS,
 }
 _FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow/Keras"}
 
@@ -84,8 +85,6 @@ def replica_batches(
     (:data:`~crossover_study.spec.REPLICA_CASES`, ``REPLICA_DEVICES``) or a batch strong
     scaling cannot split evenly; ValueError for fewer than one replica.
     """
-    from ..spec import REPLICA_CASES, REPLICA_DEVICES
-
     if case not in REPLICA_CASES:
         raise NotApplicable(
             f"replicas are measured for {', '.join(REPLICA_CASES)} (issue 5); {case}'s seed "
