@@ -1,5 +1,5 @@
 """GPU state snapshots: NVML first, one nvidia-smi call when NVML is unusable, a reason
-when neither answers; the per-row values. Both sources are
+when neither answers; the per-row values; the probe record's gpu_state. Both sources are
 faked, so these tests assert the same on machines with and without a GPU."""
 
 import json
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from crossover_study import gpu_state
+from crossover_study import frameworks, gpu_state
 from crossover_study.gpu_state import (
     FALLBACK_REASON_BITS,
     GPU_KEYS,
@@ -18,6 +18,7 @@ from crossover_study.gpu_state import (
     row_columns,
     snapshot,
 )
+from crossover_study.probe import PROBE_VERSION, probe_record
 
 GPU_IDLE, SW_POWER_CAP = FALLBACK_REASON_BITS["gpu_idle"], FALLBACK_REASON_BITS["sw_power_cap"]
 
@@ -275,6 +276,35 @@ def test_row_columns_none_and_missing():
     assert row_columns(None, None) == nothing
     # reasons that could not be read are not "none"
     assert row_columns(None, snap(gpu(throttle_reasons=None)))["gpu_throttle_reasons"] is None
+
+
+@pytest.fixture
+def torch_imported():
+    frameworks.import_framework("torch", "cpu", 1)
+
+
+def test_probe_record_without_a_gpu_source_says_why(torch_imported, monkeypatch, no_smi):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    rec = probe_record("torch", "cpu", threads=1)
+    assert rec["probe_version"] == PROBE_VERSION == 2
+    assert rec["gpu_state"]["start"] is None
+    end = rec["gpu_state"]["end"]
+    assert end["gpus"] == [] and end["source"] is None
+    assert end["reason"] == "NVML: pynvml not installed; nvidia-smi: not on PATH"
+    assert rec["gpu_driver_version"] is None
+
+
+def test_probe_record_keeps_the_start_snapshot_and_reads_the_end(
+    torch_imported, nvml_calls, no_smi
+):
+    start = snap(gpu(index=0, name="NVIDIA H200", driver_version="570.124.06"))
+    rec = probe_record("torch", "cuda", threads=1, gpu_start=start)
+    assert rec["gpu_state"]["start"] == start
+    end = rec["gpu_state"]["end"]
+    assert end["source"] == "nvml" and [g["uuid"] for g in end["gpus"]] == ["GPU-aaaa", "GPU-bbbb"]
+    assert rec["gpu_driver_version"] == "570.124.06"
+    assert nvml_calls == ["init", "shutdown"]
+    json.dumps(rec)
 
 
 def test_the_module_never_imports_pynvml_at_import_time():

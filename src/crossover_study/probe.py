@@ -4,10 +4,20 @@ Every measuring job writes one JSON record beside its timings table
 (``points/<case>/<framework>/<device>/batch-<i>.probe.json``): host, Slurm job id,
 partition and node, the CPUs it was given and the threads it used, the GPUs and TPUs
 it could see (``CUDA_VISIBLE_DEVICES``, the framework's own device lists), the
-framework's version and CUDA build. The collect step checks every accelerator table
-against its probe (:func:`check_table`): an ``ok`` row of ``cuda`` from a job whose
-probe shows no GPU is refused, so a lost GPU request (CASES.md P7) cannot turn into a
-CPU timing under the GPU's name.
+framework's version and CUDA build, and the state of the NVIDIA GPUs after the
+measurement (and before it, when the job took a snapshot then). The collect step checks every accelerator table against its probe
+(:func:`check_table`): an ``ok`` row of ``cuda`` from a job whose probe shows no GPU is
+refused, so a lost GPU request (CASES.md P7) cannot turn into a CPU timing under the
+GPU's name. The GPU state is recorded, not checked: :func:`check_table` and
+:func:`shows_device` decide from the framework's device lists only.
+
+Version 2 added two keys: ``gpu_state``, ``{"start": ..., "end": ...}``, two
+:func:`crossover_study.gpu_state.snapshot` results (driver and CUDA driver version,
+clocks, memory, power limit and draw, temperature, throttle reasons of every GPU NVML or
+nvidia-smi lists; ``start`` is the one the job took before measuring, None when it
+passed none; ``end`` is taken when the record is made), and ``gpu_driver_version``
+(GPU 0's driver version from ``end``, else ``start``; None without a GPU, and then
+``gpu_state["end"]["reason"]`` says why).
 """
 
 from __future__ import annotations
@@ -20,10 +30,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import frameworks
+from . import frameworks, gpu_state
 
 #: Format version of the record; bump it when a key changes meaning.
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 #: Slurm variables that tell which GPUs a job was given.
 SLURM_GPU_ENV = ("SLURM_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE", "GPU_DEVICE_ORDINAL")
 #: Environment variables set on TPU hosts (Cloud TPU VMs, Colab).
@@ -60,15 +70,19 @@ def _framework_devices(framework: str) -> list[str]:
     ]
 
 
-def probe_record(framework: str, device: str, threads: int) -> dict:
+def probe_record(framework: str, device: str, threads: int, gpu_start: dict | None = None) -> dict:
     """The probe of this process, as a JSON-ready dict.
 
     ``threads`` is the number of CPU threads the job pinned its framework to. Imports
     the framework (call it after the measurement, so that neither the thread pinning
     nor the import time is disturbed). CPU counts are integers or None; ``gpus`` and
     ``tpus`` list the device names the framework sees (empty lists when none).
+    ``gpu_start`` is the :func:`gpu_state.snapshot` the job took before measuring (None
+    when it took none); the record's ``gpu_state`` holds it as ``start`` and a snapshot
+    taken now as ``end`` (see the module's docstring); the snapshot never raises.
     """
     seen = frameworks.probe(framework, device)
+    gpu_end = gpu_state.snapshot()
     slurm_cpus = _int_env("SLURM_CPUS_PER_TASK")
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     cpus_given = slurm_cpus if slurm_cpus is not None else affinity
@@ -106,6 +120,8 @@ def probe_record(framework: str, device: str, threads: int) -> dict:
         "cuda_build": seen.cuda_version,
         "device_available": seen.available,
         "device_reason": seen.reason,
+        "gpu_driver_version": gpu_state.row_columns(gpu_start, gpu_end)["gpu_driver_version"],
+        "gpu_state": {"start": gpu_start, "end": gpu_end},
     }
 
 
