@@ -7,6 +7,7 @@ the thread variables the framework reads at import time.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ class DeviceProbe:
     available: bool
     device_name: str | None
     reason: str | None
-    framework_version: str
+    framework_version: str | None  # None: the framework could not be imported
     cuda_version: str | None
     visible: str  # the framework's own device list, as text
 
@@ -74,6 +75,29 @@ def import_framework(framework: str, device: str, threads: int, logical_cpus: in
                 _split_cpu(tf, logical_cpus)
         return tf
     raise ValueError(f"unknown framework {framework!r}: expected torch or tensorflow")
+
+
+#: The module each framework is imported as.
+FRAMEWORK_MODULES: dict[str, str] = {"torch": "torch", "tensorflow": "tensorflow"}
+
+
+def not_importable(framework: str, exc: ImportError | None = None) -> str | None:
+    """Why ``framework`` cannot be imported by this Python (``exc``: the error an import
+    already raised; else the import is tried here), or None when it imports. The text
+    names the interpreter, so a row says which environment lacked it."""
+    if exc is None:
+        import importlib
+
+        try:
+            importlib.import_module(FRAMEWORK_MODULES[framework])
+        except ImportError as error:
+            exc = error
+        else:
+            return None
+    return (
+        f"{framework} cannot be imported by this Python ({sys.executable}): "
+        f"{type(exc).__name__}: {exc}"
+    )
 
 
 def _split_cpu(tf, n: int) -> None:
@@ -283,14 +307,106 @@ def _probe_cuda_multi(framework: str) -> DeviceProbe:
     return DeviceProbe(True, f"{len(gpus)} x {name}", None, version, cuda, visible)
 
 
+#: Texts of allocation failures that are not raised as an out-of-memory type: cuBLAS and
+#: cuDNN report a failed workspace or handle allocation as a status code
+#: (``CUBLAS_STATUS_ALLOC_FAILED``, ``CUDNN_STATUS_ALLOC_FAILED``, ``CUDNN_STATUS_NOT_ENOUGH_WORKSPACE``:
+#: cublas_api.h, cudnn_graph.h), the CUDA runtime and driver as ``cudaErrorMemoryAllocation`` /
+#: ``CUDA_ERROR_OUT_OF_MEMORY``, TensorFlow as ``OOM when allocating`` / ``RESOURCE_EXHAUSTED``.
+#: Compared case-insensitively with the exception's text.
+OOM_MARKERS: tuple[str, ...] = (
+    "out of memory",
+    "cublas_status_alloc_failed",
+    "cudnn_status_alloc_failed",
+    "cudnn_status_not_enough_workspace",
+    "cudaerrormemoryallocation",
+    "cuda_error_out_of_memory",
+    "oom when allocating",
+    "resource_exhausted",
+)
+
+
 def is_oom(exc: BaseException) -> bool:
-    """True when ``exc`` is an out-of-memory error of the host or of either framework."""
+    """True when ``exc`` is an out-of-memory error of the host or of either framework,
+    including a cuBLAS or cuDNN allocation failure (:data:`OOM_MARKERS`)."""
     if isinstance(exc, MemoryError):
         return True
     name = type(exc).__name__
     if name in ("OutOfMemoryError", "ResourceExhaustedError"):
         return True
-    return "out of memory" in str(exc).lower()
+    text = str(exc).lower()
+    return any(marker in text for marker in OOM_MARKERS)
+
+
+class DeviceLostError(RuntimeError):
+    """The device stopped running work after a point failed (a sticky CUDA error such
+    as an illegal memory access poisons the process's context): the job must end so
+    that a fresh process measures the point again (the journal keeps the others)."""
+
+
+def device_fault(framework: str, device: str) -> str | None:
+    """Why ``device`` no longer runs work in this process, or None when it does.
+
+    Runs one tiny operation on the device and reads it back (torch: ``torch.ones(1) + 1``
+    on ``cuda:0`` and ``torch.cuda.synchronize``; TensorFlow: the same under
+    ``/GPU:0``). A sticky CUDA error (illegal address, launch failure, device-side
+    assert) makes every later call fail, which this returns as text; an out-of-memory
+    error does not. Always None for ``cpu`` and ``tpu``.
+    """
+    if device not in ("cuda", "cuda_multi"):
+        return None
+    try:
+        if framework == "torch":
+            import torch
+
+            value = (torch.ones(1, device="cuda:0") + 1).item()
+            torch.cuda.synchronize()
+        else:
+            import tensorflow as tf
+
+            with tf.device("/GPU:0"):
+                value = float((tf.ones([1]) + 1).numpy()[0])
+    except Exception as exc:  # noqa: BLE001 - any failure here means the device is gone
+        return (
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        )
+    return None if value == 2.0 else f"1 + 1 gave {value} on the device"
+
+
+def release_memory(framework: str, device: str) -> None:
+    """Free what the last point left before the next one sets up: collect reference
+    cycles (a workload holding its own bound methods, an exception's frames), and on
+    CUDA return torch's cached blocks to the driver (``torch.cuda.empty_cache``), so
+    that a large point is not recorded ``oom`` because of its predecessor's tensors."""
+    import gc
+
+    gc.collect()
+    if framework == "torch" and device in ("cuda", "cuda_multi"):
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
+#: Environment variables of the caches that torch.compile reads and writes on disk:
+#: Inductor's (FX graphs, generated code, C++ builds) and Triton's (compiled kernels).
+COMPILE_CACHE_ENV: tuple[str, ...] = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def fresh_compile_cache(root: str | None = None) -> str:
+    """Point torch.compile's on-disk caches (:data:`COMPILE_CACHE_ENV`) at a new empty
+    folder under ``root`` (the system's temporary folder by default) and return it.
+
+    Call before torch is imported, once per measuring job: a cache left by an earlier
+    run would make ``first_step_s`` of a ``compile`` point depend on that run (a
+    cache hit skips compilation). The points of one job share the folder; each row
+    records its hits and misses (``compile_cache``). The caller removes the folder.
+    """
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="crossover-compile-cache-", dir=root)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(folder, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
+    return folder
 
 
 def workload_class(framework: str, case: str):
@@ -361,14 +477,17 @@ def make_workload(point, threads: int):
     return workload_class(point.framework, case)(device, sizes, point.variant)
 
 
-def initialise_device(framework: str, device: str) -> float:
+def initialise_device(framework: str, device: str, lstm: bool = False) -> float:
     """Seconds to initialise ``device`` and the framework's lazily loaded training path.
 
     One throwaway training step of a 4 → 4 dense model with Adam (torch: a module and
-    ``optim.Adam``; TensorFlow: Keras ``fit`` for one step), synchronised. This is what
-    every program pays once before its first real step (CUDA context, cuBLAS handles,
-    lazy imports); the runner adds it to each point's cold start so that cold starts
-    are comparable whichever point a job measures first.
+    ``optim.Adam``; TensorFlow: Keras ``fit`` for one step), synchronised; with
+    ``lstm`` (a job of an LSTM case) the model starts with a 4-unit LSTM layer, so that
+    the LSTM path's one-time set-up (cuDNN's handle and library load on CUDA, the
+    recurrent kernels' first use) is paid here rather than by the job's first LSTM
+    point. This is what every program pays once before its first real step (CUDA
+    context, cuBLAS handles, lazy imports); the runner adds it to each point's cold
+    start so that cold starts are comparable whichever point a job measures first.
     """
     import time
 
@@ -378,8 +497,14 @@ def initialise_device(framework: str, device: str) -> float:
 
         dev = torch.device("cuda:0" if device in ("cuda", "cuda_multi") else "cpu")
         model = torch.nn.Linear(4, 4).to(dev)
-        opt = torch.optim.Adam(model.parameters())
-        loss = model(torch.ones(2, 4, device=dev)).square().mean()
+        params = list(model.parameters())
+        x = torch.ones(2, 4, device=dev)
+        if lstm:
+            rnn = torch.nn.LSTM(4, 4, batch_first=True).to(dev)
+            params += list(rnn.parameters())
+            x = rnn(torch.ones(2, 3, 4, device=dev))[0][:, -1, :]
+        opt = torch.optim.Adam(params)
+        loss = model(x).square().mean()
         loss.backward()
         opt.step()
         loss.item()
@@ -387,8 +512,13 @@ def initialise_device(framework: str, device: str) -> float:
         import numpy as np
         from tensorflow import keras
 
-        model = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(4)])
+        if lstm:
+            layers = [keras.Input(shape=(3, 4)), keras.layers.LSTM(4), keras.layers.Dense(4)]
+            x = np.ones((2, 3, 4), dtype=np.float32)
+        else:
+            layers = [keras.Input(shape=(4,)), keras.layers.Dense(4)]
+            x = np.ones((2, 4), dtype=np.float32)
+        model = keras.Sequential(layers)
         model.compile(optimizer="adam", loss="mse", jit_compile=False, steps_per_execution=1)
-        x = np.ones((2, 4), dtype=np.float32)
-        model.fit(x, x, batch_size=2, epochs=1, verbose=0)
+        model.fit(x, np.ones((2, 4), dtype=np.float32), batch_size=2, epochs=1, verbose=0)
     return time.perf_counter() - start

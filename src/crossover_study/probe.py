@@ -81,8 +81,33 @@ def probe_record(framework: str, device: str, threads: int, gpu_start: dict | No
     when it took none); the record's ``gpu_state`` holds it as ``start`` and a snapshot
     taken now as ``end`` (see the module's docstring); the snapshot never raises.
     """
-    seen = frameworks.probe(framework, device)
     gpu_end = gpu_state.snapshot()
+    missing = frameworks.not_importable(framework)
+    if missing is None:
+        seen = frameworks.probe(framework, device)
+        framework_view = {
+            "gpus": frameworks.gpu_names(framework),
+            "tpus": frameworks.tpu_names(framework),
+            "framework_devices": _framework_devices(framework),
+            # TensorFlow's logical devices (CPU:0, CPU:1, ... when mirrored replicas split
+            # the CPU); empty for torch.
+            "logical_devices": frameworks.logical_devices(framework),
+            "framework_version": seen.framework_version,
+            "cuda_build": seen.cuda_version,
+            "device_available": seen.available,
+            "device_reason": seen.reason,
+        }
+    else:  # the job's rows say unavailable with the same reason
+        framework_view = {
+            "gpus": [],
+            "tpus": [],
+            "framework_devices": [],
+            "logical_devices": [],
+            "framework_version": None,
+            "cuda_build": None,
+            "device_available": False,
+            "device_reason": missing,
+        }
     slurm_cpus = _int_env("SLURM_CPUS_PER_TASK")
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     cpus_given = slurm_cpus if slurm_cpus is not None else affinity
@@ -110,16 +135,7 @@ def probe_record(framework: str, device: str, threads: int, gpu_start: dict | No
         "slurm_gpu_env": {k: os.environ[k] for k in SLURM_GPU_ENV if k in os.environ},
         "tpu_env": {k: os.environ[k] for k in TPU_ENV if k in os.environ},
         "accel_device_files": sorted(glob.glob("/dev/accel*")),
-        "gpus": frameworks.gpu_names(framework),
-        "tpus": frameworks.tpu_names(framework),
-        "framework_devices": _framework_devices(framework),
-        # TensorFlow's logical devices (CPU:0, CPU:1, ... when mirrored replicas split
-        # the CPU); empty for torch.
-        "logical_devices": frameworks.logical_devices(framework),
-        "framework_version": seen.framework_version,
-        "cuda_build": seen.cuda_version,
-        "device_available": seen.available,
-        "device_reason": seen.reason,
+        **framework_view,
         "gpu_driver_version": gpu_state.row_columns(gpu_start, gpu_end)["gpu_driver_version"],
         "gpu_state": {"start": gpu_start, "end": gpu_end},
     }

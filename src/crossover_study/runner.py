@@ -13,23 +13,24 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 import traceback
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
 
-from . import frameworks
+from . import frameworks, gpu_state
 from .config import logical_cpus
 from .harness import TimingPolicy, measure
 from .provenance import git_state, placement, table_columns
-from .spec import PointSpec
-from .workloads import NotApplicable, check_framework
+from .spec import LSTM_CASES, PointSpec
+from .workloads import NotApplicable, Unavailable, check_framework
 
 
 def framework_mismatch(point: PointSpec) -> str | None:
@@ -145,28 +146,87 @@ def write_csv_atomic(rows: Iterable[dict], columns: Iterable[str], path: Path) -
     os.replace(tmp, path)
 
 
-def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) -> list[dict]:
+def run_group(
+    group: GroupSpec,
+    journal_path: Path,
+    out_csv: Path,
+    log: Callable[[str], None] = print,
+    on_point: Callable[[int, int, dict], None] | None = None,
+    job: dict | None = None,
+    deadline: float | None = None,
+) -> list[dict]:
     """Measure every point of ``group`` not yet in the journal; write ``out_csv``.
 
-    Returns the rows written (one per point, in ``group.points`` order). Raises
-    :class:`frameworks.DeviceMissingError` before measuring anything when the device is
-    not visible and ``missing_device`` is ``fail``.
+    Returns the rows written (one per point, in ``group.points`` order). ``on_point(i,
+    n, row)`` is called after the i-th of n points (progress lines); ``job``, when
+    given, is filled with what the job's probe record needs: ``gpu_start``, the GPU
+    state (:func:`gpu_state.snapshot`) taken after the framework import, before the
+    device is touched. ``deadline`` (seconds since the epoch, as ``time.time()``): a
+    point not yet started when it has passed is not measured; its row is
+    ``unavailable`` and says so (not final: a rerun measures it).
+
+    Order of the job's one-time work: threads pinned, torch.compile's on-disk caches
+    pointed at a fresh folder (:func:`frameworks.fresh_compile_cache`, removed at the
+    end), the framework imported (``import_s``: from the process's creation), then the
+    device probed and initialised on one clock (``device_init_s``: a CUDA probe already
+    initialises CUDA, so it is part of the device's cold start). A framework that
+    cannot be imported gives ``unavailable`` rows naming the import error.
+
+    Raises :class:`frameworks.DeviceMissingError` before measuring anything when the
+    device (or the framework) is missing and ``missing_device`` is ``fail``, and
+    :class:`frameworks.DeviceLostError` when a point leaves the device unable to run
+    work (a sticky CUDA error): that point is not journaled as done, so a rerun in a
+    fresh process measures it again (the process dies at most ``MAX_ATTEMPTS`` times
+    on it before it becomes an ``error``).
     """
+    job = {} if job is None else job
     created = psutil.Process().create_time()
     frameworks.pin_thread_env(group.threads)
-    # Logical CPU devices for mirrored replicas must exist before TensorFlow starts.
-    frameworks.import_framework(
-        group.framework, group.device, group.threads, logical_cpus(group.points, group.device)
-    )
-    import_s = time.time() - created
+    saved_env = {name: os.environ.get(name) for name in frameworks.COMPILE_CACHE_ENV}
+    cache_dir = frameworks.fresh_compile_cache() if group.framework == "torch" else None
+    try:
+        return _run_group(group, journal_path, out_csv, log, on_point, job, created, deadline)
+    finally:
+        if cache_dir is not None:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+            for name, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
-    probe = frameworks.probe(group.framework, group.device)
-    device_init_s = (
-        frameworks.initialise_device(group.framework, group.device) if probe.available else None
-    )
+
+def _import_framework(group: GroupSpec) -> str | None:
+    """Import the group's framework (thread pinning, logical CPUs); the reason it cannot
+    be imported, or None."""
+    try:
+        # Logical CPU devices for mirrored replicas must exist before TensorFlow starts.
+        frameworks.import_framework(
+            group.framework, group.device, group.threads, logical_cpus(group.points, group.device)
+        )
+    except ImportError as exc:
+        return frameworks.not_importable(group.framework, exc)
+    return None
+
+
+def _run_group(group, journal_path, out_csv, log, on_point, job, created, deadline):
+    not_importable = _import_framework(group)
+    import_s = time.time() - created
+    job["gpu_start"] = gpu_start = gpu_state.snapshot()
+
+    init_start = time.perf_counter()
+    if not_importable is None:
+        probe = frameworks.probe(group.framework, group.device)
+        intra, interop = frameworks.thread_settings(group.framework)
+    else:
+        probe = frameworks.DeviceProbe(False, None, not_importable, None, None, "not importable")
+        intra = interop = None
+    device_init_s = None
+    if probe.available:
+        frameworks.initialise_device(group.framework, group.device, lstm=group.case in LSTM_CASES)
+        device_init_s = time.perf_counter() - init_start
     journal = Journal(journal_path, group.settings())
     commit, dirty = git_state()
-    intra, interop = frameworks.thread_settings(group.framework)
     common = {
         "threads": intra,
         "interop_threads": interop,
@@ -190,12 +250,14 @@ def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) ->
         )
 
     rows = []
-    for point in group.points:
+    for index, point in enumerate(group.points):
         key = point.key()
         row = journal.final_row(key)
         if row is not None:
             log(f"  {key}: kept from run {row.get('run_id')} ({row['status']})")
             rows.append(row)
+            if on_point is not None:
+                on_point(index, len(group.points), row)
             continue
         if key in journal.stale and key not in journal.done:
             log(
@@ -204,10 +266,18 @@ def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) ->
             )
         base = {**point.as_row(), **common, "device_name": probe.device_name}
         mismatch = framework_mismatch(point)
+        gpu_end = None
         if mismatch is not None:  # decided before the device: never "unavailable"
             row = {**base, "status": "not_applicable", "message": mismatch}
         elif not probe.available:
             row = {**base, "status": "unavailable", "message": probe.reason}
+        elif deadline is not None and time.time() > deadline:
+            when = datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds")
+            row = {
+                **base,
+                "status": "unavailable",
+                "message": f"not measured: the run's deadline ({when}) passed before this point",
+            }
         elif journal.starts.get(key, 0) >= MAX_ATTEMPTS:
             row = {
                 **base,
@@ -220,13 +290,37 @@ def run_group(group: GroupSpec, journal_path: Path, out_csv: Path, log=print) ->
                 **base,
                 **measure_point(point, group.policy, import_s, device_init_s, group.threads),
             }
+            # Tensors of this point (workloads hold their own bound methods: cycles) are
+            # freed before the next point sets up.
+            frameworks.release_memory(group.framework, group.device)
+            if row["status"] in ("error", "oom"):
+                fault = frameworks.device_fault(group.framework, group.device)
+                if fault is not None:
+                    log(f"  {key}: {row['status']} {row.get('message')}")
+                    raise frameworks.DeviceLostError(
+                        f"{key} failed ({row.get('message')}) and left {group.device} unable "
+                        f"to run work ({fault}); ending the job so that a fresh process "
+                        "measures this point and the rest (the journal keeps the points "
+                        "already measured)"
+                    )
+            gpu_end = gpu_state.snapshot()
+        row.update(gpu_state.row_columns(gpu_start, gpu_end))
+        row["host_load_1m"] = os.getloadavg()[0]  # documented in the schema since a54f30e
         row["utc_time"] = datetime.now(UTC).isoformat(timespec="seconds")
         journal.finish(key, row)
         log(f"  {key}: {row['status']} {row.get('step_time_s') or row.get('message') or ''}")
         rows.append(row)
+        if on_point is not None:
+            on_point(index, len(group.points), row)
 
     write_csv_atomic(rows, table_columns("timings"), out_csv)
     return rows
+
+
+def _compile_cache_text(workload) -> str | None:
+    """The workload's torch.compile cache hits and misses as JSON (None: not compiled)."""
+    counts = workload.compile_cache() if hasattr(workload, "compile_cache") else None
+    return None if counts is None else json.dumps(counts, sort_keys=True)
 
 
 def measure_point(
@@ -254,7 +348,7 @@ def measure_point(
         workload = frameworks.make_workload(point, threads)
     except NotApplicable as reason:
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
-    except frameworks.DeviceMissingError as reason:
+    except (frameworks.DeviceMissingError, Unavailable) as reason:
         return {"status": "unavailable", "message": str(reason), "import_s": import_s}
     policy = dataclasses.replace(policy, synced=point.timing == "synced")
     try:
@@ -294,6 +388,7 @@ def measure_point(
         "steps_per_call": workload.steps_per_call,
         "loss_read_every": workload.loss_read_every,
         "kernel": workload.kernel() if hasattr(workload, "kernel") else None,
+        "compile_cache": _compile_cache_text(workload),
         "timer_overhead_s": m.timer_overhead_s,
         "sync_check": m.sync_check,
         "sync_check_long_s": m.sync_check_long_s,

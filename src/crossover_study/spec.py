@@ -60,6 +60,9 @@ REPLICA_VARIANTS: dict[str, str] = {"ddp": "torch", "mirrored": "tensorflow"}
 #: Cases whose seed or answers ask about several replicas (issue 5): s004's user ran
 #: MirroredStrategy on several GPUs; s001 is the plain PyTorch MLP.
 REPLICA_CASES: tuple[str, ...] = ("s001-mlp", "s004-lstm")
+#: Cases whose model has LSTM layers: their measuring jobs also warm the LSTM path when
+#: they initialise the device (cuDNN's one-time set-up on CUDA).
+LSTM_CASES: tuple[str, ...] = ("s004-lstm",)
 #: ``strong``: the global batch is the seed's batch, split over the replicas
 #: (per-replica batch = batch / replicas). ``weak``: every replica gets the seed's batch
 #: (global batch = batch x replicas).

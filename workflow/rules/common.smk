@@ -21,6 +21,13 @@ REPORTS = f"reports/{STUDY}"
 MEASURE_JOBS = study_config.measure_jobs(config)
 POINTS = f"{RESULTS}/points/{{case}}/{{framework}}/{{device}}/batch-{{batch}}"
 
+# A local run measures on at most one GPU job at a time: two measuring jobs sharing a GPU
+# would time each other's kernels. Each job that uses GPUs takes one gpu_jobs (see
+# get_gpu_jobs); `--resources gpu_jobs=N` allows N at once. Cluster executors leave GPUs
+# to Slurm's allocation instead, so no limit is registered there.
+if workflow.local_exec and "gpu_jobs" not in workflow.global_resources:
+    workflow.register_resource("gpu_jobs", 1)
+
 
 def _alternatives(names):
     return "|".join(re.escape(n) for n in names)
@@ -112,6 +119,12 @@ def get_gpu_model(wildcards):
 def get_gres(wildcards):
     """Generic resources of a measuring job (sbatch --gres), or None."""
     return _gpu_resources(wildcards)["gres"]
+
+
+def get_gpu_jobs(wildcards):
+    """1 for a measuring job that uses GPUs (cuda, cuda_multi), else 0: the local limit
+    registered above counts these, so a local run never puts two on one GPU."""
+    return 1 if wildcards.device in ("cuda", "cuda_multi") else 0
 
 
 def get_mem_mb(wildcards):

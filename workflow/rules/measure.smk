@@ -28,6 +28,8 @@ rule measure:
         cpus_per_task=get_cpus_per_task,
         mem_mb=get_mem_mb,
         runtime=get_runtime,
+        # Local runs: one GPU job at a time (common.smk registers gpu_jobs=1).
+        gpu_jobs=get_gpu_jobs,
     params:
         points=get_point_keys,
         # Not an output: Snakemake deletes outputs before a job runs; the journal must

@@ -14,6 +14,12 @@ class NotApplicable(Exception):
     """The variant does not apply to this case, framework or device (message: why)."""
 
 
+class Unavailable(Exception):
+    """What the point needs besides its device is missing on this machine (e.g. the C
+    compiler torch.compile builds its kernels with); message: what and where it was
+    looked for. The runner records ``status=unavailable``, which a rerun measures again."""
+
+
 #: Variants that exist in one framework only; the other framework's rows are
 #: ``not_applicable``, also where the device is missing (no ``unavailable`` row suggests
 #: a GPU would have run them). The data-parallel ones come from spec.REPLICA_VARIANTS.

@@ -8,12 +8,19 @@ arithmetic (fp32).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import sysconfig
+from pathlib import Path
+
 import numpy as np
 import torch
 from torch import nn
 
 from . import (
     NotApplicable,
+    Unavailable,
     check_framework,
     check_lstm_kernel,
     check_replica_variant,
@@ -30,6 +37,59 @@ def _compile_count() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+#: torch.compile's cache counters (``torch._dynamo.utils.counters``) recorded per point:
+#: Inductor's FX graph cache and AOTAutograd's cache. A hit means a kernel or graph came
+#: from a cache instead of being compiled, which shortens the first step. The names are
+#: the same in torch 2.11 (the GPU reference machine) and 2.13 (the lock).
+COMPILE_CACHE_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("inductor", "fxgraph_cache_hit"),
+    ("inductor", "fxgraph_cache_miss"),
+    ("inductor", "fxgraph_cache_bypass"),
+    ("aot_autograd", "autograd_cache_hit"),
+    ("aot_autograd", "autograd_cache_miss"),
+    ("aot_autograd", "autograd_cache_bypass"),
+)
+
+
+def _compile_cache_counts() -> dict[str, int]:
+    """Current values of :data:`COMPILE_CACHE_COUNTERS` in this process."""
+    from torch._dynamo.utils import counters
+
+    return {name: int(counters[group][name]) for group, name in COMPILE_CACHE_COUNTERS}
+
+
+def compile_toolchain_missing(device: str) -> str | None:
+    """Why ``torch.compile`` (Inductor) cannot build kernels for ``device`` here, or None.
+
+    On the CPU Inductor compiles C++ with ``$CXX``, else ``g++``
+    (``torch._inductor.config.cpp.cxx``); on CUDA Triton builds a C launcher for each
+    kernel with ``$CC``, else ``gcc``, else ``clang`` (``triton/runtime/build.py``), and
+    both include ``Python.h`` from ``sysconfig.get_paths()["include"]``. Checked before
+    anything is built so that a machine without them gives a row that says so, not a
+    traceback from inside the first compiled step.
+    """
+    if device == "cuda":
+        cc = os.environ.get("CC")
+        found = shutil.which(cc) if cc else (shutil.which("gcc") or shutil.which("clang"))
+        if found is None:
+            wanted = f"$CC={cc!r}" if cc else "gcc or clang"
+            return (
+                f"torch.compile on CUDA needs a C compiler for Triton's kernel launchers: "
+                f"{wanted} not found on PATH"
+            )
+    else:
+        cxx = os.environ.get("CXX") or "g++"
+        if shutil.which(cxx) is None:
+            return f"torch.compile on the CPU needs a C++ compiler: {cxx} not found on PATH"
+    include = Path(sysconfig.get_paths()["include"])
+    if not (include / "Python.h").is_file():
+        return (
+            f"torch.compile needs the Python headers to build its kernels: {include}/Python.h "
+            "is missing (install the python3-dev package of this Python)"
+        )
+    return None
 
 
 def _glorot(module: nn.Module) -> nn.Module:
@@ -56,6 +116,10 @@ class _TorchWorkload:
         check_replica_variant(variant)
         if variant == "cuda_graph" and device != "cuda":
             raise NotApplicable("a CUDA graph captures CUDA kernels; the CPU has none")
+        if variant == "compile":
+            missing = compile_toolchain_missing(device)
+            if missing is not None:
+                raise Unavailable(missing)
         check_lstm_kernel(variant, device, isinstance(self, LSTM))
         self.loss_read_every = loss_read_every(type(self), variant)
         #: copy_data_each_step: data stays in host memory and each step copies its batch
@@ -92,21 +156,25 @@ class _TorchWorkload:
         capturable = self.variant == "cuda_graph"
         return torch.optim.Adam(params, eps=KERAS_ADAM_EPS, capturable=capturable, **kwargs)
 
-    def _make_step(self, *example_batch: torch.Tensor) -> None:
+    def _make_step(self, *example_batch: torch.Tensor, fixed_inputs: bool = False) -> None:
         """Set ``self.step(*batch) -> loss`` as the variant runs ``self.train_step``:
         as it is (eager and the factor variants), through ``torch.compile`` (mode
         ``reduce-overhead``), or captured whole in a CUDA graph and replayed.
 
         ``example_batch`` are device tensors of the batch's shapes (none when the step
-        draws its own data). Capture follows the PyTorch docs' whole-network recipe:
-        three warm-up steps on a side stream, gradients set to None, then capture.
+        draws its own data). ``fixed_inputs``: they are the workload's own pre-staged
+        tensors, passed unchanged to every step (s001's x and t); the graph then reads
+        them in place and a replay copies nothing, as the eager step copies nothing.
+        Capture follows the PyTorch docs' whole-network recipe: three warm-up steps on a
+        side stream, gradients set to None, then capture.
         """
         if self.variant == "compile":
             torch._dynamo.reset()  # no state from an earlier point's compilation
             self.step = torch.compile(self.train_step, mode="reduce-overhead")
             self._compile_base = _compile_count()
+            self._cache_base = _compile_cache_counts()
         elif self.variant == "cuda_graph":
-            static = [b.clone() for b in example_batch]
+            static = list(example_batch) if fixed_inputs else [b.clone() for b in example_batch]
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
@@ -116,16 +184,17 @@ class _TorchWorkload:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 static_loss = self.train_step(*static)
-
-            def replay(*batch: torch.Tensor) -> torch.Tensor:
-                for dst, src in zip(static, batch, strict=True):
-                    dst.copy_(src, non_blocking=True)
-                graph.replay()
-                return static_loss
-
-            self.step = replay
+            self.step = graph_replay(graph, static, static_loss)
         else:
             self.step = self.train_step
+
+    def compile_cache(self) -> dict[str, int] | None:
+        """torch.compile cache hits and misses since this point's set-up
+        (:data:`COMPILE_CACHE_COUNTERS`; None when nothing is compiled)."""
+        if self.variant != "compile":
+            return None
+        now = _compile_cache_counts()
+        return {name: now[name] - self._cache_base.get(name, 0) for name in now}
 
     def trace_count(self) -> int | None:
         """Graphs torch.compile made for this workload (None: nothing is compiled)."""
@@ -135,6 +204,22 @@ class _TorchWorkload:
 
     def loss(self) -> float:
         return float("nan") if self._loss is None else float(self._loss)
+
+
+def graph_replay(graph, static: list[torch.Tensor], static_loss: torch.Tensor):
+    """``replay(*batch) -> loss`` of a captured training step: copies each batch tensor
+    into the graph's static input unless it *is* that input (pre-staged data that the
+    step reads in place), replays ``graph`` (anything with ``replay()``) and returns the
+    static loss tensor, which the replay overwrote."""
+
+    def replay(*batch: torch.Tensor) -> torch.Tensor:
+        for dst, src in zip(static, batch, strict=True):
+            if src is not dst:
+                dst.copy_(src, non_blocking=True)
+        graph.replay()
+        return static_loss
+
+    return replay
 
 
 class HJB(_TorchWorkload):
@@ -226,7 +311,16 @@ class MLP(_TorchWorkload):
         self.w1 = torch.randn(d_in, h, device=dev, dtype=f32, requires_grad=True)
         self.w2 = torch.randn(h, self.d_out, device=dev, dtype=f32, requires_grad=True)
         self.w3 = torch.randn(self.d_out, self.d_out, device=dev, dtype=f32, requires_grad=True)
-        self._make_step(self._to_device(self.x), self._to_device(self.t))
+        if self.variant == "compile":
+            # Stable gradient buffers before the first compiled call. Otherwise backward
+            # creates w1.grad and w2.grad inside torch.compile's CUDA-graph memory pool
+            # (reduce-overhead), the step zeroes them in place, and the next replay
+            # overwrites them while they are still read. Zeros are what backward would
+            # start from, so the arithmetic is the seed's.
+            for w in (self.w1, self.w2, self.w3):
+                w.grad = torch.zeros_like(w)
+        pre_staged = not self.copy_data
+        self._make_step(self._to_device(self.x), self._to_device(self.t), fixed_inputs=pre_staged)
 
     def train_step(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """The seed's step: forward, squared error, backward, SGD on w1 and w2."""
@@ -366,8 +460,12 @@ class LSTM(_TorchWorkload):
             self._make_step(self._to_device(self.x[:b]), self._to_device(self.y[:b]))
 
     def _kernel(self):
-        """cuDNN on (eager, cudnn) or off (generic: PyTorch's own LSTM kernels)."""
-        return torch.backends.cudnn.flags(enabled=self.variant != "generic")
+        """cuDNN off for ``generic`` (PyTorch's own LSTM kernels); every other variant
+        runs torch's default, cuDNN on, with no context to enter (``cudnn.flags`` sets
+        every cuDNN flag on entry and exit, host work that would land in each step)."""
+        if self.variant == "generic":
+            return torch.backends.cudnn.flags(enabled=False)
+        return contextlib.nullcontext()
 
     def kernel(self) -> str:
         """Which LSTM kernel path runs: cudnn, generic (CUDA without cuDNN) or cpu."""
