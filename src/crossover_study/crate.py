@@ -276,11 +276,16 @@ def build_crate(
         based_on += [points[p] for p in sorted(set(runs_by_case.get(case, []))) if p in points]
         figures.append(add_file(record, f"figure {name}", isBasedOn=based_on))
     report = manifest["report"]
-    notebook = add_file(
-        report["notebook"], "executed report notebook", isBasedOn=[timings, crossover]
-    )
-    html = add_file(report["html"], "report (HTML)", isBasedOn=[notebook, *figures])
-    outputs += [*figures, notebook, html]
+    outputs += figures
+    if "notebook" in report:  # a run measured without its report has none
+        notebook = add_file(
+            report["notebook"], "executed report notebook", isBasedOn=[timings, crossover]
+        )
+        outputs.append(notebook)
+        if "html" in report:
+            outputs.append(
+                add_file(report["html"], "report (HTML)", isBasedOn=[notebook, *figures])
+            )
 
     run = crate.add_action(
         workflow,

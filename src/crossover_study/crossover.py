@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -262,3 +263,15 @@ def remedy_shift(crossover: pd.DataFrame) -> pd.DataFrame:
                 row["crossover_shift"] = r["crossover_size"] / base["crossover_size"]
         rows.append(row)
     return pd.DataFrame(rows, columns=list(SHIFT_COLUMNS))
+
+
+def write_crossover(
+    timings: str | Path, out: str | Path, n_boot: int = 1000, seed: int = 0
+) -> pd.DataFrame:
+    """The crossover step of a study: :func:`crossover_table` of the ``timings`` CSV,
+    written to ``out`` atomically (the crossover schema's columns). Returns the table."""
+    from .runner import write_csv_atomic
+
+    table = crossover_table(pd.read_csv(timings), n_boot=n_boot, seed=seed)
+    write_csv_atomic(table.to_dict("records"), table.columns, out)
+    return table

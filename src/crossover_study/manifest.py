@@ -217,16 +217,19 @@ def build_manifest(
     results_dir: str | Path,
     tables: Mapping[str, str | Path],
     report: Mapping[str, str | Path],
-    figures_dir: str | Path,
+    figures_dir: str | Path | None,
     snakemake_version: str | None,
     repo: str | Path = REPO_ROOT,
+    extra: Mapping | None = None,
 ) -> dict:
     """The manifest of one study run as a JSON-ready dict (see the module docstring).
 
     ``tables`` maps a role (``timings``, ``crossover``, ``wall``) to its file and
-    ``report`` a role (``html``, ``notebook``) to its file; ``figures_dir`` holds the
-    figures; per-job tables and probe records are found under
-    ``<results_dir>/points/``. Paths may be relative to ``workdir``. Raises OSError
+    ``report`` a role (``html``, ``notebook``) to its file (empty for a run measured
+    without its report, such as the GPU reference run); ``figures_dir`` holds the
+    figures (None: none); per-job tables and probe records are found under
+    ``<results_dir>/points/``. Paths may be relative to ``workdir``. ``extra`` keys are
+    added as they are (the reference run records its runner there). Raises OSError
     when a named file is missing.
     """
     from .figures import FIGURE_FORMATS, figure_sources
@@ -239,11 +242,12 @@ def build_manifest(
         return file_record(path, workdir, repo)
 
     table_records = {role: rec(path) for role, path in tables.items()}
-    figures_abs = Path(figures_dir)
-    figures_abs = figures_abs if figures_abs.is_absolute() else workdir / figures_abs
+    figures_abs = Path(figures_dir) if figures_dir is not None else None
+    if figures_abs is not None and not figures_abs.is_absolute():
+        figures_abs = workdir / figures_abs
     derived_from = [table_records[r]["path"] for r in ("timings", "crossover") if r in tables]
     figures = []
-    for path in sorted(figures_abs.iterdir()) if figures_abs.is_dir() else []:
+    for path in sorted(figures_abs.iterdir()) if figures_abs and figures_abs.is_dir() else []:
         if path.suffix.lstrip(".") in FIGURE_FORMATS and path.is_file():
             figures.append(
                 {**rec(path), "sources": figure_sources(path), "derived_from": derived_from}
@@ -299,6 +303,7 @@ def build_manifest(
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "snakemake_version": snakemake_version,
+        **dict(extra or {}),
     }
 
 

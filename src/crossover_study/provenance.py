@@ -38,8 +38,16 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+#: Set where the code runs from a copy without ``.git`` (the GPU reference machine gets
+#: a copy of the working tree): the commit the copy was made from and whether its tree
+#: was dirty ("true"/"false"), as the GPU bundle recorded them (``gpu_bundle.build``).
+#: The manifest's code hashes say whether the copied files still match that commit.
+GIT_ENV = ("CROSSOVER_STUDY_GIT_COMMIT", "CROSSOVER_STUDY_GIT_DIRTY")
+
+
 def git_state(repo: Path = REPO_ROOT) -> tuple[str, bool]:
-    """(commit, dirty) of ``repo``; ("unknown", False) outside a git checkout.
+    """(commit, dirty) of ``repo``; outside a git checkout the commit and dirty flag of
+    :data:`GIT_ENV` when set, else ("unknown", False).
 
     Dirty means tracked files differ from the commit (generated, untracked results do
     not count).
@@ -60,6 +68,9 @@ def git_state(repo: Path = REPO_ROOT) -> tuple[str, bool]:
             timeout=10,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
+        commit = os.environ.get(GIT_ENV[0])
+        if commit:
+            return commit, os.environ.get(GIT_ENV[1], "false").lower() == "true"
         return "unknown", False
     return commit, bool(status)
 

@@ -102,3 +102,36 @@ def wall_summary(timings: pd.DataFrame, benchmarks: Iterable[str | Path]) -> dic
         "measured_work_s": round(measured, 3),
         "measured_share": round(measured / jobs_s, 4) if jobs_s > 0 else None,
     }
+
+
+def collect_study(
+    csvs: Iterable[str | Path],
+    probes: Iterable[str | Path],
+    benchmarks: Iterable[str | Path],
+    timings_out: str | Path,
+    wall_out: str | Path,
+    merge_environments: bool = False,
+) -> tuple[pd.DataFrame, dict, list[str]]:
+    """The collect step of a study: check each job's table against its probe record,
+    concatenate the tables into ``timings_out`` and write the wall-time summary to
+    ``wall_out`` (JSON). ``csvs`` and ``probes`` are in the same order; ``benchmarks``
+    are the jobs' benchmark files (:func:`wall_summary`).
+
+    Returns (timings, wall summary, merged-on-purpose lines). Raises
+    :class:`probe.ProbeError` for an accelerator row no probe backs (a lost GPU request
+    must not become a CPU timing under its name), :class:`TableError` for a row that
+    breaks the schema and :class:`environments.EnvironmentMixError` when a curve mixes
+    hosts, devices or library versions and ``merge_environments`` is False.
+    """
+    import json
+
+    from .environments import check_environments
+    from .probe import check_tables
+
+    csvs = list(csvs)
+    check_tables(csvs, probes)
+    timings = collect_timings(csvs, timings_out)
+    merged = check_environments(timings, merge=merge_environments, source=str(timings_out))
+    summary = wall_summary(timings, benchmarks)
+    Path(wall_out).write_text(json.dumps(summary, indent=1))
+    return timings, summary, merged

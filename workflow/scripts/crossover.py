@@ -1,4 +1,4 @@
-"""Snakemake job: crossover.csv from timings.csv (see crossover_study.crossover)."""
+"""Snakemake job: crossover.csv from timings.csv (crossover_study.crossover.write_crossover)."""
 
 import sys
 
@@ -6,14 +6,14 @@ import sys
 def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
-    import pandas as pd
+    from crossover_study.crossover import write_crossover
 
-    from crossover_study.crossover import crossover_table
-    from crossover_study.runner import write_csv_atomic
-
-    timings = pd.read_csv(snakemake.input.timings)
-    table = crossover_table(timings, n_boot=snakemake.params.bootstrap, seed=snakemake.params.seed)
-    write_csv_atomic(table.to_dict("records"), table.columns, snakemake.output[0])
+    table = write_crossover(
+        snakemake.input.timings,
+        snakemake.output[0],
+        n_boot=snakemake.params.bootstrap,
+        seed=snakemake.params.seed,
+    )
     with open(snakemake.log[0], "a") as log:
         print(table.to_string(), file=log)
 

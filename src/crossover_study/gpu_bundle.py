@@ -1,0 +1,341 @@
+"""The GPU bundle: the wheels a GPU machine without network lacks, fetched beforehand.
+
+The reference GPU machine (README, "Measuring on a GPU machine") runs Python 3.12 with
+torch built for CUDA and :data:`GPU_MACHINE_PACKAGES`, and reaches no package index.
+What the measuring code imports beyond that is :data:`BUNDLE_PACKAGES`, pinned to
+``requirements.lock``: ``make gpu-bundle`` downloads their wheels on a machine with PyPI
+into ``.gpu-bundle/`` (ignored by git, carried beside the working tree, at most
+:data:`BUNDLE_LIMIT_BYTES`), and the reference run installs them there with
+``pip install --no-index --no-deps --target`` (:func:`install`) and refuses to start,
+naming what is missing, when an import still fails (:func:`missing_modules`).
+
+This module imports nothing outside the standard library at module level: it runs
+before the bundle is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOCK = REPO_ROOT / "requirements.lock"
+BUNDLE_DIR = REPO_ROOT / ".gpu-bundle"
+BUNDLE_RECORD = "bundle.json"
+#: The issue's budget for what travels besides the working tree (64 MiB in all).
+BUNDLE_LIMIT_BYTES = 40 * 1024 * 1024
+#: Python of the GPU reference machine; the bundle also holds wheels for the Python
+#: that builds it, so that the CPU rehearsal installs the same bundle.
+GPU_PYTHON = "3.12"
+#: What the GPU reference machine has (distribution names as in requirements.lock).
+#: The rehearsal's throwaway environment holds exactly these, at the lock's versions.
+GPU_MACHINE_PACKAGES: tuple[str, ...] = (
+    "torch",
+    "numpy",
+    "pandas",
+    "scipy",
+    "matplotlib",
+    "seaborn",
+    "PyYAML",
+    "psutil",
+    "Jinja2",
+    "nvidia-ml-py",
+    "pytest",
+)
+#: What the measuring code needs and that machine lacks: jsonschema and its imports
+#: (validation of the study config and of the tables), scikit-learn and its imports
+#: (s002's Iris data ships inside scikit-learn).
+BUNDLE_PACKAGES: tuple[str, ...] = (
+    "jsonschema",
+    "jsonschema-specifications",
+    "referencing",
+    "rpds-py",
+    "attrs",
+    "scikit-learn",
+    "joblib",
+    "threadpoolctl",
+)
+#: Modules the reference run imports, each with the distribution that provides it.
+REQUIRED_MODULES: dict[str, str] = {
+    "torch": "torch",
+    "numpy": "numpy",
+    "pandas": "pandas",
+    "scipy": "scipy",
+    "matplotlib": "matplotlib",
+    "seaborn": "seaborn",
+    "yaml": "PyYAML",
+    "psutil": "psutil",
+    "jsonschema": "jsonschema",
+    "sklearn": "scikit-learn",
+}
+#: Linux x86-64 platform tags pip is asked for (the device tool's README lists these;
+#: pip matches each manylinux_2_N tag exactly).
+PLATFORMS: tuple[str, ...] = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
+
+
+class BundleError(RuntimeError):
+    """The bundle is missing, too large, or does not install; the message says which
+    package and what to do."""
+
+
+def pins(lock: str | Path = LOCK) -> dict[str, str]:
+    """``{name: version}`` of every ``name==version`` line of the lock file."""
+    out = {}
+    for line in Path(lock).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            out[name.strip()] = version.strip()
+    return out
+
+
+def requirements(names, lock: str | Path = LOCK) -> list[str]:
+    """``name==version`` for each of ``names`` from the lock file. Raises BundleError for
+    a name the lock does not pin (case-insensitive, ``-`` and ``_`` alike)."""
+    locked = {k.lower().replace("_", "-"): (k, v) for k, v in pins(lock).items()}
+    out = []
+    for name in names:
+        key = name.lower().replace("_", "-")
+        if key not in locked:
+            raise BundleError(f"{name} is not pinned in {lock}; add it there first")
+        out.append(f"{locked[key][0]}=={locked[key][1]}")
+    return out
+
+
+def _normalise(name: str) -> str:
+    """A distribution name as wheel file names spell it (PEP 427: lower case, ``_``)."""
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+def _wheel_pin(filename: str) -> tuple[str, str]:
+    """(normalised name, version) of a wheel file name ``name-version-tags.whl``."""
+    name, version = filename.split("-")[:2]
+    return _normalise(name), version
+
+
+def _git(*args: str) -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(REPO_ROOT), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build(
+    dest: str | Path = BUNDLE_DIR,
+    python_versions: tuple[str, ...] | None = None,
+    log=print,
+) -> dict:
+    """Download the wheels of :data:`BUNDLE_PACKAGES` (pinned to the lock) for Linux
+    x86-64 and each of ``python_versions`` (default: :data:`GPU_PYTHON` and this
+    interpreter's version) into ``<dest>/wheels/`` and write ``<dest>/bundle.json``:
+    the pins, the wheels with sha256 and size, and the git commit and dirty flag of the
+    tree (the GPU machine's copy has no ``.git``; the reference run records this
+    commit). Returns that record.
+
+    Raises BundleError when pip cannot download a wheel (its output is in the
+    message) or the wheels exceed :data:`BUNDLE_LIMIT_BYTES`.
+    """
+    dest = Path(dest)
+    wheels = dest / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    versions = python_versions or tuple(dict.fromkeys((GPU_PYTHON, here)))
+    wanted = requirements(BUNDLE_PACKAGES)
+    for version in versions:
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            version,
+            "--implementation",
+            "cp",
+            *(arg for tag in PLATFORMS for arg in ("--platform", tag)),
+            "--dest",
+            str(wheels),
+            *wanted,
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join(
+                line for line in proc.stderr.splitlines() if not line.startswith("WARNING:")
+            )
+            raise BundleError(f"pip download for Python {version} failed:\n{tail[-3000:]}")
+    expected = {_normalise(r.split("==")[0]): r.split("==")[1] for r in wanted}
+    files = sorted(p for p in wheels.glob("*.whl") if _wheel_pin(p.name) in expected.items())
+    stale = sorted(set(wheels.glob("*.whl")) - set(files))
+    for path in stale:  # wheels of versions no longer pinned
+        path.unlink()
+    total = sum(p.stat().st_size for p in files)
+    if total > BUNDLE_LIMIT_BYTES:
+        raise BundleError(
+            f"the bundle's wheels take {total / 2**20:.1f} MiB, more than "
+            f"{BUNDLE_LIMIT_BYTES / 2**20:.0f} MiB"
+        )
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    record = {
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python_versions": list(versions),
+        "platforms": list(PLATFORMS),
+        "packages": wanted,
+        "wheels": [
+            {"file": p.name, "sha256": _sha256(p), "bytes": p.stat().st_size} for p in files
+        ],
+        "bytes": total,
+        "git": {
+            "commit": _git("rev-parse", "HEAD"),
+            "dirty": bool(status) if status is not None else None,
+        },
+        "built_with": {"python": platform.python_version(), "platform": platform.platform()},
+    }
+    (dest / BUNDLE_RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    log(
+        f"gpu bundle: {len(files)} wheels for Python {', '.join(versions)}, "
+        f"{total / 2**20:.1f} MiB in {dest}"
+    )
+    return record
+
+
+def load_record(bundle: str | Path = BUNDLE_DIR) -> dict:
+    """The bundle's record (``bundle.json``). Raises BundleError when there is none."""
+    path = Path(bundle) / BUNDLE_RECORD
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise BundleError(
+            f"no GPU bundle at {bundle} ({exc}); run `make gpu-bundle` on a machine with "
+            "PyPI and carry the folder with the working tree"
+        ) from exc
+
+
+def is_current(bundle: str | Path = BUNDLE_DIR) -> bool:
+    """True when ``bundle`` exists, pins exactly the lock's versions of
+    :data:`BUNDLE_PACKAGES`, holds wheels for this Python and every wheel it lists is
+    present with its recorded sha256."""
+    try:
+        record = load_record(bundle)
+        wanted = requirements(BUNDLE_PACKAGES)
+    except BundleError:
+        return False
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if record.get("packages") != wanted or here not in record.get("python_versions", []):
+        return False
+    wheels = Path(bundle) / "wheels"
+    return all(
+        (wheels / w["file"]).is_file() and _sha256(wheels / w["file"]) == w["sha256"]
+        for w in record.get("wheels", [])
+    )
+
+
+def install(bundle: str | Path, target: str | Path, log=print) -> list[str]:
+    """Install the bundle's wheels that fit this interpreter into ``target`` with
+    ``pip install --no-index --no-deps --target`` (nothing is fetched), put ``target``
+    first on ``sys.path`` and on ``PYTHONPATH`` (for child processes), and return the
+    requirements installed. Raises BundleError naming the package pip could not
+    install (for example a wheel for another Python only)."""
+    record = load_record(bundle)
+    wheels = Path(bundle) / "wheels"
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--no-cache-dir",
+        "--upgrade",
+        "--find-links",
+        str(wheels),
+        "--target",
+        str(target),
+        *record["packages"],
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BundleError(
+            f"installing the GPU bundle with Python {platform.python_version()} failed "
+            f"(bundle for Python {', '.join(record['python_versions'])}):\n" + proc.stderr[-3000:]
+        )
+    if str(target) not in sys.path:
+        sys.path.insert(0, str(target))
+    paths = [str(target), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    importlib.invalidate_caches()
+    log(f"gpu bundle: installed {', '.join(record['packages'])} into {target}")
+    return list(record["packages"])
+
+
+def missing_modules(modules: dict[str, str] | None = None) -> list[str]:
+    """``"module (pip: dist==version): error"`` for each of ``modules`` (default
+    :data:`REQUIRED_MODULES`) that this interpreter cannot import; empty when all
+    import."""
+    locked = {k.lower(): v for k, v in pins().items()}
+    out = []
+    for module, dist in (modules or REQUIRED_MODULES).items():
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - any failure to import counts
+            pin = locked.get(dist.lower())
+            wanted = f"{dist}=={pin}" if pin else dist
+            out.append(f"{module} (pip: {wanted}): {type(exc).__name__}: {exc}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``build`` the bundle, or ``check`` that it is current."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="download the wheels into the bundle folder")
+    b.add_argument("--dest", default=str(BUNDLE_DIR))
+    b.add_argument(
+        "--python", action="append", help=f"Python version(s) (default: {GPU_PYTHON} and this one)"
+    )
+    c = sub.add_parser("check", help="exit 0 when the bundle is current")
+    c.add_argument("--dest", default=str(BUNDLE_DIR))
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        current = is_current(args.dest)
+        print(f"gpu bundle at {args.dest}: {'current' if current else 'missing or stale'}")
+        return 0 if current else 1
+    try:
+        build(args.dest, tuple(args.python) if args.python else None)
+    except BundleError as exc:
+        print(f"gpu bundle: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

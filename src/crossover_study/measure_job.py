@@ -1,0 +1,143 @@
+"""One measuring job: a batch of one case x framework x device, then its probe record.
+
+The ``measure`` rule's script (``workflow/scripts/measure.py``) calls :func:`measure_job`
+with Snakemake's wildcards; ``python -m crossover_study.measure_job`` does the same from
+a command line, for machines without Snakemake (the GPU reference run,
+:mod:`crossover_study.reference_run`, starts one such process per job). Both run the
+same code: :func:`crossover_study.runner.run_group`, then
+:func:`crossover_study.probe.probe_record`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from . import config as study_config
+from .probe import probe_record, write_probe
+from .runner import GroupSpec, run_group
+
+
+def measure_job(
+    config: Mapping,
+    case: str,
+    framework: str,
+    device: str,
+    batch: int,
+    threads: int,
+    out_csv: str | Path,
+    out_probe: str | Path,
+    journal: str | Path,
+    log_path: str | Path,
+    echo: Callable[[str], None] | None = None,
+    deadline: float | None = None,
+) -> list[dict]:
+    """Measure batch ``batch`` of the group ``(case, framework, device)`` of ``config``
+    (a study config; validated here) with ``threads`` CPU threads.
+
+    Writes the job's table ``out_csv`` (atomically), appends every line it logs to
+    ``log_path`` (and passes it to ``echo`` when given, e.g. a progress printer), and
+    writes the probe record ``out_probe`` also when the job fails (copied into the log:
+    a failed job's outputs are removed by Snakemake). Returns the rows. Raises what
+    :func:`runner.run_group` raises (a missing device with ``missing_device: fail``, a
+    device lost to a sticky error), :class:`config.ConfigError` for a bad config and
+    IndexError for a batch the group does not have. ``deadline``: see
+    :func:`runner.run_group` (points not started by then are not measured).
+    """
+    config = study_config.validate_config(config)
+    batches = study_config.batches(config, case, framework, device)
+    if not 0 <= batch < len(batches):
+        raise IndexError(f"{case}/{framework}/{device} has {len(batches)} batch(es), not {batch}")
+    points = batches[batch]
+    group = GroupSpec(
+        case=case,
+        framework=framework,
+        device=device,
+        points=points,
+        threads=threads,
+        policy=study_config.timing_policy(config),
+        missing_device=config["missing_device"],
+        config_hash=study_config.measurement_hash(config),
+    )
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    job: dict = {}
+    with open(log_path, "a") as log:
+
+        def say(text: str) -> None:
+            print(text, file=log, flush=True)
+            if echo is not None:
+                echo(text)
+
+        say(f"batch {batch}: {len(points)} points, {threads} threads")
+        try:
+            return run_group(
+                group, Path(journal), Path(out_csv), log=say, job=job, deadline=deadline
+            )
+        except Exception as exc:
+            say(f"job failed: {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            # After the measurement: the probe imports the framework's device queries,
+            # which must not disturb the thread pinning or the import time. Written even
+            # when the job fails, and copied to the log (a failed job's outputs go).
+            record = probe_record(framework, device, threads, gpu_start=job.get("gpu_start"))
+            write_probe(record, out_probe)
+            say(f"probe: {json.dumps(record, sort_keys=True)}")
+            if record["threads_equal_cpus_given"] is False:
+                say(
+                    f"warning: {threads} threads but {record['cpus']['given']} "
+                    "CPUs given; set devices.<class>.cpus_per_task"
+                )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: one measuring job from a study config file (YAML or JSON)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="study config (YAML or JSON)")
+    for name in ("case", "framework", "device"):
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--batch", type=int, default=0)
+    parser.add_argument("--threads", type=int, help="default: devices.<device>.threads")
+    parser.add_argument("--csv", required=True, help="the job's timings table")
+    parser.add_argument("--probe", required=True, help="the job's probe record")
+    parser.add_argument("--journal", required=True, help="the job's journal (JSON lines)")
+    parser.add_argument("--log", required=True, help="the job's log (appended)")
+    parser.add_argument("--echo", action="store_true", help="also print each log line")
+    parser.add_argument(
+        "--deadline", type=float, help="seconds since the epoch; later points are not measured"
+    )
+    args = parser.parse_args(argv)
+    import yaml
+
+    raw = yaml.safe_load(Path(args.config).read_text())
+    threads = args.threads or study_config.validate_config(raw)["devices"][args.device]["threads"]
+
+    def echo(text: str) -> None:
+        print(text, flush=True)
+
+    try:
+        measure_job(
+            raw,
+            args.case,
+            args.framework,
+            args.device,
+            args.batch,
+            threads,
+            args.csv,
+            args.probe,
+            args.journal,
+            args.log,
+            echo=echo if args.echo else None,
+            deadline=args.deadline,
+        )
+    except Exception as exc:  # noqa: BLE001 - the log has the traceback's summary
+        print(f"job failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
