@@ -16,7 +16,15 @@ PROFILE_DIR ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake/slurm
 # Jobs find jupyter, nbconvert and python of the venv through PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup study smoke test test-fast test-slurm lint report audit paper install-profile clean
+# The GPU reference run (README, "Measuring on a GPU machine").
+GPU_STUDY ?= config/studies/reference-gpu.yaml
+# Where reference-gpu writes its archive ($OUT on the device machine).
+OUT ?= reference-out
+BUNDLE := .gpu-bundle
+ARCHIVE ?=
+
+.PHONY: setup study smoke test test-fast test-slurm lint report audit paper install-profile clean \
+	gpu-bundle reference-gpu reference-import
 
 $(STAMP): requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +56,22 @@ test-fast: setup  ## unit tests only
 
 test-slurm: setup  ## the tests on a real single-node Slurm (tests/slurm/start-slurm.sh)
 	$(BIN)/python -m pytest -m slurm
+
+gpu-bundle: setup  ## on a machine with PyPI: the wheels the GPU machine lacks, into .gpu-bundle/ (ignored, carried)
+	PYTHONPATH=src $(BIN)/python -m crossover_study.gpu_bundle build --dest $(BUNDLE)
+
+ifeq ($(REHEARSE),1)
+reference-gpu: setup  ## REHEARSE=1: the same run on this CPU, in a throwaway env of what the GPU machine has
+	PYTHONPATH=src $(BIN)/python -m crossover_study.rehearsal
+else
+# No setup: on the GPU machine this runs with its own python3 and the carried bundle.
+reference-gpu:  ## on the GPU machine: measure GPU_STUDY into one archive in $(OUT) (under 8 minutes)
+	PYTHONPATH=src $(PYTHON) -m crossover_study.reference_run --study $(GPU_STUDY) --bundle $(BUNDLE) --out $(OUT)
+endif
+
+reference-import: setup  ## ARCHIVE=...: add a reference run's archive as results/reference/<gpu>-<date>/
+	@test -n "$(ARCHIVE)" || { echo "usage: make reference-import ARCHIVE=path/to/reference-*.tar.gz"; exit 2; }
+	PYTHONPATH=src $(BIN)/python -m crossover_study.reference_import $(ARCHIVE)
 
 install-profile:  ## install profiles/slurm as the `slurm` profile: snakemake --profile slurm
 	mkdir -p "$(PROFILE_DIR)"

@@ -218,14 +218,15 @@ def _canonical_rows(path: Path):
 
 def _ident(row, columns) -> tuple:
     """Identity of a row; sizes compared as integers (``64`` in a per-job table is
-    ``64.0`` in timings.csv, where the column has gaps)."""
-    return tuple(_size_text(str(row[c])) for c in columns)
+    ``64.0`` in timings.csv, where the column has gaps). Other columns stay text: a hex
+    ``run_id`` such as ``123e4567abcd`` is not a number."""
+    return tuple(_size_text(str(row[c])) if c in SIZE_COLUMNS else str(row[c]) for c in columns)
 
 
 def _size_text(value: str) -> str:
     try:
         return str(int(float(value)))
-    except ValueError:
+    except (ValueError, OverflowError):
         return value
 
 

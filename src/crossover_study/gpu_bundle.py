@@ -52,7 +52,9 @@ GPU_MACHINE_PACKAGES: tuple[str, ...] = (
 )
 #: What the measuring code needs and that machine lacks: jsonschema and its imports
 #: (validation of the study config and of the tables), scikit-learn and its imports
-#: (s002's Iris data ships inside scikit-learn).
+#: (s002's Iris data ships inside scikit-learn; joblib imports cloudpickle). Each
+#: wheel's Requires-Dist, less what the machine has, is listed here: the bundle is
+#: installed with --no-deps.
 BUNDLE_PACKAGES: tuple[str, ...] = (
     "jsonschema",
     "jsonschema-specifications",
@@ -61,7 +63,9 @@ BUNDLE_PACKAGES: tuple[str, ...] = (
     "attrs",
     "scikit-learn",
     "joblib",
+    "cloudpickle",
     "threadpoolctl",
+    "narwhals",
 )
 #: Modules the reference run imports, each with the distribution that provides it.
 REQUIRED_MODULES: dict[str, str] = {

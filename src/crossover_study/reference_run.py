@@ -136,15 +136,17 @@ def _run_job(cmd: list[str], env: dict, timeout: float, progress: Progress) -> t
 def run(
     study: str | Path,
     out: str | Path,
-    workdir: str | Path = ".",
+    workdir: str | Path | None = None,
     bundle: str | Path | None = gpu_bundle.BUNDLE_DIR,
     budget_s: float = BUDGET_S,
     site: str | Path | None = None,
 ) -> Path:
     """Measure ``study`` here without Snakemake and write its archive into ``out``.
 
-    ``workdir``: where ``results/<study>/`` and ``logs/<study>/`` are written (the
-    repository root by default, as for Snakemake). ``bundle``: the GPU bundle folder to
+    ``workdir``: where ``results/<study>/`` and ``logs/<study>/`` are written; by default
+    a new folder under the system's temporary folder, outside the repository, so that
+    the manifest names code by its path in the repository (root ``repo``) and results by
+    their path in the run (root ``workdir``), wherever the archive is imported. ``bundle``: the GPU bundle folder to
     install first (None: install nothing, the interpreter already has everything);
     ``site``: where to install it (default: a folder under the system's temporary
     folder). ``budget_s``: wall seconds for the whole run, measured from the start of
@@ -156,7 +158,12 @@ def run(
     :data:`ARCHIVE_LIMIT_BYTES`.
     """
     started = time.time()
+    if workdir is None:
+        import tempfile
+
+        workdir = tempfile.mkdtemp(prefix="crossover-reference-")
     workdir, out = Path(workdir).resolve(), Path(out).resolve()
+    print(f"results and logs under {workdir}", flush=True)
     record = None
     if bundle is not None:
         record = gpu_bundle.load_record(bundle)
@@ -340,7 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", required=True, help="folder the archive is written to ($OUT on the GPU machine)"
     )
-    parser.add_argument("--workdir", default=str(REPO_ROOT), help="where results/ and logs/ go")
+    parser.add_argument(
+        "--workdir", help="where results/ and logs/ go (default: a new temporary folder)"
+    )
     parser.add_argument(
         "--bundle",
         default=str(gpu_bundle.BUNDLE_DIR),
