@@ -3,6 +3,7 @@ time limit on every test; a synthetic GPU reference run for the cross-machine te
 
 import faulthandler
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,12 +97,15 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.C
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
-    """The smoke study, plus cuda in the sweep (not visible here: unavailable rows).
+    """The smoke study, plus cuda in the sweep (not visible here: unavailable rows), in a
+    working directory holding a copy of the committed reference runs
+    (``results/reference/``, as in a checkout), which the report draws beside it.
 
     Returns ``(workdir, config)``. Tests must not change files in ``workdir``; copy it
     (``shutil.copytree``) to edit results.
     """
     workdir = tmp_path_factory.mktemp("smoke")
+    shutil.copytree(REPO_ROOT / "results" / "reference", workdir / "results" / "reference")
     config = yaml.safe_load((REPO_ROOT / "config/studies/smoke.yaml").read_text())
     config["sweep"]["devices"] = ["cpu", "cuda"]
     path = workdir / "smoke.yaml"

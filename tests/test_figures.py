@@ -512,6 +512,8 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
     assert "## s000-hjb — TF2 custom loop" in text
     assert "## s001-mlp — PyTorch MLP: GPU slower than CPU on Colab" in text
     assert "## s004-lstm" not in text  # no rows of that case in the fixture
+    # No results/reference/ under the papermill cwd: the section says so in one line.
+    assert "no reference run: no results/reference/<run>/timings.csv" in text
     # Remedy shift: the fixture measures eager only, and the report says so per case.
     assert "How far each remedy moves the crossover and N" in text
     assert "No remedy (a variant other than eager) has ok accelerator rows" in text
@@ -648,3 +650,58 @@ def test_swept_and_most_swept_axes(machines, timings):
     assert figures.most_swept_axis([*tables, timings], "s001-mlp") == "batch"
     assert figures.most_swept_axis([], "s002-iris") == "batch"
     assert figures.swept_axes([], "s002-iris") == []
+
+
+def test_notebook_draws_the_reference_machines_beside_the_study(tmp_path, monkeypatch):
+    """The report with one (synthetic) reference run: one cross-machine figure per axis
+    swept in either run, recording this study's and the reference run's timings."""
+    papermill = pytest.importorskip("papermill")
+    results = tmp_path / "results" / "fixture"
+    results.mkdir(parents=True)
+    make_timings("unavailable").to_csv(results / "timings.csv", index=False)
+    make_crossover("unavailable").to_csv(results / "crossover.csv", index=False)
+    reference = synthetic_reference_gpu(tmp_path / "elsewhere")
+    figures_dir = tmp_path / "figures"
+    monkeypatch.setenv("CROSSOVER_STUDY_SRC", str(REPO / "src"))
+    out = tmp_path / "report.ipynb"
+    papermill.execute_notebook(
+        str(NOTEBOOK),
+        str(out),
+        parameters={
+            "timings": str(results / "timings.csv"),
+            "crossover": str(results / "crossover.csv"),
+            "figures_dir": str(figures_dir),
+            "study": "fixture",
+            "reference_dir": str(tmp_path / "elsewhere"),
+        },
+        kernel_name="python3",
+        cwd=str(tmp_path),
+        progress_bar=False,
+    )
+    cross = sorted(p.name for p in figures_dir.glob("*-cross-machine-*.png"))
+    # The fixture sweeps every axis of s000-hjb and s001-mlp; s004-lstm is not in it.
+    assert cross == [
+        "s000-hjb-cross-machine-batch.png",
+        "s000-hjb-cross-machine-width.png",
+        "s001-mlp-cross-machine-batch.png",
+        "s001-mlp-cross-machine-d_in.png",
+        "s001-mlp-cross-machine-hidden.png",
+    ]
+    from crossover_study.manifest import sha256_file
+
+    for name in cross:
+        for fmt in figures.FIGURE_FORMATS:
+            path = (figures_dir / name).with_suffix(f".{fmt}")
+            assert figures.figure_sources(path) == {
+                "timings.csv": sha256_file(results / "timings.csv"),
+                "reference/reference-gpu/timings.csv": sha256_file(reference),
+            }, path
+    # The study's own figures still record this study's tables only.
+    own = figures.figure_sources(figures_dir / "s001-mlp-step-time-hidden.png")
+    assert set(own) == {"timings.csv", "crossover.csv"}
+    nb = nbformat.read(out, as_version=4)
+    text = "\n".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    )
+    assert "reference runs: reference-gpu" in text
+    assert "no reference run" not in text
