@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
-from conftest import synthetic_reference_gpu
+from conftest import SYNTHETIC_CPU_NAME, SYNTHETIC_GPU_NAME, synthetic_reference_gpu
 
 from crossover_study import audit, figures, paper
 from crossover_study.config import ConfigError, measurement_hash, validate_config
@@ -306,6 +306,38 @@ def test_audit_without_manifest_fails(tmp_path):
 
 
 # ------------------------------------------------------- cross-machine comparison
+def test_paper_cross_machine_figure_one_curve_per_run_and_device(tmp_path):
+    """fig-6 from the committed CPU run and a SYNTHETIC GPU run (conftest): a panel per
+    case, every run its own curves, labelled with the run's name and device_name."""
+    synthetic = synthetic_reference_gpu(tmp_path / "reference").parent
+    runs = [paper.load_reference(p) for p in (_reference(), synthetic)]
+    fig = paper.draw("fig-6-cross-machine", runs)
+    panels = [ax for ax in fig.axes if ax.get_lines()]
+    assert len(panels) == 4  # the four cases, each measured by both runs
+    xeon = "Intel(R) Xeon(R) Processor"
+    expected_axes = {"s000-hjb": "batch", "s001-mlp": "d_in", "s002-iris": "batch"}
+    expected_axes["s004-lstm"] = "units"  # ties go to the first axis; lstm swept units only
+    for ax, case in zip(panels, expected_axes, strict=True):
+        assert ax.get_title().startswith(f"{case}: step time vs {expected_axes[case]}")
+        assert "cross-machine comparison" in ax.get_title()
+        labels = [line.get_label() for line in ax.get_lines() if line.get_gid() == "step-time"]
+        curves = {label.rsplit(" · ", 1)[0] for label in labels}
+        assert curves == {
+            f"{_reference().name}: cpu ({xeon})",
+            f"reference-gpu: cpu ({SYNTHETIC_CPU_NAME})",
+            f"reference-gpu: cuda ({SYNTHETIC_GPU_NAME})",
+        }, case
+        assert len(labels) == 3 * 2  # (run, device) x framework, none merged
+        assert not [line for line in ax.get_lines() if line.get_gid() == "crossover"]
+    plt.close(fig)
+    written = paper.paper_figures(
+        [_reference(), synthetic], tmp_path / "out", ["fig-6-cross-machine"]
+    )
+    recorded = figures.figure_sources(written[0])
+    assert recorded["reference-gpu/timings.csv"] == sha256_file(synthetic / "timings.csv")
+    assert f"{_reference().name}/timings.csv" in recorded
+
+
 def _study_with_cross_machine_figure(tmp_path: Path):
     """A study folder whose report has one cross-machine figure, with its manifest:
     the committed CPU run's tables as this study's, beside a SYNTHETIC reference GPU run
