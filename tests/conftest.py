@@ -1,18 +1,56 @@
 """Shared fixtures: the smoke study, run once per test session through Snakemake; a hard
-time limit on every test."""
+time limit on every test; a synthetic GPU reference run for the cross-machine tests."""
 
 import faulthandler
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from crossover_study.provenance import REPO_ROOT
 
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+#: The committed CPU-only reference run (the synthetic GPU run below is built from it).
+COMMITTED_CPU_RUN = REPO_ROOT / "results" / "reference" / "cpu-2core-2026-11-30"
+SYNTHETIC_CPU_NAME = "Synthetic EPYC (test fixture)"
+SYNTHETIC_GPU_NAME = "Synthetic GPU (test fixture)"
+SYNTHETIC_GPU_STEP = 2.0e-4  # seconds per step of every synthetic cuda row
+
+
+def synthetic_reference_gpu(dest: Path, name: str = "reference-gpu") -> Path:
+    """A SYNTHETIC reference run for tests only, never committed: the committed CPU
+    run's ``timings.csv`` with host, device names and step times edited, as a GPU
+    host's run would look. Its cpu rows are the committed ones on a made-up host at half
+    the step time; its cuda rows are copies of them with ``device=cuda``, a made-up
+    ``device_name`` and a flat ``SYNTHETIC_GPU_STEP``. Nothing in it was measured.
+    Writes and returns ``dest/<name>/timings.csv``."""
+    rows = pd.read_csv(COMMITTED_CPU_RUN / "timings.csv")
+    cpu = rows.assign(
+        host="synthetic-gpu-host",
+        cpu_model=SYNTHETIC_CPU_NAME,
+        device_name=SYNTHETIC_CPU_NAME,
+        step_time_s=rows["step_time_s"] / 2,
+        step_time_iqr_s=rows["step_time_iqr_s"] / 2,
+        run_id=rows["run_id"] + "-synthetic",
+    )
+    cuda = cpu.assign(
+        device="cuda",
+        device_name=SYNTHETIC_GPU_NAME,
+        step_time_s=SYNTHETIC_GPU_STEP,
+        step_time_iqr_s=SYNTHETIC_GPU_STEP * 0.02,
+        noisy=False,
+        cuda_version="13.0",
+        run_id=cpu["run_id"] + "-cuda",
+    )
+    path = dest / name / "timings.csv"
+    path.parent.mkdir(parents=True)
+    pd.concat([cpu, cuda], ignore_index=True).to_csv(path, index=False)
+    return path
 
 
 def pytest_addoption(parser):
@@ -59,12 +97,15 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.C
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
-    """The smoke study, plus cuda in the sweep (not visible here: unavailable rows).
+    """The smoke study, plus cuda in the sweep (not visible here: unavailable rows), in a
+    working directory holding a copy of the committed reference runs
+    (``results/reference/``, as in a checkout), which the report draws beside it.
 
     Returns ``(workdir, config)``. Tests must not change files in ``workdir``; copy it
     (``shutil.copytree``) to edit results.
     """
     workdir = tmp_path_factory.mktemp("smoke")
+    shutil.copytree(REPO_ROOT / "results" / "reference", workdir / "results" / "reference")
     config = yaml.safe_load((REPO_ROOT / "config/studies/smoke.yaml").read_text())
     config["sweep"]["devices"] = ["cpu", "cuda"]
     path = workdir / "smoke.yaml"

@@ -1,11 +1,14 @@
 """The smoke study end to end through Snakemake, in a temporary working directory."""
 
 import re
+import shutil
 
 import pandas as pd
 import pytest
 from conftest import run_snakemake
 
+from crossover_study import audit
+from crossover_study.manifest import load_manifest, sha256_file
 from crossover_study.provenance import REPO_ROOT
 
 # One runner of the workflow for all end-to-end tests (tests/conftest.py).
@@ -89,6 +92,57 @@ def test_smoke_study_report_has_sections_and_images(smoke_run):
     assert "Data-parallel scaling" in html
     assert "unsynced: wrong" in html or "Measurement warnings" in html
     assert "wall-time share" in html or "measured work" in html
+
+
+@pytest.mark.slow
+def test_smoke_report_draws_the_reference_machines_beside_it(smoke_run):
+    """The committed CPU reference run (copied into the working directory by the
+    fixture) is drawn beside the smoke study per case and swept axis, recorded in the
+    manifest as a reference table, and the audit accepts it."""
+    workdir, _ = smoke_run
+    run = sorted((workdir / "results/reference").glob("*/timings.csv"))[0].parent.name
+    figures_dir = workdir / "reports/smoke/figures"
+    # The smoke study sweeps s000-hjb along batch and s001-mlp along hidden; the
+    # reference run also d_in and width.
+    cross = sorted(p.name for p in figures_dir.glob("*-cross-machine-*.png"))
+    assert cross == [
+        "s000-hjb-cross-machine-batch.png",
+        "s000-hjb-cross-machine-width.png",
+        "s001-mlp-cross-machine-d_in.png",
+        "s001-mlp-cross-machine-hidden.png",
+    ]
+    manifest = load_manifest(workdir / "results/smoke")
+    reference = workdir / f"results/reference/{run}/timings.csv"
+    name = f"reference/{run}/timings.csv"
+    assert manifest["reference_tables"][name]["sha256"] == sha256_file(reference)
+    for figure in manifest["figures"]:
+        if "-cross-machine-" in figure["path"]:
+            assert figure["sources"] == {
+                "timings.csv": sha256_file(workdir / "results/smoke/timings.csv"),
+                name: sha256_file(reference),
+            }
+    html = (workdir / "reports/smoke/report.html").read_text()
+    assert "Beside the reference machines" in html and f"reference runs: {run}" in html
+    assert audit.audit(workdir / "results/smoke").ok
+
+
+@pytest.mark.slow
+def test_report_without_reference_runs_says_so(smoke_run, tmp_path):
+    """With no results/reference/ the report_notebook rule gets an empty input list:
+    the section says so in one line, no cross-machine figure, nothing recorded."""
+    workdir, _ = smoke_run
+    work = tmp_path / "work"
+    shutil.copytree(workdir, work, symlinks=True)
+    shutil.rmtree(work / "results/reference")
+    result = snakemake(work, "--configfile", str(work / "smoke.yaml"))
+    assert "rule measure" not in result.stdout + result.stderr  # nothing measured again
+    assert not list((work / "reports/smoke/figures").glob("*-cross-machine-*"))
+    html = (work / "reports/smoke/report.html").read_text()
+    assert "no reference run: no results/reference/&lt;run&gt;/timings.csv" in html
+    manifest = load_manifest(work / "results/smoke")
+    assert manifest["reference_tables"] == {}
+    report = audit.audit(work / "results/smoke")
+    assert report.ok, report.text()
 
 
 @pytest.mark.slow

@@ -21,6 +21,13 @@ import nbformat
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import (
+    COMMITTED_CPU_RUN,
+    SYNTHETIC_CPU_NAME,
+    SYNTHETIC_GPU_NAME,
+    SYNTHETIC_GPU_STEP,
+    synthetic_reference_gpu,
+)
 
 from crossover_study import figures
 from crossover_study.answers import answer_sentence
@@ -505,6 +512,8 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
     assert "## s000-hjb — TF2 custom loop" in text
     assert "## s001-mlp — PyTorch MLP: GPU slower than CPU on Colab" in text
     assert "## s004-lstm" not in text  # no rows of that case in the fixture
+    # No results/reference/ under the papermill cwd: the section says so in one line.
+    assert "no reference run: no results/reference/<run>/timings.csv" in text
     # Remedy shift: the fixture measures eager only, and the report says so per case.
     assert "How far each remedy moves the crossover and N" in text
     assert "No remedy (a variant other than eager) has ok accelerator rows" in text
@@ -515,3 +524,184 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
         assert "wall-time share: not recorded" in text
         assert "device cuda: no ok rows (status unavailable)" in text
         assert "no CUDA device was visible on this machine" in text
+
+
+# ------------------------------------------------------------- cross-machine figure
+@pytest.fixture
+def machines(tmp_path):
+    """(label, table) of a local CPU machine (the committed CPU run's rows, read as this
+    machine's) and of the synthetic reference run with cpu and cuda rows."""
+    local = pd.read_csv(COMMITTED_CPU_RUN / "timings.csv")
+    reference = pd.read_csv(synthetic_reference_gpu(tmp_path / "reference"))
+    return [("this machine", local), ("reference-gpu", reference)]
+
+
+def test_cross_machine_step_time_one_line_per_machine_device_and_framework(machines):
+    ax = figures.cross_machine_step_time(machines, "s001-mlp", "hidden")
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    lines = {line.get_label(): line for line in _lines(ax, "step-time")}
+    xeon = "Intel(R) Xeon(R) Processor"  # the committed run's device_name
+    assert set(lines) == {
+        f"this machine: cpu ({xeon}) · torch",
+        f"this machine: cpu ({xeon}) · tensorflow",
+        f"reference-gpu: cpu ({SYNTHETIC_CPU_NAME}) · torch",
+        f"reference-gpu: cpu ({SYNTHETIC_CPU_NAME}) · tensorflow",
+        f"reference-gpu: cuda ({SYNTHETIC_GPU_NAME}) · torch",
+        f"reference-gpu: cuda ({SYNTHETIC_GPU_NAME}) · tensorflow",
+    }
+    # Along hidden at d_in = 1024 (the seed's), the committed torch rows: 128 and 512.
+    local_torch = lines[f"this machine: cpu ({xeon}) · torch"]
+    assert list(local_torch.get_xdata()) == [128, 512]
+    np.testing.assert_allclose(local_torch.get_ydata(), [0.001001, 0.008690], rtol=1e-3)
+    ref_cpu = lines[f"reference-gpu: cpu ({SYNTHETIC_CPU_NAME}) · torch"]
+    np.testing.assert_allclose(ref_cpu.get_ydata(), local_torch.get_ydata() / 2)
+    ref_cuda = lines[f"reference-gpu: cuda ({SYNTHETIC_GPU_NAME}) · torch"]
+    np.testing.assert_allclose(ref_cuda.get_ydata(), [SYNTHETIC_GPU_STEP] * 2)
+    # Machine = line style and marker, device = colour, second framework hollow.
+    palette = figures._palette()
+    for label, line in lines.items():
+        local = label.startswith("this machine")
+        assert line.get_linestyle() == ("-" if local else "--"), label
+        assert line.get_marker() == ("o" if local else "s"), label
+        device = "cuda" if ": cuda (" in label else "cpu"
+        assert matplotlib.colors.same_color(line.get_color(), palette[device]), label
+        hollow = label.endswith("tensorflow")
+        assert matplotlib.colors.same_color(line.get_markerfacecolor(), "white") == hollow
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert set(lines) <= set(legend) and "seed size (hidden=128)" in legend
+
+
+def test_cross_machine_step_time_computes_no_crossover_across_machines(machines):
+    # Synthetic: the reference GPU at 2 ms per step lies between this machine's torch
+    # CPU at hidden 128 (1.0 ms) and 512 (8.7 ms), so the two machines' curves cross;
+    # still no crossover (line or band) is drawn between machines.
+    label, reference = machines[1]
+    reference = reference.assign(
+        step_time_s=reference["step_time_s"].where(reference["device"] == "cpu", 2.0e-3)
+    )
+    ax = figures.cross_machine_step_time([machines[0], (label, reference)], "s001-mlp", "hidden")
+    lines = {line.get_label(): line for line in _lines(ax, "step-time")}
+    local = lines["this machine: cpu (Intel(R) Xeon(R) Processor) · torch"].get_ydata()
+    gpu = lines[f"reference-gpu: cuda ({SYNTHETIC_GPU_NAME}) · torch"].get_ydata()
+    assert local[0] < gpu[0] and local[1] > gpu[1]  # the curves do cross
+    assert not _lines(ax, "crossover")
+    assert not [p for p in ax.patches if p.get_gid() == "crossover-ci"]
+    assert not any("crossover" in t.get_text() for t in ax.get_legend().get_texts())
+    marked = [line for line in ax.get_lines() if line.get_gid() not in (None, "step-time")]
+    assert [line.get_gid() for line in marked] == ["seed-size"]
+    assert marked[0].get_xdata()[0] == 128 and marked[0].get_linestyle() == ":"
+    assert "cross-machine comparison (no crossover across machines)" in ax.get_title()
+    note = ax.get_legend().get_title()
+    assert note.get_gid() == "cross-machine-note"
+    assert "no crossover is computed across machines" in note.get_text().replace("\n", " ")
+
+
+def test_cross_machine_step_time_draws_only_the_naive_synced_program(machines):
+    label, local = machines[0]
+    extra = local[local["case"] == "s001-mlp"].copy()
+    others = pd.concat(
+        [
+            extra.assign(variant="copy_data_each_step"),
+            extra.assign(timing="unsynced"),
+            extra.assign(variant="ddp", replicas=2, scaling="strong"),
+            extra.assign(status="error", step_time_s=np.nan),
+        ]
+    )
+    others["step_time_s"] = others["step_time_s"].fillna(1.0)  # would stand out if drawn
+    curves = [(label, pd.concat([local, others], ignore_index=True)), machines[1]]
+    ax = figures.cross_machine_step_time(curves, "s001-mlp", "hidden")
+    mine = [line for line in _lines(ax, "step-time") if line.get_label().startswith(label)]
+    assert len(mine) == 2  # torch and tensorflow, eager synced only
+    assert all(max(line.get_ydata()) < 0.01 for line in mine)
+
+
+def test_cross_machine_step_time_one_framework_omits_it_from_labels(machines):
+    curves = [(label, df[df["framework"] == "torch"]) for label, df in machines]
+    ax = figures.cross_machine_step_time(curves, "s000-hjb", "batch")
+    assert sorted(line.get_label() for line in _lines(ax, "step-time")) == [
+        f"reference-gpu: cpu ({SYNTHETIC_CPU_NAME})",
+        f"reference-gpu: cuda ({SYNTHETIC_GPU_NAME})",
+        "this machine: cpu (Intel(R) Xeon(R) Processor)",
+    ]
+    assert all(line.get_markerfacecolor() != "white" for line in _lines(ax, "step-time"))
+
+
+def test_cross_machine_step_time_empty(machines, timings_unavailable):
+    ax = figures.cross_machine_step_time([], "s001-mlp", "hidden")
+    assert not _lines(ax, "step-time")
+    assert [t.get_text() for t in ax.texts] == [
+        "no ok rows of the naive program for s001-mlp along hidden"
+    ]
+    # Only unavailable rows of the case on one machine, none at all on the other.
+    unavailable = timings_unavailable[timings_unavailable["device"] == "cuda"]
+    no_mlp = machines[0][1][machines[0][1]["case"] != "s001-mlp"]
+    curves = [("a", unavailable), ("b", no_mlp)]
+    ax = figures.cross_machine_step_time(curves, "s001-mlp", "hidden")
+    assert not _lines(ax, "step-time") and ax.texts
+
+
+def test_swept_and_most_swept_axes(machines, timings):
+    tables = [df for _, df in machines]
+    assert figures.swept_axes(tables, "s001-mlp") == ["d_in", "hidden"]
+    assert figures.swept_axes(tables, "s004-lstm") == ["units"]
+    assert figures.most_swept_axis(tables, "s004-lstm") == "units"
+    # A tie (two sizes each) goes to the first axis; the fixture's batch has 4 sizes.
+    assert figures.most_swept_axis(tables, "s001-mlp") == "d_in"
+    assert figures.most_swept_axis([*tables, timings], "s001-mlp") == "batch"
+    assert figures.most_swept_axis([], "s002-iris") == "batch"
+    assert figures.swept_axes([], "s002-iris") == []
+
+
+def test_notebook_draws_the_reference_machines_beside_the_study(tmp_path, monkeypatch):
+    """The report with one (synthetic) reference run: one cross-machine figure per axis
+    swept in either run, recording this study's and the reference run's timings."""
+    papermill = pytest.importorskip("papermill")
+    results = tmp_path / "results" / "fixture"
+    results.mkdir(parents=True)
+    make_timings("unavailable").to_csv(results / "timings.csv", index=False)
+    make_crossover("unavailable").to_csv(results / "crossover.csv", index=False)
+    reference = synthetic_reference_gpu(tmp_path / "elsewhere")
+    figures_dir = tmp_path / "figures"
+    monkeypatch.setenv("CROSSOVER_STUDY_SRC", str(REPO / "src"))
+    out = tmp_path / "report.ipynb"
+    papermill.execute_notebook(
+        str(NOTEBOOK),
+        str(out),
+        parameters={
+            "timings": str(results / "timings.csv"),
+            "crossover": str(results / "crossover.csv"),
+            "figures_dir": str(figures_dir),
+            "study": "fixture",
+            "reference_dir": str(tmp_path / "elsewhere"),
+        },
+        kernel_name="python3",
+        cwd=str(tmp_path),
+        progress_bar=False,
+    )
+    cross = sorted(p.name for p in figures_dir.glob("*-cross-machine-*.png"))
+    # The fixture sweeps every axis of s000-hjb and s001-mlp; s004-lstm is not in it.
+    assert cross == [
+        "s000-hjb-cross-machine-batch.png",
+        "s000-hjb-cross-machine-width.png",
+        "s001-mlp-cross-machine-batch.png",
+        "s001-mlp-cross-machine-d_in.png",
+        "s001-mlp-cross-machine-hidden.png",
+    ]
+    from crossover_study.manifest import sha256_file
+
+    for name in cross:
+        for fmt in figures.FIGURE_FORMATS:
+            path = (figures_dir / name).with_suffix(f".{fmt}")
+            assert figures.figure_sources(path) == {
+                "timings.csv": sha256_file(results / "timings.csv"),
+                "reference/reference-gpu/timings.csv": sha256_file(reference),
+            }, path
+    # The study's own figures still record this study's tables only.
+    own = figures.figure_sources(figures_dir / "s001-mlp-step-time-hidden.png")
+    assert set(own) == {"timings.csv", "crossover.csv"}
+    nb = nbformat.read(out, as_version=4)
+    text = "\n".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    )
+    assert "reference runs: reference-gpu" in text
+    assert "no reference run" not in text

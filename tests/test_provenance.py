@@ -4,6 +4,7 @@ reference run (results/reference/)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
@@ -18,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+from conftest import SYNTHETIC_CPU_NAME, SYNTHETIC_GPU_NAME, synthetic_reference_gpu
 
 from crossover_study import audit, figures, paper
 from crossover_study.config import ConfigError, measurement_hash, validate_config
@@ -301,3 +303,163 @@ def test_audit_refuses_mixed_environments(tmp_path):
 
 def test_audit_without_manifest_fails(tmp_path):
     assert audit.main([str(tmp_path)]) == 1
+
+
+# ------------------------------------------------------- cross-machine comparison
+def test_paper_cross_machine_figure_one_curve_per_run_and_device(tmp_path):
+    """fig-6 from the committed CPU run and a SYNTHETIC GPU run (conftest): a panel per
+    case, every run its own curves, labelled with the run's name and device_name."""
+    synthetic = synthetic_reference_gpu(tmp_path / "reference").parent
+    runs = [paper.load_reference(p) for p in (_reference(), synthetic)]
+    fig = paper.draw("fig-6-cross-machine", runs)
+    panels = [ax for ax in fig.axes if ax.get_lines()]
+    assert len(panels) == 4  # the four cases, each measured by both runs
+    xeon = "Intel(R) Xeon(R) Processor"
+    expected_axes = {"s000-hjb": "batch", "s001-mlp": "d_in", "s002-iris": "batch"}
+    expected_axes["s004-lstm"] = "units"  # ties go to the first axis; lstm swept units only
+    for ax, case in zip(panels, expected_axes, strict=True):
+        assert ax.get_title().startswith(f"{case}: step time vs {expected_axes[case]}")
+        assert "cross-machine comparison" in ax.get_title()
+        labels = [line.get_label() for line in ax.get_lines() if line.get_gid() == "step-time"]
+        curves = {label.rsplit(" · ", 1)[0] for label in labels}
+        assert curves == {
+            f"{_reference().name}: cpu ({xeon})",
+            f"reference-gpu: cpu ({SYNTHETIC_CPU_NAME})",
+            f"reference-gpu: cuda ({SYNTHETIC_GPU_NAME})",
+        }, case
+        assert len(labels) == 3 * 2  # (run, device) x framework, none merged
+        assert not [line for line in ax.get_lines() if line.get_gid() == "crossover"]
+    plt.close(fig)
+    written = paper.paper_figures(
+        [_reference(), synthetic], tmp_path / "out", ["fig-6-cross-machine"]
+    )
+    recorded = figures.figure_sources(written[0])
+    assert recorded["reference-gpu/timings.csv"] == sha256_file(synthetic / "timings.csv")
+    assert f"{_reference().name}/timings.csv" in recorded
+
+
+def _study_with_cross_machine_figure(tmp_path: Path):
+    """A study folder whose report has one cross-machine figure, with its manifest:
+    the committed CPU run's tables as this study's, beside a SYNTHETIC reference GPU run
+    (conftest) under results/reference/. Returns (study results folder, figure PNG,
+    the reference timings)."""
+    from crossover_study.manifest import build_manifest, reference_source_name, write_json
+
+    work = tmp_path / "work"
+    results = work / "results" / "mini"
+    results.mkdir(parents=True)
+    for table in ("timings.csv", "crossover.csv", "wall.json"):
+        shutil.copy2(_reference() / table, results / table)
+    reference = synthetic_reference_gpu(work / "results" / "reference")
+    committed = load_manifest(_reference())
+    fig, ax = plt.subplots(figsize=(7, 6.2), layout="constrained")
+    curves = [
+        ("this study", pd.read_csv(results / "timings.csv")),
+        ("reference-gpu", pd.read_csv(reference)),
+    ]
+    figures.cross_machine_step_time(curves, "s001-mlp", "hidden", ax=ax)
+    png = work / "reports" / "mini" / "figures" / "s001-mlp-cross-machine-hidden.png"
+    sources = {
+        "timings.csv": sha256_file(results / "timings.csv"),
+        reference_source_name(reference): sha256_file(reference),
+    }
+    figures.save_figure(fig, png, formats=("svg", "pdf"), sources=sources)
+    plt.close(fig)
+    html = work / "reports" / "mini" / "report.html"
+    html.write_text(
+        f'<img src="data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}">'
+    )
+    (html.parent / "report.ipynb").write_text("{}")
+    manifest = build_manifest(
+        study="mini",
+        config=committed["config"]["resolved"],
+        config_hash=committed["config"]["hash"],
+        config_files=[REPO_ROOT / "config/studies/reference-cpu.yaml"],
+        workdir=work,
+        results_dir="results/mini",
+        tables={
+            t.split(".")[0]: f"results/mini/{t}"
+            for t in ("timings.csv", "crossover.csv", "wall.json")
+        },
+        report={"html": "reports/mini/report.html", "notebook": "reports/mini/report.ipynb"},
+        figures_dir="reports/mini/figures",
+        snakemake_version=None,
+        reference_tables=["results/reference/reference-gpu/timings.csv"],
+    )
+    write_json(manifest, results / "manifest.json")
+    return results, png, reference
+
+
+def test_manifest_records_the_reference_tables_a_cross_machine_figure_used(tmp_path):
+    results, png, reference = _study_with_cross_machine_figure(tmp_path)
+    manifest = load_manifest(results)
+    assert manifest["reference_tables"] == {
+        "reference/reference-gpu/timings.csv": {
+            "path": "results/reference/reference-gpu/timings.csv",
+            "root": "workdir",
+            "sha256": sha256_file(reference),
+            "bytes": reference.stat().st_size,
+        }
+    }
+    (record,) = [f for f in manifest["figures"] if f["path"].endswith(".png")]
+    assert record["sources"] == figures.figure_sources(png)
+    assert record["derived_from"] == [
+        "results/mini/timings.csv",
+        "results/reference/reference-gpu/timings.csv",
+    ]
+    report = audit.audit(results)
+    assert report.ok, report.text()
+    # The RO-Crate says the same: the figure is based on both runs' timings.
+    from crossover_study.crate import build_crate
+
+    crate = build_crate(manifest, results.parents[1])
+    figure = crate.get("../../reports/mini/figures/s001-mlp-cross-machine-hidden.png")
+    based_on = {e.id for e in figure["isBasedOn"]}
+    assert {"timings.csv", "../reference/reference-gpu/timings.csv"} <= based_on
+    assert "crossover.csv" not in based_on  # not drawn from it
+    table = crate.get("../reference/reference-gpu/timings.csv")
+    assert table["identifier"] == f"sha256:{sha256_file(reference)}"
+
+
+def test_audit_fails_a_cross_machine_figure_whose_reference_hash_differs(tmp_path, capsys):
+    results, png, reference = _study_with_cross_machine_figure(tmp_path)
+    recorded = sha256_file(reference)
+    # Redraw the figure from another (edited) copy of the reference run's table.
+    other = tmp_path / "other" / "reference-gpu" / "timings.csv"
+    other.parent.mkdir(parents=True)
+    edited = pd.read_csv(reference)
+    edited["step_time_s"] *= 3
+    edited.to_csv(other, index=False)
+    sources = dict(figures.figure_sources(png))
+    sources["reference/reference-gpu/timings.csv"] = sha256_file(other)
+    fig, ax = plt.subplots(figsize=(7, 6.2), layout="constrained")
+    curves = [("this study", pd.read_csv(results / "timings.csv")), ("reference-gpu", edited)]
+    figures.cross_machine_step_time(curves, "s001-mlp", "hidden", ax=ax)
+    figures.save_figure(fig, png, formats=("svg", "pdf"), sources=sources)
+    plt.close(fig)
+    assert audit.main([str(results)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL figure from other data" in out
+    assert "drawn from a reference/reference-gpu/timings.csv that is not the recorded one" in out
+    assert f"expected sha256 {recorded}" in out
+    assert f"actual   sha256 {sha256_file(other)}" in out
+
+
+def test_audit_fails_a_changed_or_unrecorded_reference_table(tmp_path):
+    results, png, reference = _study_with_cross_machine_figure(tmp_path)
+    # A figure naming a reference run the manifest never recorded.
+    sources = {**figures.figure_sources(png), "reference/elsewhere/timings.csv": "0" * 64}
+    fig, _ = plt.subplots()
+    figures.save_figure(fig, png.with_suffix(".svg"), sources=sources)
+    plt.close(fig)
+    report = audit.audit(results)
+    found = {(f.kind, f.message, f.expected) for f in report.failures}
+    message = "drawn from a reference/elsewhere/timings.csv that is not the recorded one"
+    assert ("figure from other data", message, None) in found, report.text()
+    # The reference table itself edited after the report was drawn from it.
+    reference.write_text(reference.read_text().replace("synthetic-gpu-host", "edited-host"))
+    report = audit.audit(results)
+    assert "modified reference table" in {f.kind for f in report.failures}, report.text()
+    reference.unlink()
+    report = audit.audit(results)
+    assert "missing reference table" in {f.kind for f in report.failures}, report.text()

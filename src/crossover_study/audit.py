@@ -16,8 +16,10 @@ checks that each table and figure derives from the recorded results:
 - ``crossover.csv`` is what the crossover step computes from ``timings.csv`` with the
   recorded bootstrap and seed;
 - every figure records (in its metadata) the sha256 of the tables it was drawn from,
-  which must be the recorded tables, and ``report.html`` shows exactly the recorded
-  PNGs; the RO-Crate's file hashes match the files;
+  which must be the recorded tables: the study's own, or the reference runs' tables
+  the report drew beside them (``reference/<run>/timings.csv``, recorded under
+  ``reference_tables``, which must still be there unchanged); ``report.html`` shows
+  exactly the recorded PNGs; the RO-Crate's file hashes match the files;
 - paper figures are redrawn from the reference runs and must be identical byte for
   byte (when matplotlib is the recorded version).
 
@@ -416,10 +418,14 @@ def _check_rows(report: AuditReport, layout: _Layout, manifest: dict, timings: P
 
 
 def _check_figures(report: AuditReport, layout: _Layout, manifest: dict) -> None:
-    """Recorded figures: hash, recorded sources = recorded tables, shown in the report."""
+    """Recorded figures: hash, every recorded source a recorded table (the study's or a
+    recorded reference table) with the recorded sha256, shown in the report."""
     from .figures import FIGURE_FORMATS, figure_sources
 
+    # A figure may be drawn from the study's tables (recorded by file name) and, for the
+    # cross-machine figures, from reference runs' tables (reference/<run>/timings.csv).
     tables = {Path(r["path"]).name: r["sha256"] for r in manifest["tables"].values()}
+    tables.update({n: r["sha256"] for n, r in manifest.get("reference_tables", {}).items()})
     present = []
     for record in manifest["figures"]:
         # A modified figure is checked further: which tables does it say it shows?
@@ -593,6 +599,9 @@ def _audit_study(report: AuditReport, target: Path, manifest: dict, strict: bool
         _check_file(report, layout, record)
     points = _check_records(report, layout, manifest)
     if layout.original:
+        # Reference tables the report drew beside the study: still there, unchanged.
+        for record in manifest.get("reference_tables", {}).values():
+            _check_file(report, layout, record, "reference table")
         _check_figures(report, layout, manifest)
     timings_path = layout.locate(manifest["tables"]["timings"])
     if timings_path is not None and timings_path.is_file():

@@ -14,8 +14,9 @@ read from the study's manifest (:mod:`crossover_study.manifest`):
   (``SoftwareApplication`` with its version, and Python and CUDA as software
   requirements), its ``location`` the machine (host, CPU model, device name), its
   result the per-job table(s), and probe records are ``about`` it;
-- each figure ``isBasedOn`` the tables it was drawn from and the per-job tables of the
-  runs of its case; ``timings.csv`` is based on the per-job tables, ``crossover.csv``
+- each figure ``isBasedOn`` the tables it was drawn from (its recorded sources: the
+  study's tables and, for the cross-machine figures, the reference runs' tables
+  recorded under ``reference_tables``) and the per-job tables of the runs of its case; ``timings.csv`` is based on the per-job tables, ``crossover.csv``
   on ``timings.csv``. Every file carries ``contentSize`` and ``identifier``
   ``sha256:<hex>``.
 """
@@ -267,12 +268,24 @@ def build_crate(
         outputs.append(
             add_file(tables["wall"], "wall.json: measured share of wall time", isBasedOn=timings)
         )
-    derived = {"timings": timings, "crossover": crossover}
+    derived = {
+        Path(tables[r]["path"]).name: e for r, e in (("timings", timings), ("crossover", crossover))
+    }
+    # Reference runs' tables the report drew beside the study (cross-machine figures).
+    derived.update(
+        {
+            name: add_file(record, f"reference run table {name}")
+            for name, record in manifest.get("reference_tables", {}).items()
+        }
+    )
     figures = []
     for record in manifest["figures"]:
         name = Path(record["path"]).name
         case = next((c for c in CASES if name.startswith(f"{c}-")), None)
-        based_on = [derived[r] for r in ("timings", "crossover")]
+        # The tables the figure records as its sources (both study tables when it
+        # records none, as figures drawn before sources were recorded).
+        sources = record.get("sources") or dict.fromkeys(list(derived)[:2])
+        based_on = [entity for table, entity in derived.items() if table in sources]
         based_on += [points[p] for p in sorted(set(runs_by_case.get(case, []))) if p in points]
         figures.append(add_file(record, f"figure {name}", isBasedOn=based_on))
     report = manifest["report"]

@@ -43,11 +43,14 @@ TIMES = "\u00d7"
 EN_DASH = "\u2013"
 
 __all__ = [
+    "CROSS_MACHINE_NOTE",
     "FIGURE_FORMATS",
     "SIZE_COLUMNS",
     "UNSYNCED_LABEL",
+    "cross_machine_step_time",
     "figure_sources",
     "grid_axes",
+    "most_swept_axis",
     "programs",
     "replica_scaling",
     "scaling_table",
@@ -56,6 +59,7 @@ __all__ = [
     "sources_text",
     "speedup_heatmap",
     "step_time_vs_size",
+    "swept_axes",
     "time_to_train",
 ]
 
@@ -364,6 +368,212 @@ def step_time_vs_size(
         logy=True,
         legend=True,
     )
+
+
+#: Line style and marker of each machine in :func:`cross_machine_step_time`, in the
+#: order the machines are given (cycled beyond six). Dotted is left to the seed size.
+_MACHINE_STYLES: tuple[tuple[object, str], ...] = (
+    ("-", "o"),
+    ("--", "s"),
+    ("-.", "^"),
+    ((0, (5, 1, 1, 1, 1, 1)), "D"),
+    ((0, (8, 2)), "v"),
+    ((0, (3, 1, 1, 1, 1, 1, 1, 1)), "P"),
+)
+#: What every cross-machine figure says about itself (the legend's title, gid
+#: ``cross-machine-note``).
+CROSS_MACHINE_NOTE = (
+    "cross-machine comparison: each curve is one machine's own run; "
+    "no crossover is computed across machines"
+)
+
+
+def _naive_along(timings: pd.DataFrame, case: str, axis: str) -> pd.DataFrame:
+    """``ok`` rows of the naive program (synced ``eager``, replicated rows left out) of
+    ``case`` with every axis but ``axis`` at the seed's size and a numeric ``axis``."""
+    df = _at_seed(_ok_rows(programs(timings, include_unsynced=False), case), case, (axis,))
+    return df[pd.to_numeric(df[axis], errors="coerce").notna()]
+
+
+def swept_axes(tables: Iterable[pd.DataFrame], case: str) -> list[str]:
+    """Axes of ``case`` (``spec`` order) along which some table of ``tables`` has ``ok``
+    rows of the naive program at two or more sizes, the other axes at the seed's size.
+    Empty when no table swept one."""
+    tables = list(tables)
+    return [
+        a
+        for a in case_axes(case)
+        if any(pd.to_numeric(_naive_along(t, case, a)[a]).nunique() > 1 for t in tables)
+    ]
+
+
+def most_swept_axis(tables: Iterable[pd.DataFrame], case: str) -> str:
+    """The axis of ``case`` with the most distinct sizes of ``ok`` naive-program rows
+    (others at the seed's size) in any one of ``tables``; ties go to the first axis in
+    ``spec`` order, and so does a case no table measured. Raises KeyError for an
+    unknown case."""
+    tables = list(tables)
+    counts = {
+        a: max((pd.to_numeric(_naive_along(t, case, a)[a]).nunique() for t in tables), default=0)
+        for a in case_axes(case)
+    }
+    return max(case_axes(case), key=lambda a: (counts[a], -case_axes(case).index(a)))
+
+
+def _names(rows: pd.DataFrame) -> str:
+    if "device_name" not in rows:
+        return "device name not recorded"
+    names = sorted({str(v) for v in rows["device_name"].dropna() if str(v).strip()})
+    return ", ".join(names) if names else "device name not recorded"
+
+
+def cross_machine_step_time(
+    curves: Iterable[tuple[str, pd.DataFrame]],
+    case: str,
+    axis: str,
+    ax: Axes | None = None,
+) -> Axes:
+    """Step time of the naive program along one size axis on several machines.
+
+    Parameters
+    ----------
+    curves
+        ``(label, timings)`` pairs, one per machine (one study run each), e.g.
+        ``("this machine", local_df)``, ``("h200-2026-12-01", reference_df)``; each
+        ``timings`` is a tidy timings table (``timings.csv``). Of each, only the ``ok``
+        rows of the naive program (:func:`programs`: ``eager``, synchronised timing,
+        replicated rows left out) of ``case`` with the axes other than ``axis`` at the
+        seed's size (``spec.SEED_SIZES``) are drawn.
+    case, axis
+        Seed case and the size axis on x.
+    ax
+        Axes to draw on; a new figure is made when None.
+
+    Draws the median seconds per step (log y) against the size (log x), one line
+    (gid ``"step-time"``) per machine x device class (x framework when the tables hold
+    several), a size measured twice reduced to its median; error bars span median ±
+    IQR/2, noisy points faded. Colour = device class (as in :func:`step_time_vs_size`),
+    line style and marker = machine (in the order of ``curves``); with several
+    frameworks the second one's markers are hollow. Each legend entry names the machine,
+    the device class and its ``device_name``, e.g. ``"h200-2026-12-01: cuda (NVIDIA
+    H200)"`` (``" · torch"`` appended with several frameworks). The seed's size is a
+    grey dotted vertical line (gid ``"seed-size"``). The title and the legend's
+    title (:data:`CROSS_MACHINE_NOTE`, gid ``"cross-machine-note"``; the legend sits
+    below the Axes) say that this is a cross-machine comparison: curves of
+    different machines are never merged, and no crossover is computed or drawn across
+    them (each run's own crossovers are in its ``crossover.csv``). Returns the Axes;
+    with no row to draw, an Axes saying so. Raises KeyError for an unknown case.
+    """
+    ax = _new_ax(ax, figsize=(7.0, 4.6))
+    seed = SEED_SIZES[case][axis]
+    title = f"{case}: step time vs {axis}"
+    others = ", ".join(f"{a}={v}" for a, v in SEED_SIZES[case].items() if a != axis)
+    if others:
+        title += f" ({others})"
+    title += "\ncross-machine comparison (no crossover across machines)"
+    machines = [(str(label), _naive_along(df, case, axis)) for label, df in curves]
+    machines = [(label, df) for label, df in machines if not df.empty]
+    if not machines:
+        return _empty(ax, f"no ok rows of the naive program for {case} along {axis}", title)
+
+    colours = _palette()
+    frameworks = _order(
+        itertools.chain.from_iterable(df["framework"] for _, df in machines), FRAMEWORKS
+    )
+    several_frameworks = len(frameworks) > 1
+    for (label, df), (style, marker) in zip(
+        machines, itertools.cycle(_MACHINE_STYLES), strict=False
+    ):
+        df = df.assign(
+            _size=pd.to_numeric(df[axis]),
+            _t=pd.to_numeric(df["step_time_s"]),
+            _iqr=pd.to_numeric(df["step_time_iqr_s"], errors="coerce").fillna(0.0)
+            if "step_time_iqr_s" in df
+            else 0.0,
+            _noisy=truthy(df["noisy"]) if "noisy" in df else False,
+        )
+        for device in _order(df["device"], DEVICES):
+            for framework in frameworks:
+                g = df[(df["device"] == device) & (df["framework"] == framework)]
+                if g.empty:
+                    continue
+                name = f"{label}: {device} ({_names(g)})"
+                if several_frameworks:
+                    name += f" · {framework}"
+                g = (
+                    g.groupby("_size", sort=True)
+                    .agg(_t=("_t", "median"), _iqr=("_iqr", "median"), _noisy=("_noisy", "any"))
+                    .reset_index()
+                )
+                colour = colours.get(device, "0.4")
+                hollow = several_frameworks and framework != frameworks[0]
+                face = "white" if hollow else colour
+                x, y = g["_size"].to_numpy(), g["_t"].to_numpy()
+                half = g["_iqr"].to_numpy() / 2
+                ax.errorbar(
+                    x,
+                    y,
+                    yerr=np.vstack([np.minimum(half, 0.999 * y), half]),
+                    fmt="none",
+                    ecolor=colour,
+                    elinewidth=0.9,
+                    capsize=2,
+                    alpha=0.8,
+                )
+                ax.plot(
+                    x,
+                    y,
+                    color=colour,
+                    linestyle=style,
+                    marker=marker,
+                    markerfacecolor=face,
+                    markeredgecolor=colour,
+                    markevery=[],  # markers are the scatter below (faded when noisy)
+                    gid="step-time",
+                    label=name,
+                )
+                noisy = g["_noisy"].to_numpy(dtype=bool)
+                for mask, alpha in ((~noisy, 1.0), (noisy, NOISY_ALPHA)):
+                    if mask.any():
+                        ax.scatter(
+                            x[mask],
+                            y[mask],
+                            facecolors=face,
+                            edgecolors=colour,
+                            marker=marker,
+                            alpha=alpha,
+                            zorder=3,
+                            s=32,
+                            gid="noisy" if alpha < 1 else "steady",
+                        )
+
+    ax.axvline(
+        seed,
+        color="0.35",
+        linestyle=":",
+        linewidth=1.4,
+        gid="seed-size",
+        label=f"seed size ({axis}={_fmt_size(seed)})",
+    )
+    _decorate(
+        ax,
+        title=title,
+        xlabel=axis,
+        ylabel="step time (s per step)",
+        logx=True,
+        logy=True,
+    )
+    # Below the axes, so that the machines' curves stay readable; its title is the note.
+    legend = ax.legend(
+        fontsize="x-small",
+        frameon=False,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        title=CROSS_MACHINE_NOTE.replace("; ", ";\n"),
+        title_fontsize="x-small",
+    )
+    legend.get_title().set_gid("cross-machine-note")
+    return ax
 
 
 def time_to_train(

@@ -8,6 +8,9 @@
 - outputs: ``timings.csv``, ``crossover.csv``, ``wall.json``, the report (HTML and
   executed notebook) and every figure (PNG, SVG, PDF) with the table hashes each figure
   says it was drawn from (see :func:`crossover_study.figures.figure_sources`);
+- reference tables: the committed reference runs' ``timings.csv`` the report drew
+  beside this study (its cross-machine figures), keyed by the name a figure records
+  for them (:func:`reference_source_name`: ``reference/<run>/timings.csv``);
 - records: every measuring job's table (``points/**/*.csv``) and probe record
   (``points/**/*.probe.json``, when the jobs wrote them), and one entry per measuring
   run (``run_id`` of ``timings.csv``) with its machine and software;
@@ -79,6 +82,15 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def reference_source_name(path: str | Path) -> str:
+    """The name under which a figure records a reference run's table (and the manifest
+    its file record): ``results/reference/<run>/timings.csv`` ->
+    ``reference/<run>/timings.csv``. Distinct from the study's own tables, which are
+    recorded by file name (``timings.csv``)."""
+    path = Path(path)
+    return f"reference/{path.parent.name}/{path.name}"
 
 
 def file_record(path: str | Path, workdir: str | Path, repo: str | Path = REPO_ROOT) -> dict:
@@ -220,6 +232,7 @@ def build_manifest(
     figures_dir: str | Path | None,
     snakemake_version: str | None,
     repo: str | Path = REPO_ROOT,
+    reference_tables: Iterable[str | Path] = (),
     extra: Mapping | None = None,
 ) -> dict:
     """The manifest of one study run as a JSON-ready dict (see the module docstring).
@@ -228,9 +241,13 @@ def build_manifest(
     ``report`` a role (``html``, ``notebook``) to its file (empty for a run measured
     without its report, such as the GPU reference run); ``figures_dir`` holds the
     figures (None: none); per-job tables and probe records are found under
-    ``<results_dir>/points/``. Paths may be relative to ``workdir``. ``extra`` keys are
-    added as they are (the reference run records its runner there). Raises OSError
-    when a named file is missing.
+    ``<results_dir>/points/``. ``reference_tables`` are the reference runs' tables the
+    report read (``results/reference/<run>/timings.csv``), recorded under
+    ``reference_tables`` as ``{reference_source_name(path): file record}``. Each
+    figure's ``derived_from`` lists the recorded files (study tables and reference
+    tables) it names among its sources. Paths may be relative to ``workdir``. ``extra``
+    keys are added as they are (the reference run records its runner there). Raises
+    OSError when a named file is missing.
     """
     from .figures import FIGURE_FORMATS, figure_sources
 
@@ -242,16 +259,20 @@ def build_manifest(
         return file_record(path, workdir, repo)
 
     table_records = {role: rec(path) for role, path in tables.items()}
+    reference_records = {reference_source_name(p): rec(p) for p in reference_tables}
+    # A figure's sources name the study's tables by file name, reference tables by
+    # reference_source_name; derived_from lists the recorded files among them.
+    known = {Path(r["path"]).name: r["path"] for r in table_records.values()}
+    known.update({name: r["path"] for name, r in reference_records.items()})
     figures_abs = Path(figures_dir) if figures_dir is not None else None
     if figures_abs is not None and not figures_abs.is_absolute():
         figures_abs = workdir / figures_abs
-    derived_from = [table_records[r]["path"] for r in ("timings", "crossover") if r in tables]
     figures = []
     for path in sorted(figures_abs.iterdir()) if figures_abs and figures_abs.is_dir() else []:
         if path.suffix.lstrip(".") in FIGURE_FORMATS and path.is_file():
-            figures.append(
-                {**rec(path), "sources": figure_sources(path), "derived_from": derived_from}
-            )
+            sources = figure_sources(path)
+            derived_from = [p for name, p in known.items() if name in sources]
+            figures.append({**rec(path), "sources": sources, "derived_from": derived_from})
 
     point_paths = sorted(results_abs.glob("points/**/*.csv"))
     probe_paths = sorted(results_abs.glob("points/**/*.probe.json"))
@@ -289,6 +310,7 @@ def build_manifest(
         "code": [rec(p) for p in code_files(repo)],
         "data": data,
         "tables": table_records,
+        "reference_tables": reference_records,
         "report": {role: rec(path) for role, path in report.items()},
         "figures": figures,
         "points": [rec(p) for p in point_paths],

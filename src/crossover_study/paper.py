@@ -47,6 +47,10 @@ PAPER_FIGURES: dict[str, str] = {
     "fig-3-s002-iris-step-time": "s002-iris (Keras Iris): step time vs batch and hidden",
     "fig-4-s004-lstm-step-time": "s004-lstm (Keras LSTM): step time vs batch, units, T",
     "fig-5-speedup-heatmap": "speedup of the accelerator over the CPU on two-axis grids",
+    "fig-6-cross-machine": (
+        "step time of the naive program on every reference machine, per case: "
+        "a cross-machine comparison"
+    ),
 }
 #: Case of each step-time figure.
 _STEP_TIME_CASES = {
@@ -195,6 +199,30 @@ def speedup_figure(runs: Iterable[ReferenceRun]):
     return fig
 
 
+def cross_machine_figure(runs: Iterable[ReferenceRun]):
+    """Every reference run as its own machine, one panel per case: the step time of the
+    naive program (``eager``, synchronised timing) along the case's most-swept axis in
+    the reference runs (:func:`figures.most_swept_axis`; the first axis on a tie) with
+    :func:`figures.cross_machine_step_time`, one curve per run x device (x framework),
+    each labelled with the run's folder name, the device class and its
+    ``device_name``. Curves of different runs are never merged and no crossover is
+    drawn across them. Cases run in ``spec.CASES`` order; a case no run measured has no
+    panel. Returns the Figure (a one-panel note when no run has ok rows)."""
+    from . import figures
+    from .spec import CASES
+
+    runs = list(runs)
+    cases = [c for c in CASES if any(not _ok(r, c).empty for r in runs)]
+    if not cases:
+        return _no_data("no reference run has ok rows", "step time on every reference machine")
+    curves = [(run.name, figures.programs(run.timings, include_unsynced=False)) for run in runs]
+    fig, panels = _grid(len(cases), (6.4, 6.0), 2)
+    for ax, case in zip(panels, cases, strict=True):
+        axis = figures.most_swept_axis([t for _, t in curves], case)
+        figures.cross_machine_step_time(curves, case, axis, ax=ax)
+    return fig
+
+
 def draw(name: str, runs: list[ReferenceRun]):
     """The Figure of one entry of :data:`PAPER_FIGURES`. Raises KeyError for another
     name."""
@@ -202,6 +230,8 @@ def draw(name: str, runs: list[ReferenceRun]):
         return step_time_figure(runs, _STEP_TIME_CASES[name])
     if name == "fig-5-speedup-heatmap":
         return speedup_figure(runs)
+    if name == "fig-6-cross-machine":
+        return cross_machine_figure(runs)
     raise KeyError(f"{name!r} is not a paper figure; known: {', '.join(PAPER_FIGURES)}")
 
 

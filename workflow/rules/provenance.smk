@@ -11,6 +11,8 @@ rule manifest:
         html=f"{REPORTS}/report.html",
         notebook=f"{REPORTS}/report.ipynb",
         figures=f"{REPORTS}/figures",
+        # The reference tables the report read (its cross-machine figures' sources).
+        reference_timings=get_reference_files("timings.csv"),
         configfiles=get_config_files(),
     output:
         manifest=report(

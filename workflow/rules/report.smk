@@ -7,6 +7,8 @@ rule report_notebook:
         timings=f"{RESULTS}/timings.csv",
         crossover=f"{RESULTS}/crossover.csv",
         wall=f"{RESULTS}/wall.json",
+        # Committed reference runs (possibly none), drawn beside this study's rows.
+        reference_timings=get_reference_files("timings.csv"),
     output:
         figures=report(
             directory(f"{REPORTS}/figures"),

@@ -31,6 +31,7 @@ def main(snakemake) -> None:
         figures_dir=snakemake.input.figures,
         snakemake_version=snakemake.params.snakemake_version,
         repo=snakemake.params.repo,
+        reference_tables=snakemake.input.reference_timings,
     )
     write_json(manifest, snakemake.output.manifest)
     with open(snakemake.output.config, "w") as fh:
@@ -40,6 +41,7 @@ def main(snakemake) -> None:
         print(
             f"{len(manifest['figures'])} figures, {len(manifest['points'])} per-job tables, "
             f"{len(manifest['probes'])} probe records, {len(manifest['runs'])} runs, "
+            f"{len(manifest['reference_tables'])} reference tables, "
             f"{len(manifest['code'])} code files; git {manifest['git']}",
             file=log,
         )
