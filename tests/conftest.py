@@ -14,6 +14,13 @@ import yaml
 
 from crossover_study.provenance import REPO_ROOT
 
+# The tests assert what a machine without a usable GPU records (cuda rows unavailable,
+# empty GPU lists in the probes). On a machine with a GPU, the GPU is hidden from the
+# tests and every process they start, before any framework initialises CUDA, so those
+# assertions hold there too; the GPU itself is measured by `make reference-gpu`.
+# (NVML ignores this variable; the tests of gpu_state fake NVML and nvidia-smi.)
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 #: The committed CPU-only reference run (the synthetic GPU run below is built from it).
 COMMITTED_CPU_RUN = REPO_ROOT / "results" / "reference" / "cpu-2core-2026-11-30"

@@ -348,3 +348,51 @@ def test_cublas_and_cudnn_allocation_failures_are_oom(message):
 
 def test_a_device_fault_check_on_the_cpu_finds_nothing():
     assert frameworks.device_fault("torch", "cpu") is None
+
+
+LOCAL_GPU_STUDY = {
+    "study": "gpu-jobs",
+    "sweep": {"frameworks": ["torch"], "devices": ["cpu", "cuda"], "variants": ["eager"]},
+    "timing": {"min_block_s": 0.005, "blocks": 3, "max_warmup_s": 0.05, "max_point_s": 0.5},
+    "crossover": {"bootstrap": 100, "seed": 0},
+    "cases": {"s001-mlp": {"axes": {"hidden": [128]}}, "s000-hjb": {"axes": {"batch": [100]}}},
+}
+
+
+def _job_spans(output: str) -> dict[str, tuple[str, str]]:
+    """(start, finish) clock of each measuring job in Snakemake's output, by wildcards."""
+    stamps, spans, jobs = {}, {}, {}
+    stamp = None
+    for line in output.splitlines():
+        if line.startswith("[") and line.endswith("]"):
+            stamp = time.strptime(line.strip("[]"), "%a %b %d %H:%M:%S %Y")
+        elif line.strip().startswith("jobid:"):
+            current = line.split(":")[1].strip()
+            stamps[current] = stamp
+        elif line.strip().startswith("wildcards:"):
+            jobs[current] = line.split(":", 1)[1].strip()
+        elif line.startswith("Finished jobid:"):
+            jobid = line.split(":")[1].split("(")[0].strip()
+            if jobid in jobs:
+                spans[jobs[jobid]] = (stamps[jobid], stamp)
+    return spans
+
+
+@pytest.mark.slow
+def test_a_local_run_measures_one_gpu_job_at_a_time(tmp_path):
+    """With cores for all four jobs, the two cuda jobs never run at once (gpu_jobs=1);
+    the cpu jobs do run beside them."""
+    from conftest import run_snakemake
+
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(LOCAL_GPU_STUDY))
+    result = run_snakemake(
+        tmp_path, "--cores", "8", "--configfile", str(path), "--", "results/gpu-jobs/timings.csv"
+    )
+    out = result.stdout + result.stderr
+    assert 'Provided resources: gpu_jobs=Resource("gpu_jobs", 1)' in out
+    spans = _job_spans(out)
+    cuda = sorted(span for job, span in spans.items() if "device=cuda" in job)
+    assert len(cuda) == 2 and len(spans) == 4, spans
+    (_, first_end), (second_start, _) = cuda
+    assert second_start >= first_end  # one started only after the other finished

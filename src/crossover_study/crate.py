@@ -108,6 +108,12 @@ def build_crate(
         f"Results of the crossover study {study!r}: where the accelerator overtakes the "
         "CPU for small networks, with the runs, machines and software they came from."
     )
+    if manifest.get("runner"):  # measured without Snakemake (the GPU reference run)
+        crate.root_dataset["description"] += (
+            f" Measured by {manifest['runner']['name']}: the measuring jobs the workflow's "
+            "measure rule runs, started one by one without Snakemake; the report is not "
+            "part of this run."
+        )
     crate.root_dataset["datePublished"] = manifest["created_utc"]
     crate.root_dataset["license"] = crate.add(
         ContextEntity(

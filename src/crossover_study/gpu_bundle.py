@@ -155,10 +155,9 @@ def build(
 ) -> dict:
     """Download the wheels of :data:`BUNDLE_PACKAGES` (pinned to the lock) for Linux
     x86-64 and each of ``python_versions`` (default: :data:`GPU_PYTHON` and this
-    interpreter's version) into ``<dest>/wheels/`` and write ``<dest>/bundle.json``:
-    the pins, the wheels with sha256 and size, and the git commit and dirty flag of the
-    tree (the GPU machine's copy has no ``.git``; the reference run records this
-    commit). Returns that record.
+    interpreter's version) into ``<dest>/wheels/`` (wheels already there are not
+    fetched again) and write ``<dest>/bundle.json``: the pins, the wheels with sha256
+    and size, and the tree's git state (:func:`stamp`). Returns that record.
 
     Raises BundleError when pip cannot download a wheel (its output is in the
     message) or the wheels exceed :data:`BUNDLE_LIMIT_BYTES`.
@@ -204,7 +203,6 @@ def build(
             f"the bundle's wheels take {total / 2**20:.1f} MiB, more than "
             f"{BUNDLE_LIMIT_BYTES / 2**20:.0f} MiB"
         )
-    status = _git("status", "--porcelain", "--untracked-files=no")
     record = {
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "python_versions": list(versions),
@@ -214,17 +212,30 @@ def build(
             {"file": p.name, "sha256": _sha256(p), "bytes": p.stat().st_size} for p in files
         ],
         "bytes": total,
-        "git": {
-            "commit": _git("rev-parse", "HEAD"),
-            "dirty": bool(status) if status is not None else None,
-        },
         "built_with": {"python": platform.python_version(), "platform": platform.platform()},
     }
     (dest / BUNDLE_RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    record = stamp(dest)
     log(
         f"gpu bundle: {len(files)} wheels for Python {', '.join(versions)}, "
         f"{total / 2**20:.1f} MiB in {dest}"
     )
+    return record
+
+
+def stamp(bundle: str | Path = BUNDLE_DIR) -> dict:
+    """Record in ``bundle.json`` the git commit and dirty flag of the tree now (the GPU
+    machine's copy has no ``.git``; the reference run records this commit as the one
+    its code came from). ``make gpu-bundle`` and the rehearsal call it right before the
+    tree travels. Returns the updated record; raises BundleError without a bundle."""
+    record = load_record(bundle)
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    record["git"] = {
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": bool(status) if status is not None else None,
+        "stamped_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    (Path(bundle) / BUNDLE_RECORD).write_text(json.dumps(record, indent=1) + "\n")
     return record
 
 

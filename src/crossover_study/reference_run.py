@@ -81,7 +81,7 @@ POINT_LINE = re.compile(
 class Progress:
     """Prints one line per point of the whole run: ``[i/n elapsed] key: status ...``."""
 
-    def __init__(self, total: int, started: float, out=sys.stdout):
+    def __init__(self, total: int, started: float, out=None):
         self.total, self.started, self.out = total, started, out
         self.seen: set[str] = set()
 
@@ -92,7 +92,7 @@ class Progress:
             self.seen.add(match["key"])
             elapsed = time.time() - self.started
             text = f"[{len(self.seen)}/{self.total} {elapsed:4.0f} s] {text.strip()}"
-        print(text, file=self.out, flush=True)
+        print(text, file=self.out or sys.stdout, flush=True)
 
 
 def _run_job(cmd: list[str], env: dict, timeout: float, progress: Progress) -> tuple[int, float]:

@@ -132,7 +132,7 @@ def rehearse(study: str = STUDY, keep: bool = False, log=print) -> dict:
     log("1/4 gpu bundle")
     if not gpu_bundle.is_current(bundle):
         gpu_bundle.build(bundle, log=lambda text: log(f"    {text}"))
-    record = gpu_bundle.load_record(bundle)
+    record = gpu_bundle.stamp(bundle)
     bundle_mib = record["bytes"] / 2**20
     log(
         f"    {len(record['wheels'])} wheels, {bundle_mib:.1f} MiB: {', '.join(record['packages'])}"
