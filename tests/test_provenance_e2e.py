@@ -92,7 +92,7 @@ def test_snakemake_report_zip_has_figures_config_and_code(smoke_run):
         Path(n).name for n in names
     }
     assert "smoke.yaml" in html  # the config file
-    assert "check_environments" in html and "build_manifest" in html  # the code
+    assert "collect_study" in html and "build_manifest" in html  # the rules' scripts
     for category in ('"Figures"', '"Tables"', '"Provenance"', '"Report"'):
         assert category in html
     assert '"labels": {"case": "s001-mlp", "figure": "step-time-hidden"}' in html

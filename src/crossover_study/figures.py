@@ -192,6 +192,55 @@ def _empty(ax: Axes, text: str, title: str) -> Axes:
 
 
 # --------------------------------------------------------------------------- figures
+def _draw_curve(ax, g, colour, marker, style, label, face=None, size=28):
+    """One curve of a step-time figure: ``g`` has one row per size with columns
+    ``_size``, ``_t`` (median seconds per step), ``_iqr`` and ``_noisy``. Draws error
+    bars of median ± IQR/2 (clipped above zero on the log axis), the line (gid
+    ``"step-time"``, ``label``; its markers hidden) and the markers as a scatter, faded
+    (:data:`NOISY_ALPHA`, gid ``"noisy"``) where noisy, else gid ``"steady"``; ``face``
+    is the markers' fill (default: ``colour``). Returns the sizes and medians drawn."""
+    face = colour if face is None else face
+    x, y = g["_size"].to_numpy(), g["_t"].to_numpy()
+    half = g["_iqr"].to_numpy() / 2
+    ax.errorbar(
+        x,
+        y,
+        yerr=np.vstack([np.minimum(half, 0.999 * y), half]),
+        fmt="none",
+        ecolor=colour,
+        elinewidth=0.9,
+        capsize=2,
+        alpha=0.8,
+    )
+    ax.plot(
+        x,
+        y,
+        color=colour,
+        linestyle=style,
+        marker=marker,
+        markerfacecolor=face,
+        markeredgecolor=colour,
+        markevery=[],  # markers are the scatter below (faded when noisy)
+        gid="step-time",
+        label=label,
+    )
+    noisy = g["_noisy"].to_numpy(dtype=bool)
+    for mask, alpha in ((~noisy, 1.0), (noisy, NOISY_ALPHA)):
+        if mask.any():
+            ax.scatter(
+                x[mask],
+                y[mask],
+                facecolors=face,
+                edgecolors=colour,
+                marker=marker,
+                alpha=alpha,
+                zorder=3,
+                s=size,
+                gid="noisy" if alpha < 1 else "steady",
+            )
+    return x, y
+
+
 def step_time_vs_size(
     timings: pd.DataFrame,
     case: str,
@@ -267,42 +316,14 @@ def step_time_vs_size(
                 )
                 colour = colours.get(device, "0.4")
                 marker = _MARKERS.get(framework, "D")
-                x, y = g["_size"].to_numpy(), g["_t"].to_numpy()
-                half = g["_iqr"].to_numpy() / 2
-                yerr = np.vstack([np.minimum(half, 0.999 * y), half])
-                ax.errorbar(
-                    x,
-                    y,
-                    yerr=yerr,
-                    fmt="none",
-                    ecolor=colour,
-                    elinewidth=0.9,
-                    capsize=2,
-                    alpha=0.8,
+                x, y = _draw_curve(
+                    ax,
+                    g,
+                    colour,
+                    marker,
+                    styles[variant],
+                    _group_label(device, framework, variant, several_variants),
                 )
-                ax.plot(
-                    x,
-                    y,
-                    color=colour,
-                    linestyle=styles[variant],
-                    marker=marker,
-                    markevery=[],  # markers are the scatter below (faded when noisy)
-                    gid="step-time",
-                    label=_group_label(device, framework, variant, several_variants),
-                )
-                noisy = g["_noisy"].to_numpy(dtype=bool)
-                for mask, alpha in ((~noisy, 1.0), (noisy, NOISY_ALPHA)):
-                    if mask.any():
-                        ax.scatter(
-                            x[mask],
-                            y[mask],
-                            color=colour,
-                            marker=marker,
-                            alpha=alpha,
-                            zorder=3,
-                            s=28,
-                            gid="noisy" if alpha < 1 else "steady",
-                        )
                 failed = g["_check_failed"].to_numpy(dtype=bool)
                 if failed.any():
                     ax.scatter(
@@ -508,44 +529,7 @@ def cross_machine_step_time(
                 colour = colours.get(device, "0.4")
                 hollow = several_frameworks and framework != frameworks[0]
                 face = "white" if hollow else colour
-                x, y = g["_size"].to_numpy(), g["_t"].to_numpy()
-                half = g["_iqr"].to_numpy() / 2
-                ax.errorbar(
-                    x,
-                    y,
-                    yerr=np.vstack([np.minimum(half, 0.999 * y), half]),
-                    fmt="none",
-                    ecolor=colour,
-                    elinewidth=0.9,
-                    capsize=2,
-                    alpha=0.8,
-                )
-                ax.plot(
-                    x,
-                    y,
-                    color=colour,
-                    linestyle=style,
-                    marker=marker,
-                    markerfacecolor=face,
-                    markeredgecolor=colour,
-                    markevery=[],  # markers are the scatter below (faded when noisy)
-                    gid="step-time",
-                    label=name,
-                )
-                noisy = g["_noisy"].to_numpy(dtype=bool)
-                for mask, alpha in ((~noisy, 1.0), (noisy, NOISY_ALPHA)):
-                    if mask.any():
-                        ax.scatter(
-                            x[mask],
-                            y[mask],
-                            facecolors=face,
-                            edgecolors=colour,
-                            marker=marker,
-                            alpha=alpha,
-                            zorder=3,
-                            s=32,
-                            gid="noisy" if alpha < 1 else "steady",
-                        )
+                _draw_curve(ax, g, colour, marker, style, name, face=face, size=32)
 
     ax.axvline(
         seed,

@@ -97,7 +97,9 @@ class BundleError(RuntimeError):
 
 
 def pins(lock: str | Path = LOCK) -> dict[str, str]:
-    """``{name: version}`` of every ``name==version`` line of the lock file."""
+    """``{name: version}`` of every ``name==version`` line of the lock file (comments
+    and other lines ignored). Standard library only: it runs before the bundle is
+    installed; :func:`manifest.pinned_packages` is this function."""
     out = {}
     for line in Path(lock).read_text().splitlines():
         line = line.split("#", 1)[0].strip()
@@ -129,19 +131,6 @@ def _wheel_pin(filename: str) -> tuple[str, str]:
     """(normalised name, version) of a wheel file name ``name-version-tags.whl``."""
     name, version = filename.split("-")[:2]
     return _normalise(name), version
-
-
-def _git(*args: str) -> str | None:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(REPO_ROOT), *args],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def _sha256(path: Path) -> str:
@@ -228,11 +217,13 @@ def stamp(bundle: str | Path = BUNDLE_DIR) -> dict:
     machine's copy has no ``.git``; the reference run records this commit as the one
     its code came from). ``make gpu-bundle`` and the rehearsal call it right before the
     tree travels. Returns the updated record; raises BundleError without a bundle."""
+    from .provenance import git_state  # imports yaml: only where the bundle is made
+
     record = load_record(bundle)
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    commit, dirty = git_state(REPO_ROOT)
     record["git"] = {
-        "commit": _git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
+        "commit": None if commit == "unknown" else commit,
+        "dirty": dirty,
         "stamped_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     (Path(bundle) / BUNDLE_RECORD).write_text(json.dumps(record, indent=1) + "\n")

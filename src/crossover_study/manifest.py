@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .gpu_bundle import pins
 from .provenance import REPO_ROOT, git_state
 
 #: Version of the manifest's layout; the audit refuses other versions.
@@ -150,15 +151,9 @@ def data_files(config: Mapping) -> list[dict]:
     return out
 
 
-def pinned_packages(lock: str | Path = REPO_ROOT / "requirements.lock") -> dict[str, str]:
-    """``{name: version}`` of every ``name==version`` line of the lock file."""
-    pins = {}
-    for line in Path(lock).read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if "==" in line:
-            name, version = line.split("==", 1)
-            pins[name.strip()] = version.strip()
-    return pins
+#: ``{name: version}`` of every ``name==version`` line of the lock file (one parser for
+#: the manifest and the GPU bundle).
+pinned_packages = pins
 
 
 def package_versions(lock: str | Path = REPO_ROOT / "requirements.lock") -> dict[str, dict]:
