@@ -258,3 +258,44 @@ def test_the_rehearsal_passes_on_a_fresh_clone(tmp_path):
     text = "\n".join(lines)
     assert "tensorflow cannot be imported by this Python" in text  # as on the GPU machine
     assert "no CUDA device visible to torch" in text
+
+
+def test_a_job_past_its_timeout_is_killed(capsys):
+    progress = reference_run.Progress(1, time.time())
+    script = "import time; print('started', flush=True); time.sleep(60)"
+    code, seconds = reference_run._run_job(
+        [reference_run.sys.executable, "-c", script], dict(reference_run.os.environ), 1.0, progress
+    )
+    assert code == -9 and seconds < 30
+    assert "killed after 1 s" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_job_that_dies_keeps_its_measured_points(tmp_path, monkeypatch):
+    """A job whose process dies after journaling its points (twice: the retry too) is
+    run once more with the deadline passed: its table comes from its journal."""
+    real = reference_run._run_job
+    calls = []
+
+    def dying(cmd, env, timeout, progress):
+        code, seconds = real(cmd, env, timeout, progress)
+        cpu_job = "--device=cpu" in cmd and "--deadline=0" not in cmd
+        calls.append(("cpu" if cpu_job else "other", code))
+        if cpu_job:  # the process "died" before writing its table
+            csv = next(a.split("=", 1)[1] for a in cmd if a.startswith("--csv="))
+            reference_run.Path(csv).unlink()
+            return 1, seconds
+        return code, seconds
+
+    monkeypatch.setattr(reference_run, "_run_job", dying)
+    study = tmp_path / "tiny.yaml"
+    study.write_text(yaml.safe_dump(TINY))
+    reference_run.run(study, tmp_path / "out", tmp_path / "work", None, budget_s=300)
+    assert [c for c in calls if c[0] == "cpu"] == [("cpu", 0), ("cpu", 0)]  # and retried
+    results = tmp_path / "work" / "results" / "tiny-reference"
+    timings = pd.read_csv(results / "timings.csv")
+    cpu = timings[(timings["device"] == "cpu") & (timings["variant"] == "eager")]
+    assert set(cpu["status"]) == {"ok"} and cpu["run_id"].nunique() == 1
+    jobs = json.loads((results / "manifest.json").read_text())["runner"]["jobs"]
+    cpu_job = next(j for j in jobs if "/cpu/" in j["job"])
+    assert cpu_job["exit_status"] == [1, 1] and cpu_job["salvaged_from_journal"] is True

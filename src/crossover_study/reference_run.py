@@ -158,6 +158,8 @@ def run(
     :data:`ARCHIVE_LIMIT_BYTES`.
     """
     started = time.time()
+    if not Path(study).is_file():
+        raise FileNotFoundError(f"study file {study} not found")
     if workdir is None:
         import tempfile
 
@@ -219,10 +221,8 @@ def run(
     print(f"study {name}: {len(jobs)} measuring jobs, {total} points, budget {budget_s:.0f} s")
     deadline = started + budget_s - FINISH_RESERVE_S
     progress = Progress(total, started)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
-    }
+    paths_now = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *paths_now])}
     env["PYTHONUNBUFFERED"] = "1"
     done_jobs, job_log = [], []
     for case, framework, device, batch in jobs:
@@ -243,7 +243,6 @@ def run(
             f"--framework={framework}",
             f"--device={device}",
             f"--batch={batch}",
-            f"--deadline={deadline}",
             "--echo",
             *(f"--{k}={v}" for k, v in paths.items()),
         ]
@@ -252,18 +251,36 @@ def run(
             if time.time() > deadline and attempts:
                 break
             timeout = max(10.0, deadline + GRACE_S - time.time())
-            code, seconds = _run_job(cmd, env, timeout, progress)
+            code, seconds = _run_job([*cmd, f"--deadline={deadline}"], env, timeout, progress)
             attempts.append(code)
             wall += seconds
             if code == 0:
                 break
             print(f"job {stem} exited with status {code}", flush=True)
+        salvaged = False
+        if attempts[-1] != 0 and paths["journal"].is_file():
+            # The job died past its retry or the deadline killed it mid-point: run it
+            # once more with the deadline passed, which measures nothing and writes its
+            # table from the journal, so the points it measured are not lost (the
+            # others are unavailable rows that say the deadline passed).
+            code, seconds = _run_job([*cmd, "--deadline=0"], env, 120.0, progress)
+            wall += seconds
+            salvaged = code == 0
+            print(f"job {stem}: table written from its journal: {salvaged}", flush=True)
         # A benchmark file as Snakemake's benchmark directive writes it (the collect
         # step's wall-time summary reads column s): this job's wall seconds.
         bench.parent.mkdir(parents=True, exist_ok=True)
         bench.write_text(f"s\th:m:s\n{wall:.4f}\t{time.strftime('%H:%M:%S', time.gmtime(wall))}\n")
-        ok = attempts[-1] == 0 and paths["csv"].is_file() and paths["probe"].is_file()
-        job_log.append({"job": stem, "exit_status": attempts, "wall_s": round(wall, 3)})
+        ok = (attempts[-1] == 0 or salvaged) and paths["csv"].is_file()
+        ok = ok and paths["probe"].is_file()
+        job_log.append(
+            {
+                "job": stem,
+                "exit_status": attempts,
+                "salvaged_from_journal": salvaged,
+                "wall_s": round(wall, 3),
+            }
+        )
         if ok:
             done_jobs.append((paths["csv"], paths["probe"], bench))
     if not done_jobs:
@@ -362,7 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     bundle = None if args.bundle == "none" else args.bundle
     try:
         run(args.study, args.out, args.workdir, bundle, args.budget_s)
-    except gpu_bundle.BundleError as exc:
+    except (gpu_bundle.BundleError, FileNotFoundError) as exc:
+        print(f"reference run: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except ValueError as exc:  # config.ConfigError: one line naming the key path
         print(f"reference run: {exc}", file=sys.stderr, flush=True)
         return 2
     return 0
