@@ -22,6 +22,7 @@ GPU_STUDY ?= config/studies/reference-gpu.yaml
 OUT ?= reference-out
 BUNDLE := .gpu-bundle
 ARCHIVE ?=
+REFERENCE_NAME ?=
 
 .PHONY: setup study smoke test test-fast test-slurm lint report audit paper install-profile clean \
 	gpu-bundle reference-gpu reference-import
@@ -69,9 +70,9 @@ reference-gpu:  ## on the GPU machine: measure GPU_STUDY into one archive in $(O
 	PYTHONPATH=src $(PYTHON) -m crossover_study.reference_run --study $(GPU_STUDY) --bundle $(BUNDLE) --out $(OUT)
 endif
 
-reference-import: setup  ## ARCHIVE=...: add a reference run's archive as results/reference/<gpu>-<date>/
-	@test -n "$(ARCHIVE)" || { echo "usage: make reference-import ARCHIVE=path/to/reference-*.tar.gz"; exit 2; }
-	PYTHONPATH=src $(BIN)/python -m crossover_study.reference_import $(ARCHIVE)
+reference-import: setup  ## ARCHIVE=... [REFERENCE_NAME=...]: add a reference run's archive as results/reference/<gpu>-<date>/
+	@test -n "$(ARCHIVE)" || { echo "usage: make reference-import ARCHIVE=path/to/reference-*.tar.gz [REFERENCE_NAME=<folder name>]"; exit 2; }
+	PYTHONPATH=src $(BIN)/python -m crossover_study.reference_import "$(ARCHIVE)" $(if $(REFERENCE_NAME),--name "$(REFERENCE_NAME)")
 
 install-profile:  ## install profiles/slurm as the `slurm` profile: snakemake --profile slurm
 	mkdir -p "$(PROFILE_DIR)"

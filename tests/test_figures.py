@@ -705,3 +705,29 @@ def test_notebook_draws_the_reference_machines_beside_the_study(tmp_path, monkey
     )
     assert "reference runs: reference-gpu" in text
     assert "no reference run" not in text
+
+
+def test_a_single_size_keeps_its_panel_in_a_constrained_grid():
+    """A run with one size on every axis of a case (the rehearsal's s002-iris) once
+    drew blank panels in the paper's constrained layout, with a divide-by-zero warning:
+    the log x axis collapsed to zero width."""
+    import warnings
+
+    from conftest import COMMITTED_CPU_RUN
+
+    from crossover_study import paper
+
+    timings = pd.read_csv(COMMITTED_CPU_RUN / "timings.csv")
+    seed_only = timings[
+        (timings["case"] == "s002-iris") & (timings["hidden"] == 32) & (timings["batch"] == 20)
+    ]
+    empty = pd.DataFrame(columns=["case", "framework", "variant", "axis", "outcome"])
+    run = paper.ReferenceRun("seed-only", COMMITTED_CPU_RUN, seed_only, empty)
+    fig = paper.step_time_figure([run], "s002-iris")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        fig.canvas.draw()
+    for ax, seed in zip(fig.axes, (20, 32), strict=True):
+        low, high = ax.get_xlim()
+        assert low < seed < high and high / low >= 4
+    plt.close(fig)

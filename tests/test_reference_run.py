@@ -154,17 +154,85 @@ def test_the_run_writes_a_study_layout_into_one_archive(tiny_run):
 
 
 @pytest.mark.slow
-def test_points_past_the_deadline_are_unavailable_rows_that_say_so(tmp_path):
+def test_jobs_past_the_deadline_are_not_started_and_their_rows_say_so(tmp_path):
     study = tmp_path / "tiny.yaml"
     study.write_text(yaml.safe_dump(TINY))
-    # A budget below the finishing reserve: the deadline has passed before the first job.
+    # A budget below the grace and the finishing reserve: the deadline has passed
+    # before the first job, so none is started, and the run still ends with an archive.
+    started = time.time()
     archive = reference_run.run(study, tmp_path / "out", tmp_path / "work", None, budget_s=10)
-    timings = pd.read_csv(tmp_path / "work" / "results" / "tiny-reference" / "timings.csv")
+    assert time.time() - started < 60
+    results = tmp_path / "work" / "results" / "tiny-reference"
+    timings = pd.read_csv(results / "timings.csv")
     measurable = timings[timings["status"] != "not_applicable"]
     assert set(measurable["status"]) == {"unavailable"}
-    cpu = measurable[measurable["device"] == "cpu"]
-    assert cpu["message"].str.contains("not measured: the run's deadline").all()
-    assert archive.is_file()
+    assert measurable["message"].str.contains("passed before this job started").all()
+    probe = json.loads((results / "points/s001-mlp/torch/cpu/batch-0.probe.json").read_text())
+    assert probe["job_started"] is False
+    runner = json.loads((results / "manifest.json").read_text())["runner"]
+    assert [j["started"] for j in runner["jobs"]] == [False, False]
+    assert archive.is_file() and not (tmp_path / "out" / "partial-tiny-reference.tar.gz").exists()
+
+
+def test_points_past_the_deadline_inside_a_job_are_unavailable_rows(tmp_path, monkeypatch):
+    from crossover_study import frameworks
+    from crossover_study.harness import TimingPolicy
+    from crossover_study.runner import GroupSpec, run_group
+    from crossover_study.spec import PointSpec
+
+    initialised = []
+    monkeypatch.setattr(
+        frameworks, "initialise_device", lambda *a, **k: initialised.append(a) or 0.0
+    )
+    point = PointSpec("s001-mlp", "torch", "cpu", "eager", {"batch": 8, "d_in": 8, "hidden": 8})
+    group = GroupSpec("s001-mlp", "torch", "cpu", (point,), 1, TimingPolicy(), "skip", "h")
+    rows = run_group(
+        group, tmp_path / "j", tmp_path / "o.csv", log=lambda _: None, deadline=time.time() - 1
+    )
+    assert rows[0]["status"] == "unavailable"
+    assert "deadline" in rows[0]["message"] and "passed before this point" in rows[0]["message"]
+    assert initialised == []  # nothing to measure: the device is not initialised
+
+
+def fake_bundle(folder, versions=("3.12", "3.11"), pins=None):
+    """A bundle folder with stand-in wheels (a few bytes each) named as pip names them."""
+    wheels = folder / "wheels"
+    wheels.mkdir(parents=True)
+    pins = pins or gpu_bundle.requirements(gpu_bundle.BUNDLE_PACKAGES)
+    entries = []
+    for pin in pins:
+        name, version = pin.split("==")
+        stem = f"{gpu_bundle._normalise(name)}-{version}"
+        if name in ("attrs", "jsonschema"):
+            files = [f"{stem}-py3-none-any.whl"]
+        else:
+            tags = [f"cp{v.replace('.', '')}" for v in versions]
+            files = [f"{stem}-{t}-{t}-manylinux_2_17_x86_64.whl" for t in tags]
+        for file in files:
+            (wheels / file).write_bytes(file.encode())
+            entries.append({"file": file, "sha256": gpu_bundle._sha256(wheels / file)})
+    record = {"packages": pins, "python_versions": list(versions), "wheels": entries}
+    (folder / "bundle.json").write_text(json.dumps(record))
+    return folder
+
+
+def test_a_bundle_problem_is_named_before_anything_is_installed(tmp_path):
+    good = fake_bundle(tmp_path / "good")
+    assert gpu_bundle.problems(good, for_python="3.11") == []
+    # Only wheels for this machine's Python: the GPU machine (3.12) could not install it.
+    only_311 = fake_bundle(tmp_path / "only311", versions=("3.11",))
+    found = gpu_bundle.problems(only_311, for_python="3.11")
+    assert "no wheel of rpds-py==2026.9.1 for Python 3.12" in found
+    # A wheel removed, a wheel changed, pins that are not the lock's.
+    (good / "wheels" / "attrs-26.1.0-py3-none-any.whl").unlink()
+    (good / "wheels" / "jsonschema-4.26.0-py3-none-any.whl").write_bytes(b"x")
+    found = gpu_bundle.problems(good)
+    assert "wheel attrs-26.1.0-py3-none-any.whl is missing" in found
+    assert any("jsonschema-4.26.0-py3-none-any.whl changed" in f for f in found)
+    stale = fake_bundle(tmp_path / "stale", pins=["jsonschema==4.0.0"])
+    assert any("pins differ from requirements.lock" in f for f in gpu_bundle.problems(stale))
+    with pytest.raises(gpu_bundle.BundleError, match=r"cannot be used here(.|\n)*make gpu-bundle"):
+        reference_run.prepare(stale)
 
 
 # --- the import ---------------------------------------------------------------------------
@@ -221,8 +289,39 @@ def test_an_archive_imports_audited_with_its_crate_and_not_twice(tiny_run, tmp_p
     assert (dest / "ro-crate-metadata.json").is_file()
     report = audit(dest)
     assert report.ok, report.text()
-    with pytest.raises(FileExistsError):
-        reference_import.import_archive(archive, tmp_path / "ref", log=lambda _: None)
+    with pytest.raises(FileExistsError, match="already imported as"):
+        reference_import.import_archive(archive, tmp_path / "ref", name="other", log=print)
+
+
+def test_an_archive_with_a_link_is_refused(tmp_path):
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "link").symlink_to("file.txt")
+    archive = tmp_path / "links.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "link", arcname="results/x/link")
+    with pytest.raises(reference_import.ArchiveError, match="holds links"):
+        reference_import.import_archive(archive, tmp_path / "ref")
+
+
+@pytest.mark.slow
+def test_a_partial_archive_of_a_killed_run_is_finished_elsewhere(tiny_run, tmp_path):
+    tmp, _ = tiny_run
+    work = tmp / "work"
+    results = work / "results" / "tiny-reference"
+    partial = tmp_path / "partial-tiny-reference.tar.gz"
+    # What a run killed after its jobs leaves: tables, probes, journals, runner record,
+    # no timings.csv, crossover.csv or manifest.
+    finished = ("timings.csv", "crossover.csv", "manifest.json")
+    with tarfile.open(partial, "w:gz") as tar:
+        for path in sorted(results.rglob("*")):
+            if path.is_file() and path.name not in finished:
+                tar.add(path, arcname=path.relative_to(work).as_posix())
+        tar.add(work / "logs", arcname="logs")
+    archive = reference_run.finish_partial(partial, tmp_path / "out")
+    dest = reference_import.import_archive(archive, tmp_path / "ref", log=lambda _: None)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    assert manifest["runner"]["finished_from_partial"]["archive"] == partial.name
+    assert pd.read_csv(dest / "timings.csv").equals(pd.read_csv(results / "timings.csv"))
 
 
 @pytest.mark.slow
@@ -291,11 +390,12 @@ def test_a_job_that_dies_keeps_its_measured_points(tmp_path, monkeypatch):
     study = tmp_path / "tiny.yaml"
     study.write_text(yaml.safe_dump(TINY))
     reference_run.run(study, tmp_path / "out", tmp_path / "work", None, budget_s=300)
-    assert [c for c in calls if c[0] == "cpu"] == [("cpu", 0), ("cpu", 0)]  # and retried
+    # Started MAX_ATTEMPTS + 1 times, each time keeping the journal's points.
+    assert [c for c in calls if c[0] == "cpu"] == [("cpu", 0)] * 3
     results = tmp_path / "work" / "results" / "tiny-reference"
     timings = pd.read_csv(results / "timings.csv")
     cpu = timings[(timings["device"] == "cpu") & (timings["variant"] == "eager")]
     assert set(cpu["status"]) == {"ok"} and cpu["run_id"].nunique() == 1
     jobs = json.loads((results / "manifest.json").read_text())["runner"]["jobs"]
     cpu_job = next(j for j in jobs if "/cpu/" in j["job"])
-    assert cpu_job["exit_status"] == [1, 1] and cpu_job["salvaged_from_journal"] is True
+    assert cpu_job["exit_status"] == [1, 1, 1] and cpu_job["salvaged_from_journal"] is True

@@ -553,13 +553,17 @@ def _check_crate(report: AuditReport, layout: _Layout) -> None:
 
 
 def _check_environment(report: AuditReport, manifest: dict) -> None:
-    """Package versions and git commit now vs at the run (notes)."""
+    """Package versions and git commit now vs at the run (notes). A locked package
+    that the run's environment did not have (the GPU machine has no Snakemake or
+    TensorFlow) took no part in the run and is not listed."""
     import importlib.metadata
 
     from .provenance import git_state
 
     changed = []
     for name, versions in manifest.get("packages", {}).items():
+        if versions.get("installed") is None:
+            continue
         try:
             now = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

@@ -132,6 +132,16 @@ def _decorate(
     return ax
 
 
+def _widen_if_single(ax: Axes, sizes) -> Axes:
+    """With one size on a log x axis, fix the x limits to half and twice that size:
+    matplotlib's autoscaling can collapse a single value to zero width inside a
+    constrained layout (a blank panel and a divide-by-zero warning)."""
+    values = sorted({float(v) for v in sizes if v == v and float(v) > 0})
+    if len(values) == 1:
+        ax.set_xlim(values[0] / 2, values[0] * 2)
+    return ax
+
+
 def _new_ax(ax: Axes | None, figsize: tuple[float, float] = (6.4, 4.4)) -> Axes:
     if ax is None:
         _, ax = plt.subplots(figsize=figsize, layout="constrained")
@@ -380,7 +390,7 @@ def step_time_vs_size(
                     gid="crossover-ci",
                     label=f"95% CI {_fmt_size(lo)}{EN_DASH}{_fmt_size(hi)}",
                 )
-    return _decorate(
+    _decorate(
         ax,
         title=title,
         xlabel=axis,
@@ -389,6 +399,7 @@ def step_time_vs_size(
         logy=True,
         legend=True,
     )
+    return _widen_if_single(ax, df["_size"])
 
 
 #: Line style and marker of each machine in :func:`cross_machine_step_time`, in the
@@ -502,6 +513,7 @@ def cross_machine_step_time(
         itertools.chain.from_iterable(df["framework"] for _, df in machines), FRAMEWORKS
     )
     several_frameworks = len(frameworks) > 1
+    drawn: list[float] = []
     for (label, df), (style, marker) in zip(
         machines, itertools.cycle(_MACHINE_STYLES), strict=False
     ):
@@ -513,6 +525,7 @@ def cross_machine_step_time(
             else 0.0,
             _noisy=truthy(df["noisy"]) if "noisy" in df else False,
         )
+        drawn.extend(df["_size"])
         for device in _order(df["device"], DEVICES):
             for framework in frameworks:
                 g = df[(df["device"] == device) & (df["framework"] == framework)]
@@ -547,6 +560,7 @@ def cross_machine_step_time(
         logx=True,
         logy=True,
     )
+    _widen_if_single(ax, drawn)
     # Below the axes, so that the machines' curves stay readable; its title is the note.
     legend = ax.legend(
         fontsize="x-small",

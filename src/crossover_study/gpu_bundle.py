@@ -154,8 +154,7 @@ def build(
     dest = Path(dest)
     wheels = dest / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    versions = python_versions or tuple(dict.fromkeys((GPU_PYTHON, here)))
+    versions = python_versions or tuple(dict.fromkeys((GPU_PYTHON, this_python())))
     wanted = requirements(BUNDLE_PACKAGES)
     for version in versions:
         cmd = [
@@ -205,9 +204,11 @@ def build(
     }
     (dest / BUNDLE_RECORD).write_text(json.dumps(record, indent=1) + "\n")
     record = stamp(dest)
+    git = record["git"]
     log(
         f"gpu bundle: {len(files)} wheels for Python {', '.join(versions)}, "
-        f"{total / 2**20:.1f} MiB in {dest}"
+        f"{total / 2**20:.1f} MiB in {dest}; stamped with commit {git['commit']}"
+        f"{' (dirty: commit first, then make the bundle)' if git['dirty'] else ''}"
     )
     return record
 
@@ -221,9 +222,16 @@ def stamp(bundle: str | Path = BUNDLE_DIR) -> dict:
 
     record = load_record(bundle)
     commit, dirty = git_state(REPO_ROOT)
+    # Untracked files that git does not ignore travel with the tree too.
+    untracked = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "ls-files", "--others", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     record["git"] = {
         "commit": None if commit == "unknown" else commit,
-        "dirty": dirty,
+        "dirty": dirty or bool(untracked),
+        "untracked_files": len(untracked),
         "stamped_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     (Path(bundle) / BUNDLE_RECORD).write_text(json.dumps(record, indent=1) + "\n")
@@ -242,23 +250,55 @@ def load_record(bundle: str | Path = BUNDLE_DIR) -> dict:
         ) from exc
 
 
-def is_current(bundle: str | Path = BUNDLE_DIR) -> bool:
-    """True when ``bundle`` exists, pins exactly the lock's versions of
-    :data:`BUNDLE_PACKAGES`, holds wheels for this Python and every wheel it lists is
-    present with its recorded sha256."""
+def this_python() -> str:
+    """This interpreter's ``major.minor`` version, e.g. ``"3.12"``."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _fits(wheel: str, version: str) -> bool:
+    """True when the wheel file name's Python tag installs on CPython ``version``
+    (``py3`` wheels, or ``cp312`` for 3.12)."""
+    python_tag = wheel[: -len(".whl")].split("-")[-3]
+    return any(t == "py3" or t == f"cp{version.replace('.', '')}" for t in python_tag.split("."))
+
+
+def problems(bundle: str | Path = BUNDLE_DIR, for_python: str | None = None) -> list[str]:
+    """What keeps ``bundle`` from serving the GPU machine (Python :data:`GPU_PYTHON`)
+    and, when given, the Python ``for_python`` too: no record, pins that differ from the
+    lock, a package without a wheel for one of those Pythons, a listed wheel missing or
+    changed (sha256). Empty when the bundle is usable."""
     try:
         record = load_record(bundle)
-        wanted = requirements(BUNDLE_PACKAGES)
-    except BundleError:
-        return False
-    here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if record.get("packages") != wanted or here not in record.get("python_versions", []):
-        return False
+    except BundleError as exc:
+        return [str(exc)]
+    found = []
+    wanted = requirements(BUNDLE_PACKAGES)
+    if record.get("packages") != wanted:
+        stale = sorted(set(record.get("packages", [])) ^ set(wanted))
+        found.append(f"its pins differ from requirements.lock: {', '.join(stale)}")
     wheels = Path(bundle) / "wheels"
-    return all(
-        (wheels / w["file"]).is_file() and _sha256(wheels / w["file"]) == w["sha256"]
-        for w in record.get("wheels", [])
-    )
+    listed = []
+    for entry in record.get("wheels", []):
+        path = wheels / entry["file"]
+        if not path.is_file():
+            found.append(f"wheel {entry['file']} is missing")
+        elif _sha256(path) != entry["sha256"]:
+            found.append(f"wheel {entry['file']} changed since the bundle was made (sha256)")
+        else:
+            listed.append(entry["file"])
+    for version in dict.fromkeys(filter(None, (GPU_PYTHON, for_python))):
+        for pin in wanted:
+            name, number = pin.split("==")
+            if not any(
+                _wheel_pin(w) == (_normalise(name), number) and _fits(w, version) for w in listed
+            ):
+                found.append(f"no wheel of {pin} for Python {version}")
+    return found
+
+
+def is_current(bundle: str | Path = BUNDLE_DIR) -> bool:
+    """True when ``bundle`` has no :func:`problems` for the GPU machine and this Python."""
+    return not problems(bundle, for_python=this_python())
 
 
 def install(bundle: str | Path, target: str | Path, log=print) -> list[str]:
@@ -332,9 +372,15 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dest", default=str(BUNDLE_DIR))
     args = parser.parse_args(argv)
     if args.command == "check":
-        current = is_current(args.dest)
-        print(f"gpu bundle at {args.dest}: {'current' if current else 'missing or stale'}")
-        return 0 if current else 1
+        found = problems(args.dest, for_python=this_python())
+        if not found:
+            print(f"gpu bundle at {args.dest}: current (Python {GPU_PYTHON} and {this_python()})")
+            return 0
+        print(f"gpu bundle at {args.dest} cannot be used:")
+        for line in found:
+            print(f"  {line}")
+        print("run `make gpu-bundle` to make it again")
+        return 1
     try:
         build(args.dest, tuple(args.python) if args.python else None)
     except BundleError as exc:

@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             deadline=args.deadline,
         )
     except Exception as exc:  # noqa: BLE001 - the log has the traceback's summary
-        print(f"job failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        if not args.echo:  # with --echo the job's own "job failed" line was printed
+            print(f"job failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0
 

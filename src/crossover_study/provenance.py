@@ -53,13 +53,16 @@ def git_state(repo: Path = REPO_ROOT) -> tuple[str, bool]:
     not count).
     """
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+        top, commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--show-toplevel", "HEAD"],
             capture_output=True,
             text=True,
             check=True,
             timeout=10,
-        ).stdout.strip()
+        ).stdout.split()
+        if Path(top).resolve() != Path(repo).resolve():
+            # A copy without .git inside another checkout: that one's commit is not ours.
+            raise subprocess.SubprocessError(f"{repo} is not the top of the checkout {top}")
         status = subprocess.run(
             ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
@@ -67,7 +70,7 @@ def git_state(repo: Path = REPO_ROOT) -> tuple[str, bool]:
             check=True,
             timeout=10,
         ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, ValueError, subprocess.SubprocessError):
         commit = os.environ.get(GIT_ENV[0])
         if commit:
             return commit, os.environ.get(GIT_ENV[1], "false").lower() == "true"

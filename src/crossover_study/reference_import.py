@@ -66,11 +66,28 @@ def run_name(results: str | Path) -> str:
 
 
 def _extract(archive: Path, dest: Path) -> None:
+    """Unpack ``archive`` into ``dest``: only regular files and folders (a reference
+    run has no links), no absolute paths or ``..`` (:func:`tarfile.data_filter`)."""
     try:
         with tarfile.open(archive) as tar:
+            links = [m.name for m in tar.getmembers() if m.issym() or m.islnk()]
+            if links:
+                raise ArchiveError(f"{archive}: holds links ({', '.join(links[:3])}); refused")
             tar.extractall(dest, filter="data")
     except (tarfile.TarError, OSError) as exc:
         raise ArchiveError(f"{archive}: cannot unpack: {exc}") from exc
+
+
+def already_imported(manifest_path: Path, reference_root: Path) -> Path | None:
+    """The reference run under ``reference_root`` whose manifest has the same bytes as
+    ``manifest_path`` (the same run imported before), or None."""
+    from .manifest import sha256_file
+
+    digest = sha256_file(manifest_path)
+    for other in sorted(Path(reference_root).glob(f"*/{MANIFEST_NAME}")):
+        if sha256_file(other) == digest:
+            return other.parent
+    return None
 
 
 def import_archive(
@@ -88,7 +105,7 @@ def import_archive(
 
     archive = Path(archive)
     if not archive.is_file():
-        raise ArchiveError(f"{archive}: no such archive")
+        raise ArchiveError(f"{archive}: no such archive file")
     with tempfile.TemporaryDirectory(prefix="crossover-import-") as tmp:
         work = Path(tmp)
         _extract(archive, work)
@@ -101,6 +118,11 @@ def import_archive(
         manifest = load_manifest(results)
         if manifest.get("kind") != "study" or "runner" not in manifest:
             raise ArchiveError(f"{archive}: {found[0].relative_to(work)} is not a reference run's")
+        before = already_imported(found[0], Path(reference_root))
+        if before is not None:
+            raise FileExistsError(f"{archive.name} was already imported as {before}")
+        for stem in manifest["runner"].get("incomplete_jobs", []):
+            log(f"note: job {stem} of this run did not finish; its points are not in the run")
         write_crate(
             manifest,
             workdir=work,
@@ -109,6 +131,11 @@ def import_archive(
             manifest_path=results / MANIFEST_NAME,
         )
         dest = Path(reference_root) / (name or run_name(results))
+        if dest.exists():
+            raise FileExistsError(
+                f"{dest} exists (another run of that GPU on that day): give another name, "
+                "make reference-import ARCHIVE=... REFERENCE_NAME=<name>"
+            )
         freeze(results, dest)
     report = audit(dest)
     log(report.text())

@@ -9,15 +9,21 @@ workflow's ``measure``, ``collect`` and ``crossover`` rules and the manifest do:
    naming what is missing, when a module the run imports still fails to import;
 2. validates the study and runs each measuring job as its own process
    (``python -m crossover_study.measure_job``: the code the ``measure`` rule runs),
-   one job at a time, most informative jobs first, printing a line per point; a job
-   whose process fails (a device lost to a sticky CUDA error) runs once more and
-   measures only what its journal lacks; points not started before the deadline are
-   ``unavailable`` rows that say so;
+   one job at a time, most informative jobs first, printing a line per point. A job
+   whose process fails (a device lost to a sticky CUDA error) is started again and
+   measures only what its journal lacks (``runner.MAX_ATTEMPTS`` deaths on one point
+   make it an ``error`` row); one still failing, or killed inside a point by the
+   deadline, is started once more with the deadline passed, which writes its table from
+   its journal. Points not started before the deadline are ``unavailable`` rows that say
+   so, and jobs not started by then are not started at all. After each job the results
+   so far are packed into ``<out>/partial-<study>.tar.gz``: if the command is killed,
+   ``python -m crossover_study.reference_run finish`` completes that on any machine;
 3. collects the tables against the probe records, computes the crossover, writes the
    resolved config and the manifest (``report`` empty: the report and the RO-Crate are
    made where the archive is imported, :mod:`crossover_study.reference_import`);
 4. packs ``results/<study>/`` and ``logs/<study>/`` into
-   ``<out>/reference-<study>-<host>-<UTC date>.tar.gz`` (at most :data:`ARCHIVE_LIMIT_BYTES`).
+   ``<out>/reference-<study>-<host>-<UTC date>.tar.gz`` (at most :data:`ARCHIVE_LIMIT_BYTES`)
+   and removes the partial archive.
 
 Only the standard library and :mod:`gpu_bundle` are imported before the bundle is
 installed.
@@ -26,6 +32,7 @@ installed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -44,12 +51,17 @@ SRC = REPO_ROOT / "src"
 #: Files that come back from the GPU machine may be at most 16 MiB each.
 ARCHIVE_LIMIT_BYTES = 16 * 1024 * 1024
 #: Default wall-clock budget of the whole run (install, measure, collect, pack): the
-#: issue's 8 minutes. Measuring stops early enough to leave :data:`FINISH_RESERVE_S`.
+#: issue's 8 minutes. The measuring deadline is the budget less :data:`GRACE_S` and
+#: :data:`FINISH_RESERVE_S`, so that a point in flight and the finishing steps fit in it.
 BUDGET_S = 480.0
 #: Seconds kept for collecting, the crossover's bootstrap, the manifest and the archive.
-FINISH_RESERVE_S = 45.0
+FINISH_RESERVE_S = 40.0
 #: Seconds a job may run past the deadline (its point in flight) before it is killed.
-GRACE_S = 30.0
+GRACE_S = 20.0
+#: Seconds a job started only to write its table from its journal may take.
+SALVAGE_TIMEOUT_S = 30.0
+#: Per-job record of the run, rewritten after each job (read by ``finish``).
+RUNNER_RECORD = "runner.json"
 #: Order of the jobs when the deadline may cut the run short: a case's accelerator and
 #: CPU jobs together (a crossover needs both), cases by what the GPU run is checked
 #: against first (s001 and s000 carry its targets), the accelerator before the CPU; the
@@ -135,6 +147,86 @@ def _run_job(cmd: list[str], env: dict, timeout: float, progress: Progress) -> t
     return code, time.time() - start
 
 
+def prepare(bundle: str | Path | None, site: str | Path | None = None) -> dict | None:
+    """Check the GPU bundle against the lock and this Python (:func:`gpu_bundle.problems`),
+    install it into ``site`` (default: a folder under the system's temporary folder)
+    and check that every module the run imports imports. Returns the bundle's record
+    (None without a bundle). Raises :class:`gpu_bundle.BundleError` saying what is
+    wrong and what to do, before anything is measured."""
+    record = None
+    if bundle is not None:
+        found = gpu_bundle.problems(bundle, for_python=gpu_bundle.this_python())
+        if found:
+            raise gpu_bundle.BundleError(
+                f"the GPU bundle at {bundle} cannot be used here:\n  "
+                + "\n  ".join(found)
+                + "\nRun `make gpu-bundle` on a machine with PyPI and carry .gpu-bundle again."
+            )
+        record = gpu_bundle.load_record(bundle)
+        site = Path(site or Path(os.environ.get("TMPDIR", "/tmp")) / "crossover-gpu-bundle")
+        gpu_bundle.install(bundle, site)
+    missing = gpu_bundle.missing_modules()
+    if missing:
+        own = {
+            m
+            for m, d in gpu_bundle.REQUIRED_MODULES.items()
+            if d in gpu_bundle.GPU_MACHINE_PACKAGES
+        }
+        machine = [m for m in missing if m.split(" ", 1)[0] in own]
+        advice = (
+            f"{', '.join(m.split(' ', 1)[0] for m in machine)}: the GPU machine's own "
+            f"python3 has these; is {sys.executable} that python3 (make PYTHON=...)?"
+            if machine
+            else "Add them to the GPU bundle (gpu_bundle.BUNDLE_PACKAGES, `make gpu-bundle`)."
+        )
+        raise gpu_bundle.BundleError(
+            "cannot start: these modules do not import:\n  " + "\n  ".join(missing) + f"\n{advice}"
+        )
+    return record
+
+
+def _pack(archive: Path, workdir: Path, folders) -> Path:
+    """Write ``folders`` (below ``workdir``) into the tar.gz ``archive`` (temporary file
+    and rename, so a reader never sees half of it). Returns ``archive``."""
+    tmp = archive.with_name(f".{archive.name}.tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for folder in folders:
+            if folder.exists():
+                tar.add(folder, arcname=folder.relative_to(workdir).as_posix())
+    os.replace(tmp, archive)
+    return archive
+
+
+def _write_unstarted(points, paths: dict, config_hash: str, threads: int, why: str) -> None:
+    """The table and probe record of a job the deadline kept from starting: every point
+    ``unavailable`` with ``why`` (``not_applicable`` where the variant does not exist in
+    the framework, as the runner decides), written by this process, whose probe record
+    says ``job_started: false``."""
+    from .probe import probe_record, write_probe
+    from .provenance import placement, table_columns
+    from .runner import framework_mismatch, write_csv_atomic
+
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    rows = []
+    for point in points:
+        mismatch = framework_mismatch(point)
+        rows.append(
+            {
+                **point.as_row(),
+                **placement(),
+                "python_version": sys.version.split()[0],
+                "config_hash": config_hash,
+                "status": "not_applicable" if mismatch else "unavailable",
+                "message": mismatch or why,
+                "utc_time": now,
+            }
+        )
+    write_csv_atomic(rows, table_columns("timings"), paths["csv"])
+    first = points[0]
+    record = probe_record(first.framework, first.device, threads)
+    write_probe({**record, "job_started": False, "job_not_started_because": why}, paths["probe"])
+
+
 def run(
     study: str | Path,
     out: str | Path,
@@ -146,56 +238,50 @@ def run(
     """Measure ``study`` here without Snakemake and write its archive into ``out``.
 
     ``workdir``: where ``results/<study>/`` and ``logs/<study>/`` are written; by default
-    a new folder under the system's temporary folder, outside the repository, so that
-    the manifest names code by its path in the repository (root ``repo``) and results by
-    their path in the run (root ``workdir``), wherever the archive is imported. ``bundle``: the GPU bundle folder to
-    install first (None: install nothing, the interpreter already has everything);
-    ``site``: where to install it (default: a folder under the system's temporary
-    folder). ``budget_s``: wall seconds for the whole run, measured from the start of
-    this call. Returns the archive's path.
+    a new folder under the system's temporary folder (removed at the end), outside the
+    repository, so that the manifest names code by its path in the repository (root
+    ``repo``) and results by their path in the run (root ``workdir``). A ``workdir``
+    that already holds the study's results is resumed: journaled points are kept.
+    ``bundle``: the GPU bundle folder to install first (None: install nothing, the
+    interpreter already has everything); ``site``: where to install it. ``budget_s``:
+    wall seconds from the start of this call to the archive (the measuring deadline is
+    :data:`GRACE_S` + :data:`FINISH_RESERVE_S` earlier). Returns the archive's path.
 
-    Raises :class:`gpu_bundle.BundleError` (before measuring) when the bundle does not
-    install or a required module does not import, :class:`config.ConfigError` for a bad
-    study, and RuntimeError when no job produced a table or the archive exceeds
-    :data:`ARCHIVE_LIMIT_BYTES`.
+    Raises FileNotFoundError for a missing study file and
+    :class:`gpu_bundle.BundleError` (both before installing or measuring anything),
+    :class:`config.ConfigError` for a bad study (before measuring), and RuntimeError
+    when no job produced a table or the archive exceeds :data:`ARCHIVE_LIMIT_BYTES`.
     """
     started = time.time()
     if not Path(study).is_file():
         raise FileNotFoundError(f"study file {study} not found")
-    if workdir is None:
-        import tempfile
-
-        workdir = tempfile.mkdtemp(prefix="crossover-reference-")
-    workdir, out = Path(workdir).resolve(), Path(out).resolve()
-    print(f"results and logs under {workdir}", flush=True)
-    record = None
-    if bundle is not None:
-        record = gpu_bundle.load_record(bundle)
-        site = Path(site or Path(os.environ.get("TMPDIR", "/tmp")) / "crossover-gpu-bundle")
-        gpu_bundle.install(bundle, site)
-    missing = gpu_bundle.missing_modules()
-    if missing:
-        raise gpu_bundle.BundleError(
-            "cannot start: these modules do not import:\n  "
-            + "\n  ".join(missing)
-            + "\nAdd them to the GPU bundle (gpu_bundle.BUNDLE_PACKAGES, `make gpu-bundle`)."
-        )
+    record = prepare(bundle, site)
     if str(SRC) not in sys.path:
         sys.path.insert(0, str(SRC))
     import yaml
 
     from . import config as study_config
-    from .crossover import write_crossover
-    from .manifest import build_manifest, write_json
     from .provenance import GIT_ENV, git_state
-    from .tables import collect_study
+    from .runner import MAX_ATTEMPTS
     from .workloads.torch_cases import compile_toolchain_missing
 
+    config = study_config.load_config(study)  # a bad study stops here, nothing measured
+    name = config["study"]
+    own_workdir = workdir is None
+    if own_workdir:
+        import tempfile
+
+        workdir = tempfile.mkdtemp(prefix="crossover-reference-")
+    workdir, out = Path(workdir).resolve(), Path(out).resolve()
+    results, logs = workdir / "results" / name, workdir / "logs" / name
+    if results.exists():
+        print(f"resuming the run in {results}: its journals keep the points measured")
+    print(f"results and logs under {workdir}", flush=True)
     commit, dirty = git_state()
     git_source = "git"
     if commit == "unknown" and record is not None and record.get("git", {}).get("commit"):
-        # A copy without .git: the commit the bundle was made from (its code hashes are
-        # in the manifest, so the audit tells whether the files still match it).
+        # A copy without .git: the commit the bundle was stamped with (its code hashes
+        # are in the manifest, so the audit tells whether the files still match it).
         os.environ[GIT_ENV[0]] = record["git"]["commit"]
         os.environ[GIT_ENV[1]] = "true" if record["git"].get("dirty") else "false"
         commit, dirty = git_state()
@@ -206,13 +292,7 @@ def run(
             f"torch.compile on {device}: {compile_toolchain_missing(device) or 'toolchain found'}"
         )
 
-    config = study_config.load_config(study)
-    name = config["study"]
-    results, logs = workdir / "results" / name, workdir / "logs" / name
-    for folder in (results, logs):
-        if folder.exists():
-            shutil.rmtree(folder)
-    results.mkdir(parents=True)
+    results.mkdir(parents=True, exist_ok=True)
     resolved = results / "config.resolved.yaml"
     with resolved.open("w") as fh:
         fh.write("# The study's config as validated, every default filled in.\n")
@@ -221,12 +301,25 @@ def run(
     jobs = sorted(study_config.measure_jobs(config), key=job_order)
     total = sum(len(study_config.batches(config, c, f, d)[b]) for c, f, d, b in jobs)
     print(f"study {name}: {len(jobs)} measuring jobs, {total} points, budget {budget_s:.0f} s")
-    deadline = started + budget_s - FINISH_RESERVE_S
+    deadline = started + budget_s - FINISH_RESERVE_S - GRACE_S
+    when = datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds")
     progress = Progress(total, started)
     paths_now = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *paths_now])}
     env["PYTHONUNBUFFERED"] = "1"
-    done_jobs, job_log = [], []
+    out.mkdir(parents=True, exist_ok=True)
+    partial = out / f"partial-{name}.tar.gz"
+    runner_info = {
+        "name": "crossover_study.reference_run (no Snakemake)",
+        "budget_s": budget_s,
+        "deadline_utc": when,
+        "git_source": git_source,
+        "bundle": None
+        if record is None
+        else {k: record.get(k) for k in ("created_utc", "packages", "git")},
+        "study_file": str(study),
+        "jobs": [],
+    }
     for case, framework, device, batch in jobs:
         stem = f"{case}/{framework}/{device}/batch-{batch}"
         paths = {
@@ -248,48 +341,80 @@ def run(
             "--echo",
             *(f"--{k}={v}" for k, v in paths.items()),
         ]
-        attempts, wall = [], 0.0
-        for _attempt in range(2):  # a failed job once more: its journal keeps its points
-            if time.time() > deadline and attempts:
-                break
-            timeout = max(10.0, deadline + GRACE_S - time.time())
-            code, seconds = _run_job([*cmd, f"--deadline={deadline}"], env, timeout, progress)
-            attempts.append(code)
-            wall += seconds
-            if code == 0:
-                break
-            print(f"job {stem} exited with status {code}", flush=True)
-        salvaged = False
-        if attempts[-1] != 0 and paths["journal"].is_file():
-            # The job died past its retry or the deadline killed it mid-point: run it
-            # once more with the deadline passed, which measures nothing and writes its
-            # table from the journal, so the points it measured are not lost (the
-            # others are unavailable rows that say the deadline passed).
-            code, seconds = _run_job([*cmd, "--deadline=0"], env, 120.0, progress)
-            wall += seconds
-            salvaged = code == 0
-            print(f"job {stem}: table written from its journal: {salvaged}", flush=True)
+        entry = {"job": stem, "started": False, "exit_status": [], "salvaged_from_journal": False}
+        wall = 0.0
+        if time.time() > deadline and not paths["csv"].is_file():
+            why = f"not measured: the run's deadline ({when}) passed before this job started"
+            points = study_config.batches(config, case, framework, device)[batch]
+            threads = config["devices"][device]["threads"]
+            _write_unstarted(points, paths, study_config.measurement_hash(config), threads, why)
+            print(f"job {stem}: not started (deadline passed)", flush=True)
+        else:
+            entry["started"] = True
+            # A job whose process dies is started again: its journal keeps its points,
+            # and a point that killed MAX_ATTEMPTS processes becomes an error row.
+            for _attempt in range(MAX_ATTEMPTS + 1):
+                if time.time() > deadline and entry["exit_status"]:
+                    break
+                timeout = max(5.0, deadline + GRACE_S - time.time())
+                code, seconds = _run_job([*cmd, f"--deadline={deadline}"], env, timeout, progress)
+                entry["exit_status"].append(code)
+                wall += seconds
+                if code == 0:
+                    break
+                print(f"job {stem} exited with status {code}", flush=True)
+            if entry["exit_status"][-1] != 0 and paths["journal"].is_file():
+                # Still failing, or killed inside a point: once more with the deadline
+                # passed, which measures nothing and writes the table from the journal.
+                code, seconds = _run_job([*cmd, "--deadline=0"], env, SALVAGE_TIMEOUT_S, progress)
+                wall += seconds
+                entry["salvaged_from_journal"] = code == 0
+                print(f"job {stem}: table written from its journal: {code == 0}", flush=True)
+        entry["wall_s"] = round(wall, 3)
+        runner_info["jobs"].append(entry)
         # A benchmark file as Snakemake's benchmark directive writes it (the collect
         # step's wall-time summary reads column s): this job's wall seconds.
         bench.parent.mkdir(parents=True, exist_ok=True)
         bench.write_text(f"s\th:m:s\n{wall:.4f}\t{time.strftime('%H:%M:%S', time.gmtime(wall))}\n")
-        ok = (attempts[-1] == 0 or salvaged) and paths["csv"].is_file()
-        ok = ok and paths["probe"].is_file()
-        job_log.append(
-            {
-                "job": stem,
-                "exit_status": attempts,
-                "salvaged_from_journal": salvaged,
-                "wall_s": round(wall, 3),
-            }
-        )
-        if ok:
-            done_jobs.append((paths["csv"], paths["probe"], bench))
-    if not done_jobs:
-        raise RuntimeError("no measuring job wrote its table; see the job logs above")
+        (results / RUNNER_RECORD).write_text(json.dumps(runner_info, indent=1) + "\n")
+        _pack(partial, workdir, (results, logs))
 
-    csvs, probes, benches = (list(x) for x in zip(*done_jobs, strict=True))
-    timings, summary, _ = collect_study(
+    archive = finish(workdir, name, config, Path(study), runner_info, out)
+    partial.unlink(missing_ok=True)
+    if own_workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"{time.time() - started:.0f} s in all", flush=True)
+    return archive
+
+
+def finish(
+    workdir: Path, name: str, config: dict, study_file: Path, runner_info: dict, out: Path
+) -> Path:
+    """Collect, crossover, manifest and archive of the run in ``workdir`` (steps 3 and 4
+    of the module docstring): only jobs with both their table and their probe record
+    are collected; the others are listed as ``incomplete_jobs`` in the manifest's
+    ``runner``. Prints the summary line and returns the archive's path. Raises
+    RuntimeError when no job has a table or the archive exceeds
+    :data:`ARCHIVE_LIMIT_BYTES` (the archive is then removed)."""
+    from . import config as study_config
+    from .crossover import write_crossover
+    from .manifest import build_manifest, write_json
+    from .tables import collect_study
+
+    results, logs = workdir / "results" / name, workdir / "logs" / name
+    done, incomplete = [], []
+    for case, framework, device, batch in sorted(study_config.measure_jobs(config), key=job_order):
+        stem = f"{case}/{framework}/{device}/batch-{batch}"
+        files = (
+            results / "points" / f"{stem}.csv",
+            results / "points" / f"{stem}.probe.json",
+            logs / "benchmarks" / "measure" / f"{stem}.tsv",
+        )
+        (done if all(f.is_file() for f in files) else incomplete).append((stem, files))
+    if not done:
+        raise RuntimeError("no measuring job wrote its table; see the job logs above")
+    csvs, probes, benches = (list(x) for x in zip(*(f for _, f in done), strict=True))
+    timings, _, _ = collect_study(
         csvs,
         probes,
         benches,
@@ -303,12 +428,12 @@ def run(
         n_boot=config["crossover"]["bootstrap"],
         seed=config["crossover"]["seed"],
     )
-    incomplete = [j["job"] for j in job_log if j["exit_status"][-1] != 0]
+    runner_info = {**runner_info, "incomplete_jobs": [stem for stem, _ in incomplete]}
     manifest = build_manifest(
         study=name,
         config=config,
         config_hash=study_config.measurement_hash(config),
-        config_files=[Path(study).resolve()],
+        config_files=[study_file.resolve()],
         workdir=workdir,
         results_dir=results,
         tables={
@@ -319,46 +444,78 @@ def run(
         report={},
         figures_dir=None,
         snakemake_version=None,
-        extra={
-            "runner": {
-                "name": "crossover_study.reference_run (no Snakemake)",
-                "budget_s": budget_s,
-                "jobs": job_log,
-                "incomplete_jobs": incomplete,
-                "git_source": git_source,
-                "bundle": None
-                if record is None
-                else {k: record.get(k) for k in ("created_utc", "packages", "git")},
-            }
-        },
+        extra={"runner": runner_info},
     )
     write_json(manifest, results / "manifest.json")
-
     host = _slug(socket.gethostname())
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%MZ")
     out.mkdir(parents=True, exist_ok=True)
-    archive = out / f"reference-{name}-{host}-{stamp}.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for folder in (results, logs):
-            tar.add(folder, arcname=folder.relative_to(workdir).as_posix())
+    archive = _pack(out / f"reference-{name}-{host}-{stamp}.tar.gz", workdir, (results, logs))
     size = archive.stat().st_size
+    if size > ARCHIVE_LIMIT_BYTES:
+        archive.unlink()
+        raise RuntimeError(
+            f"the archive would be {size / 2**20:.1f} MiB, over the "
+            f"{ARCHIVE_LIMIT_BYTES / 2**20:.0f} MiB that can come back from the GPU machine"
+        )
     statuses = ", ".join(f"{k} {v}" for k, v in timings["status"].value_counts().items())
     print(
-        f"reference run: {len(timings)} rows ({statuses}), {len(job_log)} jobs "
-        f"({len(incomplete)} incomplete), archive {archive} {size / 2**20:.2f} MiB, "
-        f"{time.time() - started:.0f} s",
+        f"reference run: {len(timings)} rows ({statuses}), {len(done) + len(incomplete)} jobs "
+        f"({len(incomplete)} incomplete), archive {archive} {size / 2**20:.2f} MiB",
         flush=True,
     )
-    if size > ARCHIVE_LIMIT_BYTES:
-        raise RuntimeError(
-            f"{archive} is {size / 2**20:.1f} MiB, over the {ARCHIVE_LIMIT_BYTES / 2**20:.0f} "
-            "MiB that can come back from the GPU machine"
-        )
     return archive
 
 
+def finish_partial(partial: str | Path, out: str | Path) -> Path:
+    """Complete a partial archive (``partial-<study>.tar.gz``, left when the run was
+    killed) on any machine with the project's environment: collect, crossover,
+    manifest and the final archive in ``out``. The manifest's ``runner`` says where it
+    was finished; its package versions are those of the finishing machine (the rows
+    keep the measuring machine's framework, CUDA and Python versions). Raises
+    RuntimeError as :func:`finish` does, ValueError for an archive without a run."""
+    import tempfile
+
+    import yaml
+
+    from . import config as study_config
+
+    with tempfile.TemporaryDirectory(prefix="crossover-finish-") as tmp:
+        work = Path(tmp)
+        with tarfile.open(partial) as tar:
+            tar.extractall(work, filter="data")
+        records = sorted(work.glob(f"results/*/{RUNNER_RECORD}"))
+        if len(records) != 1:
+            raise ValueError(f"{partial}: no results/<study>/{RUNNER_RECORD}: not a partial run")
+        results = records[0].parent
+        config = study_config.validate_config(
+            yaml.safe_load((results / "config.resolved.yaml").read_text())
+        )
+        runner_info = json.loads(records[0].read_text())
+        runner_info["finished_from_partial"] = {
+            "archive": Path(partial).name,
+            "host": socket.gethostname(),
+            "utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        return finish(
+            work, results.name, config, results / "config.resolved.yaml", runner_info, Path(out)
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command line of :func:`run`."""
+    """Command line of :func:`run` (and ``finish PARTIAL --out DIR``: :func:`finish_partial`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["finish"]:
+        finisher = argparse.ArgumentParser(prog="reference_run finish")
+        finisher.add_argument("partial", help="partial-<study>.tar.gz of a killed run")
+        finisher.add_argument("--out", required=True, help="folder for the final archive")
+        args = finisher.parse_args(argv[1:])
+        try:
+            finish_partial(args.partial, args.out)
+        except (OSError, ValueError, RuntimeError, tarfile.TarError) as exc:
+            print(f"reference run finish: {exc}", file=sys.stderr, flush=True)
+            return 2
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--study", required=True, help="the study file, e.g. config/studies/reference-gpu.yaml"
@@ -381,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     bundle = None if args.bundle == "none" else args.bundle
     try:
         run(args.study, args.out, args.workdir, bundle, args.budget_s)
-    except (gpu_bundle.BundleError, FileNotFoundError) as exc:
+    except (gpu_bundle.BundleError, FileNotFoundError, RuntimeError) as exc:
         print(f"reference run: {exc}", file=sys.stderr, flush=True)
         return 2
     except ValueError as exc:  # config.ConfigError: one line naming the key path

@@ -45,22 +45,27 @@ class RehearsalError(RuntimeError):
     """A step of the rehearsal failed; the message names it and shows its output."""
 
 
-def _run(cmd: list[str], step: str, log, **kwargs) -> subprocess.CompletedProcess:
-    """Run ``cmd``; raise RehearsalError naming ``step`` with the output's tail when it
-    fails. Output is passed through to ``log`` line by line."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
-    # pip's warnings about this machine's local package folders are noise here.
-    lines = [
-        line
-        for line in (proc.stdout + proc.stderr).splitlines()
-        if not line.startswith("WARNING: Location")
-    ]
-    for line in lines:
+def _run(cmd: list[str], step: str, log, **kwargs) -> str:
+    """Run ``cmd``, passing each line of its output to ``log`` as it comes (pip's
+    warnings about this machine's local package folders left out); raise
+    RehearsalError naming ``step`` with the output's tail when it fails. Returns the
+    output."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs
+    )
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        if line.startswith("WARNING: Location"):
+            continue
+        lines.append(line)
         log(f"    {line}")
-    if proc.returncode != 0:
+    code = proc.wait()
+    if code != 0:
         tail = "\n".join(lines[-40:])
-        raise RehearsalError(f"{step} failed (exit {proc.returncode}):\n{tail}")
-    return proc
+        raise RehearsalError(f"{step} failed (exit {code}):\n{tail}")
+    return "\n".join(lines)
 
 
 def travelling_files(repo: Path = REPO_ROOT) -> list[str]:
@@ -162,7 +167,7 @@ def rehearse(study: str = STUDY, keep: bool = False, log=print) -> dict:
             "listing the throwaway venv",
             lambda _: None,
             env=clean_env(),
-        ).stdout.strip()
+        ).strip()
         if forbidden != "[]":
             raise RehearsalError(
                 f"the throwaway venv holds {forbidden}, which the GPU machine lacks"

@@ -222,7 +222,7 @@ def _run_group(group, journal_path, out_csv, log, on_point, job, created, deadli
         probe = frameworks.DeviceProbe(False, None, not_importable, None, None, "not importable")
         intra = interop = None
     device_init_s = None
-    if probe.available:
+    if probe.available and (deadline is None or time.time() <= deadline):
         frameworks.initialise_device(group.framework, group.device, lstm=group.case in LSTM_CASES)
         device_init_s = time.perf_counter() - init_start
     journal = Journal(journal_path, group.settings())
@@ -271,18 +271,18 @@ def _run_group(group, journal_path, out_csv, log, on_point, job, created, deadli
             row = {**base, "status": "not_applicable", "message": mismatch}
         elif not probe.available:
             row = {**base, "status": "unavailable", "message": probe.reason}
+        elif journal.starts.get(key, 0) >= MAX_ATTEMPTS:
+            row = {
+                **base,
+                "status": "error",
+                "message": f"the measuring process died {journal.starts[key]} times on this point",
+            }
         elif deadline is not None and time.time() > deadline:
             when = datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds")
             row = {
                 **base,
                 "status": "unavailable",
                 "message": f"not measured: the run's deadline ({when}) passed before this point",
-            }
-        elif journal.starts.get(key, 0) >= MAX_ATTEMPTS:
-            row = {
-                **base,
-                "status": "error",
-                "message": f"the measuring process died {journal.starts[key]} times on this point",
             }
         else:
             journal.start(key)
