@@ -458,6 +458,28 @@ def test_notebook_is_stored_without_outputs():
     assert all(not c.outputs and c.execution_count is None for c in code)
 
 
+def run_report_notebook(papermill, tmp_path, results, figures_dir, **parameters) -> Path:
+    """Execute the report notebook with papermill on the study tables in ``results``,
+    writing figures into ``figures_dir``; ``parameters`` are added (reference_dir).
+    Returns the executed notebook's path."""
+    out = tmp_path / "report.ipynb"
+    papermill.execute_notebook(
+        str(NOTEBOOK),
+        str(out),
+        parameters={
+            "timings": str(results / "timings.csv"),
+            "crossover": str(results / "crossover.csv"),
+            "figures_dir": str(figures_dir),
+            "study": "fixture",
+            **parameters,
+        },
+        kernel_name="python3",
+        cwd=str(tmp_path),
+        progress_bar=False,
+    )
+    return out
+
+
 @pytest.mark.parametrize("cuda_status", ["ok", "unavailable"])
 def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
     papermill = pytest.importorskip("papermill")
@@ -477,20 +499,7 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
         )
     figures_dir = tmp_path / "reports" / "fixture" / "figures"
     monkeypatch.setenv("CROSSOVER_STUDY_SRC", str(REPO / "src"))
-    out = tmp_path / "report.ipynb"
-    papermill.execute_notebook(
-        str(NOTEBOOK),
-        str(out),
-        parameters={
-            "timings": str(results / "timings.csv"),
-            "crossover": str(results / "crossover.csv"),
-            "figures_dir": str(figures_dir),
-            "study": "fixture",
-        },
-        kernel_name="python3",
-        cwd=str(tmp_path),
-        progress_bar=False,
-    )
+    out = run_report_notebook(papermill, tmp_path, results, figures_dir)
     # Each figure as PNG (shown in the report), SVG and PDF.
     stems = {name.removesuffix(".png") for name in _expected_pngs()}
     assert {p.name for p in figures_dir.iterdir()} == {
@@ -663,20 +672,8 @@ def test_notebook_draws_the_reference_machines_beside_the_study(tmp_path, monkey
     reference = synthetic_reference_gpu(tmp_path / "elsewhere")
     figures_dir = tmp_path / "figures"
     monkeypatch.setenv("CROSSOVER_STUDY_SRC", str(REPO / "src"))
-    out = tmp_path / "report.ipynb"
-    papermill.execute_notebook(
-        str(NOTEBOOK),
-        str(out),
-        parameters={
-            "timings": str(results / "timings.csv"),
-            "crossover": str(results / "crossover.csv"),
-            "figures_dir": str(figures_dir),
-            "study": "fixture",
-            "reference_dir": str(tmp_path / "elsewhere"),
-        },
-        kernel_name="python3",
-        cwd=str(tmp_path),
-        progress_bar=False,
+    out = run_report_notebook(
+        papermill, tmp_path, results, figures_dir, reference_dir=str(tmp_path / "elsewhere")
     )
     cross = sorted(p.name for p in figures_dir.glob("*-cross-machine-*.png"))
     # The fixture sweeps every axis of s000-hjb and s001-mlp; s004-lstm is not in it.

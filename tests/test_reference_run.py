@@ -260,12 +260,17 @@ def test_the_reference_name_comes_from_the_probes(tmp_path):
     assert reference_import.run_name(tmp_path) == "h100-80gb-hbm3-2026-12-01"
 
 
+def archive_of(archive, path, arcname):
+    """A tar.gz ``archive`` holding the one file (or link) ``path`` as ``arcname``."""
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(path, arcname=arcname)
+    return archive
+
+
 def test_an_archive_with_a_path_outside_its_folder_is_refused(tmp_path):
     evil = tmp_path / "evil.txt"
     evil.write_text("x")
-    archive = tmp_path / "evil.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(evil, arcname="../../escaped.txt")
+    archive = archive_of(tmp_path / "evil.tar.gz", evil, "../../escaped.txt")
     with pytest.raises(reference_import.ArchiveError, match="cannot unpack"):
         reference_import.import_archive(archive, tmp_path / "ref")
     assert not (tmp_path / "ref").exists()
@@ -274,9 +279,7 @@ def test_an_archive_with_a_path_outside_its_folder_is_refused(tmp_path):
 def test_an_archive_without_a_run_is_refused(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("not a run")
-    archive = tmp_path / "empty.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(notes, arcname="results/x/notes.txt")
+    archive = archive_of(tmp_path / "empty.tar.gz", notes, "results/x/notes.txt")
     with pytest.raises(reference_import.ArchiveError, match="expected one results/<study>/"):
         reference_import.import_archive(archive, tmp_path / "ref")
 
@@ -296,9 +299,7 @@ def test_an_archive_imports_audited_with_its_crate_and_not_twice(tiny_run, tmp_p
 def test_an_archive_with_a_link_is_refused(tmp_path):
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "link").symlink_to("file.txt")
-    archive = tmp_path / "links.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(tmp_path / "link", arcname="results/x/link")
+    archive = archive_of(tmp_path / "links.tar.gz", tmp_path / "link", "results/x/link")
     with pytest.raises(reference_import.ArchiveError, match="holds links"):
         reference_import.import_archive(archive, tmp_path / "ref")
 

@@ -132,6 +132,34 @@ def _decorate(
     return ax
 
 
+def _seed_line(ax: Axes, seed: float, axis: str) -> None:
+    """The seed's own size on a size axis: a grey dotted vertical line (gid
+    ``"seed-size"``), labelled ``seed size (<axis>=<size>)``."""
+    ax.axvline(
+        seed,
+        color="0.35",
+        linestyle=":",
+        linewidth=1.4,
+        gid="seed-size",
+        label=f"seed size ({axis}={_fmt_size(seed)})",
+    )
+
+
+def _step_time_axes(ax: Axes, title: str, axis: str, sizes, legend: bool) -> Axes:
+    """Log-log axes of a step-time figure: title, ``axis`` on x, seconds per step on y,
+    the legend when asked, x limits kept open for a single size (:func:`_widen_if_single`)."""
+    _decorate(
+        ax,
+        title=title,
+        xlabel=axis,
+        ylabel="step time (s per step)",
+        logx=True,
+        logy=True,
+        legend=legend,
+    )
+    return _widen_if_single(ax, sizes)
+
+
 def _widen_if_single(ax: Axes, sizes) -> Axes:
     """With one size on a log x axis, fix the x limits to half and twice that size:
     matplotlib's autoscaling can collapse a single value to zero width inside a
@@ -348,14 +376,7 @@ def step_time_vs_size(
                     )
                     failed_labelled = True
 
-    ax.axvline(
-        seed,
-        color="0.35",
-        linestyle=":",
-        linewidth=1.4,
-        gid="seed-size",
-        label=f"seed size ({axis}={_fmt_size(seed)})",
-    )
+    _seed_line(ax, seed, axis)
     if crossover is not None and not crossover.empty:
         rows = crossover[
             (crossover["case"] == case)
@@ -390,16 +411,7 @@ def step_time_vs_size(
                     gid="crossover-ci",
                     label=f"95% CI {_fmt_size(lo)}{EN_DASH}{_fmt_size(hi)}",
                 )
-    _decorate(
-        ax,
-        title=title,
-        xlabel=axis,
-        ylabel="step time (s per step)",
-        logx=True,
-        logy=True,
-        legend=True,
-    )
-    return _widen_if_single(ax, df["_size"])
+    return _step_time_axes(ax, title, axis, df["_size"], legend=True)
 
 
 #: Line style and marker of each machine in :func:`cross_machine_step_time`, in the
@@ -544,23 +556,8 @@ def cross_machine_step_time(
                 face = "white" if hollow else colour
                 _draw_curve(ax, g, colour, marker, style, name, face=face, size=32)
 
-    ax.axvline(
-        seed,
-        color="0.35",
-        linestyle=":",
-        linewidth=1.4,
-        gid="seed-size",
-        label=f"seed size ({axis}={_fmt_size(seed)})",
-    )
-    _decorate(
-        ax,
-        title=title,
-        xlabel=axis,
-        ylabel="step time (s per step)",
-        logx=True,
-        logy=True,
-    )
-    _widen_if_single(ax, drawn)
+    _seed_line(ax, seed, axis)
+    _step_time_axes(ax, title, axis, drawn, legend=False)
     # Below the axes, so that the machines' curves stay readable; its title is the note.
     legend = ax.legend(
         fontsize="x-small",

@@ -404,8 +404,8 @@ def fresh_compile_cache(root: str | None = None) -> str:
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="crossover-compile-cache-", dir=root)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(folder, "inductor")
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
+    for name, sub in zip(COMPILE_CACHE_ENV, ("inductor", "triton"), strict=True):
+        os.environ[name] = os.path.join(folder, sub)
     return folder
 
 

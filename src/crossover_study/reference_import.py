@@ -31,14 +31,11 @@ from pathlib import Path
 from .manifest import MANIFEST_NAME, load_manifest
 from .paper import REFERENCE_DIR, freeze
 from .provenance import REPO_ROOT
+from .reference_run import slug
 
 
 class ArchiveError(ValueError):
     """The archive is not a reference run, or cannot be imported (the message says why)."""
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "unknown"
 
 
 def run_name(results: str | Path) -> str:
@@ -60,7 +57,7 @@ def run_name(results: str | Path) -> str:
         ]
         if names:
             model = re.sub(r"^(nvidia|amd)\s+", "", names[0], flags=re.IGNORECASE)
-            return f"{_slug(model)}-{date}"
+            return f"{slug(model)}-{date}"
         cpus = cpus or (record.get("cpus") or {}).get("os_cpu_count")
     return f"cpu-{cpus or 'unknown'}core-{date}"
 

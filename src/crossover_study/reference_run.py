@@ -46,8 +46,7 @@ from pathlib import Path
 
 from . import gpu_bundle
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SRC = REPO_ROOT / "src"
+SRC = gpu_bundle.REPO_ROOT / "src"
 #: Files that come back from the GPU machine may be at most 16 MiB each.
 ARCHIVE_LIMIT_BYTES = 16 * 1024 * 1024
 #: Default wall-clock budget of the whole run (install, measure, collect, pack): the
@@ -81,8 +80,24 @@ def job_order(job: tuple[str, str, str, int]) -> tuple:
     return (framework != "torch", rank.get(case, 9), case, dev.get(device, 9), framework, batch)
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
+    """``text`` as a lower-case file-name part: runs of other characters become ``-``."""
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "unknown"
+
+
+def job_files(results: Path, logs: Path, job: tuple[str, str, str, int]) -> dict[str, Path]:
+    """The files of one measuring job ``(case, framework, device, batch)``, in the
+    layout of the workflow's measure rule: ``csv``, ``probe``, ``journal``, ``log`` and
+    the Snakemake-style benchmark file ``bench``."""
+    case, framework, device, batch = job
+    stem = f"{case}/{framework}/{device}/batch-{batch}"
+    return {
+        "csv": results / "points" / f"{stem}.csv",
+        "probe": results / "points" / f"{stem}.probe.json",
+        "journal": results / "journal" / f"{stem}.jsonl",
+        "log": logs / "measure" / f"{stem}.log",
+        "bench": logs / "benchmarks" / "measure" / f"{stem}.tsv",
+    }
 
 
 #: A point's line in a job's log (runner.run_group): two spaces, the point's key, its
@@ -322,13 +337,8 @@ def run(
     }
     for case, framework, device, batch in jobs:
         stem = f"{case}/{framework}/{device}/batch-{batch}"
-        paths = {
-            "csv": results / "points" / f"{stem}.csv",
-            "probe": results / "points" / f"{stem}.probe.json",
-            "journal": results / "journal" / f"{stem}.jsonl",
-            "log": logs / "measure" / f"{stem}.log",
-        }
-        bench = logs / "benchmarks" / "measure" / f"{stem}.tsv"
+        paths = job_files(results, logs, (case, framework, device, batch))
+        bench = paths.pop("bench")
         cmd = [
             sys.executable,
             "-m",
@@ -403,13 +413,10 @@ def finish(
 
     results, logs = workdir / "results" / name, workdir / "logs" / name
     done, incomplete = [], []
-    for case, framework, device, batch in sorted(study_config.measure_jobs(config), key=job_order):
-        stem = f"{case}/{framework}/{device}/batch-{batch}"
-        files = (
-            results / "points" / f"{stem}.csv",
-            results / "points" / f"{stem}.probe.json",
-            logs / "benchmarks" / "measure" / f"{stem}.tsv",
-        )
+    for job in sorted(study_config.measure_jobs(config), key=job_order):
+        paths = job_files(results, logs, job)
+        files = (paths["csv"], paths["probe"], paths["bench"])
+        stem = "{}/{}/{}/batch-{}".format(*job)
         (done if all(f.is_file() for f in files) else incomplete).append((stem, files))
     if not done:
         raise RuntimeError("no measuring job wrote its table; see the job logs above")
@@ -447,7 +454,7 @@ def finish(
         extra={"runner": runner_info},
     )
     write_json(manifest, results / "manifest.json")
-    host = _slug(socket.gethostname())
+    host = slug(socket.gethostname())
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%MZ")
     out.mkdir(parents=True, exist_ok=True)
     archive = _pack(out / f"reference-{name}-{host}-{stamp}.tar.gz", workdir, (results, logs))

@@ -37,7 +37,9 @@ from pathlib import Path
 from . import gpu_bundle
 from .reference_run import ARCHIVE_LIMIT_BYTES
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = gpu_bundle.REPO_ROOT
+#: make's variables that an inner make would inherit (REHEARSE=1 would recurse).
+MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "REHEARSE")
 STUDY = "config/studies/reference-gpu-rehearsal.yaml"
 
 
@@ -175,7 +177,8 @@ def rehearse(study: str = STUDY, keep: bool = False, log=print) -> dict:
 
         log("3/4 make reference-gpu in a copy of what travels (no .git), throwaway Python")
         device = tmp / "device"
-        copy_tree(travelling_files(), REPO_ROOT, device)
+        files = travelling_files()
+        copy_tree(files, REPO_ROOT, device)
         shutil.copytree(bundle, device / ".gpu-bundle")
         out = tmp / "out"
         _run(
@@ -208,10 +211,10 @@ def rehearse(study: str = STUDY, keep: bool = False, log=print) -> dict:
 
         log("4/4 import into a copy of the repository, audit, snakemake paper")
         repo = tmp / "repo"
-        copy_tree(travelling_files(), REPO_ROOT, repo)
+        copy_tree(files, REPO_ROOT, repo)
         name = f"rehearsal-{datetime.now(UTC).date().isoformat()}"
         env = {**os.environ, "PYTHONPATH": str(repo / "src")}
-        for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "REHEARSE"):
+        for k in MAKE_VARIABLES:
             env.pop(k, None)
         _run(
             [

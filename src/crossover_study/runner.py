@@ -151,14 +151,12 @@ def run_group(
     journal_path: Path,
     out_csv: Path,
     log: Callable[[str], None] = print,
-    on_point: Callable[[int, int, dict], None] | None = None,
     job: dict | None = None,
     deadline: float | None = None,
 ) -> list[dict]:
     """Measure every point of ``group`` not yet in the journal; write ``out_csv``.
 
-    Returns the rows written (one per point, in ``group.points`` order). ``on_point(i,
-    n, row)`` is called after the i-th of n points (progress lines); ``job``, when
+    Returns the rows written (one per point, in ``group.points`` order). ``job``, when
     given, is filled with what the job's probe record needs: ``gpu_start``, the GPU
     state (:func:`gpu_state.snapshot`) taken after the framework import, before the
     device is touched. ``deadline`` (seconds since the epoch, as ``time.time()``): a
@@ -185,7 +183,7 @@ def run_group(
     saved_env = {name: os.environ.get(name) for name in frameworks.COMPILE_CACHE_ENV}
     cache_dir = frameworks.fresh_compile_cache() if group.framework == "torch" else None
     try:
-        return _run_group(group, journal_path, out_csv, log, on_point, job, created, deadline)
+        return _run_group(group, journal_path, out_csv, log, job, created, deadline)
     finally:
         if cache_dir is not None:
             shutil.rmtree(cache_dir, ignore_errors=True)
@@ -209,7 +207,7 @@ def _import_framework(group: GroupSpec) -> str | None:
     return None
 
 
-def _run_group(group, journal_path, out_csv, log, on_point, job, created, deadline):
+def _run_group(group, journal_path, out_csv, log, job, created, deadline):
     not_importable = _import_framework(group)
     import_s = time.time() - created
     job["gpu_start"] = gpu_start = gpu_state.snapshot()
@@ -250,14 +248,12 @@ def _run_group(group, journal_path, out_csv, log, on_point, job, created, deadli
         )
 
     rows = []
-    for index, point in enumerate(group.points):
+    for point in group.points:
         key = point.key()
         row = journal.final_row(key)
         if row is not None:
             log(f"  {key}: kept from run {row.get('run_id')} ({row['status']})")
             rows.append(row)
-            if on_point is not None:
-                on_point(index, len(group.points), row)
             continue
         if key in journal.stale and key not in journal.done:
             log(
@@ -310,8 +306,6 @@ def _run_group(group, journal_path, out_csv, log, on_point, job, created, deadli
         journal.finish(key, row)
         log(f"  {key}: {row['status']} {row.get('step_time_s') or row.get('message') or ''}")
         rows.append(row)
-        if on_point is not None:
-            on_point(index, len(group.points), row)
 
     write_csv_atomic(rows, table_columns("timings"), out_csv)
     return rows
