@@ -50,20 +50,36 @@ def check_framework(variant: str, framework: str) -> None:
 LOSS_READ_VARIANTS = {"read_loss_every_step": 1, "read_loss_every_1000": 1000}
 
 
-def loss_read_every(cls, variant: str) -> int:
-    """Steps between loss reads for ``variant`` of workload class ``cls``.
+def loss_read_every(workload, variant: str) -> int:
+    """Steps between loss reads for ``variant`` of ``workload`` (a workload instance or
+    class whose ``loss_read_every`` is its seed program's own interval).
 
-    Raises NotApplicable for a Keras ``fit`` program (fit reads its logs once per epoch)
-    and for a variant identical to the seed's own program.
+    Raises NotApplicable for a program that already reads the loss every step and so
+    cannot be made to read less often by a variant (Keras 3 ``fit``: see
+    :data:`FIT_READS_EVERY_STEP`), and for a variant identical to the seed's program.
     """
+    every = workload.loss_read_every
     if variant not in LOSS_READ_VARIANTS:
-        return cls.loss_read_every
-    if getattr(cls, "keras_fit", False):
-        raise NotApplicable("Keras fit reads the loss once per epoch; it has no per-step read")
-    every = LOSS_READ_VARIANTS[variant]
-    if every == cls.loss_read_every:
+        return every
+    if getattr(workload, "fit_reads_every_step", False):
+        raise NotApplicable(FIT_READS_EVERY_STEP)
+    target = LOSS_READ_VARIANTS[variant]
+    if target == every:
         raise NotApplicable(f"the seed's program already reads the loss every {every} step(s)")
-    return every
+    return target
+
+
+#: Why a Keras ``fit`` program reads its loss every step, whatever a variant asks:
+#: Keras 3 ``CallbackList.on_train_batch_end`` converts the step's logs to Python floats
+#: (``python_utils.pythonify_logs``, one ``convert_to_numpy`` per log value), and on the
+#: TensorFlow backend callbacks run synchronously (``_async_train`` is False even with
+#: only the History callback; keras 3.15 ``callbacks/callback_list.py``). Counted in
+#: tests/test_workloads.py.
+FIT_READS_EVERY_STEP = (
+    "Keras 3 fit converts its logs to Python floats after every step (callbacks run "
+    "synchronously on the TensorFlow backend): it reads the loss every step, and no "
+    "setting of fit reads it less often (custom_step and steps_per_execution do)"
+)
 
 
 def check_lstm_kernel(variant: str, device: str, has_lstm: bool) -> None:

@@ -65,7 +65,7 @@ class _TFWorkload:
         check_lstm_kernel(variant, device, isinstance(self, LSTM))
         if variant == "function" and self.step_is_function:
             raise NotApplicable("the seed's step already is a tf.function (= eager)")
-        self.loss_read_every = loss_read_every(type(self), variant)
+        self.loss_read_every = loss_read_every(self, variant)
         #: copy_data_each_step: data stays in host memory (NumPy) and every step converts
         #: its batch to a tensor on the device instead of placing it once.
         self.copy_data = variant == "copy_data_each_step"
@@ -260,6 +260,9 @@ class _KerasFit(_TFWorkload):
     """
 
     keras_fit = True
+    #: Keras 3 fit reads its logs back after every step (workloads.FIT_READS_EVERY_STEP).
+    fit_reads_every_step = True
+    loss_read_every = 1
     #: Iris evaluates its validation set after every epoch, as the seed's fit does.
     validation = False
 
@@ -273,10 +276,12 @@ class _KerasFit(_TFWorkload):
             raise NotApplicable("Keras fit already runs its step as a tf.function (= eager)")
         if variant == "loop":
             raise NotApplicable("for Keras fit, many steps per program is steps_per_execution")
-        if variant == "train_on_batch":
-            self.loss_read_every = 1  # train_on_batch returns the loss as a float
-        if variant == "tf_data_repeat":
-            self.loss_read_every = 0  # one long epoch per call: logs once per block
+        if variant in ("custom_step", "steps_per_execution"):
+            # custom_step reads its loss once per epoch; steps_per_execution runs one
+            # epoch per train_function call, whose logs fit converts once per call.
+            self.loss_read_every = self.steps_per_call
+        # eager, train_on_batch (returns the loss as a float) and tf_data_repeat (fit on
+        # a dataset: still one logs conversion per step) read it every step.
         if variant in ("train_on_batch", "custom_step"):
             # No fit call to amortise: a block is any whole number of epochs.
             self.min_steps_per_block = self.steps_per_call
@@ -394,7 +399,6 @@ class Iris(_KerasFit):
     ``logcosh``, ``fit(batch_size, steps_per_epoch=2, validation_data=...)``."""
 
     steps_per_call = data.IRIS_STEPS_PER_EPOCH
-    loss_read_every = data.IRIS_STEPS_PER_EPOCH
     validation = True
     #: The seed's one fit call: 20 epochs of 2 steps. Each fit call costs ≈70 ms of
     #: set-up here, which the seed's user paid once per 40 steps.
@@ -418,10 +422,14 @@ class LSTM(_KerasFit):
     Dropout → LSTM(units) → Dropout → Dense(4), Adam, MSE, ``fit`` on the seeded
     synthetic sequence set."""
 
-    steps_per_call = data.LSTM_STEPS_PER_EPOCH
-    loss_read_every = data.LSTM_STEPS_PER_EPOCH
-    #: At least two epochs per fit call, so fit's per-call set-up stays a small share.
-    min_steps_per_block = 2 * data.LSTM_STEPS_PER_EPOCH
+    def __init__(
+        self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
+    ):
+        # One epoch of the seed's data set (data.LSTM_TRAIN_SAMPLES) per fit epoch; a
+        # timed block is one fit call of whole epochs.
+        self.steps_per_call = data.lstm_steps_per_epoch(sizes["batch"])
+        self.min_steps_per_block = self.steps_per_call
+        super().__init__(device, sizes, variant, seed)
 
     def setup(self) -> None:
         keras.utils.set_random_seed(self.seed)

@@ -13,7 +13,7 @@ the gradients inside ``apply_gradients``; s001's manual SGD all-reduces explicit
 
 Data are pre-staged per replica once (``experimental_distribute_values_from_function``),
 so the input pipeline is not what is timed: s001 one global batch, s002 the two
-batches of one epoch, s004 the four batches of one epoch (cycled in order, no per-epoch
+batches of one epoch, s004 the batches of one epoch (cycled in order, no per-epoch
 shuffle); s000 draws its k on each replica inside the step, as the seed does. Keras
 ``fit``'s per-epoch validation (s002) is not run: this is a training step, not ``fit``.
 
@@ -46,7 +46,7 @@ LOSS_READ_EVERY = {
     "s000-hjb": 1,
     "s001-mlp": 1000,
     "s002-iris": data.IRIS_STEPS_PER_EPOCH,
-    "s004-lstm": data.LSTM_STEPS_PER_EPOCH,
+    "s004-lstm": None,  # once per epoch: data.lstm_steps_per_epoch(global batch)
 }
 
 
@@ -185,7 +185,7 @@ def build_case(
             loss_fn = keras.losses.get("log_cosh")
             batches = _epoch_shards(strategy, (xt, yt), global_batch, steps, pb)
         elif case == "s004-lstm":
-            steps = data.LSTM_STEPS_PER_EPOCH
+            steps = data.lstm_steps_per_epoch(global_batch)
             x, y = data.sequences(global_batch * steps, sizes["seq_len"], seed=seed)
             u = sizes["units"]
             model = keras.Sequential(
@@ -255,7 +255,7 @@ class StrategyWorkload:
                 f"{self.replicas} replicas"
             )
         self.threads_per_replica = threads_per_replica
-        self.loss_read_every = LOSS_READ_EVERY[case]
+        self.loss_read_every = LOSS_READ_EVERY[case] or data.lstm_steps_per_epoch(self.global_batch)
         self.step_index = 0
         self._last = None
 

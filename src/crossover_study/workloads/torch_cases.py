@@ -121,7 +121,7 @@ class _TorchWorkload:
             if missing is not None:
                 raise Unavailable(missing)
         check_lstm_kernel(variant, device, isinstance(self, LSTM))
-        self.loss_read_every = loss_read_every(type(self), variant)
+        self.loss_read_every = loss_read_every(self, variant)
         #: copy_data_each_step: data stays in host memory and each step copies its batch
         #: to the device (a no-op copy on the CPU) instead of being placed once.
         self.copy_data = variant == "copy_data_each_step"
@@ -202,7 +202,19 @@ class _TorchWorkload:
             return None
         return _compile_count() - self._compile_base
 
+    def _read_on_schedule(self, loss: torch.Tensor) -> None:
+        """Count one step of an epoch loop (the Keras ``fit`` ports) and read ``loss``
+        back after every ``loss_read_every``-th step (once per epoch by default, every
+        step for ``read_loss_every_step``); the last loss is kept for :meth:`loss`."""
+        self.step_index += 1
+        self._last_loss = loss
+        if self.step_index % self.loss_read_every == 0:
+            self._loss = loss.item()
+
     def loss(self) -> float:
+        last = getattr(self, "_last_loss", None)
+        if last is not None:  # read outside the timed blocks
+            return float(last.detach())
         return float("nan") if self._loss is None else float(self._loss)
 
 
@@ -403,14 +415,12 @@ class Iris(_TorchWorkload):
             for s in range(self.steps_per_call):
                 idx = order[s * b : (s + 1) * b]
                 x, y = self._to_device(self.x_train[idx]), self._to_device(self.y_train[idx])
-                loss = self.step(x, y)
-                self.step_index += 1
+                self._read_on_schedule(self.step(x, y))
             self.model.eval()
             with torch.no_grad():
                 x, y = self._to_device(self.x_val), self._to_device(self.y_val)
                 val = _log_cosh(self.model(x), y)
-            self._loss = loss.item()
-            self._val_loss = val.item()
+            self._val_loss = val.item()  # validation is read once per epoch, as fit's
 
 
 class LSTMRegressor(nn.Module):
@@ -440,9 +450,15 @@ class LSTM(_TorchWorkload):
     (shuffled batches, loss read back once per epoch as Keras ``fit`` logs do).
     """
 
-    steps_per_call = data.LSTM_STEPS_PER_EPOCH
-    loss_read_every = data.LSTM_STEPS_PER_EPOCH
     keras_fit = True
+
+    def __init__(
+        self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
+    ):
+        # One epoch of the seed's data set (data.LSTM_TRAIN_SAMPLES) per call.
+        self.steps_per_call = data.lstm_steps_per_epoch(sizes["batch"])
+        self.loss_read_every = self.steps_per_call
+        super().__init__(device, sizes, variant, seed)
 
     def setup(self) -> None:
         torch.manual_seed(self.seed)
@@ -492,8 +508,7 @@ class LSTM(_TorchWorkload):
                 x, y = self._to_device(self.x[idx]), self._to_device(self.y[idx])
                 with self._kernel():
                     loss = self.step(x, y)
-                self.step_index += 1
-            self._loss = loss.item()
+                self._read_on_schedule(loss)
 
 
 WORKLOADS = {"s000-hjb": HJB, "s001-mlp": MLP, "s002-iris": Iris, "s004-lstm": LSTM}

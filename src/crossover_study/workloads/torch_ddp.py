@@ -99,7 +99,7 @@ class RankProgram:
     gradient of the global batch's sum; w3's gradient is all-reduced and then dropped
     every step (the seed lets it accumulate unused). s004-lstm: the seed's regressor,
     Adam (Keras epsilon), mean squared error; the global batches of one epoch
-    (``data.LSTM_STEPS_PER_EPOCH``) are cycled in order (no per-epoch shuffle).
+    (``data.lstm_steps_per_epoch`` of the global batch) are cycled in order (no per-epoch shuffle).
     """
 
     def __init__(
@@ -129,7 +129,7 @@ class RankProgram:
             self.loss_read_every = 1000
             self.opt = None
         else:
-            epoch = data.LSTM_STEPS_PER_EPOCH
+            epoch = data.lstm_steps_per_epoch(gb)
             x, y = data.sequences(gb * epoch, sizes["seq_len"], seed=seed)
             x, y = torch.as_tensor(x), torch.as_tensor(y)
             net = _glorot(LSTMRegressor(x.shape[2], sizes["units"], y.shape[1]))
@@ -350,7 +350,9 @@ class DDPWorkload:
         self.replicas, self.scaling, self.seed = replicas, scaling, seed
         self.threads_per_replica = max(1, threads // replicas)
         self.backend = "nccl" if device == "cuda_multi" else "gloo"
-        self.loss_read_every = 1000 if case == "s001-mlp" else data.LSTM_STEPS_PER_EPOCH
+        self.loss_read_every = (
+            1000 if case == "s001-mlp" else data.lstm_steps_per_epoch(self.global_batch)
+        )
         self.followers: list[subprocess.Popen] = []
         self._logs: list = []
         self._busy = False
