@@ -227,3 +227,62 @@ def test_loss_read_cadence_of_the_compiled_and_keras_paths_is_recorded():
     assert Iris("cpu", SMALL["s002-iris"], "tf_data_repeat").loss_read_every == 1
     assert Iris("cpu", SMALL["s002-iris"]).loss_read_every == 1
     assert Iris("cpu", SMALL["s002-iris"], "custom_step").loss_read_every == 2  # per epoch
+
+
+@pytest.mark.parametrize("variant", ["eager", "tf_data_repeat", "steps_per_execution"])
+def test_keras_fit_host_reads_are_counted_and_match_the_rows(monkeypatch, variant):
+    """Count the log values Keras 3 converts to Python floats after training batches
+    (each a device-to-host read that waits for the step) while fit runs, and check that
+    the row's ``loss_read_every`` says the same: every step for fit (also on a dataset),
+    once per execution for steps_per_execution."""
+    frameworks.import_framework("tensorflow", "cpu", 1)
+    from keras.src import backend
+    from keras.src.callbacks.callback_list import CallbackList
+
+    from crossover_study.workloads.tf_cases import LSTM
+
+    w = LSTM("cpu", SMALL["s004-lstm"], variant)
+    w.setup()
+    w.run(w.steps_per_call)  # traced and built: later calls only train
+    reads = {"batch_end": 0, "all": 0}
+    inside = []
+    convert, batch_end = backend.convert_to_numpy, CallbackList.on_train_batch_end
+
+    def counting_convert(x):
+        reads["all"] += 1
+        reads["batch_end"] += bool(inside)
+        return convert(x)
+
+    def counting_batch_end(self, batch, logs=None):
+        inside.append(batch)
+        try:
+            return batch_end(self, batch, logs)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(backend, "convert_to_numpy", counting_convert)
+    monkeypatch.setattr(CallbackList, "on_train_batch_end", counting_batch_end)
+    steps = 2 * w.steps_per_call
+    w.run(steps)
+    w.close()
+    assert reads["batch_end"] > 0, "no log value was read back after a training batch"
+    assert steps / reads["batch_end"] == w.loss_read_every
+    assert reads["all"] >= reads["batch_end"]
+
+
+def test_torch_lstm_starts_as_keras_and_its_extra_bias_is_counted():
+    frameworks.import_framework("torch", "cpu", 1)
+    import torch
+
+    from crossover_study.workloads.torch_cases import LSTMRegressor
+
+    torch.manual_seed(0)
+    net = LSTMRegressor(3, 180, 4)
+    # Keras: 4 x (u x (inputs + u) + u) per LSTM layer plus the Dense head: 653 044;
+    # torch's second bias vector adds 3 layers x 4 gates x 180.
+    assert sum(p.numel() for p in net.parameters()) == 653_044 + 3 * 4 * 180
+    bias = net.lstm1.bias_ih_l0
+    assert torch.equal(bias[180:360], torch.ones(180))  # forget gate
+    assert not bias[:180].any() and not bias[360:].any() and not net.lstm1.bias_hh_l0.any()
+    w = net.lstm2.weight_hh_l0  # (4 x 180, 180): orthonormal columns
+    assert torch.allclose(w.T @ w, torch.eye(180), atol=1e-4)

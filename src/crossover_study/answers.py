@@ -21,6 +21,7 @@ TIMES = "\u00d7"
 EN_DASH = "\u2013"
 
 __all__ = [
+    "SEED_ASSUMPTIONS",
     "SEED_QUESTIONS",
     "answer_sentence",
     "format_seconds",
@@ -36,6 +37,30 @@ SEED_QUESTIONS: dict[str, str] = {
     "s004-lstm": "Keras LSTM: several GPUs no faster than one",
 }
 _DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA", "cuda_multi": "several-GPU CUDA", "tpu": "TPU"}
+
+
+def _lstm_assumption() -> str:
+    from crossover_study.workloads.data import LSTM_TRAIN_SAMPLES, lstm_steps_per_epoch
+
+    seed = SEED_SIZES["s004-lstm"]
+    return (
+        "The seed gives neither its data nor its window length. The study assumes the "
+        f"stock-price tutorial its code follows: {LSTM_TRAIN_SAMPLES:,} training windows "
+        f"of {seed['seq_len']} time steps (seeded synthetic series, 3 features "
+        f"\u2192 4 targets), i.e. {lstm_steps_per_epoch(seed['batch'])} steps per "
+        f"epoch at batch {seed['batch']}; each fit epoch ends with a ModelCheckpoint of "
+        "the whole model and the progress bar is drawn, as in the seed."
+    )
+
+
+#: What each case assumes where its seed is silent, shown beside its answer (None: the
+#: seed gives everything the program needs).
+SEED_ASSUMPTIONS: dict[str, str | None] = {
+    "s000-hjb": None,
+    "s001-mlp": None,
+    "s002-iris": None,
+    "s004-lstm": _lstm_assumption(),
+}
 
 
 def format_seconds(seconds: float) -> str:

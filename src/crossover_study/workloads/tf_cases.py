@@ -257,6 +257,12 @@ class _KerasFit(_TFWorkload):
     read back every step); ``custom_step`` runs a ``tf.function`` training step with
     ``GradientTape`` on tensors placed once (the loss read once per epoch, as fit does).
     Batches are drawn per epoch from a shuffled order, as ``fit(shuffle=True)`` does.
+
+    What the seed's ``fit`` did besides training, where it costs time, every path does
+    too: validation after each epoch (:attr:`validation`), a ``ModelCheckpoint`` that
+    saves the whole model after each epoch (:attr:`checkpoint_each_epoch`; written to a
+    temporary folder that :meth:`close` removes) and the progress bar of ``verbose=1``
+    (:attr:`verbose`; its text goes to an in-memory sink, not the job's log).
     """
 
     keras_fit = True
@@ -265,6 +271,10 @@ class _KerasFit(_TFWorkload):
     loss_read_every = 1
     #: Iris evaluates its validation set after every epoch, as the seed's fit does.
     validation = False
+    #: The seed's fit has ``callbacks=[ModelCheckpoint(save_freq="epoch")]``.
+    checkpoint_each_epoch = False
+    #: The seed's ``fit(verbose=...)``: 1 draws Keras's progress bar every step.
+    verbose = 0
 
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
@@ -300,6 +310,53 @@ class _KerasFit(_TFWorkload):
         self.model = model
         if self.variant == "custom_step":
             self._build_custom_step(loss)
+
+    def _callbacks(self) -> list:
+        """The seed's fit callbacks: a ``ModelCheckpoint`` saving the model after every
+        epoch (Keras 3 needs a ``.keras`` file; the seed's Keras 2 saved a SavedModel
+        folder), or none."""
+        if not self.checkpoint_each_epoch:
+            return []
+        return [keras.callbacks.ModelCheckpoint(self._checkpoint_path(), save_freq="epoch")]
+
+    def _checkpoint_path(self) -> str:
+        import tempfile
+
+        if getattr(self, "_checkpoint_dir", None) is None:
+            self._checkpoint_dir = tempfile.mkdtemp(prefix="crossover-checkpoint-")
+        return f"{self._checkpoint_dir}/model.keras"
+
+    def _end_epoch(self) -> None:
+        """What the seed's fit did after an epoch's steps, for the paths without fit
+        (train_on_batch, custom_step): validation and the checkpoint."""
+        if self.validation:
+            if self.variant == "custom_step":
+                self.eval_step(*self.val_dev)
+            else:
+                self.model.test_on_batch(self.x_val, self.y_val)
+        if self.checkpoint_each_epoch:
+            self.model.save(self._checkpoint_path())
+
+    def _fit(self, *args, **kwargs):
+        """``model.fit`` with the seed's verbosity and callbacks; the progress bar's text
+        goes to an in-memory sink (the time to build it is the user's, the job's log
+        is not its place)."""
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            return self.model.fit(
+                *args, verbose=self.verbose, callbacks=self._callbacks(), **kwargs
+            )
+
+    def close(self) -> None:
+        """Remove the checkpoint folder (the runner calls this after the point)."""
+        import shutil
+
+        folder = getattr(self, "_checkpoint_dir", None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+            self._checkpoint_dir = None
 
     def _build_custom_step(self, loss: str) -> None:
         model, loss_fn = self.model, keras.losses.get(loss)
@@ -337,15 +394,13 @@ class _KerasFit(_TFWorkload):
                     self._loss_value = self.model.train_on_batch(
                         self.x_train[idx], self.y_train[idx]
                     )
-                if self.validation:
-                    self.model.test_on_batch(self.x_val, self.y_val)
+                self._end_epoch()
         elif self.variant == "custom_step":
             for _ in range(epochs):
                 for idx in self._epoch_batches():
                     batch_loss = self.train_step(tf.constant(idx))
-                if self.validation:
-                    self.eval_step(*self.val_dev)
-                self._loss_value = float(batch_loss)  # read once per epoch, as fit logs
+                self._loss_value = float(batch_loss)  # read once per epoch
+                self._end_epoch()
         elif self.variant == "tf_data_repeat":
             # The answer's remedy: a tf.data pipeline that repeats, one long epoch.
             if getattr(self, "dataset", None) is None:
@@ -358,8 +413,8 @@ class _KerasFit(_TFWorkload):
                     .prefetch(tf.data.AUTOTUNE)
                 )
             kwargs = {"validation_data": (self.x_val, self.y_val)} if self.validation else {}
-            history = self.model.fit(
-                self.dataset, epochs=1, steps_per_epoch=n_steps, verbose=0, shuffle=False, **kwargs
+            history = self._fit(
+                self.dataset, epochs=1, steps_per_epoch=n_steps, shuffle=False, **kwargs
             )
             self._loss_value = history.history["loss"][-1]
         else:
@@ -369,13 +424,8 @@ class _KerasFit(_TFWorkload):
                     "steps_per_epoch": self.steps_per_call,
                     "validation_data": (self.x_val, self.y_val),
                 }
-            history = self.model.fit(
-                self.x_train,
-                self.y_train,
-                batch_size=self.sizes["batch"],
-                epochs=epochs,
-                verbose=0,
-                **kwargs,
+            history = self._fit(
+                self.x_train, self.y_train, batch_size=self.sizes["batch"], epochs=epochs, **kwargs
             )
             self._loss_value = history.history["loss"][-1]
         self.step_index += n_steps
@@ -419,8 +469,18 @@ class Iris(_KerasFit):
 
 class LSTM(_KerasFit):
     """s004-lstm as in the seed: LSTM(units, return_sequences) → Dropout(0.2) → LSTM →
-    Dropout → LSTM(units) → Dropout → Dense(4), Adam, MSE, ``fit`` on the seeded
-    synthetic sequence set."""
+    Dropout → LSTM(units) → Dropout → Dense(4), Adam, MSE, ``fit(batch_size,
+    callbacks=[ModelCheckpoint(save_freq="epoch")])`` with the default progress bar, on
+    the seeded synthetic sequence set.
+
+    Assumptions (the seed gives neither): the data set holds
+    :data:`data.LSTM_TRAIN_SAMPLES` windows (the stock-price tutorial's 1 198, rounded
+    up to whole batches), so an epoch is ``data.lstm_steps_per_epoch(batch)`` steps (38
+    at the seed's batch 32); the window is ``seq_len`` = 60 time steps (the tutorial's).
+    """
+
+    checkpoint_each_epoch = True
+    verbose = 1
 
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
