@@ -680,6 +680,13 @@ def test_replica_program_sentence_sets_fit_beside_the_custom_step():
         "custom step 0.8\u00d7"
     ) in text
     assert "at 2 replicas, weak scaling, fit takes 20 ms" in text
+    assert "flagged" not in text
+    # A noisy timing is never quoted without its flag.
+    noisy = _program_rows().assign(noisy=False)
+    noisy.loc[(noisy["variant"] == "mirrored") & (noisy["scaling"] == "weak"), "noisy"] = True
+    text = replica_program_sentence(figures.scaling_table(noisy, "s004-lstm"), "s004-lstm")
+    assert "the custom step 6 ms (flagged noisy: custom step): fit adds" in text
+    assert text.count("flagged") == 1
     # Only the custom step measured, or neither program of fit: nothing or a reason.
     lean = figures.scaling_table(_program_rows().query("variant == 'mirrored'"), "s004-lstm")
     assert replica_program_sentence(lean, "s004-lstm") is None

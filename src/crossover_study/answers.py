@@ -431,7 +431,8 @@ def replica_program_sentence(scaling: pd.DataFrame, case: str) -> str | None:
     all-reduce of the gradients timed alone (``allreduce_share`` x fit's step time, an
     upper bound on the exposed communication) and each program's speed-up over its own
     one replica (a one-replica clause only where both programs' own one-replica points
-    were measured, not an ``eager`` fallback). Step times are ``global_batch / samples_per_s``. Returns None when
+    were measured, not an ``eager`` fallback). A pair of step times is followed by
+    "(flagged noisy: ...)" when the table's ``noisy`` says either program's timing is. Step times are ``global_batch / samples_per_s``. Returns None when
     ``case`` has no ``mirrored_fit`` row; says so when ``mirrored`` was not measured
     beside it. Every number is read from the table.
     """
@@ -456,6 +457,12 @@ def replica_program_sentence(scaling: pd.DataFrame, case: str) -> str | None:
                 float(_replica_times(s_rows).iloc[0]),
             )
             extra = t_fit - t_step
+            noisy = [
+                name
+                for name, r in (("fit", f), ("custom step", s_))
+                if "noisy" in r.index and bool(r["noisy"])
+            ]
+            flag = f" (flagged noisy: {', '.join(noisy)})" if noisy else ""
             cost = (
                 f"fit adds {format_seconds(extra)} per step ({extra / t_fit:.0%} of its step)"
                 if extra >= 0
@@ -466,14 +473,14 @@ def replica_program_sentence(scaling: pd.DataFrame, case: str) -> str | None:
                     continue  # an old table's eager fallback: not the two programs
                 clauses.append(
                     f"on one replica Keras fit takes {format_seconds(t_fit)} per step and "
-                    f"the custom step {format_seconds(t_step)}: {cost}, with one replica and no "
-                    "all-reduce across devices"
+                    f"the custom step {format_seconds(t_step)}{flag}: {cost}, with one replica "
+                    "and no all-reduce across devices"
                 )
                 continue
             text = (
                 f"at {int(key[0])} replicas, {key[1]} scaling, fit takes "
                 f"{format_seconds(t_fit)} per step and the custom step "
-                f"{format_seconds(t_step)}: {cost}"
+                f"{format_seconds(t_step)}{flag}: {cost}"
             )
             share = _num(f.get("allreduce_share"))
             if share is not None:

@@ -893,7 +893,8 @@ def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFram
     compared in global samples per second), ``allreduce_share``, and
     ``replica_variant``: the replicated variant a row belongs to (its baseline row's
     ``variant`` may be ``eager``), which tells ``mirrored`` and ``mirrored_fit`` apart
-    within one framework. Empty when the table has no replicated rows. The baseline is
+    within one framework, and ``noisy`` (the row's timing flagged noisy; a baseline of
+    several rows when any is). Empty when the table has no replicated rows. The baseline is
     NaN where neither was measured.
     """
     columns = [
@@ -910,6 +911,7 @@ def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFram
         "efficiency",
         "allreduce_share",
         "replica_variant",
+        "noisy",
     ]
     df = timings[timings["status"] == "ok"].copy()
     if "timing" in df:
@@ -930,6 +932,7 @@ def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFram
     df["allreduce_share"] = pd.to_numeric(
         df.get("allreduce_share", pd.Series(np.nan, index=df.index)), errors="coerce"
     )
+    df["noisy"] = truthy(df.get("noisy", pd.Series(False, index=df.index)))
     is_replicated = df["variant"].isin(tuple(REPLICA_VARIANTS))
     replicated = df[is_replicated & (df["replicas"] > 1)]
     if replicated.empty:
@@ -960,6 +963,7 @@ def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFram
                     "global_batch": first["global_batch"],
                     "samples_per_s": base_sps,
                     "allreduce_share": first["allreduce_share"],
+                    "noisy": bool(base["noisy"].any()),
                 },
             )
         out += [
