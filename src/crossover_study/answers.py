@@ -432,9 +432,10 @@ def replica_program_sentence(scaling: pd.DataFrame, case: str) -> str | None:
     upper bound on the exposed communication) and each program's speed-up over its own
     one replica (a one-replica clause only where both programs' own one-replica points
     were measured, not an ``eager`` fallback). A pair of step times is followed by
-    "(flagged noisy: ...)" when the table's ``noisy`` says either program's timing is. Step times are ``global_batch / samples_per_s``. Returns None when
-    ``case`` has no ``mirrored_fit`` row; says so when ``mirrored`` was not measured
-    beside it. Every number is read from the table.
+    "(flagged noisy: ...)" when the table's ``noisy`` says either program's timing is.
+    Step times are ``global_batch / samples_per_s``. Returns None when ``case`` has no
+    ``mirrored_fit`` row; says so when ``mirrored`` was not measured beside it. Every
+    number is read from the table.
     """
     if scaling.empty or "replica_variant" not in scaling:
         return None

@@ -138,8 +138,8 @@ def _check_replication(config: Mapping[str, Any]) -> None:
     if "cuda_multi" in devices and (rep is None or "cuda_multi" not in rep["devices"]):
         raise ConfigError(
             "config error at sweep.devices: cuda_multi runs only replicated points (ddp, "
-            "mirrored, mirrored_fit); add a replication section with devices: [cuda_multi], or drop "
-            "cuda_multi from sweep.devices"
+            "mirrored, mirrored_fit); add a replication section with devices: "
+            "[cuda_multi], or drop cuda_multi from sweep.devices"
         )
     if rep is None:
         return

@@ -987,10 +987,10 @@ def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) ->
     Per framework x device x replica variant (colour: device, marker: framework, hollow
     for a framework's second variant, e.g. ``mirrored_fit`` beside ``mirrored``; the
     variant is named in the label when a framework has several), one line per scaling
-    (solid: strong, dashed: weak) from the one-replica baseline (:func:`scaling_table`) at the seed's
-    size through the replicated points (:func:`scaling_table`); the dotted grey line
-    is perfect scaling (baseline x replicas). Each replicated point is annotated with
-    its scaling efficiency and all-reduce share. Log-2 x axis, log y axis. Returns the
+    (solid: strong, dashed: weak) from the one-replica baseline (:func:`scaling_table`)
+    at the seed's size through the replicated points (:func:`scaling_table`); the
+    dotted grey line is perfect scaling (baseline x replicas). Each replicated point is
+    annotated with its scaling efficiency and all-reduce share. Log-2 x axis, log y axis. Returns the
     Axes; says so on the Axes when ``case`` has no replicated rows.
     """
     ax = _new_ax(ax, figsize=(7.0, 4.6))

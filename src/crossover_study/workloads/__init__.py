@@ -100,8 +100,8 @@ def replica_batches(
     variant: str, case: str, device: str, batch: int, replicas: int, scaling: str | None
 ) -> tuple[int, int]:
     """(samples per replica, global samples) per step of a data-parallel point
-    (a variant of ``spec.REPLICA_VARIANTS``): strong scaling splits ``batch`` over the replicas, weak
-    scaling (and one replica) gives every replica ``batch``.
+    (a variant of ``spec.REPLICA_VARIANTS``): strong scaling splits ``batch`` over the
+    replicas, weak scaling (and one replica) gives every replica ``batch``.
 
     Raises NotApplicable for a case or device without replicas
     (:data:`~crossover_study.spec.REPLICA_CASES`, ``REPLICA_DEVICES``) or a batch strong
