@@ -264,6 +264,28 @@ def test_snakemake_dry_run_gives_cuda_multi_jobs_their_replicas_as_gpus(tmp_path
             PointSpec("s002-iris", "tensorflow", "tpu", "xla", SEED_SIZES["s002-iris"]),
             "only the eager",
         ),
+        (
+            PointSpec(
+                "s001-mlp", "tensorflow", "cpu", "mirrored_fit", MLP, replicas=2, scaling="weak"
+            ),
+            "s001-mlp's seed is not a Keras fit program",
+        ),
+        (
+            PointSpec("s001-mlp", "tensorflow", "cpu", "mirrored_fit", MLP, replicas=1),
+            "s001-mlp's seed is not a Keras fit program",
+        ),
+        (
+            PointSpec(
+                "s004-lstm",
+                "torch",
+                "cpu",
+                "mirrored_fit",
+                SEED_SIZES["s004-lstm"],
+                replicas=2,
+                scaling="strong",
+            ),
+            "tensorflow replica variant",
+        ),
     ],
 )
 def test_points_that_do_not_apply_say_why(point, reason):
@@ -479,6 +501,223 @@ def test_mirrored_on_two_logical_cpu_devices(tmp_path):
     assert (mirrored["traces_timed"] == 0).all()  # one trace, before the timed blocks
     assert (mirrored["device"] == "cpu").all() and np.isfinite(mirrored["final_loss"]).all()
     assert set(df.loc[df["variant"] == "ddp", "status"]) == {"not_applicable"}
+
+
+# -- mirrored_fit: MirroredStrategy + Keras fit, as s004's user ran it ----------------------
+
+
+def test_mirrored_fit_points_jobs_and_reasons():
+    config = copy.deepcopy(REPLICATED)
+    config["cases"]["s004-lstm"] = {}
+    config["replication"].update(cases=["s004-lstm", "s001-mlp"], variants=["mirrored_fit"])
+    config = validate_config(config)
+    lstm = SEED_SIZES["s004-lstm"]
+    pts = [p for p in points(config, "s004-lstm", "tensorflow", "cpu") if p.variant != "eager"]
+    assert [(p.variant, p.replicas, p.scaling, p.sizes) for p in pts] == [
+        ("mirrored_fit", 1, None, lstm),  # its own scaling baseline
+        ("mirrored_fit", 2, "strong", lstm),
+        ("mirrored_fit", 2, "weak", lstm),
+    ]
+    # The two-replica job of TensorFlow needs two logical CPU devices, like mirrored's.
+    parts = batches(config, "s004-lstm", "tensorflow", "cpu")
+    assert [logical_cpus(p, "cpu") for p in parts] == [1, 2]
+    # torch's rows of the variant say it belongs to TensorFlow, decided before any device.
+    torch_point = PointSpec("s004-lstm", "torch", "cpu", "mirrored_fit", lstm, replicas=1)
+    assert "TensorFlow/Keras program variant" in runner.framework_mismatch(torch_point)
+    # The one-device Keras program refuses it: replicas come from the replication section.
+    from crossover_study.workloads.tf_cases import LSTM
+
+    with pytest.raises(NotApplicable, match="replication section"):
+        LSTM("cpu", lstm, "mirrored_fit")
+    # A torch-only study cannot run it.
+    config["sweep"]["frameworks"] = ["torch"]
+    with pytest.raises(ConfigError, match=r"variants: \[mirrored_fit\] belong to tensorflow"):
+        validate_config(config)
+
+
+def test_default_study_measures_mirrored_fit_for_s004_only():
+    from crossover_study.config import load_config
+
+    config = load_config(REPO_ROOT / "config" / "config.yaml")
+    assert "mirrored_fit" in config["replication"]["variants"]
+    fit = {
+        case: [
+            (p.replicas, p.scaling)
+            for p in points(config, case, "tensorflow", "cpu")
+            if p.variant == "mirrored_fit"
+        ]
+        for case in ("s004-lstm", "s001-mlp")
+    }
+    # s001-mlp's points exist and give not_applicable rows with the reason (above).
+    assert fit["s004-lstm"] == fit["s001-mlp"] == [(1, None), (2, "strong"), (2, "weak")]
+
+
+MIRRORED_FIT_SCRIPT = """
+import json, sys
+sys.path.insert(0, {src!r})
+from crossover_study.harness import TimingPolicy
+from crossover_study.runner import GroupSpec, run_group
+from crossover_study.spec import PointSpec
+# Tiny LSTM; batch 400 makes s004's data set (1 198 windows) 3 global batches per epoch
+# (2 at weak scaling's global batch of 800).
+lstm = {{"batch": 400, "units": 8, "seq_len": 5}}
+mlp = {{"batch": 64, "d_in": 1024, "hidden": 128}}
+pts = tuple(
+    PointSpec("s004-lstm", "tensorflow", "cpu", v, lstm, replicas=r, scaling=sc)
+    for v in ("mirrored_fit", "mirrored")
+    for r, sc in ((1, None), (2, "strong"), (2, "weak"))
+) + (
+    PointSpec("s001-mlp", "tensorflow", "cpu", "mirrored_fit", mlp, replicas=2, scaling="weak"),
+    PointSpec("s004-lstm", "torch", "cpu", "mirrored_fit", lstm, replicas=2, scaling="weak"),
+)
+policy = TimingPolicy(min_block_s=0.02, n_blocks=3, max_warmup_s=0.2, max_point_s=2)
+run_group(GroupSpec("s004-lstm", "tensorflow", "cpu", pts, 2, policy, "skip", "h"), sys.argv[1], sys.argv[2], log=lambda _: None)
+"""
+
+
+@pytest.mark.slow
+def test_mirrored_fit_on_two_logical_cpu_devices(tmp_path):
+    from crossover_study import figures
+    from crossover_study.answers import replica_program_sentence
+
+    script = tmp_path / "run.py"
+    script.write_text(MIRRORED_FIT_SCRIPT.format(src=str(REPO_ROOT / "src")))
+    out = tmp_path / "o.csv"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "j.jsonl"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    df = pd.read_csv(out)
+    fit = df[(df["variant"] == "mirrored_fit") & (df["framework"] == "tensorflow")]
+    fit = fit[fit["case"] == "s004-lstm"]
+    assert set(fit["status"]) == {"ok"}, fit["message"].tolist()
+    assert fit["replicas"].tolist() == [1, 2, 2]
+    assert fit["global_batch"].tolist() == [400, 400, 800]
+    # One fit call of whole epochs of s004's data set per block: ceil(1198 / global batch).
+    assert fit["steps_per_call"].tolist() == [3, 3, 2]
+    assert (fit["steps_per_block"] % fit["steps_per_call"] == 0).all()
+    assert (fit["loss_read_every"] == 1).all()  # Keras 3 fit reads its logs every step
+    assert fit["replica_devices"].str.contains("MirroredStrategy").all()
+    assert fit["replica_devices"].str.count("CPU:").tolist() == [1, 2, 2]
+    assert fit["threads_per_replica"].tolist() == [2, 1, 1]
+    # The gradients' all-reduce through the same strategy, timed alone.
+    assert ((fit["allreduce_share"] > 0) & (fit["allreduce_share"] < 2)).all()
+    assert (fit["traces_timed"] == 0).all() and np.isfinite(fit["final_loss"]).all()
+    others = df[(df["variant"] == "mirrored_fit") & (df["status"] != "ok")]
+    reasons = dict(zip(others["framework"] + "/" + others["case"], others["message"], strict=True))
+    assert set(others["status"]) == {"not_applicable"}
+    assert "not a Keras fit program" in reasons["tensorflow/s001-mlp"]
+    assert "TensorFlow/Keras program variant" in reasons["torch/s004-lstm"]
+    assert set(df.loc[df["variant"] == "mirrored", "status"]) == {"ok"}
+    # Each program's one replica is its own baseline; the sentence compares them. (The
+    # report reads the seed's size; these rows were measured small, so they are labelled
+    # with the seed's sizes for the table only.)
+    table = figures.scaling_table(df.assign(**SEED_SIZES["s004-lstm"]), "s004-lstm")
+    base = table[table["scaling"] == "baseline"].set_index("replica_variant")
+    assert base.loc["mirrored_fit", "variant"] == "mirrored_fit"
+    assert base.loc["mirrored", "variant"] == "mirrored"
+    one = fit[fit["replicas"] == 1].iloc[0]
+    assert base.loc["mirrored_fit", "samples_per_s"] == pytest.approx(one["samples_per_s"])
+    text = replica_program_sentence(table, "s004-lstm")
+    assert "on one replica Keras fit takes" in text
+    assert "at 2 replicas, strong scaling, fit takes" in text
+    assert "at 2 replicas, weak scaling, fit takes" in text
+
+
+def _program_rows():
+    """Synthetic scaling rows of s004 for both TensorFlow replica programs (made-up
+    numbers: fit 10 ms per step on one replica, the custom step 4 ms)."""
+    base = {
+        "case": "s004-lstm",
+        "framework": "tensorflow",
+        "device": "cpu",
+        "status": "ok",
+        "timing": "synced",
+        **SEED_SIZES["s004-lstm"],
+    }
+    rows = []
+    for variant, t1, t_strong, t_weak in (
+        ("mirrored_fit", 0.010, 0.016, 0.020),
+        ("mirrored", 0.004, 0.005, 0.006),
+    ):
+        for replicas, scaling, t, gb in (
+            (1, None, t1, 32),
+            (2, "strong", t_strong, 32),
+            (2, "weak", t_weak, 64),
+        ):
+            rows.append(
+                {
+                    **base,
+                    "variant": variant,
+                    "replicas": replicas,
+                    "scaling": scaling,
+                    "global_batch": gb,
+                    "step_time_s": t,
+                    "samples_per_s": gb / t,
+                    "allreduce_share": None if replicas == 1 else 0.001 / t,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_replica_program_sentence_sets_fit_beside_the_custom_step():
+    from crossover_study import figures
+    from crossover_study.answers import replica_program_sentence
+
+    table = figures.scaling_table(_program_rows(), "s004-lstm")
+    assert sorted(set(table["replica_variant"])) == ["mirrored", "mirrored_fit"]
+    text = replica_program_sentence(table, "s004-lstm")
+    assert "on one replica Keras fit takes 10 ms per step and the custom step 4 ms" in text
+    assert "fit adds 6 ms per step (60% of its step)" in text
+    # strong: 16 ms vs 5 ms; the all-reduce alone 1 ms; speed-ups 10/16 and 4/5.
+    assert (
+        "at 2 replicas, strong scaling, fit takes 16 ms per step and the custom step 5 ms: "
+        "fit adds 11 ms per step (69% of its step), while one all-reduce of the gradients "
+        "alone takes 1 ms; speed-up over each program's own one replica: fit 0.6\u00d7, "
+        "custom step 0.8\u00d7"
+    ) in text
+    assert "at 2 replicas, weak scaling, fit takes 20 ms" in text
+    assert "flagged" not in text
+    # A noisy timing is never quoted without its flag.
+    noisy = _program_rows().assign(noisy=False)
+    noisy.loc[(noisy["variant"] == "mirrored") & (noisy["scaling"] == "weak"), "noisy"] = True
+    text = replica_program_sentence(figures.scaling_table(noisy, "s004-lstm"), "s004-lstm")
+    assert "the custom step 6 ms (flagged noisy: custom step): fit adds" in text
+    assert text.count("flagged") == 1
+    # Only the custom step measured, or neither program of fit: nothing or a reason.
+    lean = figures.scaling_table(_program_rows().query("variant == 'mirrored'"), "s004-lstm")
+    assert replica_program_sentence(lean, "s004-lstm") is None
+    alone = figures.scaling_table(_program_rows().query("variant == 'mirrored_fit'"), "s004-lstm")
+    assert "not mirrored (the custom step)" in replica_program_sentence(alone, "s004-lstm")
+
+
+def test_replica_scaling_figure_tells_the_two_tensorflow_programs_apart():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from crossover_study import figures
+
+    fig, ax = plt.subplots()
+    figures.replica_scaling(_program_rows(), "s004-lstm", ax=ax)
+    lines = {line.get_label(): line for line in ax.get_lines() if line.get_gid() == "scaling-line"}
+    assert sorted(lines) == [
+        "cpu tensorflow mirrored strong",
+        "cpu tensorflow mirrored weak",
+        "cpu tensorflow mirrored_fit strong",
+        "cpu tensorflow mirrored_fit weak",
+    ]
+    # Each line starts at its own program's one replica: 32 / 10 ms and 32 / 4 ms.
+    assert lines["cpu tensorflow mirrored_fit strong"].get_ydata()[0] == pytest.approx(3200)
+    assert lines["cpu tensorflow mirrored strong"].get_ydata()[0] == pytest.approx(8000)
+    hollow = {k for k, v in lines.items() if v.get_markerfacecolor() == "white"}
+    assert hollow == {"cpu tensorflow mirrored_fit strong", "cpu tensorflow mirrored_fit weak"}
+    assert [line.get_gid() for line in ax.get_lines()].count("ideal-scaling") == 2
+    plt.close(fig)
 
 
 # -- TPU ---------------------------------------------------------------------------------------

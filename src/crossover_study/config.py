@@ -138,8 +138,8 @@ def _check_replication(config: Mapping[str, Any]) -> None:
     if "cuda_multi" in devices and (rep is None or "cuda_multi" not in rep["devices"]):
         raise ConfigError(
             "config error at sweep.devices: cuda_multi runs only replicated points (ddp, "
-            "mirrored); add a replication section with devices: [cuda_multi], or drop "
-            "cuda_multi from sweep.devices"
+            "mirrored, mirrored_fit); add a replication section with devices: "
+            "[cuda_multi], or drop cuda_multi from sweep.devices"
         )
     if rep is None:
         return
@@ -304,7 +304,7 @@ def batches(
 
     Points of one replica come first (the ordinary points, batched as before replicas
     existed, so their tables and journals still match, and the one-replica baselines of
-    ``ddp``/``mirrored``, which need no process or device of their own); then the
+    the replica variants, which need no process or device of their own); then the
     replicated points, one or more jobs per replica count: a job's replicas decide its
     processes, its logical CPU devices and, on cuda_multi, the GPUs it asks Slurm for
     (one for a job whose only runnable points are the baselines).
@@ -352,10 +352,12 @@ def job_gpu_resources(
 
 def logical_cpus(group_points: Sequence[PointSpec], device: str) -> int:
     """Logical CPU devices TensorFlow must be given before it initialises: the most
-    replicas of a ``mirrored`` point on ``cpu`` (1: none to configure)."""
+    replicas of a TensorFlow replica point (``mirrored``, ``mirrored_fit``) on ``cpu``
+    (1: none to configure)."""
     if device != "cpu":
         return 1
-    return max((p.replicas for p in group_points if p.variant == "mirrored"), default=1)
+    tf_points = [p for p in group_points if REPLICA_VARIANTS.get(p.variant) == "tensorflow"]
+    return max((p.replicas for p in tf_points), default=1)
 
 
 def measure_jobs(config: Mapping[str, Any]) -> list[tuple[str, str, str, int]]:

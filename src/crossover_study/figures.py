@@ -880,8 +880,8 @@ def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None)
 def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFrame:
     """Replicated rows with their 1-replica baseline and scaling efficiency.
 
-    One row per ok replicated point (variant ``ddp`` or ``mirrored``, synced, more
-    than one replica) of ``case`` (every case when None), plus one ``replicas = 1``
+    One row per ok replicated point (a variant of ``spec.REPLICA_VARIANTS``, synced,
+    more than one replica) of ``case`` (every case when None), plus one ``replicas = 1``
     baseline row per case x framework x device x variant: the same variant on one
     replica (the same program, so efficiency compares like with like), or, in tables
     without it, the synced ``eager`` row at the seed's size. Columns:
@@ -890,8 +890,12 @@ def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFram
     step_time_s`` for tables written before the column existed), ``baseline_samples_per_s``,
     ``speedup`` = samples_per_s / baseline, ``efficiency`` = speedup / replicas (1 is
     perfect scaling; the same formula for strong and weak scaling, since both are
-    compared in global samples per second), and ``allreduce_share``. Empty when the
-    table has no replicated rows. The baseline is NaN where neither was measured.
+    compared in global samples per second), ``allreduce_share``, and
+    ``replica_variant``: the replicated variant a row belongs to (its baseline row's
+    ``variant`` may be ``eager``), which tells ``mirrored`` and ``mirrored_fit`` apart
+    within one framework, and ``noisy`` (the row's timing flagged noisy; a baseline of
+    several rows when any is). Empty when the table has no replicated rows. The baseline is
+    NaN where neither was measured.
     """
     columns = [
         "case",
@@ -906,6 +910,8 @@ def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFram
         "speedup",
         "efficiency",
         "allreduce_share",
+        "replica_variant",
+        "noisy",
     ]
     df = timings[timings["status"] == "ok"].copy()
     if "timing" in df:
@@ -926,6 +932,7 @@ def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFram
     df["allreduce_share"] = pd.to_numeric(
         df.get("allreduce_share", pd.Series(np.nan, index=df.index)), errors="coerce"
     )
+    df["noisy"] = truthy(df.get("noisy", pd.Series(False, index=df.index)))
     is_replicated = df["variant"].isin(tuple(REPLICA_VARIANTS))
     replicated = df[is_replicated & (df["replicas"] > 1)]
     if replicated.empty:
@@ -956,15 +963,19 @@ def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFram
                     "global_batch": first["global_batch"],
                     "samples_per_s": base_sps,
                     "allreduce_share": first["allreduce_share"],
+                    "noisy": bool(base["noisy"].any()),
                 },
             )
-        out += [{**item, "baseline_samples_per_s": base_sps} for item in group]
+        out += [
+            {**item, "baseline_samples_per_s": base_sps, "replica_variant": variant}
+            for item in group
+        ]
     table = pd.DataFrame(out).reindex(columns=columns)
     table["speedup"] = table["samples_per_s"] / table["baseline_samples_per_s"]
     table["efficiency"] = table["speedup"] / table["replicas"]
     order = {"baseline": 0, "strong": 1, "weak": 2}
     table = table.sort_values(
-        ["case", "framework", "device", "replicas", "scaling"],
+        ["case", "framework", "device", "replica_variant", "replicas", "scaling"],
         key=lambda col: col.map(order) if col.name == "scaling" else col,
     )
     return table.reset_index(drop=True)
@@ -973,11 +984,13 @@ def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFram
 def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) -> Axes:
     """Global samples per second against replicas, strong and weak scaling.
 
-    Per framework x device (colour: device, marker: framework), one line per scaling
-    (solid: strong, dashed: weak) from the one-replica baseline (:func:`scaling_table`) at the seed's
-    size through the replicated points (:func:`scaling_table`); the dotted grey line
-    is perfect scaling (baseline x replicas). Each replicated point is annotated with
-    its scaling efficiency and all-reduce share. Log-2 x axis, log y axis. Returns the
+    Per framework x device x replica variant (colour: device, marker: framework, hollow
+    for a framework's second variant, e.g. ``mirrored_fit`` beside ``mirrored``; the
+    variant is named in the label when a framework has several), one line per scaling
+    (solid: strong, dashed: weak) from the one-replica baseline (:func:`scaling_table`)
+    at the seed's size through the replicated points (:func:`scaling_table`); the
+    dotted grey line is perfect scaling (baseline x replicas). Each replicated point is
+    annotated with its scaling efficiency and all-reduce share. Log-2 x axis, log y axis. Returns the
     Axes; says so on the Axes when ``case`` has no replicated rows.
     """
     ax = _new_ax(ax, figsize=(7.0, 4.6))
@@ -988,17 +1001,22 @@ def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) ->
         return _empty(ax, f"no ok replicated rows for {case}", title)
     palette = _palette()
     lines = []
-    for (framework, device), rows in table.groupby(["framework", "device"]):
+    variants_of = table.groupby("framework")["replica_variant"].unique()
+    for (framework, device, variant), rows in table.groupby(
+        ["framework", "device", "replica_variant"]
+    ):
+        several = sorted(variants_of[framework])
+        name = f"{framework} {variant}" if len(several) > 1 else framework
         base = rows[rows["scaling"] == "baseline"]
         for scaling, dashes in (("strong", ""), ("weak", (4, 2))):
             part = pd.concat([base, rows[rows["scaling"] == scaling]])
             if len(part) == len(base):
                 continue
             part = part.assign(
-                label=f"{device} {framework} {scaling}", framework=framework, device=device
+                label=f"{device} {name} {scaling}", framework=framework, device=device
             )
-            lines.append((part, dashes))
-    for part, dashes in lines:
+            lines.append((part, dashes, several.index(variant) > 0))
+    for part, dashes, hollow in lines:
         label = part["label"].iloc[0]
         framework, device = part["framework"].iloc[0], part["device"].iloc[0]
         ax.plot(
@@ -1006,6 +1024,7 @@ def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) ->
             part["samples_per_s"],
             color=palette.get(device),
             marker=_MARKERS.get(framework, "o"),
+            markerfacecolor="white" if hollow else None,
             linestyle=(0, dashes) if dashes else "-",
             label=label,
             markersize=7,

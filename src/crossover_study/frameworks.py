@@ -46,11 +46,12 @@ def import_framework(framework: str, device: str, threads: int, logical_cpus: in
     ``threads`` and inter-op threads to 1, and hide GPUs from TensorFlow in ``cpu`` jobs
     so that nothing is placed on a GPU by default. Returns the module.
 
-    ``logical_cpus`` > 1 (TensorFlow, ``cpu`` jobs of ``mirrored`` points) splits the
-    one physical CPU device into that many logical CPU devices (one per replica of
-    ``MirroredStrategy``) with ``tf.config.set_logical_device_configuration``; this
-    must happen before TensorFlow initialises its devices, so a process that already
-    initialised them with fewer devices raises RuntimeError naming both counts. The
+    ``logical_cpus`` > 1 (TensorFlow, ``cpu`` jobs of ``mirrored`` or ``mirrored_fit``
+    points) splits the one physical CPU device into that many logical CPU devices (one
+    per replica of ``MirroredStrategy``) with
+    ``tf.config.set_logical_device_configuration``; this must happen before TensorFlow
+    initialises its devices, so a process that already initialised them with fewer
+    devices raises RuntimeError naming both counts. The
     logical devices share the job's one intra-op pool of ``threads`` threads.
     """
     if logical_cpus < 1:
@@ -422,10 +423,12 @@ def make_workload(point, threads: int):
     """The workload that measures ``point`` (a :class:`~crossover_study.spec.PointSpec`)
     in a job of ``threads`` CPU threads. Imports the framework's workload modules.
 
-    - a replicated point (variant ``ddp`` or ``mirrored``; one replica is the scaling
-      baseline, the same program on one device): ``ddp`` in torch
+    - a replicated point (a variant of ``spec.REPLICA_VARIANTS``; one replica is the
+      scaling baseline, the same program on one device): ``ddp`` in torch
       (:class:`~crossover_study.workloads.torch_ddp.DDPWorkload`), ``mirrored`` in
-      TensorFlow (:func:`~crossover_study.workloads.tf_strategy.mirrored_workload`);
+      TensorFlow (:func:`~crossover_study.workloads.tf_strategy.mirrored_workload`),
+      ``mirrored_fit`` in TensorFlow
+      (:func:`~crossover_study.workloads.tf_strategy.mirrored_fit_workload`; s004 only);
     - an ordinary point on ``tpu`` (TensorFlow): the seed case's strategy step under this
       host's ``TPUStrategy`` (eager only);
     - any other point: the case's one-device program (:func:`workload_class`).
@@ -443,7 +446,9 @@ def make_workload(point, threads: int):
         owner = REPLICA_VARIANTS.get(point.variant)
         if owner is None:
             raise NotApplicable(
-                f"{point.variant} is not a replica variant (ddp for torch, mirrored for tensorflow)"
+                f"{point.variant} is not a replica variant ("
+                + ", ".join(f"{v} for {f}" for v, f in REPLICA_VARIANTS.items())
+                + ")"
             )
         if owner != point.framework:
             raise NotApplicable(f"{point.variant} is a {owner} replica variant")
@@ -458,13 +463,14 @@ def make_workload(point, threads: int):
             from .workloads.torch_ddp import DDPWorkload
 
             return DDPWorkload(case, device, sizes, point.replicas, point.scaling, threads)
-        from .workloads.tf_strategy import mirrored_workload
+        from .workloads.tf_strategy import mirrored_fit_workload, mirrored_workload
 
-        return mirrored_workload(case, device, sizes, point.replicas, point.scaling, threads)
+        build = mirrored_fit_workload if point.variant == "mirrored_fit" else mirrored_workload
+        return build(case, device, sizes, point.replicas, point.scaling, threads)
     if device == "cuda_multi":
         raise NotApplicable(
-            "cuda_multi measures the replicated points (ddp, mirrored) of the replication "
-            "section only; the one-GPU program is the cuda class's"
+            "cuda_multi measures the replicated points (ddp, mirrored, mirrored_fit) of the "
+            "replication section only; the one-GPU program is the cuda class's"
         )
     if device == "tpu" and point.framework == "tensorflow":
         if point.variant != "eager":

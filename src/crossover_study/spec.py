@@ -52,11 +52,19 @@ VARIANTS: tuple[str, ...] = (
     # Data parallel over several replicas (config section ``replication``).
     "ddp",
     "mirrored",
+    "mirrored_fit",
 )
-#: Data-parallel variants, one per framework: torch ``DistributedDataParallel`` and
-#: TensorFlow ``tf.distribute.MirroredStrategy``. They are never in ``sweep.variants``;
-#: the ``replication`` config section makes their points.
-REPLICA_VARIANTS: dict[str, str] = {"ddp": "torch", "mirrored": "tensorflow"}
+#: Data-parallel variants and their framework: torch ``DistributedDataParallel``,
+#: TensorFlow ``tf.distribute.MirroredStrategy`` with a custom step on data placed per
+#: replica (``mirrored``), and the same strategy with the seed's Keras ``fit``
+#: (``mirrored_fit``: Keras's distributed input pipeline and per-step log reads, as
+#: s004's user ran it). They are never in ``sweep.variants``; the ``replication`` config
+#: section makes their points.
+REPLICA_VARIANTS: dict[str, str] = {
+    "ddp": "torch",
+    "mirrored": "tensorflow",
+    "mirrored_fit": "tensorflow",
+}
 #: Cases whose seed or answers ask about several replicas (issue 5): s004's user ran
 #: MirroredStrategy on several GPUs; s001 is the plain PyTorch MLP.
 REPLICA_CASES: tuple[str, ...] = ("s001-mlp", "s004-lstm")
@@ -102,8 +110,8 @@ POINT_COLUMNS: tuple[str, ...] = (
 
 
 def without_replicas(timings):
-    """Rows of a timings DataFrame that are not replicated points (variant ``ddp`` or
-    ``mirrored``): the size sweeps, crossovers, variant comparisons and answers are
+    """Rows of a timings DataFrame that are not replicated points (a variant of
+    :data:`REPLICA_VARIANTS`): the size sweeps, crossovers, variant comparisons and answers are
     about one process on one device; replicated rows have their own scaling figure."""
     if "variant" not in timings:
         return timings

@@ -100,8 +100,8 @@ def replica_batches(
     variant: str, case: str, device: str, batch: int, replicas: int, scaling: str | None
 ) -> tuple[int, int]:
     """(samples per replica, global samples) per step of a data-parallel point
-    (``ddp`` or ``mirrored``): strong scaling splits ``batch`` over the replicas, weak
-    scaling (and one replica) gives every replica ``batch``.
+    (a variant of ``spec.REPLICA_VARIANTS``): strong scaling splits ``batch`` over the
+    replicas, weak scaling (and one replica) gives every replica ``batch``.
 
     Raises NotApplicable for a case or device without replicas
     (:data:`~crossover_study.spec.REPLICA_CASES`, ``REPLICA_DEVICES``) or a batch strong
@@ -125,10 +125,10 @@ def replica_batches(
 
 
 def check_replica_variant(variant: str) -> None:
-    """Raise NotApplicable for a data-parallel variant (``ddp``, ``mirrored``) given to a
-    one-device program: those run through the ``replication`` config section, with
-    replicas (``frameworks.make_workload``)."""
-    if variant in ("ddp", "mirrored"):
+    """Raise NotApplicable for a data-parallel variant (``spec.REPLICA_VARIANTS``: ``ddp``,
+    ``mirrored``, ``mirrored_fit``) given to a one-device program: those run through the
+    ``replication`` config section, with replicas (``frameworks.make_workload``)."""
+    if variant in REPLICA_VARIANTS:
         raise NotApplicable(
             f"{variant} trains on several replicas; its points come from the replication "
             "section of the config"

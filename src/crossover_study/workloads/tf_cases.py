@@ -467,6 +467,30 @@ class Iris(_KerasFit):
         self._compile(model, keras.optimizers.Adam(learning_rate=0.1), "log_cosh")
 
 
+def lstm_regressor(
+    seq_len: int, features: int, units: int, targets: int, use_cudnn: bool | str = "auto"
+) -> keras.Sequential:
+    """s004's model as its seed builds it (unbuilt weights are created here, in the
+    caller's ``strategy.scope()`` if any): ``Input (seq_len, features)`` → LSTM(units,
+    return_sequences) → Dropout(0.2) → LSTM(units, return_sequences) → Dropout(0.2) →
+    LSTM(units) → Dropout(0.2) → Dense(targets). Input shape (batch, seq_len, features),
+    output (batch, targets). ``use_cudnn`` goes to every LSTM layer (Keras's "auto":
+    cuDNN when the layer allows it and a GPU is present). Source: the seed s004
+    (``shared/seeds/``), the stock-price LSTM tutorial's regressor."""
+    return keras.Sequential(
+        [
+            keras.Input(shape=(seq_len, features)),
+            keras.layers.LSTM(units, return_sequences=True, use_cudnn=use_cudnn),
+            keras.layers.Dropout(0.2),
+            keras.layers.LSTM(units, return_sequences=True, use_cudnn=use_cudnn),
+            keras.layers.Dropout(0.2),
+            keras.layers.LSTM(units, use_cudnn=use_cudnn),
+            keras.layers.Dropout(0.2),
+            keras.layers.Dense(targets),
+        ]
+    )
+
+
 class LSTM(_KerasFit):
     """s004-lstm as in the seed: LSTM(units, return_sequences) → Dropout(0.2) → LSTM →
     Dropout → LSTM(units) → Dropout → Dense(4), Adam, MSE, ``fit(batch_size,
@@ -501,17 +525,8 @@ class LSTM(_KerasFit):
         # eager: Keras' default ("auto": cuDNN when the layer allows it and a GPU is
         # present); cudnn forces it (an error if it cannot run), generic forbids it.
         cudnn = {"cudnn": True, "generic": False}.get(self.variant, "auto")
-        model = keras.Sequential(
-            [
-                keras.Input(shape=(s["seq_len"], self.x_train.shape[2])),
-                keras.layers.LSTM(u, return_sequences=True, use_cudnn=cudnn),
-                keras.layers.Dropout(0.2),
-                keras.layers.LSTM(u, return_sequences=True, use_cudnn=cudnn),
-                keras.layers.Dropout(0.2),
-                keras.layers.LSTM(u, use_cudnn=cudnn),
-                keras.layers.Dropout(0.2),
-                keras.layers.Dense(self.y_train.shape[1]),
-            ]
+        model = lstm_regressor(
+            s["seq_len"], self.x_train.shape[2], u, self.y_train.shape[1], use_cudnn=cudnn
         )
         self._compile(model, keras.optimizers.Adam(), "mean_squared_error")
 

@@ -1,6 +1,8 @@
 """The seed cases under a ``tf.distribute`` strategy: one training step for every
 strategy, used by the ``mirrored`` variant (``MirroredStrategy`` over logical CPU
-devices or GPUs) and by the ``tpu`` device class (``TPUStrategy``).
+devices or GPUs) and by the ``tpu`` device class (``TPUStrategy``); and the
+``mirrored_fit`` variant, s004's Keras model under ``MirroredStrategy`` trained with
+``fit`` as its seed's user ran it (:class:`MirroredFitWorkload`).
 
 The step is a custom training loop (``strategy.run`` inside a ``tf.function``), as the
 TensorFlow guide "Custom training with tf.distribute.Strategy" writes it: each replica
@@ -35,7 +37,7 @@ import tensorflow as tf
 from tensorflow import keras
 
 from . import NotApplicable, data, replica_batches
-from .tf_cases import HJB, tf_function_traces
+from .tf_cases import HJB, lstm_regressor, tf_function_traces
 
 #: Timed blocks of all-reduces per point (the median is the row's ``allreduce_s``)
 #: and all-reduces per block.
@@ -187,19 +189,7 @@ def build_case(
         elif case == "s004-lstm":
             steps = data.lstm_steps_per_epoch(global_batch)
             x, y = data.sequences(global_batch * steps, sizes["seq_len"], seed=seed)
-            u = sizes["units"]
-            model = keras.Sequential(
-                [
-                    keras.Input(shape=(sizes["seq_len"], x.shape[2])),
-                    keras.layers.LSTM(u, return_sequences=True),
-                    keras.layers.Dropout(0.2),
-                    keras.layers.LSTM(u, return_sequences=True),
-                    keras.layers.Dropout(0.2),
-                    keras.layers.LSTM(u),
-                    keras.layers.Dropout(0.2),
-                    keras.layers.Dense(y.shape[1]),
-                ]
-            )
+            model = lstm_regressor(sizes["seq_len"], x.shape[2], sizes["units"], y.shape[1])
             optimizer = keras.optimizers.Adam()
             loss_fn = keras.losses.get("mean_squared_error")
             batches = _epoch_shards(strategy, (x, y), global_batch, steps, pb)
@@ -299,13 +289,17 @@ class StrategyWorkload:
     def trace_count(self) -> int | None:
         return tf_function_traces(self.step)
 
+    def grad_variables(self) -> list:
+        """The variables whose gradients the step all-reduces (after ``setup``)."""
+        return self.program.grad_variables
+
     def allreduce_s(self, repeats: int = ALLREDUCE_REPEATS) -> float:
         """Seconds of one all-reduce (sum, ``ReplicaContext.all_reduce``) of tensors
-        shaped as the step's gradients, run alone through the same strategy: the median
-        over ``repeats`` blocks of :data:`ALLREDUCE_PER_BLOCK` calls (one
-        ``tf.function`` call each), every block read back from every replica."""
+        shaped as the step's gradients (:meth:`grad_variables`), run alone through the
+        same strategy: the median over ``repeats`` blocks of :data:`ALLREDUCE_PER_BLOCK`
+        calls (one ``tf.function`` call each), every block read back from every replica."""
         strategy = self.strategy
-        shapes = [v.shape for v in self.program.grad_variables]
+        shapes = [v.shape for v in self.grad_variables()]
 
         @tf.function
         def allreduce():
@@ -358,6 +352,33 @@ def _mirrored(devices: tuple[str, ...]):
     return _MIRRORED[devices]
 
 
+def _replica_strategy(variant: str, device: str, replicas: int):
+    """The process's ``MirroredStrategy`` over the first ``replicas`` GPUs
+    (``cuda_multi``) or logical CPU devices (``cpu``) for ``variant``'s point.
+
+    Raises RuntimeError when fewer logical CPU devices exist than replicas;
+    ``frameworks.DeviceMissingError`` when fewer GPUs are visible."""
+    from .. import frameworks
+
+    if device == "cuda_multi":
+        gpus = tf.config.list_logical_devices("GPU")
+        if len(gpus) < replicas:
+            raise frameworks.DeviceMissingError(
+                f"{replicas} replicas need {replicas} GPUs; {len(gpus)} visible to TensorFlow"
+            )
+        devices = [g.name for g in gpus[:replicas]]
+    else:  # cpu (replica_batches refused any other device)
+        cpus = tf.config.list_logical_devices("CPU")
+        if len(cpus) < replicas:
+            raise RuntimeError(
+                f"{replicas} {variant} replicas need {replicas} logical CPU devices, "
+                f"TensorFlow has {len(cpus)} (import_framework(..., logical_cpus) was not "
+                "given them before TensorFlow initialised)"
+            )
+        devices = [c.name for c in cpus[:replicas]]
+    return _mirrored(tuple(devices))
+
+
 def mirrored_workload(
     case: str,
     device: str,
@@ -375,27 +396,158 @@ def mirrored_workload(
     scaling cannot split; RuntimeError when fewer logical CPU devices exist than
     replicas; ``frameworks.DeviceMissingError`` when fewer GPUs are visible.
     """
-    from .. import frameworks
-
     _, global_batch = replica_batches("mirrored", case, device, sizes["batch"], replicas, scaling)
-    if device == "cuda_multi":
-        gpus = tf.config.list_logical_devices("GPU")
-        if len(gpus) < replicas:
-            raise frameworks.DeviceMissingError(
-                f"{replicas} replicas need {replicas} GPUs; {len(gpus)} visible to TensorFlow"
-            )
-        devices = [g.name for g in gpus[:replicas]]
-    else:  # cpu (replica_batches refused any other device)
-        cpus = tf.config.list_logical_devices("CPU")
-        if len(cpus) < replicas:
-            raise RuntimeError(
-                f"{replicas} mirrored replicas need {replicas} logical CPU devices, "
-                f"TensorFlow has {len(cpus)} (import_framework(..., logical_cpus) was not "
-                "given them before TensorFlow initialised)"
-            )
-        devices = [c.name for c in cpus[:replicas]]
-    strategy = _mirrored(tuple(devices))
+    strategy = _replica_strategy("mirrored", device, replicas)
     return StrategyWorkload(
+        case,
+        device,
+        sizes,
+        strategy,
+        global_batch=global_batch,
+        scaling=scaling,
+        threads_per_replica=max(1, threads // replicas),
+        seed=seed,
+    )
+
+
+#: Cases whose seed trained a Keras model with ``fit`` under ``MirroredStrategy``.
+FIT_REPLICA_CASES: tuple[str, ...] = ("s004-lstm",)
+
+
+def check_fit_replica_case(case: str) -> None:
+    """Raise NotApplicable when ``case``'s seed did not train with Keras ``fit``
+    (:data:`FIT_REPLICA_CASES`), so ``mirrored_fit`` has no program for it."""
+    if case not in FIT_REPLICA_CASES:
+        raise NotApplicable(
+            f"mirrored_fit trains a Keras model with fit under MirroredStrategy, as "
+            f"{', '.join(FIT_REPLICA_CASES)}'s seed did; {case}'s seed is not a Keras fit "
+            "program (the mirrored variant measures its strategy step)"
+        )
+
+
+class MirroredFitWorkload(StrategyWorkload):
+    """s004 as its seed's user ran it on several devices: the Keras model built and
+    compiled inside ``strategy.scope()`` of a ``MirroredStrategy`` (``jit_compile=False``
+    and ``steps_per_execution=1`` pinned, as ``tf_cases._KerasFit`` does), trained with
+    ``fit(x, y, batch_size=global_batch, epochs)`` on NumPy arrays, so that Keras builds
+    and distributes the input pipeline (one ``experimental_distribute_dataset`` of the
+    array per fit call; the global batch split over the replicas) and converts the logs
+    to Python floats after every step, as it did for the user.
+
+    Data: s004's data set, ``data.lstm_steps_per_epoch(global_batch)`` global batches
+    (``data.LSTM_TRAIN_SAMPLES`` windows rounded up to whole batches), shuffled per
+    epoch by ``fit``. ``run(n)`` is one ``fit`` call of ``n / steps_per_call`` epochs
+    (``n`` a multiple of the steps per epoch; a timed block is at least one epoch).
+    Not run: the seed's ``ModelCheckpoint(save_freq='epoch')`` and its progress bar
+    (``verbose=0``, as the one-device fit programs). Raises NotApplicable for a case
+    whose seed is not a Keras ``fit`` program, or a global batch the replicas cannot
+    split evenly.
+    """
+
+    keras_fit = True
+    #: Keras 3 fit reads its logs back every step (workloads.FIT_READS_EVERY_STEP).
+    fit_reads_every_step = True
+
+    def __init__(
+        self,
+        case: str,
+        device: str,
+        sizes: dict[str, int],
+        strategy,
+        *,
+        global_batch: int | None = None,
+        scaling: str | None = None,
+        threads_per_replica: int | None = None,
+        seed: int = 1234,
+    ):
+        check_fit_replica_case(case)
+        super().__init__(
+            case,
+            device,
+            sizes,
+            strategy,
+            global_batch=global_batch,
+            scaling=scaling,
+            threads_per_replica=threads_per_replica,
+            seed=seed,
+        )
+        self.steps_per_call = data.lstm_steps_per_epoch(self.global_batch)
+        self.min_steps_per_block = self.steps_per_call
+        self.loss_read_every = 1
+        self._loss_value = math.nan
+
+    def setup(self) -> None:
+        keras.utils.set_random_seed(self.seed)
+        s = self.sizes
+        self.x_train, self.y_train = data.sequences(
+            self.global_batch * self.steps_per_call, s["seq_len"], seed=self.seed
+        )
+        with self.strategy.scope():
+            model = lstm_regressor(
+                s["seq_len"], self.x_train.shape[2], s["units"], self.y_train.shape[1]
+            )
+            model.compile(
+                optimizer=keras.optimizers.Adam(),
+                loss="mean_squared_error",
+                jit_compile=False,
+                steps_per_execution=1,
+            )
+        self.model = model
+
+    def run(self, n_steps: int) -> None:
+        history = self.model.fit(
+            self.x_train,
+            self.y_train,
+            batch_size=self.global_batch,
+            epochs=n_steps // self.steps_per_call,
+            verbose=0,
+        )
+        self._loss_value = history.history["loss"][-1]
+        self.step_index += n_steps
+
+    def sync(self) -> None:
+        # fit returns after reading its logs back from every replica: nothing pending.
+        return None
+
+    def loss(self) -> float:
+        """Mean training loss of the last epoch of the last fit call (fit's log)."""
+        return float(self._loss_value)
+
+    def grad_variables(self) -> list:
+        """The model's trainable variables: Keras's optimizer all-reduces (sums) their
+        gradients over the replicas with ``ReplicaContext.all_reduce`` every step."""
+        return list(self.model.trainable_variables)
+
+    def trace_count(self) -> int | None:
+        train_function = getattr(self.model, "train_function", None)
+        return None if train_function is None else tf_function_traces(train_function)
+
+
+def mirrored_fit_workload(
+    case: str,
+    device: str,
+    sizes: dict[str, int],
+    replicas: int,
+    scaling: str,
+    threads: int,
+    seed: int = 1234,
+) -> MirroredFitWorkload:
+    """The ``mirrored_fit`` variant: :class:`MirroredFitWorkload` under
+    ``MirroredStrategy`` over ``replicas`` logical CPU devices (``cpu``) or GPUs
+    (``cuda_multi``), strong or weak scaling of the seed's batch (one replica: the
+    scaling baseline, the same fit program on one device of the strategy).
+
+    Raises NotApplicable for cases without replicas (s000, s002), a case whose seed is
+    not Keras fit (s001), or a batch strong scaling cannot split; RuntimeError when
+    fewer logical CPU devices exist than replicas; ``frameworks.DeviceMissingError``
+    when fewer GPUs are visible.
+    """
+    _, global_batch = replica_batches(
+        "mirrored_fit", case, device, sizes["batch"], replicas, scaling
+    )
+    check_fit_replica_case(case)  # before any strategy or device is touched
+    strategy = _replica_strategy("mirrored_fit", device, replicas)
+    return MirroredFitWorkload(
         case,
         device,
         sizes,
