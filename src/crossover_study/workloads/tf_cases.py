@@ -249,7 +249,57 @@ class MLP(_TFWorkload):
         return None if fn == self.train_step else tf_function_traces(fn)
 
 
-class _KerasFit(_TFWorkload):
+class SeedFit:
+    """What a seed's ``fit`` call did besides training, for a workload with a Keras
+    ``self.model``: its callbacks (a ``ModelCheckpoint`` that saves the whole model
+    after every epoch when :attr:`checkpoint_each_epoch`; written to a temporary folder
+    that :meth:`close` removes) and its progress bar (:attr:`verbose`; the text goes to
+    an in-memory sink, the time to build it is the user's). Used by the one-device
+    ``fit`` programs and by ``tf_strategy.MirroredFitWorkload``."""
+
+    #: The seed's fit has ``callbacks=[ModelCheckpoint(save_freq="epoch")]``.
+    checkpoint_each_epoch = False
+    #: The seed's ``fit(verbose=...)``: 1 draws Keras's progress bar every step.
+    verbose = 0
+
+    def _callbacks(self) -> list:
+        """The seed's fit callbacks: a ``ModelCheckpoint`` saving the model after every
+        epoch (Keras 3 needs a ``.keras`` file; the seed's Keras 2 saved a SavedModel
+        folder), or none."""
+        if not self.checkpoint_each_epoch:
+            return []
+        return [keras.callbacks.ModelCheckpoint(self._checkpoint_path(), save_freq="epoch")]
+
+    def _checkpoint_path(self) -> str:
+        import tempfile
+
+        if getattr(self, "_checkpoint_dir", None) is None:
+            self._checkpoint_dir = tempfile.mkdtemp(prefix="crossover-checkpoint-")
+        return f"{self._checkpoint_dir}/model.keras"
+
+    def _fit(self, *args, **kwargs):
+        """``model.fit`` with the seed's verbosity and callbacks; the progress bar's text
+        goes to an in-memory sink (the time to build it is the user's, the job's log
+        is not its place)."""
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            return self.model.fit(
+                *args, verbose=self.verbose, callbacks=self._callbacks(), **kwargs
+            )
+
+    def close(self) -> None:
+        """Remove the checkpoint folder (the runner calls this after the point)."""
+        import shutil
+
+        folder = getattr(self, "_checkpoint_dir", None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+            self._checkpoint_dir = None
+
+
+class _KerasFit(SeedFit, _TFWorkload):
     """A Keras ``fit`` program; one call of ``run`` covers whole epochs.
 
     Training paths (the variant): ``eager`` and the loss variants call ``fit`` as the
@@ -259,10 +309,8 @@ class _KerasFit(_TFWorkload):
     Batches are drawn per epoch from a shuffled order, as ``fit(shuffle=True)`` does.
 
     What the seed's ``fit`` did besides training, where it costs time, every path does
-    too: validation after each epoch (:attr:`validation`), a ``ModelCheckpoint`` that
-    saves the whole model after each epoch (:attr:`checkpoint_each_epoch`; written to a
-    temporary folder that :meth:`close` removes) and the progress bar of ``verbose=1``
-    (:attr:`verbose`; its text goes to an in-memory sink, not the job's log).
+    too: validation after each epoch (:attr:`validation`) and the callbacks and
+    progress bar of :class:`SeedFit`.
     """
 
     keras_fit = True
@@ -271,10 +319,6 @@ class _KerasFit(_TFWorkload):
     loss_read_every = 1
     #: Iris evaluates its validation set after every epoch, as the seed's fit does.
     validation = False
-    #: The seed's fit has ``callbacks=[ModelCheckpoint(save_freq="epoch")]``.
-    checkpoint_each_epoch = False
-    #: The seed's ``fit(verbose=...)``: 1 draws Keras's progress bar every step.
-    verbose = 0
 
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
@@ -311,21 +355,6 @@ class _KerasFit(_TFWorkload):
         if self.variant == "custom_step":
             self._build_custom_step(loss)
 
-    def _callbacks(self) -> list:
-        """The seed's fit callbacks: a ``ModelCheckpoint`` saving the model after every
-        epoch (Keras 3 needs a ``.keras`` file; the seed's Keras 2 saved a SavedModel
-        folder), or none."""
-        if not self.checkpoint_each_epoch:
-            return []
-        return [keras.callbacks.ModelCheckpoint(self._checkpoint_path(), save_freq="epoch")]
-
-    def _checkpoint_path(self) -> str:
-        import tempfile
-
-        if getattr(self, "_checkpoint_dir", None) is None:
-            self._checkpoint_dir = tempfile.mkdtemp(prefix="crossover-checkpoint-")
-        return f"{self._checkpoint_dir}/model.keras"
-
     def _end_epoch(self) -> None:
         """What the seed's fit did after an epoch's steps, for the paths without fit
         (train_on_batch, custom_step): validation and the checkpoint."""
@@ -336,27 +365,6 @@ class _KerasFit(_TFWorkload):
                 self.model.test_on_batch(self.x_val, self.y_val)
         if self.checkpoint_each_epoch:
             self.model.save(self._checkpoint_path())
-
-    def _fit(self, *args, **kwargs):
-        """``model.fit`` with the seed's verbosity and callbacks; the progress bar's text
-        goes to an in-memory sink (the time to build it is the user's, the job's log
-        is not its place)."""
-        import contextlib
-        import io
-
-        with contextlib.redirect_stdout(io.StringIO()):
-            return self.model.fit(
-                *args, verbose=self.verbose, callbacks=self._callbacks(), **kwargs
-            )
-
-    def close(self) -> None:
-        """Remove the checkpoint folder (the runner calls this after the point)."""
-        import shutil
-
-        folder = getattr(self, "_checkpoint_dir", None)
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-            self._checkpoint_dir = None
 
     def _build_custom_step(self, loss: str) -> None:
         model, loss_fn = self.model, keras.losses.get(loss)

@@ -37,7 +37,7 @@ import tensorflow as tf
 from tensorflow import keras
 
 from . import NotApplicable, data, replica_batches
-from .tf_cases import HJB, lstm_regressor, tf_function_traces
+from .tf_cases import HJB, SeedFit, lstm_regressor, tf_function_traces
 
 #: Timed blocks of all-reduces per point (the median is the row's ``allreduce_s``)
 #: and all-reduces per block.
@@ -425,7 +425,7 @@ def check_fit_replica_case(case: str) -> None:
         )
 
 
-class MirroredFitWorkload(StrategyWorkload):
+class MirroredFitWorkload(SeedFit, StrategyWorkload):
     """s004 as its seed's user ran it on several devices: the Keras model built and
     compiled inside ``strategy.scope()`` of a ``MirroredStrategy`` (``jit_compile=False``
     and ``steps_per_execution=1`` pinned, as ``tf_cases._KerasFit`` does), trained with
@@ -438,8 +438,9 @@ class MirroredFitWorkload(StrategyWorkload):
     (``data.LSTM_TRAIN_SAMPLES`` windows rounded up to whole batches), shuffled per
     epoch by ``fit``. ``run(n)`` is one ``fit`` call of ``n / steps_per_call`` epochs
     (``n`` a multiple of the steps per epoch; a timed block is at least one epoch).
-    Not run: the seed's ``ModelCheckpoint(save_freq='epoch')`` and its progress bar
-    (``verbose=0``, as the one-device fit programs). Raises NotApplicable for a case
+    As in the seed (and the one-device ``fit``), each epoch ends with a
+    ``ModelCheckpoint`` of the whole model and the progress bar is drawn
+    (:class:`~crossover_study.workloads.tf_cases.SeedFit`). Raises NotApplicable for a case
     whose seed is not a Keras ``fit`` program, or a global batch the replicas cannot
     split evenly.
     """
@@ -447,6 +448,8 @@ class MirroredFitWorkload(StrategyWorkload):
     keras_fit = True
     #: Keras 3 fit reads its logs back every step (workloads.FIT_READS_EVERY_STEP).
     fit_reads_every_step = True
+    checkpoint_each_epoch = True
+    verbose = 1
 
     def __init__(
         self,
@@ -495,12 +498,11 @@ class MirroredFitWorkload(StrategyWorkload):
         self.model = model
 
     def run(self, n_steps: int) -> None:
-        history = self.model.fit(
+        history = self._fit(
             self.x_train,
             self.y_train,
             batch_size=self.global_batch,
             epochs=n_steps // self.steps_per_call,
-            verbose=0,
         )
         self._loss_value = history.history["loss"][-1]
         self.step_index += n_steps
