@@ -302,3 +302,27 @@ def test_crossover_rows_name_the_precision_of_each_side():
         "fp32",
     )
     assert table.loc[("eager", "hidden"), "precision"] == "fp32"
+
+
+def test_a_row_journaled_before_precision_was_pinned_is_measured_again(tmp_path):
+    import dataclasses
+    import hashlib
+    import json
+
+    group = _group("torch", ["eager"])
+    # The fingerprint of the version before precision was pinned: threads and policy only.
+    old = json.dumps(
+        {"threads": group.threads, "policy": dataclasses.asdict(group.policy)}, sort_keys=True
+    )
+    old_settings = hashlib.sha256(old.encode()).hexdigest()[:12]
+    assert old_settings != group.settings()
+    key = group.points[0].key()
+    old_row = {**group.points[0].as_row(), "status": "ok", "run_id": "before", "step_time_s": 1.0}
+    journal = tmp_path / "j.jsonl"
+    journal.write_text(
+        json.dumps({"event": "done", "key": key, "settings": old_settings, "row": old_row}) + "\n"
+    )
+    said = []
+    rows = run_group(group, journal, tmp_path / "out.csv", log=said.append)
+    assert rows[0]["run_id"] != "before" and rows[0]["precision"] == "fp32"
+    assert any("measured again" in line and "precision" in line for line in said)

@@ -37,6 +37,10 @@ from collections.abc import Iterator
 #: ``fp16`` (IEEE half, 10 mantissa bits, 5 exponent bits). The study measures fp32 and
 #: tf32; bf16 and fp16 are what a read-back may find (a oneDNN or Keras setting).
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
+#: The precision every measuring process pins (:func:`pin_fp32`); part of a job's
+#: settings fingerprint (``runner.GroupSpec.settings``), so that a journaled row measured
+#: before precision was pinned and recorded is measured again rather than reused.
+PINNED = "fp32"
 #: Device classes whose hardware has TF32 (NVIDIA GPUs; Ampere and later).
 TF32_DEVICES: tuple[str, ...] = ("cuda", "cuda_multi")
 #: The variant that turns TF32 on for its point (spec.VARIANTS).

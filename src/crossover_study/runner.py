@@ -68,10 +68,16 @@ class GroupSpec:
 
     def settings(self) -> str:
         """Fingerprint (12 hex digits) of what a measurement depends on besides the
-        point itself: the job's threads and the timing policy. A journaled row measured
-        under other settings is measured again, never reused."""
+        point itself: the job's threads, the timing policy and the pinned float
+        precision (:data:`precision.PINNED`; rows journaled before precision was pinned
+        and recorded do not count). A journaled row measured under other settings is
+        measured again, never reused."""
         text = json.dumps(
-            {"threads": self.threads, "policy": dataclasses.asdict(self.policy)},
+            {
+                "threads": self.threads,
+                "policy": dataclasses.asdict(self.policy),
+                "precision": precision.PINNED,
+            },
             sort_keys=True,
         )
         return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -261,7 +267,7 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline):
         if key in journal.stale and key not in journal.done:
             log(
                 f"  {key}: measured again (run {journal.stale[key].get('run_id')} measured it "
-                "with other threads or timing settings)"
+                "with other threads, timing or precision settings)"
             )
         base = {**point.as_row(), **common, "device_name": probe.device_name}
         mismatch = framework_mismatch(point)
