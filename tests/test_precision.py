@@ -326,3 +326,28 @@ def test_a_row_journaled_before_precision_was_pinned_is_measured_again(tmp_path)
     rows = run_group(group, journal, tmp_path / "out.csv", log=said.append)
     assert rows[0]["run_id"] != "before" and rows[0]["precision"] == "fp32"
     assert any("measured again" in line and "precision" in line for line in said)
+
+
+def test_tf32_context_keeps_to_the_new_torch_api_where_the_legacy_one_is_refused():
+    frameworks.import_framework("torch", "cpu", 1)
+    if not precision.has_fp32_precision_api():
+        pytest.skip("this torch has no fp32_precision (torch < 2.9)")
+    import torch
+
+    cudnn = torch.backends.cudnn
+    try:
+        # cuDNN's convolutions and RNNs set apart through the new API: torch 2.13
+        # refuses the legacy cuDNN read (one boolean cannot say both).
+        cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision = "ieee", "tf32"
+        with pytest.raises(RuntimeError, match="legacy and new APIs"):
+            _ = cudnn.allow_tf32
+        assert precision.precision_in_effect("torch", "cuda") == "tf32"  # the RNN may
+        assert "unreadable" in precision.read_settings("torch")["torch.backends.cudnn.allow_tf32"]
+        with precision.tf32_enabled("torch"):
+            assert (cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision) == ("tf32", "tf32")
+            assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+        assert (cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision) == ("ieee", "tf32")
+        assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+    finally:
+        precision.pin_fp32("torch")
+    assert _tf32_off(_tf32_flags("torch"))

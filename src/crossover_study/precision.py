@@ -252,30 +252,46 @@ def tf32_enabled(framework: str) -> Iterator[None]:
 
     torch: ``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``
     True (cuBLAS matmuls; cuDNN convolutions and RNNs), restored to the values read on
-    entry. TensorFlow: ``enable_tensor_float_32_execution(True)``, then the value of
-    ``tensor_float_32_execution_enabled()`` on entry. Raises ValueError for another
-    framework.
+    entry. Where torch refuses to read those (a state the ``fp32_precision`` API set,
+    torch >= 2.9), the same through that API: :data:`TORCH_GPU_OPS` at ``tf32``, then
+    their values on entry. TensorFlow: ``enable_tensor_float_32_execution(True)``, then
+    the value of ``tensor_float_32_execution_enabled()`` on entry. Raises ValueError for
+    another framework.
     """
     _check_framework(framework)
-    if framework == "torch":
-        import torch
+    if framework == "tensorflow":
+        import tensorflow as tf
 
-        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        before = tf.config.experimental.tensor_float_32_execution_enabled()
+        tf.config.experimental.enable_tensor_float_32_execution(True)
+        try:
+            yield
+        finally:
+            tf.config.experimental.enable_tensor_float_32_execution(before)
+        return
+    import torch
+
+    try:
+        legacy = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    except RuntimeError:  # "mix of the legacy and new APIs": keep to the new one
+        legacy = None
+    if legacy is not None:
         _set_torch_tf32(True)
         try:
             yield
         finally:
-            torch.backends.cuda.matmul.allow_tf32 = before[0]
-            torch.backends.cudnn.allow_tf32 = before[1]
+            torch.backends.cuda.matmul.allow_tf32 = legacy[0]
+            torch.backends.cudnn.allow_tf32 = legacy[1]
         return
-    import tensorflow as tf
-
-    before = tf.config.experimental.tensor_float_32_execution_enabled()
-    tf.config.experimental.enable_tensor_float_32_execution(True)
+    ops = [_torch_op(torch, backend, op) for backend, op in TORCH_GPU_OPS]
+    values = [o.fp32_precision for o in ops]
+    for o in ops:
+        o.fp32_precision = "tf32"
     try:
         yield
     finally:
-        tf.config.experimental.enable_tensor_float_32_execution(before)
+        for o, value in zip(ops, values, strict=True):
+            o.fp32_precision = value
 
 
 def point_precision(framework: str, variant: str):
