@@ -351,3 +351,14 @@ def test_tf32_context_keeps_to_the_new_torch_api_where_the_legacy_one_is_refused
     finally:
         precision.pin_fp32("torch")
     assert _tf32_off(_tf32_flags("torch"))
+
+
+def test_a_precision_the_settings_do_not_tell_is_left_empty_not_guessed(monkeypatch):
+    odd = {
+        "torch.backends.cuda.matmul.allow_tf32": "unreadable (mix of APIs)",
+        "torch.backends.cudnn.allow_tf32": "False",
+    }
+    monkeypatch.setattr(precision, "read_settings", lambda framework: odd)
+    columns = precision.row_columns("torch", "cuda")
+    assert columns["precision"] is None
+    assert "allow_tf32=unreadable (mix of APIs)" in columns["precision_settings"]

@@ -234,15 +234,18 @@ def precision_in_effect(framework: str, device: str, settings: dict[str, str] | 
     return "tf32" if "True" in legacy else "fp32"
 
 
-def row_columns(framework: str, device: str) -> dict[str, str]:
+def row_columns(framework: str, device: str) -> dict[str, str | None]:
     """The timings table's precision columns for a point that ran now in this process:
     ``precision`` (:func:`precision_in_effect`) and ``precision_settings`` (the settings
-    it was derived from, :func:`settings_text`)."""
+    it was derived from, :func:`settings_text`). A precision the settings do not tell
+    (an unreadable or unknown value) is left empty, never guessed, and the measured row
+    is kept: ``precision_settings`` shows why."""
     settings = read_settings(framework)
-    return {
-        "precision": precision_in_effect(framework, device, settings),
-        "precision_settings": settings_text(settings),
-    }
+    try:
+        in_effect = precision_in_effect(framework, device, settings)
+    except ValueError:
+        in_effect = None
+    return {"precision": in_effect, "precision_settings": settings_text(settings)}
 
 
 @contextlib.contextmanager
