@@ -90,7 +90,8 @@ def test_keras_compile_pins_xla_off_and_one_step_per_execution():
 
 #: Which variants apply where (framework, case) -> applicable variants; every other
 #: variant must raise NotApplicable with a reason.
-#: On the CPU; cuda_graph, cudnn and generic apply on CUDA devices only.
+#: On the CPU; cuda_graph, cudnn, generic and tf32 apply on CUDA devices only (tf32 in
+#: every case and both frameworks there).
 APPLICABLE = {
     ("torch", "s000-hjb"): {"eager", "read_loss_every_1000", "copy_data_each_step"},
     ("torch", "s001-mlp"): {"eager", "read_loss_every_step", "copy_data_each_step", "compile"},
@@ -200,6 +201,9 @@ def test_gpu_only_variants_say_why_on_the_cpu():
         MLP("cpu", SMALL["s001-mlp"], "cuda_graph")
     with pytest.raises(NotApplicable, match="cuDNN kernels run on CUDA devices only"):
         LSTM("cpu", SMALL["s004-lstm"], "cudnn")
+    with pytest.raises(NotApplicable, match="TF32 is a tensor-core format of NVIDIA GPUs"):
+        MLP("cpu", SMALL["s001-mlp"], "tf32")
+    assert MLP("cuda", SMALL["s001-mlp"], "tf32").variant == "tf32"  # built, not set up
     assert LSTM("cpu", SMALL["s004-lstm"]).kernel() == "cpu"
 
 

@@ -16,7 +16,9 @@ on the axis, else the CPU's ``eager`` program (column ``cpu_variant``): a remedy
 only exists on the accelerator (``cuda_graph``, ``cudnn``) is compared with the program
 the user runs on the CPU today, and one that also speeds the CPU up (``loop``,
 ``custom_step``) with the CPU running it too. :func:`remedy_shift` then sets each
-variant's crossover and N* beside eager's.
+variant's crossover and N* beside eager's. Columns ``precision`` and ``cpu_precision``
+name the float precision of each side (``tf32`` on the GPU is compared with the CPU's
+fp32 program).
 """
 
 from __future__ import annotations
@@ -159,6 +161,15 @@ def _cpu_line(sub: pd.DataFrame, eager: pd.DataFrame, case: str, axis: str, vari
     return _axis_slice(sub, case, axis).iloc[0:0].set_index(axis), variant
 
 
+def _precisions(rows: pd.DataFrame) -> str | None:
+    """The ``precision`` values of ``rows`` (timings rows), sorted and joined with +;
+    None when the table has no such column (runs before it existed) or all are empty."""
+    if "precision" not in rows:
+        return None
+    values = sorted({str(v) for v in rows["precision"].dropna()})
+    return "+".join(values) or None
+
+
 def _one_row(sub, eager, case, framework, variant, acc_name, axis, n_boot, seed) -> dict:
     row = {
         "case": case,
@@ -172,6 +183,7 @@ def _one_row(sub, eager, case, framework, variant, acc_name, axis, n_boot, seed)
     ok = line[line["status"] == "ok"]
     cpu, row["cpu_variant"] = _cpu_line(sub, eager, case, axis, variant)
     acc = ok[ok["device"] == acc_name].set_index(axis)
+    row["precision"], row["cpu_precision"] = _precisions(acc), _precisions(cpu)
     if acc.empty:
         reasons = line.loc[line["device"] == acc_name, "message"].dropna().unique()
         statuses = line.loc[line["device"] == acc_name, "status"].unique()

@@ -53,7 +53,13 @@ def import_framework(framework: str, device: str, threads: int, logical_cpus: in
     initialises its devices, so a process that already initialised them with fewer
     devices raises RuntimeError naming both counts. The
     logical devices share the job's one intra-op pool of ``threads`` threads.
+
+    Float precision is pinned to fp32 here, once per process before any point
+    (:func:`crossover_study.precision.pin_fp32`: TF32 off in both frameworks, cuDNN
+    included); the ``tf32`` variant turns it on for its own point only.
     """
+    from .precision import pin_fp32
+
     if logical_cpus < 1:
         raise ValueError(f"logical_cpus must be at least 1, got {logical_cpus}")
     if framework == "torch":
@@ -64,6 +70,7 @@ def import_framework(framework: str, device: str, threads: int, logical_cpus: in
             torch.set_num_interop_threads(1)
         except RuntimeError:
             pass  # settable once per process; thread_settings() records the actual value
+        pin_fp32("torch")
         return torch
     if framework == "tensorflow":
         import tensorflow as tf
@@ -74,6 +81,7 @@ def import_framework(framework: str, device: str, threads: int, logical_cpus: in
             tf.config.set_visible_devices([], "GPU")
             if logical_cpus > 1:
                 _split_cpu(tf, logical_cpus)
+        pin_fp32("tensorflow")
         return tf
     raise ValueError(f"unknown framework {framework!r}: expected torch or tensorflow")
 

@@ -25,18 +25,21 @@ from pathlib import Path
 
 import psutil
 
-from . import frameworks, gpu_state
+from . import frameworks, gpu_state, precision
 from .config import logical_cpus
 from .harness import TimingPolicy, measure
 from .provenance import git_state, placement, table_columns
 from .spec import LSTM_CASES, PointSpec
-from .workloads import NotApplicable, Unavailable, check_framework
+from .workloads import NotApplicable, Unavailable, check_framework, check_tf32
 
 
 def framework_mismatch(point: PointSpec) -> str | None:
-    """Why ``point``'s variant does not exist in its framework, or None when it does."""
+    """Why ``point``'s variant does not exist in its framework or, for ``tf32``, on its
+    device class (TF32 is a GPU mode), or None when it does. Decided before the device
+    is probed, so such a point is never ``unavailable``."""
     try:
         check_framework(point.variant, point.framework)
+        check_tf32(point.variant, point.device)
     except NotApplicable as why:
         return str(why)
     return None
@@ -65,10 +68,16 @@ class GroupSpec:
 
     def settings(self) -> str:
         """Fingerprint (12 hex digits) of what a measurement depends on besides the
-        point itself: the job's threads and the timing policy. A journaled row measured
-        under other settings is measured again, never reused."""
+        point itself: the job's threads, the timing policy and the pinned float
+        precision (:data:`precision.PINNED`; rows journaled before precision was pinned
+        and recorded do not count). A journaled row measured under other settings is
+        measured again, never reused."""
         text = json.dumps(
-            {"threads": self.threads, "policy": dataclasses.asdict(self.policy)},
+            {
+                "threads": self.threads,
+                "policy": dataclasses.asdict(self.policy),
+                "precision": precision.PINNED,
+            },
             sort_keys=True,
         )
         return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -258,7 +267,7 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline):
         if key in journal.stale and key not in journal.done:
             log(
                 f"  {key}: measured again (run {journal.stale[key].get('run_id')} measured it "
-                "with other threads or timing settings)"
+                "with other threads, timing or precision settings)"
             )
         base = {**point.as_row(), **common, "device_name": probe.device_name}
         mismatch = framework_mismatch(point)
@@ -336,7 +345,23 @@ def measure_point(
     all-reduce of the step's gradients measured alone after the timed blocks) and
     ``allreduce_share`` = ``allreduce_s / step_time_s``. The workload's ``close`` (the
     ddp followers) runs whatever happens.
+
+    Precision: the point runs inside :func:`precision.point_precision` (TF32 allowed
+    for the ``tf32`` variant only, the process's pinned fp32 restored afterwards, also
+    when it fails); a point whose workload was built (``ok``, ``oom``, ``error``) gets
+    ``precision`` and ``precision_settings`` read back from the framework inside that
+    context, after the measurement (:func:`precision.row_columns`). A point that never
+    ran (``not_applicable``, ``unavailable``) leaves them empty.
     """
+    with precision.point_precision(point.framework, point.variant):
+        row = _measure_point(point, policy, import_s, device_init_s, threads)
+        if row["status"] in ("ok", "oom", "error"):
+            row.update(precision.row_columns(point.framework, point.device))
+    return row
+
+
+def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
+    """:func:`measure_point` without the precision context and columns."""
     started = time.perf_counter()
     try:
         workload = frameworks.make_workload(point, threads)

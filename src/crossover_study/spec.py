@@ -32,6 +32,12 @@ ACCELERATORS: tuple[str, ...] = tuple(d for d in DEVICES if d != "cpu")
 #: how often the loss is read back (``read_loss_every_step``, ``read_loss_every_1000``),
 #: data copied from the host every step instead of pre-staged (``copy_data_each_step``),
 #: and, for Keras ``fit`` cases, ``train_on_batch`` and a compiled ``custom_step``.
+#: ``tf32`` is the eager program with TensorFloat-32 allowed for that point only (torch
+#: cuBLAS matmuls and cuDNN, TensorFlow ``enable_tensor_float_32_execution(True)``);
+#: every other point computes fp32, pinned per process (:mod:`crossover_study.precision`).
+#: TF32 is a tensor-core mode of NVIDIA GPUs (Ampere and later), so ``tf32`` is
+#: ``not_applicable`` on ``cpu`` and ``tpu``; the row's ``precision`` column is read
+#: back from the framework, never assumed.
 VARIANTS: tuple[str, ...] = (
     "eager",
     "read_loss_every_step",
@@ -53,6 +59,8 @@ VARIANTS: tuple[str, ...] = (
     "ddp",
     "mirrored",
     "mirrored_fit",
+    # Float precision (TF32 on NVIDIA GPUs; the default is fp32).
+    "tf32",
 )
 #: Data-parallel variants and their framework: torch ``DistributedDataParallel``,
 #: TensorFlow ``tf.distribute.MirroredStrategy`` with a custom step on data placed per

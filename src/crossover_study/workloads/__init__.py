@@ -96,6 +96,19 @@ def check_lstm_kernel(variant: str, device: str, has_lstm: bool) -> None:
         raise NotApplicable("on the CPU the generic LSTM kernel is the only one (= eager)")
 
 
+def check_tf32(variant: str, device: str) -> None:
+    """Raise NotApplicable for the ``tf32`` variant on a device class without TF32:
+    TensorFloat-32 is a tensor-core mode of NVIDIA GPUs from Ampere on (TensorFlow's
+    ``enable_tensor_float_32_execution`` documentation), so ``cpu`` and ``tpu`` compute
+    the eager program's fp32 (:mod:`crossover_study.precision`)."""
+    if variant != "tf32" or device in ("cuda", "cuda_multi"):
+        return
+    raise NotApplicable(
+        "TF32 is a tensor-core format of NVIDIA GPUs (Ampere and later); "
+        f"the {device.upper()} computes fp32 (= eager)"
+    )
+
+
 def replica_batches(
     variant: str, case: str, device: str, batch: int, replicas: int, scaling: str | None
 ) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from . import (
     check_framework,
     check_lstm_kernel,
     check_replica_variant,
+    check_tf32,
     data,
     loss_read_every,
 )
@@ -63,6 +64,7 @@ class _TFWorkload:
         if variant in self.keras_paths and not self.keras_fit:
             raise NotApplicable(f"{variant} applies to Keras fit programs; this one has no fit")
         check_lstm_kernel(variant, device, isinstance(self, LSTM))
+        check_tf32(variant, device)
         if variant == "function" and self.step_is_function:
             raise NotApplicable("the seed's step already is a tf.function (= eager)")
         self.loss_read_every = loss_read_every(self, variant)
@@ -178,7 +180,7 @@ class HJB(_TFWorkload):
             return loss
 
         self.optimizer.build(self.theta)
-        if signature and self.variant in ("eager", "copy_data_each_step"):
+        if signature and self.variant in ("eager", "copy_data_each_step", "tf32"):
             training_step = tf.function(training_step, input_signature=signature)
             self.training_step, self.loop = training_step, None
         else:

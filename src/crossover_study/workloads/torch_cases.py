@@ -30,6 +30,7 @@ from . import (
     check_framework,
     check_lstm_kernel,
     check_replica_variant,
+    check_tf32,
     data,
     loss_read_every,
 )
@@ -127,6 +128,7 @@ class _TorchWorkload:
             if missing is not None:
                 raise Unavailable(missing)
         check_lstm_kernel(variant, device, isinstance(self, LSTM))
+        check_tf32(variant, device)
         self.loss_read_every = loss_read_every(self, variant)
         #: copy_data_each_step: data stays in host memory and each step copies its batch
         #: to the device (a no-op copy on the CPU) instead of being placed once.

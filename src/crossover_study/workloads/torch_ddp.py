@@ -46,6 +46,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ..precision import pin_fp32
 from ..spec import REPLICA_CASES
 from . import NotApplicable, data, replica_batches
 from .torch_cases import KERAS_ADAM_EPS, LSTMRegressor, _glorot
@@ -287,9 +288,11 @@ def _watch_parent(parent: int) -> None:
 
 def follower_main(spec: dict) -> None:
     """Body of a follower rank: join, build the same program, obey rank 0's commands
-    until STOP. ``spec`` is what :meth:`DDPWorkload.setup` passes (JSON)."""
+    until STOP. ``spec`` is what :meth:`DDPWorkload.setup` passes (JSON). Pins fp32 as
+    rank 0's process did (:func:`crossover_study.precision.pin_fp32`)."""
     _watch_parent(spec["parent"])
     torch.set_num_threads(spec["threads"])
+    pin_fp32("torch")
     rank = spec["rank"]
     ctrl = _init(spec["backend"], spec["port"], rank, spec["replicas"])
     device = _device(spec["device"], rank)
