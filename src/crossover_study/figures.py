@@ -27,6 +27,7 @@ from matplotlib.colors import LogNorm, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from crossover_study.programs import cpu_rows
 from crossover_study.spec import (
     DEVICES,
     FRAMEWORKS,
@@ -715,6 +716,10 @@ def speedup_heatmap(
         Which program to compare (one heat map per program). Default: the first
         framework in ``spec.FRAMEWORKS`` order with rows, and ``eager`` when present.
 
+    The CPU side runs the same training program as the accelerator
+    (:func:`crossover_study.programs.cpu_rows`: the same variant, else the CPU's eager
+    where that is the same program); without such CPU rows no speed-up is drawn.
+
     Each cell shows speedup = CPU ``step_time_s`` / accelerator ``step_time_s`` (above
     1: the accelerator is faster), colour on a diverging map (``RdBu``, blue =
     accelerator faster) centred at 1 with a log2 norm, annotated like ``1.8x``. When the
@@ -730,8 +735,12 @@ def speedup_heatmap(
     if variant is None:
         variants = sorted(df["variant"].unique())
         variant = "eager" if "eager" in variants or not variants else variants[0]
+    # The CPU side runs the same program as the accelerator (programs.cpu_rows).
+    same_cpu, _, ran = cpu_rows(
+        _at_seed(df, case, except_axes=(x_axis, y_axis)), case, framework, variant, accelerator
+    )
     df = df[df["variant"] == variant]
-    program = f"{case}, {framework}/{variant}"
+    program = f"{case}, {framework}/{variant}" + (f" ({ran})" if ran else "")
     grid = _grid_values(df, case, x_axis, y_axis)
     sub = _at_seed(df, case, except_axes=(x_axis, y_axis))
     if grid is None:
@@ -739,8 +748,11 @@ def speedup_heatmap(
         ys = sorted(pd.to_numeric(sub[y_axis]).dropna().unique())
     else:
         xs, ys = grid
-    cpu = _cell_table(sub[sub["device"] == "cpu"], x_axis, y_axis, xs, ys)
     acc = _cell_table(sub[sub["device"] == accelerator], x_axis, y_axis, xs, ys)
+    if ran is None:  # no CPU rows of the accelerator's program: its own CPU rows are shown
+        same_cpu = sub[sub["device"] == "cpu"]
+        acc = acc.where(pd.DataFrame(False, index=acc.index, columns=acc.columns))
+    cpu = _cell_table(same_cpu, x_axis, y_axis, xs, ys)
     if not xs or not ys:
         return _empty(
             ax,

@@ -34,6 +34,7 @@ FRAMEWORK_OF_VARIANT: dict[str, str] = {
     "steps_per_execution": "tensorflow",
     "tf_data_repeat": "tensorflow",
     **REPLICA_VARIANTS,
+    "strategy_step": "tensorflow",
 }
 _FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow/Keras"}
 

@@ -1,6 +1,8 @@
 """The seed cases under a ``tf.distribute`` strategy: one training step for every
 strategy, used by the ``mirrored`` variant (``MirroredStrategy`` over logical CPU
-devices or GPUs) and by the ``tpu`` device class (``TPUStrategy``).
+devices or GPUs) and by the ``strategy_step`` variant: ``TPUStrategy`` on the ``tpu``
+device class and ``OneDeviceStrategy`` on ``cpu`` and ``cuda`` (:func:`one_device_strategy`),
+so that the TPU is compared with the CPU running this same program (``programs.py``).
 
 The step is a custom training loop (``strategy.run`` inside a ``tf.function``), as the
 TensorFlow guide "Custom training with tf.distribute.Strategy" writes it: each replica
@@ -250,9 +252,14 @@ class StrategyWorkload:
         self.replicas = strategy.num_replicas_in_sync
         self.global_batch = global_batch or sizes["batch"]
         if self.global_batch % self.replicas:
+            hint = (
+                " (the config's tpu_cores should be this TPU's core count)"
+                if device == "tpu"
+                else ""
+            )
             raise NotApplicable(
                 f"the global batch {self.global_batch} does not split evenly over "
-                f"{self.replicas} replicas"
+                f"{self.replicas} replicas{hint}"
             )
         self.threads_per_replica = threads_per_replica
         self.loss_read_every = LOSS_READ_EVERY[case] or data.lstm_steps_per_epoch(self.global_batch)
@@ -356,6 +363,22 @@ def _mirrored(devices: tuple[str, ...]):
     if devices not in _MIRRORED:
         _MIRRORED[devices] = tf.distribute.MirroredStrategy(list(devices))
     return _MIRRORED[devices]
+
+
+#: One OneDeviceStrategy per device of this process (``strategy_step`` on cpu and cuda).
+_ONE_DEVICE: dict[str, object] = {}
+
+
+def one_device_strategy(device: str):
+    """The ``tf.distribute.OneDeviceStrategy`` of ``strategy_step`` on ``device``:
+    ``/cpu:0`` for ``cpu``, ``/gpu:0`` for ``cuda`` (one per process). Raises ValueError
+    for another device class (``tpu`` uses ``frameworks.tpu_strategy``)."""
+    names = {"cpu": "/cpu:0", "cuda": "/gpu:0"}
+    if device not in names:
+        raise ValueError(f"OneDeviceStrategy runs strategy_step on cpu or cuda, not {device!r}")
+    if device not in _ONE_DEVICE:
+        _ONE_DEVICE[device] = tf.distribute.OneDeviceStrategy(names[device])
+    return _ONE_DEVICE[device]
 
 
 def mirrored_workload(
