@@ -399,3 +399,43 @@ def test_answer_sentence_names_the_program_and_never_pairs_two():
     assert "strategy_step (a tf.distribute custom step" in legend
     assert "keras_train_on_batch (a Python loop" in legend
     assert program_legend(timings, "s001-mlp") == ""
+
+
+def _grid(framework, device, variant, t, status="ok"):
+    return [
+        {
+            **_row(framework, device, variant, b, t * b / 20, status=status),
+            "hidden": h,
+        }
+        for b in (10, 20, 40)
+        for h in (16, 32, 64)
+    ]
+
+
+def test_speedup_heatmap_pairs_only_the_same_program():
+    from crossover_study import figures
+
+    timings = pd.DataFrame(
+        _grid("torch", "cpu", "eager", 1e-3)
+        + _grid("torch", "cuda", "cuda_graph", 2e-4)
+        + _grid("tensorflow", "cpu", "eager", 1e-3)
+        + _grid("tensorflow", "cuda", "train_on_batch", 2e-4)
+    )
+    # cuda_graph is the torch step replayed: set against the CPU's eager (torch_step).
+    ax = figures.speedup_heatmap(
+        timings, "s002-iris", "batch", "hidden", "cuda", framework="torch", variant="cuda_graph"
+    )
+    assert ax.get_title() == "s002-iris, torch/cuda_graph (torch_step): speedup cuda over CPU"
+    cells = {t.get_text() for t in ax.texts if t.get_gid() == "cell"}
+    assert cells == {figures._fmt_ratio(5.0)}
+    # train_on_batch has no CPU rows of its program: no speed-up against fit.
+    ax = figures.speedup_heatmap(
+        timings,
+        "s002-iris",
+        "batch",
+        "hidden",
+        "cuda",
+        framework="tensorflow",
+        variant="train_on_batch",
+    )
+    assert ax.get_title().startswith("CPU step time (no CPU rows of the program cuda ran)")

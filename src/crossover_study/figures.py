@@ -749,9 +749,14 @@ def speedup_heatmap(
     else:
         xs, ys = grid
     acc = _cell_table(sub[sub["device"] == accelerator], x_axis, y_axis, xs, ys)
-    if ran is None:  # no CPU rows of the accelerator's program: its own CPU rows are shown
+    missing = f"no {accelerator} rows measured"
+    if ran is None:
+        # No CPU rows of the accelerator's program (or no accelerator rows): no speed-up;
+        # the CPU rows of this variant are drawn as step times.
+        if acc.notna().to_numpy().any():
+            missing = f"no CPU rows of the program {accelerator} ran"
         same_cpu = sub[sub["device"] == "cpu"]
-        acc = acc.where(pd.DataFrame(False, index=acc.index, columns=acc.columns))
+        acc = acc * np.nan
     cpu = _cell_table(same_cpu, x_axis, y_axis, xs, ys)
     if not xs or not ys:
         return _empty(
@@ -811,7 +816,7 @@ def speedup_heatmap(
         texts = [[_fmt_ms(v) if np.isfinite(v) else "" for v in row] for row in ms]
         mid = np.sqrt(finite.min() * finite.max()) if finite.size else 0
         colours = [["black" if np.isfinite(v) and v > mid else "white" for v in row] for row in ms]
-        title = f"CPU step time (no {accelerator} rows measured) — {program}"
+        title = f"CPU step time ({missing}) — {program}"
     for i, row in enumerate(texts):
         for j, text in enumerate(row):
             if text:
