@@ -192,11 +192,11 @@ def test_remedy_that_also_runs_on_the_cpu_is_compared_like_with_like():
     cpu = _rows("cpu", sizes, [1e-5 * s for s in sizes])
     acc = _rows("cuda", sizes, [2.56e-3] * 4)
     # The variant halves the CPU's step too: the GPU at 0.64 ms now meets 5 us x H at 128.
-    cpu_v = _variant(_rows("cpu", sizes, [5e-6 * s for s in sizes]), "loop")
-    acc_v = _variant(_rows("cuda", sizes, [6.4e-4] * 4), "loop")
+    cpu_v = _variant(_rows("cpu", sizes, [5e-6 * s for s in sizes]), "compile")
+    acc_v = _variant(_rows("cuda", sizes, [6.4e-4] * 4), "compile")
     table = crossover_table(pd.DataFrame(cpu + acc + cpu_v + acc_v), n_boot=100)
-    row = table[(table["axis"] == "hidden") & (table["variant"] == "loop")].iloc[0]
-    assert row["cpu_variant"] == "loop"
+    row = table[(table["axis"] == "hidden") & (table["variant"] == "compile")].iloc[0]
+    assert row["cpu_variant"] == "compile"
     assert row["crossover_size"] == pytest.approx(128.0)
     shift = remedy_shift(table)
     assert shift.loc[shift["axis"] == "hidden", "crossover_shift"].iloc[0] == pytest.approx(0.5)

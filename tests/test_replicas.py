@@ -262,7 +262,7 @@ def test_snakemake_dry_run_gives_cuda_multi_jobs_their_replicas_as_gpus(tmp_path
         (PointSpec("s001-mlp", "torch", "cuda_multi", "eager", MLP), "replicated points"),
         (
             PointSpec("s002-iris", "tensorflow", "tpu", "xla", SEED_SIZES["s002-iris"]),
-            "only the eager",
+            "on tpu only strategy_step runs",
         ),
         (
             PointSpec(
@@ -736,11 +736,21 @@ def test_tpu_probe_on_this_host_is_unavailable_with_the_reason():
 
 
 def test_tpu_group_gives_unavailable_rows_or_fails(tmp_path):
-    pts = (PointSpec("s002-iris", "tensorflow", "tpu", "eager", SEED_SIZES["s002-iris"]),)
+    seed = SEED_SIZES["s002-iris"]
+    pts = (
+        PointSpec("s002-iris", "tensorflow", "tpu", "strategy_step", seed, tpu_cores=8),
+        PointSpec("s002-iris", "tensorflow", "tpu", "eager", seed),
+    )
     group = GroupSpec("s002-iris", "tensorflow", "tpu", pts, 1, FAST, "skip", "h")
     rows = run_group(group, tmp_path / "j.jsonl", tmp_path / "o.csv", log=lambda _: None)
     assert rows[0]["status"] == "unavailable" and "failed" in rows[0]["message"]
     assert rows[0].get("step_time_s") is None
+    assert rows[0]["program"] == "strategy_step" and rows[0]["global_batch"] == 24
+    assert rows[0]["note"] == "seed batch 20 → 24 to divide over 8 TPU cores"
+    # The seed's own program (Keras fit) does not run under TPUStrategy: decided before
+    # the device, so the row is not_applicable (not unavailable) and names strategy_step.
+    assert rows[1]["status"] == "not_applicable" and rows[1]["program"] is None
+    assert "only strategy_step runs" in rows[1]["message"] and "keras_fit" in rows[1]["message"]
     fail = GroupSpec("s002-iris", "tensorflow", "tpu", pts, 1, FAST, "fail", "h")
     with pytest.raises(frameworks.DeviceMissingError, match="'tpu' was asked for"):
         run_group(fail, tmp_path / "j2.jsonl", tmp_path / "o2.csv", log=lambda _: None)
@@ -750,7 +760,7 @@ def test_tpu_group_gives_unavailable_rows_or_fails(tmp_path):
     "case, sizes",
     [("s000-hjb", {"batch": 16, "width": 8}), ("s002-iris", {"batch": 20, "hidden": 8})],
 )
-def test_tpu_step_runs_under_an_injected_strategy(monkeypatch, case, sizes):
+def test_tpu_strategy_step_runs_under_an_injected_strategy(monkeypatch, case, sizes):
     tf = frameworks.import_framework("tensorflow", "cpu", 1)
     from crossover_study.workloads.tf_strategy import StrategyWorkload
 
@@ -758,13 +768,16 @@ def test_tpu_step_runs_under_an_injected_strategy(monkeypatch, case, sizes):
     monkeypatch.setattr(
         frameworks, "tpu_strategy", lambda: tf.distribute.OneDeviceStrategy("/cpu:0")
     )
-    workload = frameworks.make_workload(PointSpec(case, "tensorflow", "tpu", "eager", sizes), 1)
+    point = PointSpec(case, "tensorflow", "tpu", "strategy_step", sizes, tpu_cores=8)
+    workload = frameworks.make_workload(point, 1)
     assert isinstance(workload, StrategyWorkload)
     m = measure(workload, FAST)
     assert m.step_time_s > 0 and math.isfinite(m.final_loss)
     assert m.traces_first_step == 1 and m.traces_timed == 0
     info = workload.replica_info()
-    assert info["replicas"] == 1 and info["global_batch"] == sizes["batch"]
+    # The batch rounded to divide over 8 TPU cores: 16 stays, 20 -> 24.
+    assert info["replicas"] == 1 and info["global_batch"] == point.global_batch()
+    assert info["global_batch"] == {16: 16, 20: 24}[sizes["batch"]]
     assert "OneDeviceStrategy" in info["replica_devices"] and info["allreduce_s"] > 0
 
 

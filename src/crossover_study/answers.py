@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from crossover_study.programs import PROGRAMS, program_column, program_of_rows
+from crossover_study.programs import cpu_rows as same_program_cpu_rows
 from crossover_study.spec import (
     ACCELERATORS,
     FRAMEWORKS,
@@ -25,6 +27,7 @@ __all__ = [
     "SEED_QUESTIONS",
     "answer_sentence",
     "format_seconds",
+    "program_legend",
     "remedy_sentence",
     "remedy_shift_sentence",
     "replica_program_sentence",
@@ -128,8 +131,10 @@ def _measured_clause(
     program: str,
     rows: pd.DataFrame,
     speedup: float | None,
+    ran: str | None = None,
 ) -> str:
-    """'with torch, CUDA is 1.7x slower at the seed's size; it overtakes ...'."""
+    """'with torch, CUDA is 1.7x slower at the seed's size; it overtakes ...; both ran
+    torch_step' (``ran``: the training program both devices ran, ``programs.PROGRAMS``)."""
     parts = []
     if speedup is None:
         parts.append(f"with {program}, {name} has no step time at the seed's size")
@@ -178,6 +183,8 @@ def _measured_clause(
         parts.append(f"after N* = {_fmt_count(n_star)} steps its time-to-train wins")
     elif speedup is not None and speedup < 1:
         parts.append("its time-to-train never beats the CPU's at the seed's size")
+    if ran is not None:
+        parts.append(f"both devices ran the program {ran}")
     return "; ".join(parts)
 
 
@@ -188,7 +195,10 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
     s), then per accelerator and framework: how many times faster or slower it is at
     the seed's size (``speedup_at_seed`` of ``crossover``, else the ratio of the two
     step times in ``timings``), where it overtakes the CPU (``crossover_size`` with its
-    95% CI) or that it does not, and after how many steps N* its time-to-train wins.
+    95% CI) or that it does not, after how many steps N* its time-to-train wins, and the
+    training program both devices ran (``programs.PROGRAMS``). The accelerator is only
+    compared with CPU rows of the same program (``programs.cpu_rows``); where the CPU has
+    none, the clause says so instead of comparing two programs.
     When the accelerator's rows are all ``unavailable`` the sentence says "no CUDA
     device was visible on this machine (<message>), so no crossover was measured here".
     """
@@ -295,18 +305,41 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
                 if not crossover.empty
                 else pd.DataFrame(columns=["outcome", "axis"])
             )
+            cpu_rows, _, ran = same_program_cpu_rows(case_rows, case, framework, variant, acc)
+            if ran is None:
+                ran = program_of_rows(group[group["status"] == "ok"])
+                clauses.append(
+                    f"with {program}, the CPU has no ok rows of the same program ({ran}), "
+                    f"so {name} is not compared with the CPU"
+                )
+                continue
+            cpu_rows = _seed_rows(cpu_rows, case)
             speedup = _first(rows["speedup_at_seed"]) if "speedup_at_seed" in rows else None
             if speedup is None:
                 pick = at_seed[
                     (at_seed["framework"] == framework) & (at_seed["variant"] == variant)
                 ]
-                cpu = pd.to_numeric(pick.loc[pick["device"] == "cpu", "step_time_s"]).median()
+                cpu = pd.to_numeric(cpu_rows["step_time_s"]).median()
                 fast = pd.to_numeric(pick.loc[pick["device"] == acc, "step_time_s"]).median()
                 speedup = (
                     float(cpu / fast) if pd.notna(cpu) and pd.notna(fast) and fast > 0 else None
                 )
-            clauses.append(_measured_clause(name, program, rows, speedup))
+            clauses.append(_measured_clause(name, program, rows, speedup, ran))
     return head + ("; " + "; ".join(clauses) if clauses else "") + "."
+
+
+def program_legend(timings: pd.DataFrame, case: str) -> str:
+    """'Programs measured: keras_fit (Keras Model.fit as the seed calls it ...); ...':
+    one line per training program with an ok row of ``case`` in ``timings`` (its
+    ``program`` column, else the program table), described as ``programs.PROGRAMS``
+    does; empty when there is none."""
+    rows = timings[(timings["case"] == case) & (timings["status"] == "ok")]
+    if rows.empty:
+        return ""
+    found = [p for p in dict.fromkeys(program_column(rows)) if isinstance(p, str)]
+    if not found:
+        return ""
+    return "Programs measured: " + "; ".join(f"{p} ({PROGRAMS.get(p, p)})" for p in found) + "."
 
 
 #: A variant must be this much faster than eager to be called a remedy: the noise
@@ -409,6 +442,8 @@ def remedy_shift_sentence(shift: pd.DataFrame, case: str) -> str:
                 else (f"{_fmt_ratio(1 / speedup)}{TIMES} slower")
             )
             text += f" is {faster} than the CPU's {first.get('cpu_variant')} at the seed's size"
+            if isinstance(first.get("program"), str):
+                text += f" (both ran {first['program']})"
         crossings = []
         for _, r in group[group["outcome"] != "too_few_points"].iterrows():
             piece = (

@@ -19,8 +19,9 @@ import jsonschema
 import yaml
 
 from .harness import TimingPolicy
+from .programs import classified
 from .provenance import SCHEMAS
-from .spec import REPLICA_VARIANTS, SEED_SIZES, PointSpec, config_hash
+from .spec import DEFAULT_TPU_CORES, REPLICA_VARIANTS, SEED_SIZES, PointSpec, config_hash
 
 SCHEMA_PATH = SCHEMAS / "config.schema.yaml"
 T = TypeVar("T")
@@ -89,7 +90,8 @@ def validate_config(config: Mapping[str, Any]) -> dict:
     Raises :class:`ConfigError` naming the first bad key path (unknown names or keys,
     non-positive or duplicate sizes, a swept device that ``devices`` does not define,
     grid axes a case does not have, a GPU count that is not a positive integer, a
-    partition or account with a comma or space, threads and cpus_per_task that differ).
+    partition or account with a comma or space, threads and cpus_per_task that differ,
+    a variant the program table does not classify).
 
     A device class that gives ``cpus_per_task`` but not ``threads`` gets
     ``threads = cpus_per_task``: a job's framework threads are the CPUs Slurm gives it.
@@ -113,6 +115,13 @@ def validate_config(config: Mapping[str, Any]) -> dict:
                 f"under devices (defined: {', '.join(config['devices'])})"
             )
     _check_replication(config)
+    for i, variant in enumerate(config["sweep"]["variants"]):
+        if not classified(variant):
+            raise ConfigError(
+                f"config error at sweep.variants[{i}]: variant {variant!r} has no entry in "
+                "the program table (src/crossover_study/programs.py), so its rows could not "
+                "say which program ran nor be compared with the CPU's"
+            )
     for name, spec in config["devices"].items():
         if "cpus_per_task" not in spec:
             continue
@@ -232,13 +241,23 @@ def case_sizes(case: str, case_config: Mapping[str, Any]) -> list[dict[str, int]
 def points(config: Mapping[str, Any], case: str, framework: str, device: str) -> list[PointSpec]:
     """The points one measuring job (case × framework × device) measures: the eager
     program over every size; the other variants and the unsynced timing over
-    ``sweep.extras_at`` (the seed's size only, or every size)."""
+    ``sweep.extras_at`` (the seed's size only, or every size). ``strategy_step`` points
+    carry the config's ``tpu_cores`` (their global batch divides over them)."""
     sizes = case_sizes(case, config["cases"][case])
     sweep = config["sweep"]
     seed = dict(SEED_SIZES[case])
     extra_sizes = sizes if sweep.get("extras_at", "seed") == "all" else [seed]
+    # strategy_step runs the TPU's batch on every device (spec.tpu_global_batch).
+    cores = config.get("tpu_cores", DEFAULT_TPU_CORES)
     pts = [
-        PointSpec(case, framework, device, v, s)
+        PointSpec(
+            case,
+            framework,
+            device,
+            v,
+            s,
+            tpu_cores=cores if v == "strategy_step" else None,
+        )
         for v in sweep["variants"]
         for s in (sizes if v == "eager" else extra_sizes)
     ]

@@ -11,14 +11,18 @@ N*: time-to-train T(N) = cold_start + first_step + N × step (STUDY.md item 1); 
 the smallest N with T_acc(N) < T_cpu(N), i.e. N* = (C_acc − C_cpu) / (t_cpu − t_acc)
 with C = cold_start + first_step, when the accelerator's step is faster.
 
-The CPU side of a variant's curve is the same variant on the CPU where that has ok rows
-on the axis, else the CPU's ``eager`` program (column ``cpu_variant``): a remedy that
-only exists on the accelerator (``cuda_graph``, ``cudnn``) is compared with the program
-the user runs on the CPU today, and one that also speeds the CPU up (``loop``,
-``custom_step``) with the CPU running it too. :func:`remedy_shift` then sets each
-variant's crossover and N* beside eager's. Columns ``precision`` and ``cpu_precision``
-name the float precision of each side (``tf32`` on the GPU is compared with the CPU's
-fp32 program).
+The CPU side of a variant's curve runs the same training program as the accelerator
+(``programs.cpu_variants``, the one pairing rule; columns ``program``, ``cpu_program``):
+the same variant on the CPU where that has ok rows on the axis, else the CPU's ``eager``
+where eager is the same program (column ``cpu_variant``): a way of executing the program
+that only exists on the accelerator (``cuda_graph``, ``cudnn``) is compared with the
+program as the user runs it on the CPU today, and one that also speeds the CPU up
+(``loop``) with the CPU running it too. Where the CPU has no ok rows of the same program
+(e.g. ``strategy_step`` on tpu without its CPU rows, or ``train_on_batch``, another
+program than eager's ``fit``), there is no comparison (outcome ``no_cpu_program``, with
+the reason). :func:`remedy_shift` then sets each variant's crossover and N* beside
+eager's. Columns ``precision`` and ``cpu_precision`` name the float precision
+of each side (``tf32`` on the GPU is compared with the CPU's fp32 program).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .programs import cpu_rows, no_cpu_program_reason, program_column, program_of_rows
 from .provenance import table_columns
 from .spec import ACCELERATORS, SEED_SIZES, case_axes, without_replicas
 
@@ -132,33 +137,36 @@ def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
     timings = without_replicas(timings)  # replicated rows: the scaling figure's
     if "timing" in timings:  # unsynchronised rows are the anti-pattern, never estimated
         timings = timings[timings["timing"].fillna("synced") == "synced"]
+    # The program every row ran (its own column, or the program table for old tables).
+    timings = timings.assign(program=program_column(timings))
     rows = []
     devices = sorted(set(timings["device"]) - {"cpu"} | set(ACCELERATORS))
     keys = timings[["case", "framework", "variant"]].drop_duplicates().itertuples(index=False)
     for case, framework, variant in keys:
-        mine = (timings["case"] == case) & (timings["framework"] == framework)
-        sub = timings[mine & (timings["variant"] == variant)]
-        eager = timings[mine & (timings["variant"] == "eager")]
+        mine = timings[(timings["case"] == case) & (timings["framework"] == framework)]
+        sub = mine[mine["variant"] == variant]
         for acc_name in devices:
             on_acc = sub.loc[sub["device"] == acc_name, "status"]
             if on_acc.empty or (on_acc == "not_applicable").all():
                 continue  # not measured there, or the variant does not exist there
             for axis in case_axes(case):
                 rows.append(
-                    _one_row(sub, eager, case, framework, variant, acc_name, axis, n_boot, seed)
+                    _one_row(sub, mine, case, framework, variant, acc_name, axis, n_boot, seed)
                 )
     return pd.DataFrame(rows, columns=list(table_columns("crossover")))
 
 
-def _cpu_line(sub: pd.DataFrame, eager: pd.DataFrame, case: str, axis: str, variant: str):
-    """(ok CPU rows of the axis line indexed by size, the CPU variant they ran): the
-    same variant where it has ok CPU rows on the line, else the CPU's eager program."""
-    for program, rows in ((variant, sub), ("eager", eager)):
-        line = _axis_slice(rows, case, axis)
-        cpu = line[(line["status"] == "ok") & (line["device"] == "cpu")]
-        if not cpu.empty:
-            return cpu.set_index(axis), program
-    return _axis_slice(sub, case, axis).iloc[0:0].set_index(axis), variant
+def cpu_side(
+    mine: pd.DataFrame, case: str, framework: str, variant: str, accelerator: str, axis: str
+):
+    """The CPU side of a curve of ``variant`` on ``accelerator`` along ``axis``:
+    ``(ok CPU rows of the axis line indexed by size, their variant, their program)``
+    from :func:`programs.cpu_rows` on the line (other axes at the seed's size);
+    ``(empty, None, None)`` when the CPU has no ok rows of the same program there."""
+    cpu, cpu_variant, program = cpu_rows(
+        _axis_slice(mine, case, axis), case, framework, variant, accelerator
+    )
+    return cpu.set_index(axis), cpu_variant, program
 
 
 def _precisions(rows: pd.DataFrame) -> str | None:
@@ -170,7 +178,7 @@ def _precisions(rows: pd.DataFrame) -> str | None:
     return "+".join(values) or None
 
 
-def _one_row(sub, eager, case, framework, variant, acc_name, axis, n_boot, seed) -> dict:
+def _one_row(sub, mine, case, framework, variant, acc_name, axis, n_boot, seed) -> dict:
     row = {
         "case": case,
         "framework": framework,
@@ -181,7 +189,11 @@ def _one_row(sub, eager, case, framework, variant, acc_name, axis, n_boot, seed)
     }
     line = _axis_slice(sub, case, axis)
     ok = line[line["status"] == "ok"]
-    cpu, row["cpu_variant"] = _cpu_line(sub, eager, case, axis, variant)
+    on_acc = line[line["device"] == acc_name]
+    row["program"] = program_of_rows(on_acc[on_acc["status"] == "ok"]) or program_of_rows(on_acc)
+    cpu, row["cpu_variant"], row["cpu_program"] = cpu_side(
+        mine, case, framework, variant, acc_name, axis
+    )
     acc = ok[ok["device"] == acc_name].set_index(axis)
     row["precision"], row["cpu_precision"] = _precisions(acc), _precisions(cpu)
     if acc.empty:
@@ -192,6 +204,18 @@ def _one_row(sub, eager, case, framework, variant, acc_name, axis, n_boot, seed)
             "n_sizes": 0,
             "outcome": "no_accelerator_data",
             "reason": "; ".join(reasons) or f"status {', '.join(statuses)}",
+        }
+    if row["cpu_program"] is None:
+        return {
+            **row,
+            "n_sizes": 0,
+            "outcome": "no_cpu_program",
+            "reason": (
+                no_cpu_program_reason(case, framework, variant, acc_name)
+                if row["program"] is not None
+                else f"{acc_name}/{variant} ran no program of the program table, so it is "
+                "compared with nothing"
+            ),
         }
     common = sorted(set(cpu.index) & set(acc.index))
     row["n_sizes"] = len(common)
@@ -239,6 +263,7 @@ SHIFT_COLUMNS = (
     "n_star_steps",
     "eager_speedup_at_seed",
     "speedup_at_seed",
+    "program",
 )
 
 
@@ -252,11 +277,11 @@ def remedy_shift(crossover: pd.DataFrame) -> pd.DataFrame:
     (dimensionless; below 1: the remedy makes the accelerator win at a smaller size),
     set only when both have a crossover inside the measured range. Speed-ups and N* are
     at the seed's size (N* in steps; empty when the accelerator never catches up).
-    Rows whose accelerator has no data (``no_accelerator_data``) are left out.
+    Rows without a comparison (``no_accelerator_data``, ``no_cpu_program``) are left out.
     """
     if crossover.empty:
         return pd.DataFrame(columns=list(SHIFT_COLUMNS))
-    measured = crossover[crossover["outcome"] != "no_accelerator_data"]
+    measured = crossover[~crossover["outcome"].isin(("no_accelerator_data", "no_cpu_program"))]
     keys = ["case", "framework", "accelerator", "axis"]
     eager = measured[measured["variant"] == "eager"].set_index(keys)
     rows = []

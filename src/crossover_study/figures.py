@@ -27,6 +27,7 @@ from matplotlib.colors import LogNorm, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from crossover_study.programs import cpu_rows
 from crossover_study.spec import (
     DEVICES,
     FRAMEWORKS,
@@ -715,6 +716,10 @@ def speedup_heatmap(
         Which program to compare (one heat map per program). Default: the first
         framework in ``spec.FRAMEWORKS`` order with rows, and ``eager`` when present.
 
+    The CPU side runs the same training program as the accelerator
+    (:func:`crossover_study.programs.cpu_rows`: the same variant, else the CPU's eager
+    where that is the same program); without such CPU rows no speed-up is drawn.
+
     Each cell shows speedup = CPU ``step_time_s`` / accelerator ``step_time_s`` (above
     1: the accelerator is faster), colour on a diverging map (``RdBu``, blue =
     accelerator faster) centred at 1 with a log2 norm, annotated like ``1.8x``. When the
@@ -730,8 +735,12 @@ def speedup_heatmap(
     if variant is None:
         variants = sorted(df["variant"].unique())
         variant = "eager" if "eager" in variants or not variants else variants[0]
+    # The CPU side runs the same program as the accelerator (programs.cpu_rows).
+    same_cpu, _, ran = cpu_rows(
+        _at_seed(df, case, except_axes=(x_axis, y_axis)), case, framework, variant, accelerator
+    )
     df = df[df["variant"] == variant]
-    program = f"{case}, {framework}/{variant}"
+    program = f"{case}, {framework}/{variant}" + (f" ({ran})" if ran else "")
     grid = _grid_values(df, case, x_axis, y_axis)
     sub = _at_seed(df, case, except_axes=(x_axis, y_axis))
     if grid is None:
@@ -739,8 +748,16 @@ def speedup_heatmap(
         ys = sorted(pd.to_numeric(sub[y_axis]).dropna().unique())
     else:
         xs, ys = grid
-    cpu = _cell_table(sub[sub["device"] == "cpu"], x_axis, y_axis, xs, ys)
     acc = _cell_table(sub[sub["device"] == accelerator], x_axis, y_axis, xs, ys)
+    missing = f"no {accelerator} rows measured"
+    if ran is None:
+        # No CPU rows of the accelerator's program (or no accelerator rows): no speed-up;
+        # the CPU rows of this variant are drawn as step times.
+        if acc.notna().to_numpy().any():
+            missing = f"no CPU rows of the program {accelerator} ran"
+        same_cpu = sub[sub["device"] == "cpu"]
+        acc = acc * np.nan
+    cpu = _cell_table(same_cpu, x_axis, y_axis, xs, ys)
     if not xs or not ys:
         return _empty(
             ax,
@@ -799,7 +816,7 @@ def speedup_heatmap(
         texts = [[_fmt_ms(v) if np.isfinite(v) else "" for v in row] for row in ms]
         mid = np.sqrt(finite.min() * finite.max()) if finite.size else 0
         colours = [["black" if np.isfinite(v) and v > mid else "white" for v in row] for row in ms]
-        title = f"CPU step time (no {accelerator} rows measured) — {program}"
+        title = f"CPU step time ({missing}) — {program}"
     for i, row in enumerate(texts):
         for j, text in enumerate(row):
             if text:

@@ -431,35 +431,45 @@ def make_workload(point, threads: int):
     """The workload that measures ``point`` (a :class:`~crossover_study.spec.PointSpec`)
     in a job of ``threads`` CPU threads. Imports the framework's workload modules.
 
-    - a replicated point (a variant of ``spec.REPLICA_VARIANTS``; one replica is the
-      scaling baseline, the same program on one device): ``ddp`` in torch
-      (:class:`~crossover_study.workloads.torch_ddp.DDPWorkload`), ``mirrored`` in
-      TensorFlow (:func:`~crossover_study.workloads.tf_strategy.mirrored_workload`),
-      ``mirrored_fit`` in TensorFlow
-      (:func:`~crossover_study.workloads.tf_strategy.mirrored_fit_workload`; s004 only);
-    - an ordinary point on ``tpu`` (TensorFlow): the seed case's strategy step under this
-      host's ``TPUStrategy`` (eager only);
-    - any other point: the case's one-device program (:func:`workload_class`).
+    The program comes from the program table (:func:`crossover_study.programs.program_of`,
+    which raises ``workloads.NotApplicable`` with the reason before anything is built):
 
-    Raises ``workloads.NotApplicable`` (with the reason) where the point's variant does
-    not apply (a replica variant of the other framework or of a case without replicas,
-    an ordinary point on ``cuda_multi``, a non-eager variant on ``tpu``), and
-    :class:`DeviceMissingError` when fewer GPUs are visible than replicas or no TPU is.
+    - ``ddp_step`` (variant ``ddp``, torch):
+      :class:`~crossover_study.workloads.torch_ddp.DDPWorkload`; ``strategy_step`` of
+      variant ``mirrored`` (TensorFlow):
+      :func:`~crossover_study.workloads.tf_strategy.mirrored_workload` and
+      ``keras_fit_mirrored`` (variant ``mirrored_fit``, s004):
+      :func:`~crossover_study.workloads.tf_strategy.mirrored_fit_workload` (one replica
+      is each one's scaling baseline, the same program on one device);
+    - ``strategy_step`` (variant ``strategy_step``):
+      :class:`~crossover_study.workloads.tf_strategy.StrategyWorkload` under
+      ``OneDeviceStrategy`` on ``cpu`` (``/cpu:0``) and ``cuda`` (``/gpu:0``) and under
+      this host's ``TPUStrategy`` on ``tpu``, with the point's global batch (its batch
+      rounded to divide over ``tpu_cores``, :meth:`PointSpec.global_batch`);
+    - any other program: the case's one-device program (:func:`workload_class`).
+
+    Raises ``workloads.NotApplicable`` where the point's variant does not apply (the
+    table's reasons: a replica variant of the other framework or of a case without
+    replicas, an ordinary point on ``cuda_multi``, any variant but ``strategy_step`` on
+    ``tpu``; and the workloads' own), and :class:`DeviceMissingError` when fewer GPUs
+    are visible than replicas or no TPU is.
     """
+    from .programs import program_of
     from .spec import REPLICA_VARIANTS
     from .workloads import NotApplicable
 
     case, device, sizes = point.case, point.device, dict(point.sizes)
-    if point.variant in REPLICA_VARIANTS or point.replicas > 1:
-        owner = REPLICA_VARIANTS.get(point.variant)
-        if owner is None:
-            raise NotApplicable(
-                f"{point.variant} is not a replica variant ("
-                + ", ".join(f"{v} for {f}" for v, f in REPLICA_VARIANTS.items())
-                + ")"
-            )
-        if owner != point.framework:
-            raise NotApplicable(f"{point.variant} is a {owner} replica variant")
+    if point.replicas > 1 and point.variant not in REPLICA_VARIANTS:
+        raise NotApplicable(
+            f"{point.variant} is not a replica variant ("
+            + ", ".join(f"{v} for {f}" for v, f in REPLICA_VARIANTS.items())
+            + ")"
+        )
+    owner = REPLICA_VARIANTS.get(point.variant)
+    if owner is not None and owner != point.framework:
+        raise NotApplicable(f"{point.variant} is a {owner} replica variant")
+    program = program_of(case, point.framework, device, point.variant)
+    if point.variant in REPLICA_VARIANTS:
         if device == "cuda_multi":
             visible = len(gpu_names(point.framework))
             if visible < point.replicas:
@@ -467,7 +477,7 @@ def make_workload(point, threads: int):
                     f"{point.replicas} replicas need {point.replicas} GPUs; {visible} "
                     f"visible to {point.framework} (CUDA_VISIBLE_DEVICES={_cvd_text()})"
                 )
-        if point.framework == "torch":
+        if program == "ddp_step":
             from .workloads.torch_ddp import DDPWorkload
 
             return DDPWorkload(case, device, sizes, point.replicas, point.scaling, threads)
@@ -475,19 +485,11 @@ def make_workload(point, threads: int):
 
         build = mirrored_fit_workload if point.variant == "mirrored_fit" else mirrored_workload
         return build(case, device, sizes, point.replicas, point.scaling, threads)
-    if device == "cuda_multi":
-        raise NotApplicable(
-            "cuda_multi measures the replicated points (ddp, mirrored, mirrored_fit) of the "
-            "replication section only; the one-GPU program is the cuda class's"
-        )
-    if device == "tpu" and point.framework == "tensorflow":
-        if point.variant != "eager":
-            raise NotApplicable(
-                "on tpu only the eager program runs (the seed's step under TPUStrategy)"
-            )
-        from .workloads.tf_strategy import StrategyWorkload
+    if program == "strategy_step":
+        from .workloads.tf_strategy import StrategyWorkload, one_device_strategy
 
-        return StrategyWorkload(case, device, sizes, tpu_strategy())
+        strategy = tpu_strategy() if device == "tpu" else one_device_strategy(device)
+        return StrategyWorkload(case, device, sizes, strategy, global_batch=point.global_batch())
     return workload_class(point.framework, case)(device, sizes, point.variant)
 
 

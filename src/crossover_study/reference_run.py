@@ -218,6 +218,7 @@ def _write_unstarted(points, paths: dict, config_hash: str, threads: int, why: s
     the framework, as the runner decides), written by this process, whose probe record
     says ``job_started: false``."""
     from .probe import probe_record, write_probe
+    from .programs import program_or_none
     from .provenance import placement, table_columns
     from .runner import framework_mismatch, write_csv_atomic
 
@@ -234,6 +235,9 @@ def _write_unstarted(points, paths: dict, config_hash: str, threads: int, why: s
                 "status": "not_applicable" if mismatch else "unavailable",
                 "message": mismatch or why,
                 "utc_time": now,
+                "program": program_or_none(
+                    point.case, point.framework, point.device, point.variant
+                ),
             }
         )
     write_csv_atomic(rows, table_columns("timings"), paths["csv"])

@@ -28,20 +28,26 @@ import psutil
 from . import frameworks, gpu_state, precision
 from .config import logical_cpus
 from .harness import TimingPolicy, measure
+from .programs import not_applicable_reason, program_or_none
 from .provenance import git_state, placement, table_columns
 from .spec import LSTM_CASES, PointSpec
 from .workloads import NotApplicable, Unavailable, check_framework, check_tf32
 
 
 def framework_mismatch(point: PointSpec) -> str | None:
-    """Why ``point``'s variant does not exist in its framework or, for ``tf32``, on its
-    device class (TF32 is a GPU mode), or None when it does. Decided before the device
-    is probed, so such a point is never ``unavailable``."""
+    """Why ``point``'s variant does not exist in its framework, or for ``tf32`` on its
+    device class (TF32 is a GPU mode), or on a TensorFlow ``tpu`` point why its variant
+    has no program there (only ``strategy_step`` runs under TPUStrategy:
+    ``programs.program_of``); None otherwise. Decided before the device is probed, so
+    such a row is ``not_applicable`` also where the device is missing (never
+    ``unavailable``, which would suggest the device would have run it)."""
     try:
         check_framework(point.variant, point.framework)
         check_tf32(point.variant, point.device)
     except NotApplicable as why:
         return str(why)
+    if point.device == "tpu" and point.framework == "tensorflow":
+        return not_applicable_reason(point.case, point.framework, point.device, point.variant)
     return None
 
 
@@ -269,7 +275,12 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline):
                 f"  {key}: measured again (run {journal.stale[key].get('run_id')} measured it "
                 "with other threads, timing or precision settings)"
             )
-        base = {**point.as_row(), **common, "device_name": probe.device_name}
+        base = {
+            **point.as_row(),
+            **common,
+            "device_name": probe.device_name,
+            "program": program_or_none(point.case, point.framework, point.device, point.variant),
+        }
         mismatch = framework_mismatch(point)
         gpu_end = None
         if mismatch is not None:  # decided before the device: never "unavailable"

@@ -38,6 +38,11 @@ ACCELERATORS: tuple[str, ...] = tuple(d for d in DEVICES if d != "cpu")
 #: TF32 is a tensor-core mode of NVIDIA GPUs (Ampere and later), so ``tf32`` is
 #: ``not_applicable`` on ``cpu`` and ``tpu``; the row's ``precision`` column is read
 #: back from the framework, never assumed.
+#: ``strategy_step`` (TensorFlow) is the ``tf.distribute`` custom step that TPUStrategy
+#: needs, run on every device (``OneDeviceStrategy`` on cpu and cuda, ``TPUStrategy`` on
+#: tpu), so that the TPU is compared with the CPU running the same program; its global
+#: batch is the point's batch rounded to divide over the TPU's cores
+#: (:func:`tpu_global_batch`). Which program each variant runs: ``programs.py``.
 VARIANTS: tuple[str, ...] = (
     "eager",
     "read_loss_every_step",
@@ -61,6 +66,8 @@ VARIANTS: tuple[str, ...] = (
     "mirrored_fit",
     # Float precision (TF32 on NVIDIA GPUs; the default is fp32).
     "tf32",
+    # The tf.distribute step on every device: the CPU side of the TPU comparison.
+    "strategy_step",
 )
 #: Data-parallel variants and their framework: torch ``DistributedDataParallel``,
 #: TensorFlow ``tf.distribute.MirroredStrategy`` with a custom step on data placed per
@@ -90,6 +97,34 @@ REPLICA_DEVICES: tuple[str, ...] = ("cpu", "cuda_multi")
 #: clock read) or ``unsynced`` (the anti-pattern of CASES.md P3, measured on purpose and
 #: always labelled; never the default).
 TIMINGS: tuple[str, ...] = ("synced", "unsynced")
+#: TPU cores TPUStrategy splits a global batch over when the config does not say
+#: (``tpu_cores``): a v2-8, v3-8 or v4-8 host has 8.
+DEFAULT_TPU_CORES = 8
+
+
+def tpu_global_batch(batch: int, cores: int = DEFAULT_TPU_CORES) -> int:
+    """The global batch a ``strategy_step`` point measures for the point's ``batch``: the
+    multiple of ``cores`` nearest to ``batch`` (a tie rounds up; never below ``cores``),
+    so that it divides over the TPU's cores and every device runs the same batch (e.g.
+    100 -> 104 and 20 -> 24 over 8 cores; 32 stays 32). Samples per step.
+
+    Raises ValueError for a batch or core count below 1.
+    """
+    if not isinstance(batch, int) or not isinstance(cores, int) or batch < 1 or cores < 1:
+        raise ValueError(f"batch and cores must be positive ints, got {batch!r} and {cores!r}")
+    return max(cores, cores * ((2 * batch + cores) // (2 * cores)))
+
+
+def batch_note(batch: int, global_batch: int, cores: int, seed: bool = False) -> str | None:
+    """The row's note when a ``strategy_step`` point measures another batch than its own
+    (None when they are equal): e.g. "seed batch 100 → 104 to divide over 8 TPU cores"
+    (``seed``: ``batch`` is the seed's own)."""
+    if global_batch == batch:
+        return None
+    which = "seed batch" if seed else "batch"
+    return f"{which} {batch} → {global_batch} to divide over {cores} TPU cores"
+
+
 #: Point outcomes. ``ok`` rows carry timings; every other status carries a ``message``.
 STATUSES: tuple[str, ...] = ("ok", "unavailable", "oom", "error", "not_applicable")
 
@@ -155,6 +190,9 @@ class PointSpec:
     replicas: int = 1
     #: ``strong`` or ``weak`` for a replicated point (see :data:`SCALINGS`), else None.
     scaling: str | None = None
+    #: ``strategy_step`` points: the TPU cores the global batch must divide over (the
+    #: config's ``tpu_cores``; the same on every device), else None.
+    tpu_cores: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.replicas, int) or self.replicas < 1:
@@ -166,6 +204,10 @@ class PointSpec:
             )
         if self.replicas == 1 and self.scaling is not None:
             raise ValueError(f"scaling {self.scaling!r} given for a point with one replica")
+        if self.tpu_cores is not None and (
+            not isinstance(self.tpu_cores, int) or self.tpu_cores < 1
+        ):
+            raise ValueError(f"tpu_cores must be a positive int, got {self.tpu_cores!r}")
 
     def key(self) -> str:
         """Stable text key of the point, used by the journal to resume a sweep.
@@ -180,13 +222,28 @@ class PointSpec:
             key = f"{key}|{self.timing}"
         if self.replicas > 1:
             key = f"{key}|replicas={self.replicas},scaling={self.scaling}"
+        if self.tpu_cores is not None:
+            key = f"{key}|tpu_cores={self.tpu_cores}"
         return key
 
     def global_batch(self) -> int:
         """Samples per training step over all replicas: ``batch`` for ordinary and
-        strong-scaling points, ``batch x replicas`` for weak scaling."""
+        strong-scaling points, ``batch x replicas`` for weak scaling, and for a point
+        with ``tpu_cores`` the batch rounded to divide over them
+        (:func:`tpu_global_batch`)."""
         batch = self.sizes["batch"]
+        if self.tpu_cores is not None:
+            return tpu_global_batch(batch, self.tpu_cores)
         return batch * self.replicas if self.scaling == "weak" else batch
+
+    def note(self) -> str | None:
+        """Why the point measures another global batch than its ``batch`` (the row's
+        ``note``), or None."""
+        if self.tpu_cores is None or "batch" not in self.sizes:
+            return None
+        batch = self.sizes["batch"]
+        seed = batch == SEED_SIZES[self.case]["batch"]
+        return batch_note(batch, self.global_batch(), self.tpu_cores, seed)
 
     def replica_batch(self) -> int:
         """Samples per step on each replica: ``batch / replicas`` (strong scaling) or
@@ -207,9 +264,10 @@ class PointSpec:
     def as_row(self) -> dict:
         """The spec's columns of the tidy table (size columns absent for other cases;
         ``global_batch`` from :meth:`global_batch`)."""
-        row = {k: v for k, v in asdict(self).items() if k != "sizes"}
+        row = {k: v for k, v in asdict(self).items() if k not in ("sizes", "tpu_cores")}
         row.update({c: self.sizes.get(c) for c in SIZE_COLUMNS})
         row["global_batch"] = self.global_batch() if "batch" in self.sizes else None
+        row["note"] = self.note()
         return row
 
     def is_seed_size(self) -> bool:

@@ -34,6 +34,7 @@ FRAMEWORK_OF_VARIANT: dict[str, str] = {
     "steps_per_execution": "tensorflow",
     "tf_data_repeat": "tensorflow",
     **REPLICA_VARIANTS,
+    "strategy_step": "tensorflow",
 }
 _FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow/Keras"}
 
@@ -145,4 +146,19 @@ def check_replica_variant(variant: str) -> None:
         raise NotApplicable(
             f"{variant} trains on several replicas; its points come from the replication "
             "section of the config"
+        )
+
+
+#: Cases whose seed trained a Keras model with ``fit`` under ``MirroredStrategy``.
+FIT_REPLICA_CASES: tuple[str, ...] = ("s004-lstm",)
+
+
+def check_fit_replica_case(case: str) -> None:
+    """Raise NotApplicable when ``case``'s seed did not train with Keras ``fit``
+    (:data:`FIT_REPLICA_CASES`), so ``mirrored_fit`` has no program for it."""
+    if case not in FIT_REPLICA_CASES:
+        raise NotApplicable(
+            f"mirrored_fit trains a Keras model with fit under MirroredStrategy, as "
+            f"{', '.join(FIT_REPLICA_CASES)}'s seed did; {case}'s seed is not a Keras fit "
+            "program (the mirrored variant measures its strategy step)"
         )

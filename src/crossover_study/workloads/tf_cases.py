@@ -61,6 +61,11 @@ class _TFWorkload:
     ):
         check_framework(variant, "tensorflow")
         check_replica_variant(variant)
+        if variant == "strategy_step":
+            raise NotApplicable(
+                "strategy_step is the tf.distribute step (tf_strategy.StrategyWorkload, chosen "
+                "by frameworks.make_workload), not a variant of the one-device program"
+            )
         if variant in self.keras_paths and not self.keras_fit:
             raise NotApplicable(f"{variant} applies to Keras fit programs; this one has no fit")
         check_lstm_kernel(variant, device, isinstance(self, LSTM))

@@ -1,7 +1,9 @@
 """The seed cases under a ``tf.distribute`` strategy: one training step for every
 strategy, used by the ``mirrored`` variant (``MirroredStrategy`` over logical CPU
-devices or GPUs) and by the ``tpu`` device class (``TPUStrategy``); and the
-``mirrored_fit`` variant, s004's Keras model under ``MirroredStrategy`` trained with
+devices or GPUs) and by the ``strategy_step`` variant: ``TPUStrategy`` on the ``tpu``
+device class and ``OneDeviceStrategy`` on ``cpu`` and ``cuda`` (:func:`one_device_strategy`),
+so that the TPU is compared with the CPU running this same program (``programs.py``).
+The ``mirrored_fit`` variant is s004's Keras model under ``MirroredStrategy`` trained with
 ``fit`` as its seed's user ran it (:class:`MirroredFitWorkload`).
 
 The step is a custom training loop (``strategy.run`` inside a ``tf.function``), as the
@@ -36,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from . import NotApplicable, data, replica_batches
+from . import NotApplicable, check_fit_replica_case, data, replica_batches
 from .tf_cases import HJB, SeedFit, lstm_regressor, tf_function_traces
 
 #: Timed blocks of all-reduces per point (the median is the row's ``allreduce_s``)
@@ -240,9 +242,14 @@ class StrategyWorkload:
         self.replicas = strategy.num_replicas_in_sync
         self.global_batch = global_batch or sizes["batch"]
         if self.global_batch % self.replicas:
+            hint = (
+                " (the config's tpu_cores should be this TPU's core count)"
+                if device == "tpu"
+                else ""
+            )
             raise NotApplicable(
                 f"the global batch {self.global_batch} does not split evenly over "
-                f"{self.replicas} replicas"
+                f"{self.replicas} replicas{hint}"
             )
         self.threads_per_replica = threads_per_replica
         self.loss_read_every = LOSS_READ_EVERY[case] or data.lstm_steps_per_epoch(self.global_batch)
@@ -379,6 +386,22 @@ def _replica_strategy(variant: str, device: str, replicas: int):
     return _mirrored(tuple(devices))
 
 
+#: One OneDeviceStrategy per device of this process (``strategy_step`` on cpu and cuda).
+_ONE_DEVICE: dict[str, object] = {}
+
+
+def one_device_strategy(device: str):
+    """The ``tf.distribute.OneDeviceStrategy`` of ``strategy_step`` on ``device``:
+    ``/cpu:0`` for ``cpu``, ``/gpu:0`` for ``cuda`` (one per process). Raises ValueError
+    for another device class (``tpu`` uses ``frameworks.tpu_strategy``)."""
+    names = {"cpu": "/cpu:0", "cuda": "/gpu:0"}
+    if device not in names:
+        raise ValueError(f"OneDeviceStrategy runs strategy_step on cpu or cuda, not {device!r}")
+    if device not in _ONE_DEVICE:
+        _ONE_DEVICE[device] = tf.distribute.OneDeviceStrategy(names[device])
+    return _ONE_DEVICE[device]
+
+
 def mirrored_workload(
     case: str,
     device: str,
@@ -408,21 +431,6 @@ def mirrored_workload(
         threads_per_replica=max(1, threads // replicas),
         seed=seed,
     )
-
-
-#: Cases whose seed trained a Keras model with ``fit`` under ``MirroredStrategy``.
-FIT_REPLICA_CASES: tuple[str, ...] = ("s004-lstm",)
-
-
-def check_fit_replica_case(case: str) -> None:
-    """Raise NotApplicable when ``case``'s seed did not train with Keras ``fit``
-    (:data:`FIT_REPLICA_CASES`), so ``mirrored_fit`` has no program for it."""
-    if case not in FIT_REPLICA_CASES:
-        raise NotApplicable(
-            f"mirrored_fit trains a Keras model with fit under MirroredStrategy, as "
-            f"{', '.join(FIT_REPLICA_CASES)}'s seed did; {case}'s seed is not a Keras fit "
-            "program (the mirrored variant measures its strategy step)"
-        )
 
 
 class MirroredFitWorkload(SeedFit, StrategyWorkload):
