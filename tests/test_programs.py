@@ -140,6 +140,7 @@ RUN_BY = {
     "keras_fit_repeat": {"tf_cases.Iris", "tf_cases.LSTM"},
     "strategy_step": {"tf_strategy.StrategyWorkload"},
     "ddp_step": {"torch_ddp.DDPWorkload"},
+    "keras_fit_mirrored": {"tf_strategy.MirroredFitWorkload"},
 }
 
 

@@ -456,6 +456,7 @@ class MirroredFitWorkload(SeedFit, StrategyWorkload):
     keras_fit = True
     #: Keras 3 fit reads its logs back every step (workloads.FIT_READS_EVERY_STEP).
     fit_reads_every_step = True
+    variant = "mirrored_fit"
     checkpoint_each_epoch = True
     verbose = 1
 
