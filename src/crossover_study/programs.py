@@ -40,12 +40,10 @@ from .spec import (
     CASES,
     DEVICES,
     FRAMEWORKS,
-    REPLICA_CASES,
-    REPLICA_DEVICES,
     REPLICA_VARIANTS,
     VARIANTS,
 )
-from .workloads import NotApplicable, check_fit_replica_case, check_framework
+from .workloads import NotApplicable, check_framework, check_replica_point
 
 #: Every training program, with the one-line description the report uses.
 PROGRAMS: dict[str, str] = {
@@ -171,15 +169,7 @@ def program_of(case: str, framework: str, device: str, variant: str) -> str:
         )
     check_framework(variant, framework)
     if variant in REPLICA_VARIANTS:
-        if case not in REPLICA_CASES:
-            raise NotApplicable(
-                f"replicas are measured for {', '.join(REPLICA_CASES)} (issue 5); {case}'s "
-                "seed ran on one device"
-            )
-        if device not in REPLICA_DEVICES:
-            raise NotApplicable(f"{variant} runs on {' or '.join(REPLICA_DEVICES)}, not {device}")
-        if variant == "mirrored_fit":
-            check_fit_replica_case(case)
+        check_replica_point(variant, case, device)
         return REPLICA_PROGRAMS[variant]
     if device == "cuda_multi":
         raise NotApplicable(

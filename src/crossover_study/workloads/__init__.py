@@ -110,6 +110,22 @@ def check_tf32(variant: str, device: str) -> None:
     )
 
 
+def check_replica_point(variant: str, case: str, device: str) -> None:
+    """Raise NotApplicable when the data-parallel ``variant`` has no point for ``case``
+    (:data:`~crossover_study.spec.REPLICA_CASES`) or on ``device``
+    (``REPLICA_DEVICES``), or when ``mirrored_fit`` meets a case whose seed is not Keras
+    ``fit`` (:func:`check_fit_replica_case`)."""
+    if case not in REPLICA_CASES:
+        raise NotApplicable(
+            f"replicas are measured for {', '.join(REPLICA_CASES)} (issue 5); {case}'s seed "
+            "ran on one device"
+        )
+    if device not in REPLICA_DEVICES:
+        raise NotApplicable(f"{variant} runs on {' or '.join(REPLICA_DEVICES)}, not {device}")
+    if variant == "mirrored_fit":
+        check_fit_replica_case(case)
+
+
 def replica_batches(
     variant: str, case: str, device: str, batch: int, replicas: int, scaling: str | None
 ) -> tuple[int, int]:
@@ -121,13 +137,7 @@ def replica_batches(
     (:data:`~crossover_study.spec.REPLICA_CASES`, ``REPLICA_DEVICES``) or a batch strong
     scaling cannot split evenly; ValueError for fewer than one replica.
     """
-    if case not in REPLICA_CASES:
-        raise NotApplicable(
-            f"replicas are measured for {', '.join(REPLICA_CASES)} (issue 5); {case}'s seed "
-            "ran on one device"
-        )
-    if device not in REPLICA_DEVICES:
-        raise NotApplicable(f"{variant} runs on {' or '.join(REPLICA_DEVICES)}, not {device}")
+    check_replica_point(variant, case, device)
     if replicas < 1:
         raise ValueError(f"{variant} needs at least 1 replica, got {replicas}")
     if scaling == "strong" and batch % replicas:

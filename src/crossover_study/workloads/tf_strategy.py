@@ -460,29 +460,11 @@ class MirroredFitWorkload(SeedFit, StrategyWorkload):
     checkpoint_each_epoch = True
     verbose = 1
 
-    def __init__(
-        self,
-        case: str,
-        device: str,
-        sizes: dict[str, int],
-        strategy,
-        *,
-        global_batch: int | None = None,
-        scaling: str | None = None,
-        threads_per_replica: int | None = None,
-        seed: int = 1234,
-    ):
+    def __init__(self, case: str, device: str, sizes: dict[str, int], strategy, **kwargs):
+        """As :class:`StrategyWorkload` (keyword arguments passed on); raises
+        NotApplicable first for a case whose seed is not a Keras ``fit`` program."""
         check_fit_replica_case(case)
-        super().__init__(
-            case,
-            device,
-            sizes,
-            strategy,
-            global_batch=global_batch,
-            scaling=scaling,
-            threads_per_replica=threads_per_replica,
-            seed=seed,
-        )
+        super().__init__(case, device, sizes, strategy, **kwargs)
         self.steps_per_call = data.lstm_steps_per_epoch(self.global_batch)
         self.min_steps_per_block = self.steps_per_call
         self.loss_read_every = 1
@@ -556,7 +538,6 @@ def mirrored_fit_workload(
     _, global_batch = replica_batches(
         "mirrored_fit", case, device, sizes["batch"], replicas, scaling
     )
-    check_fit_replica_case(case)  # before any strategy or device is touched
     strategy = _replica_strategy("mirrored_fit", device, replicas)
     return MirroredFitWorkload(
         case,
