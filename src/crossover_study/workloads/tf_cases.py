@@ -490,8 +490,8 @@ def lstm_regressor(
     return_sequences) → Dropout(0.2) → LSTM(units, return_sequences) → Dropout(0.2) →
     LSTM(units) → Dropout(0.2) → Dense(targets). Input shape (batch, seq_len, features),
     output (batch, targets). ``use_cudnn`` goes to every LSTM layer (Keras's "auto":
-    cuDNN when the layer allows it and a GPU is present). Source: the seed s004
-    (``shared/seeds/``), the stock-price LSTM tutorial's regressor."""
+    cuDNN when the layer allows it and a GPU is present). Source: the s004 seed's code,
+    the stock-price LSTM tutorial's regressor."""
     return keras.Sequential(
         [
             keras.Input(shape=(seq_len, features)),

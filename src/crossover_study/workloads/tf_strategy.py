@@ -419,9 +419,19 @@ def mirrored_workload(
     scaling cannot split; RuntimeError when fewer logical CPU devices exist than
     replicas; ``frameworks.DeviceMissingError`` when fewer GPUs are visible.
     """
-    _, global_batch = replica_batches("mirrored", case, device, sizes["batch"], replicas, scaling)
-    strategy = _replica_strategy("mirrored", device, replicas)
-    return StrategyWorkload(
+    return _on_replicas(
+        "mirrored", StrategyWorkload, case, device, sizes, replicas, scaling, threads, seed
+    )
+
+
+def _on_replicas(variant, workload_class, case, device, sizes, replicas, scaling, threads, seed):
+    """``workload_class`` (a :class:`StrategyWorkload`) of ``variant`` under the process's
+    ``MirroredStrategy`` over ``replicas`` devices (:func:`_replica_strategy`), with the
+    global batch of ``scaling`` (``replica_batches``: raises NotApplicable where it does
+    not apply) and the job's ``threads`` shared by the replicas."""
+    _, global_batch = replica_batches(variant, case, device, sizes["batch"], replicas, scaling)
+    strategy = _replica_strategy(variant, device, replicas)
+    return workload_class(
         case,
         device,
         sizes,
@@ -535,17 +545,6 @@ def mirrored_fit_workload(
     fewer logical CPU devices exist than replicas; ``frameworks.DeviceMissingError``
     when fewer GPUs are visible.
     """
-    _, global_batch = replica_batches(
-        "mirrored_fit", case, device, sizes["batch"], replicas, scaling
-    )
-    strategy = _replica_strategy("mirrored_fit", device, replicas)
-    return MirroredFitWorkload(
-        case,
-        device,
-        sizes,
-        strategy,
-        global_batch=global_batch,
-        scaling=scaling,
-        threads_per_replica=max(1, threads // replicas),
-        seed=seed,
+    return _on_replicas(
+        "mirrored_fit", MirroredFitWorkload, case, device, sizes, replicas, scaling, threads, seed
     )
