@@ -20,6 +20,10 @@ checks that each table and figure derives from the recorded results:
   the report drew beside them (``reference/<run>/timings.csv``, recorded under
   ``reference_tables``, which must still be there unchanged); ``report.html`` shows
   exactly the recorded PNGs; the RO-Crate's file hashes match the files;
+- provenance travels: no string of the manifest or the RO-Crate is a machine's path
+  (absolute, ``file://`` or into a ``site-packages`` folder), and every ``@id`` of the
+  crate lies inside the crate's folder (files elsewhere are ``#workdir:``, ``#repo:``,
+  ``#package:`` entities, see :mod:`crossover_study.crate`);
 - paper figures are redrawn from the reference runs and must be identical byte for
   byte (when matplotlib is the recorded version).
 
@@ -33,17 +37,24 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .manifest import MANIFEST_NAME, load_manifest, sha256_file
+from .manifest import MANIFEST_NAME, load_manifest, locate_package_file, sha256_file
 from .provenance import REPO_ROOT
 from .spec import POINT_COLUMNS, SIZE_COLUMNS
 
 #: Rows listed per finding before "... and N more".
 MAX_ROWS = 8
+#: A string that names a place on the machine that wrote it: an absolute POSIX or
+#: Windows path, a file:// URI, or a path into an installed environment.
+#: (TensorFlow's device names, ``/physical_device:CPU:0``, are not paths.)
+MACHINE_PATH = re.compile(
+    r"^(/[\w.-]+/|file:|[A-Za-z]:[\\/])|site-packages|/(home|root|tmp|work|opt|usr)/"
+)
 
 
 @dataclass
@@ -133,8 +144,10 @@ class _Layout:
         path = Path(record["path"])
         if record["root"] == "repo":
             return REPO_ROOT / path
-        if record["root"] == "absolute":
-            return path
+        if record["root"] == "package":
+            return locate_package_file(record)
+        if record["root"] not in ("workdir",):  # outside (or an old absolute path)
+            return None
         if self.results_dir is not None and path.is_relative_to(self.results_dir):
             return self.target / path.relative_to(self.results_dir)
         return self.workdir / path if self.original else None
@@ -519,8 +532,43 @@ def _check_records(report: AuditReport, layout: _Layout, manifest: dict) -> list
     return points
 
 
+def _machine_paths(value, where: str = "") -> list[str]:
+    """``key: value`` of every string in a JSON value that :data:`MACHINE_PATH` matches
+    (keys named by their path, e.g. ``data[0].path``)."""
+    if isinstance(value, str):
+        return [f"{where}: {value}"] if MACHINE_PATH.search(value) else []
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = ((f"[{i}]", v) for i, v in enumerate(value))
+    else:
+        return []
+    found = []
+    for key, item in items:
+        key = str(key)
+        found += _machine_paths(item, f"{where}{key if key.startswith('[') else '.' + key}")
+    return found
+
+
+def _check_portable(report: AuditReport, path: Path, data, what: str) -> None:
+    """FAIL for every machine path (:data:`MACHINE_PATH`) in a manifest or crate."""
+    found = _machine_paths(data)
+    if found:
+        report.add(
+            "FAIL",
+            "machine path",
+            str(path),
+            f"{len(found)} string(s) of the {what} name a place on the machine that wrote "
+            "it; provenance must hold relative paths only",
+            details=found[:MAX_ROWS]
+            + ([f"... and {len(found) - MAX_ROWS} more"] if len(found) > MAX_ROWS else []),
+        )
+
+
 def _check_crate(report: AuditReport, layout: _Layout) -> None:
-    """Files of the RO-Crate whose identifier is a sha256: present and unchanged."""
+    """The RO-Crate: portable (:func:`_check_portable`), every ``@id`` inside its folder,
+    and its files (``File`` inside the folder; ``#workdir:`` files beside the original
+    results folder) present and unchanged."""
     crate = layout.target / "ro-crate-metadata.json"
     if not crate.is_file():
         report.add("note", "no RO-Crate", layout.shown(crate))
@@ -530,15 +578,33 @@ def _check_crate(report: AuditReport, layout: _Layout) -> None:
     except (ValueError, KeyError) as exc:
         report.add("FAIL", "RO-Crate unreadable", layout.shown(crate), str(exc))
         return
+    _check_portable(report, Path(layout.shown(crate)), graph, "RO-Crate")
+    root = layout.target.resolve()
+    for entity in graph:
+        ident = str(entity.get("@id", ""))
+        if ident.startswith("#") or re.match(r"^[a-z][a-z0-9+.-]*:", ident):
+            continue  # a contextual entity or a web URI (the file: scheme is a machine path)
+        if not (root / ident).resolve().is_relative_to(root):
+            report.add(
+                "FAIL",
+                "outside the RO-Crate",
+                layout.shown(crate),
+                f"@id {ident!r} leaves the crate's folder",
+            )
     for entity in graph:
         ident = str(entity.get("identifier", ""))
         types = entity.get("@type", [])
         types = types if isinstance(types, list) else [types]
-        if "File" not in types or not ident.startswith("sha256:") or ":" in entity["@id"]:
+        if not ident.startswith("sha256:"):
             continue
-        path = (layout.target / entity["@id"]).resolve()
-        if not path.is_relative_to(layout.target.resolve()) and not layout.original:
-            continue  # outside the results folder: not part of a copy
+        if "File" in types and ":" not in entity["@id"]:
+            path = (layout.target / entity["@id"]).resolve()
+            if not path.is_relative_to(root):
+                continue  # reported above
+        elif entity["@id"].startswith("#workdir:") and layout.original:
+            path = layout.workdir / entity["@id"][len("#workdir:") :]
+        else:
+            continue  # #repo:/#package: inputs are checked as the manifest's inputs
         if not path.is_file():
             report.add("FAIL", "missing (RO-Crate)", layout.shown(path), expected=ident[7:])
         elif sha256_file(path) != ident[7:]:
@@ -592,6 +658,7 @@ def _check_environment(report: AuditReport, manifest: dict) -> None:
 def _audit_study(report: AuditReport, target: Path, manifest: dict, strict: bool) -> None:
     layout = _Layout(target, manifest["results_dir"])
     report.title = f"study {manifest['study']}, manifest of {manifest['created_utc']}"
+    _check_portable(report, Path(layout.shown(target / MANIFEST_NAME)), manifest, "manifest")
     if not layout.original:
         report.add(
             "note",
@@ -628,6 +695,7 @@ def _audit_paper(report: AuditReport, target: Path, manifest: dict, regenerate: 
     from .paper import PAPER_FIGURES, paper_figures, reference_dirs
 
     report.title = f"paper figures, manifest of {manifest['created_utc']}"
+    _check_portable(report, target / MANIFEST_NAME, manifest, "manifest")
     workdir = target.resolve().parents[1]
     layout = _Layout(target, None)
     layout.original, layout.workdir = True, workdir

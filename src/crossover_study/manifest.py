@@ -19,7 +19,13 @@
 
 Every file entry is ``{"path", "root", "sha256", "bytes"}``; ``root`` says what
 ``path`` is relative to: ``workdir`` (Snakemake's working directory), ``repo`` (this
-repository) or ``absolute``. :mod:`crossover_study.audit` recomputes them.
+repository), ``package`` (inside an installed distribution: ``package`` and
+``package_version`` name it, ``path`` is the file's path in the distribution's
+RECORD, e.g. ``sklearn/datasets/data/iris.csv``) or ``outside`` (a file that lies in
+none of these, such as a config file given by an absolute path: ``path`` is its file
+name only). No entry holds an absolute path, so a run's provenance means the same on
+any machine; :mod:`crossover_study.audit` fails a manifest that does, and recomputes
+the hashes.
 """
 
 from __future__ import annotations
@@ -98,12 +104,13 @@ def file_record(path: str | Path, workdir: str | Path, repo: str | Path = REPO_R
     """``{"path", "root", "sha256", "bytes"}`` of one file.
 
     ``path`` is stored relative to ``workdir`` when inside it (root ``workdir``), else
-    relative to ``repo`` (root ``repo``), else absolute. Raises OSError for a missing
-    file.
+    relative to ``repo`` (root ``repo``), else as its file name alone (root
+    ``outside``: where it lay on the measuring machine is not recorded). Raises OSError
+    for a missing file.
     """
     path = Path(path)
     resolved = path.resolve() if path.is_absolute() else (Path(workdir) / path).resolve()
-    root, rel = "absolute", resolved.as_posix()
+    root, rel = "outside", resolved.name
     for name, base in (("workdir", Path(workdir).resolve()), ("repo", Path(repo).resolve())):
         if resolved.is_relative_to(base):
             root, rel = name, resolved.relative_to(base).as_posix()
@@ -128,27 +135,53 @@ def code_files(repo: str | Path = REPO_ROOT) -> list[Path]:
     return sorted(found)
 
 
-def data_files(config: Mapping) -> list[dict]:
-    """Data files a study reads: scikit-learn's bundled Iris CSV when ``s002-iris`` is
-    measured (the other cases make their data from a seed). Each entry is
-    ``{"name", "package", "package_version", "path"}`` with ``path`` absolute."""
-    out = []
-    if "s002-iris" in config.get("cases", {}):
-        try:
-            from importlib.resources import files
+#: Data files that ship inside an installed distribution, per case: (case, name,
+#: distribution, path in the distribution's RECORD).
+PACKAGE_DATA: tuple[tuple[str, str, str, str], ...] = (
+    ("s002-iris", "iris.csv", "scikit-learn", "sklearn/datasets/data/iris.csv"),
+)
 
-            iris = files("sklearn.datasets.data") / "iris.csv"
-            out.append(
-                {
-                    "name": "iris.csv",
-                    "package": "scikit-learn",
-                    "package_version": importlib.metadata.version("scikit-learn"),
-                    "path": str(iris),
-                }
-            )
-        except (ModuleNotFoundError, importlib.metadata.PackageNotFoundError):
-            pass
-    return out
+
+def package_file_record(distribution: str, path: str) -> dict:
+    """``{"path", "root": "package", "package", "package_version", "sha256", "bytes"}``
+    of a file inside the installed ``distribution`` (``path`` as its RECORD lists it).
+    Where it was installed is not recorded. Raises
+    ``importlib.metadata.PackageNotFoundError`` when the distribution is not installed
+    and OSError when the file is missing."""
+    dist = importlib.metadata.distribution(distribution)
+    located = Path(str(dist.locate_file(path)))
+    return {
+        "path": path,
+        "root": "package",
+        "package": distribution,
+        "package_version": dist.version,
+        "sha256": sha256_file(located),
+        "bytes": located.stat().st_size,
+    }
+
+
+def locate_package_file(record: Mapping) -> Path | None:
+    """Where the file of a ``package`` record lies in this environment, or None when its
+    distribution is not installed here."""
+    try:
+        dist = importlib.metadata.distribution(record["package"])
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return Path(str(dist.locate_file(record["path"])))
+
+
+def data_files(config: Mapping) -> list[dict]:
+    """Data files a study reads, as :func:`package_file_record` entries with a ``name``:
+    scikit-learn's bundled Iris CSV when ``s002-iris`` is measured (the other cases make
+    their data from a seed). A distribution missing from the environment that writes
+    the manifest raises ``importlib.metadata.PackageNotFoundError``: the data file
+    would silently drop out of the provenance otherwise (envs/report.yaml carries
+    scikit-learn for that reason)."""
+    return [
+        {"name": name, **package_file_record(distribution, path)}
+        for case, name, distribution, path in PACKAGE_DATA
+        if case in config.get("cases", {})
+    ]
 
 
 #: ``{name: version}`` of every ``name==version`` line of the lock file (one parser for
@@ -288,7 +321,7 @@ def build_manifest(
     timings_path = timings_path if timings_path.is_absolute() else workdir / timings_path
     timings = pd.read_csv(timings_path, dtype=str)
     commit, dirty = git_state(Path(repo))
-    data = [{**entry, **rec(entry["path"])} for entry in data_files(config)]
+    data = data_files(config)
     resolved = json.loads(json.dumps(dict(config), default=str))
     return {
         "manifest_version": MANIFEST_VERSION,
@@ -322,6 +355,31 @@ def build_manifest(
         "snakemake_version": snakemake_version,
         **dict(extra or {}),
     }
+
+
+def _portable_record(record: dict) -> dict:
+    """A file record without an absolute path: a file inside an installed package
+    (``package`` key, path through ``site-packages``) gets root ``package`` and its
+    RECORD path; any other absolute path keeps its file name only (root ``outside``)."""
+    if record.get("root") != "absolute":
+        return record
+    path = record["path"]
+    if record.get("package") and "site-packages/" in path:
+        return {**record, "root": "package", "path": path.split("site-packages/", 1)[1]}
+    return {**record, "root": "outside", "path": Path(path).name}
+
+
+def portable_manifest(manifest: Mapping) -> dict:
+    """``manifest`` with every file record made portable (:func:`_portable_record`), for
+    a run frozen before manifests held relative paths only. Hashes are kept: the
+    files are the same."""
+    out = json.loads(json.dumps(manifest))
+    out["config"]["files"] = [_portable_record(r) for r in out["config"]["files"]]
+    for group in ("code", "data", "figures", "points", "probes"):
+        out[group] = [_portable_record(r) for r in out.get(group, [])]
+    for group in ("tables", "reference_tables", "report"):
+        out[group] = {k: _portable_record(r) for k, r in out.get(group, {}).items()}
+    return out
 
 
 def write_json(data: Mapping, path: str | Path) -> Path:
