@@ -2,34 +2,58 @@
 
 ``results/<study>/ro-crate-metadata.json`` describes the run of the workflow in the
 terms of the Workflow Run Crate profile (https://w3id.org/ro/wfrun/workflow/0.6) and
-RO-Crate 1.3. The crate's root is the study's results folder; files elsewhere in the
-working directory (the report and its figures) are referenced by relative paths
-(``../../reports/<study>/...``), code outside it by ``file://`` URIs. Everything is
-read from the study's manifest (:mod:`crossover_study.manifest`):
+RO-Crate 1.3. The crate's root is the study's results folder, and its data entities
+(``File``) are the files inside that folder only, with ids relative to it, so a
+results folder means the same wherever it is copied (a reference run under
+``results/reference/<name>/``):
 
-- the main entity is the ``Snakefile`` (``ComputationalWorkflow``, version = git
-  commit) and one ``CreateAction`` is the workflow run: config files in, tables, report,
-  figures and manifest out;
+- the tables, per-job tables, probe records, ``config.resolved.yaml`` and
+  ``manifest.json``;
+- ``code/``: a copy of the workflow's definition as it ran (``code/Snakefile`` and
+  ``code/workflow/rules/*.smk``, the repository's paths under ``code/``), whose sha256
+  are the manifest's ``code`` records; the main entity is ``code/Snakefile``
+  (``ComputationalWorkflow``, version = git commit). The library code it imports
+  (``src/``, ``workflow/scripts/``) is not copied: the manifest hashes every file of it
+  and names the commit.
+
+Files that lie outside the folder (the report and its figures, the study's config
+files, the reference runs' tables the report drew, data shipped inside an installed
+package) are contextual entities (``CreativeWork``) whose ``@id`` names where they
+are, never a machine's absolute path (:func:`outside_id`):
+``#workdir:<path>`` relative to the working directory the run used (the repository
+root under ``make study``), ``#repo:<path>`` relative to the repository,
+``#package:<distribution>==<version>:<path in the distribution>`` inside an installed
+package, ``#outside:<file name>`` for a file that lay elsewhere. Each carries its
+``contentSize`` and ``identifier`` ``sha256:<hex>``; ``make audit`` resolves and hashes
+them (:mod:`crossover_study.audit`).
+
+Everything is read from the study's manifest (:mod:`crossover_study.manifest`):
+
+- one ``CreateAction`` is the workflow run: config in, tables, report, figures and
+  manifest out;
 - one ``CreateAction`` per measuring run (``run_id``): its instrument is the framework
-  (``SoftwareApplication`` with its version, and Python and CUDA as software
+  (``SoftwareApplication`` with its version and URL, and Python and CUDA as software
   requirements), its ``location`` the machine (host, CPU model, device name), its
   result the per-job table(s), and probe records are ``about`` it;
 - each figure ``isBasedOn`` the tables it was drawn from (its recorded sources: the
   study's tables and, for the cross-machine figures, the reference runs' tables
-  recorded under ``reference_tables``) and the per-job tables of the runs of its case; ``timings.csv`` is based on the per-job tables, ``crossover.csv``
-  on ``timings.csv``. Every file carries ``contentSize`` and ``identifier``
-  ``sha256:<hex>``.
+  recorded under ``reference_tables``) and the per-job tables of the runs of its case;
+  ``timings.csv`` is based on the per-job tables, ``crossover.csv`` on
+  ``timings.csv``.
+
+:mod:`crossover_study.crate_validation` checks a crate with ``roc-validator``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import re
+import subprocess
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from .manifest import write_json
+from .manifest import file_record, sha256_file, write_json
 from .provenance import REPO_ROOT
 from .spec import CASES
 
@@ -38,6 +62,19 @@ PROFILES: tuple[tuple[str, str, str], ...] = (
     ("https://w3id.org/ro/wfrun/process/0.6", "Process Run Crate", "0.6"),
     ("https://w3id.org/ro/wfrun/workflow/0.6", "Workflow Run Crate", "0.6"),
 )
+#: Folder of the crate that holds the copy of the workflow's definition.
+CODE_DIR = "code"
+#: Code files (repository paths) copied into the crate: the Snakefile and its rules.
+WORKFLOW_FILES = re.compile(r"^(Snakefile|workflow/rules/[^/]+\.smk)$")
+#: Home pages of the software a run names (RO-Crate 1.2+: a SoftwareApplication has a
+#: ``url``); unknown names get PyPI's page.
+SOFTWARE_URLS = {
+    "torch": "https://pytorch.org/",
+    "tensorflow": "https://www.tensorflow.org/",
+    "python": "https://www.python.org/",
+    "cuda": "https://developer.nvidia.com/cuda-toolkit",
+    "scikit-learn": "https://scikit-learn.org/",
+}
 _FORMATS = {
     ".csv": "text/csv",
     ".json": "application/json",
@@ -47,6 +84,7 @@ _FORMATS = {
     ".html": "text/html",
     ".ipynb": "application/x-ipynb+json",
     ".yaml": "application/yaml",
+    ".smk": "text/x-snakemake",
 }
 
 
@@ -54,15 +92,77 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", str(text)).strip("-").lower() or "unknown"
 
 
-def _crate_id(record: Mapping, workdir: Path, results_dir: Path, repo: Path) -> str:
-    """Id of a manifest file record, relative to the crate root (the results folder)
-    when it lies in the working directory, else a file:// URI."""
-    root = {"workdir": workdir, "repo": repo}.get(record["root"])
-    path = (root / record["path"]) if root is not None else Path(record["path"])
-    path = path.resolve()
-    if path.is_relative_to(workdir.resolve()):
-        return Path(os.path.relpath(path, results_dir.resolve())).as_posix()
-    return path.as_uri()
+def crate_path(record: Mapping, results_dir: str) -> str | None:
+    """Path of a manifest file record relative to the crate's root (the results folder
+    ``results_dir``, relative to the working directory), or None when the file lies
+    outside the folder."""
+    if record["root"] != "workdir":
+        return None
+    try:
+        return PurePosixPath(record["path"]).relative_to(results_dir).as_posix()
+    except ValueError:
+        return None
+
+
+def outside_id(record: Mapping) -> str:
+    """The ``@id`` of a file outside the crate (see the module docstring):
+    ``#workdir:reports/s/report.html``, ``#repo:config/config.yaml``,
+    ``#package:scikit-learn==1.9.1:sklearn/datasets/data/iris.csv`` or
+    ``#outside:my-study.yaml``."""
+    if record["root"] == "package":
+        return f"#package:{record['package']}=={record['package_version']}:{record['path']}"
+    return f"#{record['root']}:{record['path']}"
+
+
+def _where(record: Mapping) -> str:
+    """Where an outside file lies, in words (the description of its entity)."""
+    root = record["root"]
+    if root == "package":
+        return (
+            f"inside the installed distribution {record['package']} "
+            f"{record['package_version']}, at {record['path']} (its RECORD path)"
+        )
+    return {
+        "workdir": f"at {record['path']}, relative to the working directory of the run",
+        "repo": f"at {record['path']}, relative to the repository root",
+    }.get(root, f"outside the working directory and repository (file {record['path']})")
+
+
+def _workflow_bytes(record: Mapping, repo: Path, commit: str | None) -> bytes:
+    """The bytes of a recorded code file: the working tree's when they still hash as
+    recorded, else the recorded git commit's. Raises ValueError when neither does."""
+    path = repo / record["path"]
+    if path.is_file() and sha256_file(path) == record["sha256"]:
+        return path.read_bytes()
+    if commit:
+        shown = subprocess.run(
+            ["git", "-C", str(repo), "show", f"{commit}:{record['path']}"],
+            capture_output=True,
+            check=False,
+        )
+        if shown.returncode == 0 and hashlib.sha256(shown.stdout).hexdigest() == record["sha256"]:
+            return shown.stdout
+    raise ValueError(
+        f"{record['path']}: the workflow file the manifest recorded (sha256 "
+        f"{record['sha256'][:12]}...) is neither in {repo} nor at git commit {commit}"
+    )
+
+
+def copy_workflow(manifest: Mapping, crate_dir: str | Path, repo: str | Path = REPO_ROOT):
+    """Copy the workflow's definition the manifest recorded (:data:`WORKFLOW_FILES`) into
+    ``<crate_dir>/code/`` under its repository paths; returns the copies' paths relative
+    to ``crate_dir``. Raises ValueError when a recorded file cannot be found with its
+    recorded hash (see :func:`_workflow_bytes`)."""
+    crate_dir, repo = Path(crate_dir), Path(repo)
+    commit = manifest.get("git", {}).get("commit")
+    written = []
+    for record in manifest["code"]:
+        if record["root"] == "repo" and WORKFLOW_FILES.match(record["path"]):
+            target = crate_dir / CODE_DIR / record["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(_workflow_bytes(record, repo, commit))
+            written.append(f"{CODE_DIR}/{record['path']}")
+    return written
 
 
 def build_crate(
@@ -70,26 +170,30 @@ def build_crate(
     workdir: str | Path,
     repo: str | Path = REPO_ROOT,
     manifest_path: str | Path | None = None,
+    crate_dir: str | Path | None = None,
 ):
     """The Workflow Run Crate of the run described by ``manifest`` (a ``rocrate``
     ``ROCrate``; not written). ``workdir`` is the working directory the manifest's paths
-    are relative to; ``manifest_path`` the manifest file itself (added as a file about
-    the workflow run when given). Raises KeyError for a manifest without the study
+    are relative to; the crate's folder ``crate_dir`` (default
+    ``<workdir>/<results_dir>``; a frozen copy's folder otherwise) holds the workflow's
+    copy (:func:`copy_workflow`) and may hold ``config.resolved.yaml``; with
+    ``manifest_path`` (the manifest file, in ``crate_dir``) the manifest is added as a
+    file about the workflow run. Raises KeyError for a manifest without the study
     layout."""
     from rocrate.model.contextentity import ContextEntity
     from rocrate.rocrate import ROCrate
 
     workdir = Path(workdir).resolve()
-    repo = Path(repo).resolve()
-    results_dir = workdir / manifest["results_dir"]
+    results_dir = manifest["results_dir"]
+    crate_dir = Path(crate_dir).resolve() if crate_dir is not None else workdir / results_dir
     crate = ROCrate()
 
-    def _location(record: Mapping) -> dict:
-        """add_file/add_workflow arguments: a path in the crate, or a URI as source."""
-        ident = _crate_id(record, workdir, results_dir, repo)
-        return {"source": ident} if ident.startswith("file:") else {"dest_path": ident}
+    def inside(name: str) -> dict:
+        """The record of a file of the crate's folder, as if the manifest held it."""
+        return {**file_record(crate_dir / name, crate_dir), "path": f"{results_dir}/{name}"}
 
     def add_file(record: Mapping, name: str, **extra):
+        """A file of the run: a ``File`` inside the crate, else an outside entity."""
         suffix = Path(record["path"]).suffix
         props = {
             "name": name,
@@ -97,7 +201,14 @@ def build_crate(
             "identifier": f"sha256:{record['sha256']}",
             **({"encodingFormat": _FORMATS[suffix]} if suffix in _FORMATS else {}),
         }
-        entity = crate.add_file(**_location(record), properties=props)
+        inside = crate_path(record, results_dir)
+        if inside is not None:
+            entity = crate.add_file(dest_path=inside, properties=props)
+        else:
+            props.update(
+                {"@type": "CreativeWork", "description": f"not in this crate: {_where(record)}"}
+            )
+            entity = crate.add(ContextEntity(crate, outside_id(record), properties=props))
         for key, value in extra.items():  # links: entities become {"@id": ...}
             entity[key] = value
         return entity
@@ -124,9 +235,10 @@ def build_crate(
     )
 
     # The workflow (prospective) and the engine it runs on.
+    # The crate's copy of the Snakefile (copy_workflow), hashed as the manifest recorded.
     snakefile = next(r for r in manifest["code"] if r["path"] == "Snakefile")
     workflow = crate.add_workflow(
-        **_location(snakefile),
+        dest_path=f"{CODE_DIR}/Snakefile",
         main=True,
         lang="snakemake",
         lang_version=manifest.get("snakemake_version"),
@@ -136,11 +248,22 @@ def build_crate(
             "identifier": f"sha256:{snakefile['sha256']}",
             "runtimePlatform": f"Snakemake {manifest.get('snakemake_version')}",
             "description": (
-                "git commit "
+                "A copy of the workflow's Snakefile as it ran (its rules beside it under "
+                "code/workflow/rules/), from git commit "
                 f"{manifest['git']['commit']}{' (dirty)' if manifest['git']['dirty'] else ''}"
+                "; manifest.json hashes every file of the code it imports."
             ),
         },
     )
+    rules = [
+        add_file(
+            {**r, "root": "workdir", "path": f"{results_dir}/{CODE_DIR}/{r['path']}"},
+            f"workflow rules {Path(r['path']).name} (copy)",
+        )
+        for r in manifest["code"]
+        if r["root"] == "repo" and WORKFLOW_FILES.match(r["path"]) and r["path"] != "Snakefile"
+    ]
+    workflow["hasPart"] = rules
     for profile_id, name, version in PROFILES:
         profile = crate.add(
             ContextEntity(
@@ -151,14 +274,6 @@ def build_crate(
         )
         crate.root_dataset.append_to("conformsTo", profile)
 
-    configs = [
-        add_file(r, f"study config {Path(r['path']).name}") for r in manifest["config"]["files"]
-    ]
-    data = [add_file(r, f"data: {r.get('name', Path(r['path']).name)}") for r in manifest["data"]]
-
-    # Per-job tables and probes, then the measuring runs that made them.
-    points = {r["path"]: add_file(r, f"per-job timings {r['path']}") for r in manifest["points"]}
-    probes = {r["path"]: r for r in manifest["probes"]}
     software: dict[tuple[str, str], object] = {}
     machines: dict[tuple[str, str, str], object] = {}
 
@@ -173,10 +288,31 @@ def build_crate(
                         "@type": "SoftwareApplication",
                         "name": name,
                         "softwareVersion": str(version),
+                        "version": str(version),
+                        "url": SOFTWARE_URLS.get(name, f"https://pypi.org/project/{name}/"),
                     },
                 )
             )
         return software[key]
+
+    configs = [
+        add_file(r, f"study config {Path(r['path']).name}") for r in manifest["config"]["files"]
+    ]
+    resolved = crate_dir / "config.resolved.yaml"
+    if resolved.is_file():  # written beside the manifest by the manifest job
+        configs.append(
+            add_file(
+                inside(resolved.name), "the study's config as validated, every default filled in"
+            )
+        )
+    data = [add_file(r, f"data: {r.get('name', Path(r['path']).name)}") for r in manifest["data"]]
+    for entity, record in zip(data, manifest["data"], strict=True):
+        if record["root"] == "package":
+            entity["isPartOf"] = app(record["package"], record["package_version"])
+
+    # Per-job tables and probes, then the measuring runs that made them.
+    points = {r["path"]: add_file(r, f"per-job timings {r['path']}") for r in manifest["points"]}
+    probes = {r["path"]: r for r in manifest["probes"]}
 
     def machine(run: Mapping):
         key = (str(run.get("host")), str(run.get("cpu_model")), str(run.get("device_name")))
@@ -255,8 +391,9 @@ def build_crate(
         case = run.get("case")
         if isinstance(case, str):
             runs_by_case.setdefault(case, []).extend(run.get("points", []))
-    for path, record in probes.items():
-        if path not in {e.id for e in crate.get_entities()}:
+    known = {e.id for e in crate.get_entities()}
+    for path, record in probes.items():  # probes of no run: described all the same
+        if crate_path(record, results_dir) not in known:
             add_file(record, f"probe record {path}")
 
     # Tables, report and figures, each linked to what it derives from.
@@ -324,10 +461,8 @@ def build_crate(
     )
     crate.root_dataset.append_to("mentions", run)
     if manifest_path is not None:
-        from .manifest import file_record
-
         add_file(
-            file_record(manifest_path, workdir, repo),
+            inside(Path(manifest_path).name),
             "manifest.json: sha256 of every input and output, package versions, git state",
             about=run,
         )
@@ -342,6 +477,11 @@ def write_crate(
     manifest_path: str | Path | None = None,
 ) -> Path:
     """Build the crate (:func:`build_crate`) and write its metadata file at ``out``
-    (``results/<study>/ro-crate-metadata.json``) atomically. Returns ``out``."""
-    crate = build_crate(manifest, workdir, repo, manifest_path=manifest_path)
+    (``results/<study>/ro-crate-metadata.json``, or a frozen copy's) atomically, after
+    copying the workflow's definition beside it (:func:`copy_workflow`); the crate
+    describes the folder of ``out``. Returns ``out``. Raises ValueError
+    when the recorded workflow files cannot be found (see :func:`copy_workflow`)."""
+    crate_dir = Path(out).parent
+    copy_workflow(manifest, crate_dir, repo)
+    crate = build_crate(manifest, workdir, repo, manifest_path=manifest_path, crate_dir=crate_dir)
     return write_json(crate.metadata.generate(), out)

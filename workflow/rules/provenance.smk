@@ -44,12 +44,14 @@ rule ro_crate:
     input:
         manifest=f"{RESULTS}/manifest.json",
     output:
-        report(
+        crate=report(
             f"{RESULTS}/ro-crate-metadata.json",
             caption="../report/ro_crate.rst",
             category="Provenance",
             labels={"file": "ro-crate-metadata.json", "what": "Workflow Run Crate"},
         ),
+        # The crate's copy of the workflow definition it ran (Snakefile and rules).
+        code=directory(f"{RESULTS}/code"),
     log:
         f"logs/{STUDY}/ro_crate.log",
     conda:

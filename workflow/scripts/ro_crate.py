@@ -15,12 +15,12 @@ def main(snakemake) -> None:
     write_crate(
         manifest,
         workdir=os.getcwd(),
-        out=snakemake.output[0],
+        out=snakemake.output.crate,
         repo=snakemake.params.repo,
         manifest_path=snakemake.input.manifest,
     )
     with open(snakemake.log[0], "a") as log:
-        print(f"wrote {snakemake.output[0]} ({len(manifest['runs'])} runs)", file=log)
+        print(f"wrote {snakemake.output.crate} ({len(manifest['runs'])} runs)", file=log)
 
 
 if __name__ == "__main__":
