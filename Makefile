@@ -5,6 +5,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The RO-Crate validator's own environment (its pins clash with requirements.lock).
+CRATE_VENV := .venv-crate
+CRATE_STAMP := $(CRATE_VENV)/.installed
+# Crates `make validate-crates` checks (default: every crate under results/).
+CRATES ?=
 CORES ?= 2
 STUDY ?= config/config.yaml
 # The study's name (results/<name>/, reports/<name>/), read from its config file.
@@ -25,7 +30,7 @@ ARCHIVE ?=
 REFERENCE_NAME ?=
 
 .PHONY: setup study smoke test test-fast test-slurm lint report audit paper install-profile clean \
-	gpu-bundle reference-gpu reference-import
+	gpu-bundle reference-gpu reference-import crate-validator validate-crates
 
 $(STAMP): requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +38,18 @@ $(STAMP): requirements.lock
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv with the exact versions of requirements.lock
+
+$(CRATE_STAMP): requirements-crate.lock
+	$(PYTHON) -m venv $(CRATE_VENV)
+	$(CRATE_VENV)/bin/python -m pip install --quiet --requirement requirements-crate.lock
+	touch $(CRATE_STAMP)
+
+crate-validator: $(CRATE_STAMP)  ## create .venv-crate: roc-validator, pinned in requirements-crate.lock
+
+validate-crates: setup crate-validator  ## roc-validator, offline, on every RO-Crate under results/ (or CRATES=...)
+	$(CRATE_VENV)/bin/python src/crossover_study/crate_validation.py \
+		--context "$$($(BIN)/python -c 'import importlib.resources as r; print(r.files("rocrate") / "data" / "ro-crate.jsonld")')" \
+		$(or $(CRATES),$(patsubst %/ro-crate-metadata.json,%,$(wildcard results/*/ro-crate-metadata.json results/reference/*/ro-crate-metadata.json)))
 
 study: setup  ## run the default study: results/default/, reports/default/report.html
 	$(BIN)/snakemake --cores $(CORES) --keep-going --rerun-incomplete --configfile $(STUDY)
@@ -49,10 +66,10 @@ audit: setup  ## recompute the manifests' hashes; check tables and figures deriv
 paper: setup  ## reports/paper/fig-*.pdf and .png from the committed results/reference/ only
 	$(BIN)/snakemake --cores $(CORES) paper
 
-test: setup  ## all tests (unit tests, the smoke study through Snakemake, the Slurm tests)
+test: setup crate-validator  ## all tests (unit tests, the smoke study through Snakemake, the Slurm tests)
 	$(BIN)/python -m pytest
 
-test-fast: setup  ## unit tests only
+test-fast: setup crate-validator  ## unit tests only
 	$(BIN)/python -m pytest -m "not slow and not slurm"
 
 test-slurm: setup  ## the tests on a real single-node Slurm (tests/slurm/start-slurm.sh)

@@ -27,6 +27,25 @@ COMMITTED_CPU_RUN = REPO_ROOT / "results" / "reference" / "cpu-2core-2026-11-30"
 SYNTHETIC_CPU_NAME = "Synthetic EPYC (test fixture)"
 SYNTHETIC_GPU_NAME = "Synthetic GPU (test fixture)"
 SYNTHETIC_GPU_STEP = 2.0e-4  # seconds per step of every synthetic cuda row
+#: roc-validator's own environment (make crate-validator; make test builds it).
+CRATE_PYTHON = REPO_ROOT / ".venv-crate" / "bin" / "python"
+
+
+def run_crate_validator(*crates: Path) -> subprocess.CompletedProcess:
+    """``crossover_study.crate_validation`` (roc-validator, offline) on ``crates`` in
+    .venv-crate; fails the test when that environment is missing."""
+    import importlib.resources
+
+    if not CRATE_PYTHON.exists():
+        pytest.fail(f"{CRATE_PYTHON} is missing: run `make crate-validator` (make test does)")
+    context = importlib.resources.files("rocrate") / "data" / "ro-crate.jsonld"
+    script = REPO_ROOT / "src" / "crossover_study" / "crate_validation.py"
+    return subprocess.run(
+        [str(CRATE_PYTHON), str(script), "--context", str(context), *map(str, crates)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def synthetic_reference_gpu(dest: Path, name: str = "reference-gpu") -> Path:

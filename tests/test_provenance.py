@@ -19,7 +19,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
-from conftest import SYNTHETIC_CPU_NAME, SYNTHETIC_GPU_NAME, synthetic_reference_gpu
+from conftest import (
+    SYNTHETIC_CPU_NAME,
+    SYNTHETIC_GPU_NAME,
+    run_crate_validator,
+    synthetic_reference_gpu,
+)
 
 from crossover_study import audit, figures, paper
 from crossover_study.config import ConfigError, measurement_hash, validate_config
@@ -192,10 +197,27 @@ def test_file_records_and_code_files(tmp_path):
         "bytes": 3,
     }
     assert file_record(REPO_ROOT / "Snakefile", tmp_path)["root"] == "repo"
+    # Outside both: the file name only, never where it lay on this machine.
+    elsewhere = tmp_path / "elsewhere" / "my-study.yaml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("study: x\n")
+    outside = file_record(elsewhere, tmp_path / "workdir", repo=tmp_path / "repo")
+    assert (outside["root"], outside["path"]) == ("outside", "my-study.yaml")
     code = {p.relative_to(REPO_ROOT).as_posix() for p in code_files()}
     assert {"Snakefile", "src/crossover_study/manifest.py", "requirements.lock"} <= code
     assert "workflow/rules/provenance.smk" in code
     assert not any("__pycache__" in p for p in code)
+
+
+def test_package_data_is_named_by_package_not_by_install_path():
+    from crossover_study.manifest import data_files, locate_package_file
+
+    (iris,) = data_files({"cases": {"s002-iris": {}}})
+    assert iris["root"] == "package"
+    assert (iris["package"], iris["path"]) == ("scikit-learn", "sklearn/datasets/data/iris.csv")
+    assert iris["package_version"] == package_versions()["scikit-learn"]["installed"]
+    assert iris["sha256"] == sha256_file(locate_package_file(iris))
+    assert data_files({"cases": {"s001-mlp": {}}}) == []
 
 
 def test_package_versions_pin_and_install():
@@ -220,6 +242,75 @@ def test_reference_run_is_complete_and_audits_clean():
     manifest = load_manifest(ref)
     assert manifest["tables"]["timings"]["sha256"] == sha256_file(ref / "timings.csv")
     assert manifest["git"]["dirty"] is False
+
+
+def test_reference_runs_hold_no_machine_path():
+    """No committed file names a place on the machine that measured it (issue 15's
+    check: grep -rE '/(home|root|tmp|work|opt|usr)/' results/reference)."""
+    import re
+
+    pattern = re.compile(r"/(home|root|tmp|work|opt|usr)/|file://|site-packages")
+    found = [
+        f"{path.relative_to(REPO_ROOT)}: {line.strip()[:120]}"
+        for ref in REFERENCE_RUNS
+        for path in sorted(ref.rglob("*"))
+        if path.is_file()
+        for line in path.read_text(errors="replace").splitlines()
+        if pattern.search(line)
+    ]
+    assert not found, "\n".join(found[:10])
+
+
+def test_audit_fails_machine_paths_and_ids_that_leave_the_crate(tmp_path):
+    dest = _copy_reference(tmp_path)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    manifest["data"][0]["path"] = "/home/someone/.venv/lib/site-packages/sklearn/iris.csv"
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    crate = json.loads((dest / "ro-crate-metadata.json").read_text())
+    crate["@graph"].append({"@id": "../../reports/x/report.html", "@type": "File"})
+    (dest / "ro-crate-metadata.json").write_text(json.dumps(crate))
+    report = audit.audit(dest)
+    kinds = {(f.level, f.kind) for f in report.findings}
+    assert ("FAIL", "machine path") in kinds, report.text()
+    assert ("FAIL", "outside the RO-Crate") in kinds, report.text()
+    assert "data[0].path: /home/someone" in report.text()
+
+
+def test_crate_validator_passes_every_reference_crate_and_fails_a_broken_one(tmp_path):
+    """roc-validator at the REQUIRED level, offline (crossover_study.crate_validation)."""
+    broken = _copy_reference(tmp_path)
+    crate = json.loads((broken / "ro-crate-metadata.json").read_text())
+    root = next(e for e in crate["@graph"] if e["@id"] == "./")
+    root["hasPart"].append({"@id": "figures/not-there.png"})
+    crate["@graph"].append({"@id": "figures/not-there.png", "@type": "File", "name": "x"})
+    (broken / "ro-crate-metadata.json").write_text(json.dumps(crate))
+    result = run_crate_validator(*REFERENCE_RUNS, broken)
+    for ref in REFERENCE_RUNS:
+        assert f"{ref}: OK" in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"{broken}: 1 issue(s)" in result.stdout, result.stdout[-3000:]
+    assert "figures/not-there.png" in result.stdout
+    assert result.returncode == 1
+
+
+def test_refreeze_makes_an_old_reference_portable_without_touching_measurements(tmp_path):
+    dest = _copy_reference(tmp_path)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    (iris,) = manifest["data"]
+    # As frozen before manifests were portable: the measuring machine's install path.
+    manifest["data"][0] = {
+        **iris,
+        "root": "absolute",
+        "path": f"/work/x/site-packages/{iris['path']}",
+    }
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    shutil.rmtree(dest / "code")
+    measured = {p: _sha(p) for p in dest.rglob("*.csv")}
+    paper.refreeze(dest)
+    assert json.loads((dest / "manifest.json").read_text())["data"] == [iris]
+    assert (dest / "code" / "Snakefile").is_file()
+    assert {p: _sha(p) for p in dest.rglob("*.csv")} == measured
+    report = audit.audit(dest)
+    assert report.ok, report.text()
 
 
 def test_reference_crate_links_runs_to_machines_and_software():
@@ -413,11 +504,11 @@ def test_manifest_records_the_reference_tables_a_cross_machine_figure_used(tmp_p
     from crossover_study.crate import build_crate
 
     crate = build_crate(manifest, results.parents[1])
-    figure = crate.get("../../reports/mini/figures/s001-mlp-cross-machine-hidden.png")
+    figure = crate.get("#workdir:reports/mini/figures/s001-mlp-cross-machine-hidden.png")
     based_on = {e.id for e in figure["isBasedOn"]}
-    assert {"timings.csv", "../reference/reference-gpu/timings.csv"} <= based_on
+    assert {"timings.csv", "#workdir:results/reference/reference-gpu/timings.csv"} <= based_on
     assert "crossover.csv" not in based_on  # not drawn from it
-    table = crate.get("../reference/reference-gpu/timings.csv")
+    table = crate.get("#workdir:results/reference/reference-gpu/timings.csv")
     assert table["identifier"] == f"sha256:{sha256_file(reference)}"
 
 

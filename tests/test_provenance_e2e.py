@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
-from conftest import run_snakemake
+from conftest import run_crate_validator, run_snakemake
 
 from crossover_study import audit, figures
 from crossover_study.manifest import load_manifest, sha256_file
@@ -66,7 +66,9 @@ def test_crate_links_figures_to_tables_and_runs(smoke_run):
     workdir, _ = smoke_run
     graph = json.loads((workdir / "results/smoke/ro-crate-metadata.json").read_text())["@graph"]
     by_id = {e["@id"]: e for e in graph}
-    figure = by_id["../../reports/smoke/figures/s001-mlp-step-time-hidden.png"]
+    # Outside the crate's folder: named by its path in the working directory.
+    figure = by_id["#workdir:reports/smoke/figures/s001-mlp-step-time-hidden.png"]
+    assert figure["@type"] == "CreativeWork"
     based_on = {b["@id"] for b in figure["isBasedOn"]}
     assert {"timings.csv", "crossover.csv"} <= based_on
     assert any(p.startswith("points/s001-mlp/torch/cpu") for p in based_on)
@@ -77,6 +79,19 @@ def test_crate_links_figures_to_tables_and_runs(smoke_run):
     for run in runs:
         assert by_id[run["location"]["@id"]]["@type"] == "Place"
         assert by_id[run["instrument"]["@id"]]["@type"] == "SoftwareApplication"
+
+
+def test_fresh_crate_passes_the_validator_and_holds_no_machine_path(smoke_run):
+    """roc-validator (offline, crossover_study.crate_validation) finds no issue in a
+    fresh study's crate, which holds the workflow's copy and no machine path."""
+    workdir, _ = smoke_run
+    crate = workdir / "results/smoke"
+    result = run_crate_validator(crate)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{crate}: OK" in result.stdout
+    assert (crate / "code/Snakefile").read_bytes() == (REPO_ROOT / "Snakefile").read_bytes()
+    text = (crate / "ro-crate-metadata.json").read_text() + (crate / "manifest.json").read_text()
+    assert str(workdir) not in text and "file://" not in text and "site-packages" not in text
 
 
 def test_snakemake_report_zip_has_figures_config_and_code(smoke_run):
