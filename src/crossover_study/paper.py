@@ -69,6 +69,9 @@ REFERENCE_FILES: tuple[str, ...] = (
     "config.resolved.yaml",
     "points/**/*.csv",
     "points/**/*.probe.json",
+    # The crate's copy of the workflow definition (crossover_study.crate.copy_workflow).
+    "code/Snakefile",
+    "code/workflow/rules/*.smk",
 )
 
 
@@ -337,6 +340,28 @@ def freeze(results: str | Path, dest: str | Path, audit_first: bool = True) -> l
     return written
 
 
+def refreeze(dest: str | Path, repo: str | Path = REPO_ROOT) -> list[Path]:
+    """Rewrite the provenance of a reference run frozen before it was portable: its
+    manifest's file records lose their absolute paths
+    (:func:`crossover_study.manifest.portable_manifest`), its RO-Crate is written anew
+    (files inside the folder only, the workflow's copy under ``code/`` taken from the
+    recorded git commit when the working tree has moved on). Measured files are not
+    touched. Raises FileNotFoundError without a manifest, ValueError when the recorded
+    workflow files are not in git. Returns the files written."""
+    from .crate import CODE_DIR, CRATE_NAME, write_crate
+    from .manifest import load_manifest, portable_manifest, write_json
+
+    dest = Path(dest)
+    manifest = portable_manifest(load_manifest(dest))
+    written = [write_json(manifest, dest / MANIFEST_NAME)]
+    # The original run's working directory is not needed: every file the crate
+    # describes as a File lies in ``dest``.
+    written.append(
+        write_crate(manifest, dest, dest / CRATE_NAME, repo, manifest_path=dest / MANIFEST_NAME)
+    )
+    return written + sorted(p for p in (dest / CODE_DIR).rglob("*") if p.is_file())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``figures`` (draw the paper figures) or ``freeze`` (add a run)."""
     parser = argparse.ArgumentParser(description="Paper figures from committed reference runs.")
@@ -350,9 +375,16 @@ def main(argv: list[str] | None = None) -> int:
     frz = sub.add_parser("freeze", help="copy an audited study run into results/reference/")
     frz.add_argument("results", help="the study's results folder, e.g. results/smoke")
     frz.add_argument("dest", help="e.g. results/reference/cpu-2core-2026-11-30")
+    ref = sub.add_parser(
+        "refreeze", help="rewrite a frozen run's manifest and RO-Crate without machine paths"
+    )
+    ref.add_argument("dest", help="e.g. results/reference/cpu-2core-2026-11-30")
     args = parser.parse_args(argv)
-    if args.command == "freeze":
-        for path in freeze(args.results, args.dest):
+    if args.command in ("freeze", "refreeze"):
+        written = (
+            freeze(args.results, args.dest) if args.command == "freeze" else refreeze(args.dest)
+        )
+        for path in written:
             print(path)
         return 0
     import matplotlib

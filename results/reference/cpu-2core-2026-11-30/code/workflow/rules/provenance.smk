@@ -1,0 +1,59 @@
+# Stage 5: provenance. The manifest hashes every input and output of the run and records
+# the environment; the RO-Crate describes the run, its machines and software in the
+# Workflow Run Crate vocabulary. `make audit` checks both against the files.
+
+
+rule manifest:
+    input:
+        timings=f"{RESULTS}/timings.csv",
+        crossover=f"{RESULTS}/crossover.csv",
+        wall=f"{RESULTS}/wall.json",
+        html=f"{REPORTS}/report.html",
+        notebook=f"{REPORTS}/report.ipynb",
+        figures=f"{REPORTS}/figures",
+        configfiles=get_config_files(),
+    output:
+        manifest=report(
+            f"{RESULTS}/manifest.json",
+            caption="../report/manifest.rst",
+            category="Provenance",
+            labels={"file": "manifest.json", "what": "sha256 of inputs and outputs"},
+        ),
+        config=report(
+            f"{RESULTS}/config.resolved.yaml",
+            caption="../report/config.rst",
+            category="Provenance",
+            labels={"file": "config.resolved.yaml", "what": "the study's config"},
+        ),
+    log:
+        f"logs/{STUDY}/manifest.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        study=STUDY,
+        repo=get_repo_root(),
+        snakemake_version=get_snakemake_version(),
+        src=SRC,
+    script:
+        "../scripts/manifest.py"
+
+
+rule ro_crate:
+    input:
+        manifest=f"{RESULTS}/manifest.json",
+    output:
+        report(
+            f"{RESULTS}/ro-crate-metadata.json",
+            caption="../report/ro_crate.rst",
+            category="Provenance",
+            labels={"file": "ro-crate-metadata.json", "what": "Workflow Run Crate"},
+        ),
+    log:
+        f"logs/{STUDY}/ro_crate.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        repo=get_repo_root(),
+        src=SRC,
+    script:
+        "../scripts/ro_crate.py"

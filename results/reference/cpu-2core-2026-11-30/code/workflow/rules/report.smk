@@ -1,0 +1,50 @@
+# Stage 4: the report. The notebook runs through Snakemake's notebook directive and is
+# kept executed; nbconvert renders it to HTML with its figures embedded.
+
+
+rule report_notebook:
+    input:
+        timings=f"{RESULTS}/timings.csv",
+        crossover=f"{RESULTS}/crossover.csv",
+        wall=f"{RESULTS}/wall.json",
+    output:
+        figures=report(
+            directory(f"{REPORTS}/figures"),
+            # <case>-<kind>.png; the .svg and .pdf beside each PNG stay out of the report.
+            patterns=[r"{case,s\d+-[a-z]+}-{kind}.png"],
+            caption="../report/figures.rst",
+            category="Figures",
+            labels={"case": "{case}", "figure": "{kind}"},
+        ),
+    log:
+        notebook=f"{REPORTS}/report.ipynb",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        study=STUDY,
+        src=SRC,
+    notebook:
+        "../notebooks/report.py.ipynb"
+
+
+rule report_html:
+    input:
+        notebook=f"{REPORTS}/report.ipynb",
+        figures=f"{REPORTS}/figures",
+    output:
+        report(
+            f"{REPORTS}/report.html",
+            caption="../report/report_html.rst",
+            category="Report",
+        ),
+    log:
+        f"logs/{STUDY}/report_html.log",
+    conda:
+        "../../envs/report.yaml"
+    params:
+        outdir=get_output_dir,
+        # The lab template without CDN scripts, so that the report works offline.
+        template=get_html_template(),
+    shell:
+        "jupyter nbconvert --to html --no-input --template-file {params.template} "
+        "--output-dir {params.outdir} --output report.html {input.notebook} > {log} 2>&1"
