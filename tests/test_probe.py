@@ -1,22 +1,29 @@
 """Probe records and the collect step's check: no accelerator row without the accelerator;
 device classes that cannot be measured yet never get a CPU timing under their names."""
 
+import importlib.metadata
 import json
+import sys
+from unittest.mock import ANY
 
 import pandas as pd
 import pytest
 
 from crossover_study import frameworks
+from crossover_study.gpu_bundle import pins
 from crossover_study.harness import TimingPolicy
 from crossover_study.probe import (
+    ENV_DISTRIBUTIONS,
     ProbeError,
     check_table,
     check_tables,
+    installed_packages,
     load_probe,
     probe_record,
     shows_device,
     write_probe,
 )
+from crossover_study.provenance import REPO_ROOT
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec
 
@@ -46,6 +53,36 @@ def test_probe_record_of_this_process_says_what_the_job_got(monkeypatch):
     assert rec["framework_devices"][0] == "cpu" and rec["framework_version"]
     assert rec["device_available"] is False and "no CUDA device" in rec["device_reason"]
     json.dumps(rec)  # JSON-ready
+
+
+def test_probe_records_the_environment_the_job_ran_in(tmp_path):
+    rec = probe_record("torch", "cpu", threads=1)
+    packages = rec["packages"]
+    assert packages["python"] == sys.version.split()[0]
+    assert packages["torch"] == importlib.metadata.version("torch")  # 2.13.0+cpu here
+    assert packages["pandas"] == "3.1.1" and packages["PyYAML"] == "6.0.4"
+    locked = pins(REPO_ROOT / "requirements.lock")
+    assert set(packages) - {"python"} <= set(locked) | set(ENV_DISTRIBUTIONS)
+    assert rec["python_executable"] == sys.executable
+    assert rec["packages_outside_prefix"] == []  # the venv has them all
+    json.dumps(rec)
+    # Only what is installed: a lock naming a package this Python lacks leaves it out.
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("# comment\nnumpy==2.4.6\nno-such-package==1.0\n")
+    assert installed_packages(lock)["packages"] == {
+        "python": sys.version.split()[0],
+        "numpy": importlib.metadata.version("numpy"),
+    }
+    assert installed_packages(tmp_path / "missing.lock")["packages"] == {"python": ANY}
+
+
+def test_a_package_from_outside_the_jobs_prefix_is_named(monkeypatch, tmp_path):
+    """Snakemake's script preamble appends the host's sys.path to a conda job's: a
+    package the env lacks comes from outside the env's prefix and is listed."""
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("numpy==2.4.6\n")
+    assert installed_packages(lock)["packages_outside_prefix"] == ["numpy"]
 
 
 def test_threads_are_checked_against_slurm_cpus_only_under_slurm(monkeypatch):

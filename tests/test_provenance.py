@@ -226,6 +226,56 @@ def test_package_versions_pin_and_install():
     assert versions["rocrate"] == {"pinned": "0.16.0", "installed": "0.16.0"}
 
 
+def test_runs_carry_the_packages_their_jobs_probes_recorded(tmp_path):
+    """Each run's ``packages`` come from the probe records beside the per-job tables
+    holding its rows (the measuring jobs' envs), not from the manifest job's env."""
+    from crossover_study.manifest import build_manifest
+
+    results = tmp_path / "results" / "mini"
+    points = results / "points" / "s001-mlp" / "torch" / "cpu"
+    points.mkdir(parents=True)
+    row = {"case": "s001-mlp", "framework": "torch", "device": "cpu", "status": "ok"}
+    timings = pd.DataFrame([{**row, "run_id": r} for r in ("a", "a", "d", "b", "d", "c")])
+    tables = {"batch-0": ["a", "a", "d"], "batch-1": ["b", "d"], "batch-2": ["c"]}
+    for name, run_ids in tables.items():
+        pd.DataFrame([{**row, "run_id": r} for r in run_ids]).to_csv(
+            points / f"{name}.csv", index=False
+        )
+    env = {"python": "3.11.7", "torch": "2.13.0", "numpy": "2.4.6"}
+    probes = {
+        "batch-0": {"device": "cpu", "probe_version": 3, "packages": env},
+        "batch-1": {"device": "cpu", "probe_version": 3, "packages": {**env, "torch": "2.12.0"}},
+        "batch-2": {"device": "cpu", "probe_version": 2},  # before packages were recorded
+    }
+    for name, record in probes.items():
+        (points / f"{name}.probe.json").write_text(json.dumps(record))
+    timings.to_csv(results / "timings.csv", index=False)
+    for name in ("crossover.csv", "wall.json"):
+        (results / name).write_text("{}")
+    manifest = build_manifest(
+        study="mini",
+        config={"cases": {}},
+        config_hash="h",
+        config_files=[],
+        workdir=tmp_path,
+        results_dir="results/mini",
+        tables={
+            t.split(".")[0]: f"results/mini/{t}"
+            for t in ("timings.csv", "crossover.csv", "wall.json")
+        },
+        report={},
+        figures_dir=None,
+        snakemake_version=None,
+    )
+    runs = {r["run_id"]: r for r in manifest["runs"]}
+    assert runs["a"]["packages"] == env
+    assert runs["b"]["packages"] == {**env, "torch": "2.12.0"}
+    assert runs["c"]["packages"] is None  # its only table's probe is version 2
+    assert runs["d"]["packages"] == {**env, "torch": ["2.12.0", "2.13.0"]}
+    # The top-level packages stay: the manifest job's own environment.
+    assert manifest["packages"]["pandas"]["installed"] == "3.1.1"
+
+
 # ------------------------------------------------------- committed reference runs
 def _reference() -> Path:
     if not REFERENCE_RUNS:

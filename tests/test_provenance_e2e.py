@@ -53,10 +53,14 @@ def test_manifest_records_inputs_outputs_and_runs(smoke_run):
     assert [Path(p["path"]).name for p in manifest["probes"]] == [p.name for p in probes]
     df = pd.read_csv(timings, dtype=str)
     assert {r["run_id"] for r in manifest["runs"]} == set(df["run_id"])
+    for run in manifest["runs"]:  # the measuring jobs' environment, from their probes
+        assert run["packages"]["python"] == run["python_version"]
+        dist = {"torch": "torch", "tensorflow": "tensorflow_cpu"}[run["framework"]]
+        assert run["packages"][dist] == run["framework_version"]
     assert manifest["config"]["hash"] == df["config_hash"].iloc[0]
     assert manifest["config"]["files"][0]["path"].endswith("smoke.yaml")
     assert manifest["snakemake_version"] == "9.27.1"
-    assert manifest["packages"]["pandas"]["installed"] == "3.1.1"
+    assert manifest["packages"]["pandas"]["installed"] == "3.1.1"  # the manifest job's env
     assert {"Snakefile", "workflow/rules/provenance.smk"} <= {c["path"] for c in manifest["code"]}
     report = audit.audit(workdir / "results/smoke")
     assert report.ok, report.text()

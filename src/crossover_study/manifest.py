@@ -13,9 +13,14 @@
   for them (:func:`reference_source_name`: ``reference/<run>/timings.csv``);
 - records: every measuring job's table (``points/**/*.csv``) and probe record
   (``points/**/*.probe.json``, when the jobs wrote them), and one entry per measuring
-  run (``run_id`` of ``timings.csv``) with its machine and software;
-- the environment: git commit and dirty flag, installed versions of every package
-  pinned in ``requirements.lock``, Python, platform and Snakemake version.
+  run (``run_id`` of ``timings.csv``) with its machine and software, including
+  ``packages``: the package versions of the environment its measuring jobs ran in, from
+  their probe records (:func:`run_packages`; under ``--sdm conda`` a
+  ``torch-*``/``tensorflow-*`` env, not the manifest job's);
+- the environment of the manifest job itself (under ``--sdm conda``:
+  ``envs/report.yaml``, not the measuring jobs'): git commit and dirty flag,
+  ``packages`` (installed versions of every package pinned in ``requirements.lock``),
+  Python, platform and Snakemake version.
 
 Every file entry is ``{"path", "root", "sha256", "bytes"}``; ``root`` says what
 ``path`` is relative to: ``workdir`` (Snakemake's working directory), ``repo`` (this
@@ -190,7 +195,8 @@ pinned_packages = pins
 
 
 def package_versions(lock: str | Path = REPO_ROOT / "requirements.lock") -> dict[str, dict]:
-    """Pinned and installed version (``importlib.metadata``) of every locked package:
+    """Pinned and installed version (``importlib.metadata``, in this process's
+    environment: the manifest job's) of every locked package:
     ``{name: {"pinned": "2.13.0", "installed": "2.13.0+cpu"}}``; ``installed`` is None
     for a package that is not installed."""
     out = {}
@@ -244,6 +250,34 @@ def run_records(timings: pd.DataFrame, point_tables: Mapping[str, pd.DataFrame])
         entry["last_utc"] = times.max() if len(times) else None
         entry["points"] = sorted(holders.get(run_id, []))
         runs.append(entry)
+    return runs
+
+
+def run_packages(runs: list[dict], probes: Iterable[Mapping]) -> list[dict]:
+    """``runs`` (:func:`run_records`) with ``packages`` added to each: the package
+    versions of the environment its measuring jobs ran in, from the probe records
+    (``probes``: the manifest's entries, ``{"path", "record", ...}``) beside the per-job
+    tables holding its rows (``batch-<i>.probe.json`` beside ``batch-<i>.csv``), as
+    :func:`crossover_study.probe.installed_packages` recorded them (``{name:
+    version}``, ``python`` included). A package those probes disagree on lists the
+    distinct versions; None when none of them recorded packages (probes older than
+    version 3, or none written). A probe is written by the job that wrote the table;
+    rows it kept from its journal were measured by an earlier process of that job."""
+    by_table = {}
+    for probe in probes:
+        record = probe.get("record") or {}
+        if isinstance(record.get("packages"), Mapping):
+            table = re.sub(r"\.probe\.json$", ".csv", str(probe["path"]))
+            by_table[table] = record["packages"]
+    for run in runs:
+        seen = [by_table[t] for t in run.get("points", []) if t in by_table]
+        packages = None
+        if seen:
+            packages = {}
+            for name in sorted({n for p in seen for n in p}, key=str.lower):
+                values = sorted({p.get(name) for p in seen}, key=str)
+                packages[name] = values[0] if len(values) == 1 else values
+        run["packages"] = packages
     return runs
 
 
@@ -343,7 +377,7 @@ def build_manifest(
         "figures": figures,
         "points": [rec(p) for p in point_paths],
         "probes": probes,
-        "runs": run_records(timings, point_tables),
+        "runs": run_packages(run_records(timings, point_tables), probes),
         "measured_with": {
             "git_commits": sorted(set(timings.get("git_commit", pd.Series()).dropna())),
             "config_hashes": sorted(set(timings.get("config_hash", pd.Series()).dropna())),

@@ -18,22 +18,41 @@ nvidia-smi lists; ``start`` is the one the job took before measuring, None when 
 passed none; ``end`` is taken when the record is made), and ``gpu_driver_version``
 (GPU 0's driver version from ``end``, else ``start``; None without a GPU, and then
 ``gpu_state["end"]["reason"]`` says why).
+
+Version 3 added the environment the job ran in (:func:`installed_packages`):
+``packages``, ``{name: installed version}`` of every package pinned in
+``requirements.lock`` that this Python finds (``importlib.metadata``; missing ones left
+out), TensorFlow under the name an env installs it by (``tensorflow`` where the lock has
+``tensorflow-cpu``) and ``python`` (this interpreter's version); ``python_executable``;
+and ``packages_outside_prefix``, the recorded packages whose metadata lies outside
+``sys.prefix``. Under ``--sdm conda`` a job runs in its env's Python, but Snakemake's
+script preamble appends the host's ``sys.path`` to the job's, so a package the env
+lacks is imported from the host: such a package is listed there. The manifest carries
+``packages`` into each measuring run's record.
 """
 
 from __future__ import annotations
 
 import glob
+import importlib.metadata
 import json
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
 from . import frameworks, gpu_state
+from .gpu_bundle import pins
+from .provenance import REPO_ROOT
 
 #: Format version of the record; bump it when a key changes meaning.
-PROBE_VERSION = 2
+PROBE_VERSION = 3
+#: Distributions looked up besides the lock's: names the envs install a locked package
+#: by (envs/tensorflow-cuda.yaml and -tpu.yaml install ``tensorflow``, the lock pins
+#: ``tensorflow-cpu``; conda-forge's pytorch installs the ``torch`` distribution).
+ENV_DISTRIBUTIONS = ("tensorflow",)
 #: Slurm variables that tell which GPUs a job was given.
 SLURM_GPU_ENV = ("SLURM_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE", "GPU_DEVICE_ORDINAL")
 #: Environment variables set on TPU hosts (Cloud TPU VMs, Colab).
@@ -57,6 +76,34 @@ def _int_env(name: str) -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
+
+
+def installed_packages(lock: str | Path = REPO_ROOT / "requirements.lock") -> dict:
+    """The environment of this process: ``{"packages", "python_executable",
+    "packages_outside_prefix"}`` (see the module docstring). ``packages`` maps each
+    package of ``lock`` (and :data:`ENV_DISTRIBUTIONS`) that ``importlib.metadata``
+    finds to its version, and ``python`` to this interpreter's; an unreadable lock
+    leaves only what :data:`ENV_DISTRIBUTIONS` finds."""
+    try:
+        names = list(pins(lock))
+    except OSError:
+        names = []
+    packages = {"python": sys.version.split()[0]}
+    outside = []
+    prefix = Path(sys.prefix).resolve()
+    for name in [*names, *ENV_DISTRIBUTIONS]:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        packages[name] = dist.version
+        if not Path(dist.locate_file("")).resolve().is_relative_to(prefix):
+            outside.append(name)
+    return {
+        "packages": packages,
+        "python_executable": sys.executable,
+        "packages_outside_prefix": sorted(outside),
+    }
 
 
 def _framework_devices(framework: str) -> list[str]:
@@ -138,6 +185,7 @@ def probe_record(framework: str, device: str, threads: int, gpu_start: dict | No
         **framework_view,
         "gpu_driver_version": gpu_state.row_columns(gpu_start, gpu_end)["gpu_driver_version"],
         "gpu_state": {"start": gpu_start, "end": gpu_end},
+        **installed_packages(),
     }
 
 

@@ -172,8 +172,11 @@ def get_snakemake_version():
     return __version__
 
 
-def get_repo_root():
-    """This repository (code paths in the manifest are relative to it)."""
+def get_repo_root(wildcards=None):
+    """This repository (code paths in the manifest are relative to it). A params
+    function, not a string: `snakemake --lint` takes a string param that prefixes an
+    input (the study file given with --configfile, inside this repository) for a
+    hard-coded output prefix; this one names where the code is, not a file prefix."""
     return str(Path(workflow.basedir))
 
 

@@ -33,7 +33,7 @@ rule manifest:
         "../../envs/report.yaml"
     params:
         study=STUDY,
-        repo=get_repo_root(),
+        repo=get_repo_root,
         snakemake_version=get_snakemake_version(),
         src=SRC,
     script:
@@ -57,7 +57,7 @@ rule ro_crate:
     conda:
         "../../envs/report.yaml"
     params:
-        repo=get_repo_root(),
+        repo=get_repo_root,
         src=SRC,
     script:
         "../scripts/ro_crate.py"
