@@ -4,6 +4,7 @@ device classes that cannot be measured yet never get a CPU timing under their na
 import importlib.metadata
 import json
 import sys
+from pathlib import Path
 from unittest.mock import ANY
 
 import pandas as pd
@@ -63,7 +64,8 @@ def test_probe_records_the_environment_the_job_ran_in(tmp_path):
     assert packages["pandas"] == "3.1.1" and packages["PyYAML"] == "6.0.4"
     locked = pins(REPO_ROOT / "requirements.lock")
     assert set(packages) - {"python"} <= set(locked) | set(ENV_DISTRIBUTIONS)
-    assert rec["python_executable"] == sys.executable
+    assert Path(sys.executable).absolute().as_posix().endswith(rec["python_executable"])
+    assert not rec["python_executable"].startswith("/")
     assert rec["packages_outside_prefix"] == []  # the venv has them all
     json.dumps(rec)
     # Only what is installed: a lock naming a package this Python lacks leaves it out.
@@ -183,3 +185,13 @@ def test_tpu_and_multi_gpu_jobs_follow_missing_device(tmp_path, device):
     with pytest.raises(frameworks.DeviceMissingError, match=f"'{device}' was asked for"):
         run_group(_group(device, "fail"), tmp_path / "j2.jsonl", tmp_path / "o2.csv")
     assert not (tmp_path / "o2.csv").exists()
+
+
+def test_the_interpreter_is_named_without_the_machines_folders(tmp_path, monkeypatch):
+    from crossover_study.probe import portable_executable
+
+    monkeypatch.chdir(tmp_path)
+    conda = tmp_path / ".snakemake" / "conda" / "abc123" / "bin" / "python"
+    assert portable_executable(conda) == ".snakemake/conda/abc123/bin/python"
+    assert portable_executable(REPO_ROOT / ".venv" / "bin" / "python") == ".venv/bin/python"
+    assert portable_executable("/somewhere/else/python3.11") == "python3.11"

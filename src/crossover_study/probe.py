@@ -23,7 +23,9 @@ Version 3 added the environment the job ran in (:func:`installed_packages`):
 ``packages``, ``{name: installed version}`` of every package pinned in
 ``requirements.lock`` that this Python finds (``importlib.metadata``; missing ones left
 out), TensorFlow under the name an env installs it by (``tensorflow`` where the lock has
-``tensorflow-cpu``) and ``python`` (this interpreter's version); ``python_executable``;
+``tensorflow-cpu``) and ``python`` (this interpreter's version); ``python_executable``
+(:func:`portable_executable`: relative to the working directory or the repository, never
+the machine's absolute path);
 and ``packages_outside_prefix``, the recorded packages whose metadata lies outside
 ``sys.prefix``. Under ``--sdm conda`` a job runs in its env's Python, but Snakemake's
 script preamble appends the host's ``sys.path`` to the job's, so a package the env
@@ -78,6 +80,22 @@ def _int_env(name: str) -> int | None:
         return None
 
 
+def portable_executable(executable: str | Path | None = None) -> str:
+    """The interpreter (default ``sys.executable``) named without the machine's folders:
+    relative to the working directory (``.snakemake/conda/<hash>/bin/python`` under
+    ``--sdm conda``) or to the repository (``.venv/bin/python``) when inside one, else
+    relative to its environment's prefix (``<prefix name>/bin/python3``), else its file
+    name. Provenance holds no absolute path (``crossover_study.audit`` fails one)."""
+    path = Path(executable or sys.executable).absolute()
+    for base in (Path.cwd(), REPO_ROOT):
+        if path.is_relative_to(base.absolute()):
+            return path.relative_to(base.absolute()).as_posix()
+    prefix = Path(sys.prefix).absolute()
+    if path.is_relative_to(prefix):
+        return f"{prefix.name}/{path.relative_to(prefix).as_posix()}"
+    return path.name
+
+
 def installed_packages(lock: str | Path = REPO_ROOT / "requirements.lock") -> dict:
     """The environment of this process: ``{"packages", "python_executable",
     "packages_outside_prefix"}`` (see the module docstring). ``packages`` maps each
@@ -101,7 +119,7 @@ def installed_packages(lock: str | Path = REPO_ROOT / "requirements.lock") -> di
             outside.append(name)
     return {
         "packages": packages,
-        "python_executable": sys.executable,
+        "python_executable": portable_executable(),
         "packages_outside_prefix": sorted(outside),
     }
 
