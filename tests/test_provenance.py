@@ -324,6 +324,12 @@ def test_audit_fails_machine_paths_and_ids_that_leave_the_crate(tmp_path):
     assert ("FAIL", "machine path") in kinds, report.text()
     assert ("FAIL", "outside the RO-Crate") in kinds, report.text()
     assert "data[0].path: /home/someone" in report.text()
+    # A path quoted inside an error message is a note: the run stays usable.
+    manifest["runs"][0]["device_reason"] = "no tensorflow in /opt/env/bin/python"
+    dest.joinpath("manifest.json").write_text(json.dumps({**manifest, "data": []}))
+    kinds = {(f.level, f.kind) for f in audit.audit(dest).findings}
+    assert ("note", "machine path in text") in kinds
+    assert ("FAIL", "machine path") not in kinds
 
 
 def test_crate_validator_passes_every_reference_crate_and_fails_a_broken_one(tmp_path):

@@ -551,18 +551,27 @@ def _machine_paths(value, where: str = "") -> list[str]:
 
 
 def _check_portable(report: AuditReport, path: Path, data, what: str) -> None:
-    """FAIL for every machine path (:data:`MACHINE_PATH`) in a manifest or crate."""
+    """FAIL for every string of a manifest or crate that is a machine path
+    (:data:`MACHINE_PATH`); a note for one inside a sentence (an error message that
+    quotes a path: the run stays usable, but the message should not name it)."""
     found = _machine_paths(data)
-    if found:
-        report.add(
-            "FAIL",
-            "machine path",
-            str(path),
-            f"{len(found)} string(s) of the {what} name a place on the machine that wrote "
-            "it; provenance must hold relative paths only",
-            details=found[:MAX_ROWS]
-            + ([f"... and {len(found) - MAX_ROWS} more"] if len(found) > MAX_ROWS else []),
-        )
+    # "key: value" lines; a value with a space is text that quotes a path.
+    paths = [f for f in found if " " not in f.split(": ", 1)[1]]
+    texts = [f for f in found if f not in paths]
+    for level, kind, lines, message in (
+        ("FAIL", "machine path", paths, "name a place on the machine that wrote it"),
+        ("note", "machine path in text", texts, "quote a place on the machine that wrote it"),
+    ):
+        if lines:
+            report.add(
+                level,
+                kind,
+                str(path),
+                f"{len(lines)} string(s) of the {what} {message}; provenance must hold "
+                "relative paths only",
+                details=lines[:MAX_ROWS]
+                + ([f"... and {len(lines) - MAX_ROWS} more"] if len(lines) > MAX_ROWS else []),
+            )
 
 
 def _check_crate(report: AuditReport, layout: _Layout) -> None:

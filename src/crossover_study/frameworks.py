@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from .paths import portable_path
 from .provenance import cpu_model
 
 #: Environment variables that size the CPU thread pools of torch, TensorFlow, MKL and
@@ -104,7 +105,7 @@ def not_importable(framework: str, exc: ImportError | None = None) -> str | None
         else:
             return None
     return (
-        f"{framework} cannot be imported by this Python ({sys.executable}): "
+        f"{framework} cannot be imported by this Python ({portable_path(sys.executable)}): "
         f"{type(exc).__name__}: {exc}"
     )
 

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from . import frameworks, gpu_state
 from .gpu_bundle import pins
+from .paths import portable_path
 from .provenance import REPO_ROOT
 
 #: Format version of the record; bump it when a key changes meaning.
@@ -81,19 +82,10 @@ def _int_env(name: str) -> int | None:
 
 
 def portable_executable(executable: str | Path | None = None) -> str:
-    """The interpreter (default ``sys.executable``) named without the machine's folders:
-    relative to the working directory (``.snakemake/conda/<hash>/bin/python`` under
-    ``--sdm conda``) or to the repository (``.venv/bin/python``) when inside one, else
-    relative to its environment's prefix (``<prefix name>/bin/python3``), else its file
-    name. Provenance holds no absolute path (``crossover_study.audit`` fails one)."""
-    path = Path(executable or sys.executable).absolute()
-    for base in (Path.cwd(), REPO_ROOT):
-        if path.is_relative_to(base.absolute()):
-            return path.relative_to(base.absolute()).as_posix()
-    prefix = Path(sys.prefix).absolute()
-    if path.is_relative_to(prefix):
-        return f"{prefix.name}/{path.relative_to(prefix).as_posix()}"
-    return path.name
+    """The interpreter (default ``sys.executable``) as :func:`paths.portable_path` names
+    it: ``.snakemake/conda/<hash>/bin/python`` under ``--sdm conda``,
+    ``.venv/bin/python`` in the repository's venv."""
+    return portable_path(executable or sys.executable)
 
 
 def installed_packages(lock: str | Path = REPO_ROOT / "requirements.lock") -> dict:

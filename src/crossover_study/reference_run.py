@@ -45,6 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import gpu_bundle
+from .paths import portable_path
 
 SRC = gpu_bundle.REPO_ROOT / "src"
 #: Files that come back from the GPU machine may be at most 16 MiB each.
@@ -336,7 +337,7 @@ def run(
         "bundle": None
         if record is None
         else {k: record.get(k) for k in ("created_utc", "packages", "git")},
-        "study_file": str(study),
+        "study_file": portable_path(study),  # provenance holds no machine path
         "jobs": [],
     }
     for case, framework, device, batch in jobs:

@@ -1,0 +1,33 @@
+"""Paths as provenance records them: never a machine's absolute path.
+
+Standard library only (the GPU reference run imports it before its bundle is
+installed). :mod:`crossover_study.audit` fails a manifest or crate holding an absolute
+path, so everything a run writes about where a file was goes through
+:func:`portable_path`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+#: The repository root (this file is src/crossover_study/paths.py).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def portable_path(path: str | Path, bases: Iterable[str | Path] | None = None) -> str:
+    """``path`` without the machine's folders: relative to the first of ``bases``
+    (default: the working directory, then the repository) that holds it, else relative
+    to this Python's environment (``<prefix name>/bin/python3``), else its file name.
+    A relative ``path`` is taken from the working directory. Never raises for a path
+    that does not exist."""
+    path = Path(path).absolute()
+    for base in bases if bases is not None else (Path.cwd(), REPO_ROOT):
+        base = Path(base).absolute()
+        if path.is_relative_to(base):
+            return path.relative_to(base).as_posix()
+    prefix = Path(sys.prefix).absolute()
+    if path.is_relative_to(prefix):
+        return f"{prefix.name}/{path.relative_to(prefix).as_posix()}"
+    return path.name
