@@ -217,7 +217,14 @@ def build_crate(
     crate.root_dataset["name"] = f"crossover-study: run of study {study}"
     crate.root_dataset["description"] = (
         f"Results of the crossover study {study!r}: where the accelerator overtakes the "
-        "CPU for small networks, with the runs, machines and software they came from."
+        "CPU for small networks, with the runs, machines and software they came from. "
+        "Its files are the ones inside this folder. Files that lie elsewhere are named, "
+        "not included: an @id '#workdir:<path>' is a path relative to the working "
+        "directory of the run (the repository root under `make study`), '#repo:<path>' "
+        "relative to the repository, '#package:<distribution>==<version>:<path>' a file "
+        "inside that installed distribution, '#outside:<name>' a file that lay elsewhere "
+        "(its name only); each carries its sha256, and `make audit` resolves and hashes "
+        "them. code/ holds a copy of the workflow definition that ran."
     )
     if manifest.get("runner"):  # measured without Snakemake (the GPU reference run)
         crate.root_dataset["description"] += (
