@@ -131,3 +131,75 @@ def test_a_flagged_headline_number_says_so():
     text = answer_sentence(pd.DataFrame(rows), None, "s002-iris")
     assert "450 µs per step with torch (flagged: block-length check failed, noisy)" in text
     assert "20 ms per step with tensorflow;" in text  # a clean row carries no flag
+
+
+def _mlp_rows(device, times, spread=0.01):
+    import json
+
+    rows = []
+    for h, t in zip((32, 128, 512, 2048), times, strict=True):
+        rows.append(
+            {
+                "case": "s001-mlp",
+                "framework": "torch",
+                "device": device,
+                "variant": "eager",
+                "batch": 64,
+                "d_in": 1024,
+                "hidden": h,
+                "status": "ok",
+                "step_time_s": t,
+                "block_step_times_s": json.dumps([t * (1 - spread), t, t * (1 + spread)]),
+                "cold_start_s": 0.1 if device == "cpu" else 1.0,
+                "first_step_s": 0.01,
+            }
+        )
+    return rows
+
+
+def test_noise_is_answered_as_indistinguishable_not_as_faster():
+    from crossover_study.answers import answer_sentence, remedy_shift_sentence
+    from crossover_study.crossover import crossover_table, remedy_shift
+
+    cpu = [1e-5 * h for h in (32, 128, 512, 2048)]
+    # Medians 0.5% apart, blocks 1% apart: the same speed within noise at every size.
+    acc = [t * f for t, f in zip(cpu, (0.995, 1.005, 0.995, 1.005), strict=True)]
+    timings = pd.DataFrame(_mlp_rows("cpu", cpu) + _mlp_rows("cuda", acc))
+    crossover = crossover_table(timings, n_boot=200)
+    assert crossover.loc[crossover["axis"] == "hidden", "outcome"].item() == "indistinguishable"
+    text = answer_sentence(timings, crossover, "s001-mlp")
+    assert (
+        "CUDA is indistinguishable from the CPU within noise at the seed's size "
+        "(medians 1.0\u00d7 slower)"  # 0.5% slower at hidden = 128
+    ) in text
+    assert "it is indistinguishable from the CPU within noise at every size measured on hidden" in (
+        text
+    )
+    assert "overtakes" not in text and "faster over the whole" not in text
+
+    graph = pd.DataFrame([{**r, "variant": "cuda_graph"} for r in _mlp_rows("cuda", acc)])
+    shift = remedy_shift(crossover_table(pd.concat([timings, graph]), n_boot=200))
+    assert "overtakes it nowhere: indistinguishable within noise at every hidden measured" in (
+        remedy_shift_sentence(shift, "s001-mlp")
+    )
+
+
+def test_faster_at_part_of_the_range_places_no_crossover():
+    from crossover_study.answers import answer_sentence
+    from crossover_study.crossover import crossover_table
+
+    cpu = [1e-5 * h for h in (32, 128, 512, 2048)]
+    # Tied at 32 and 128, 2x faster at 512 and 2048: never shown slower.
+    acc = [t * f for t, f in zip(cpu, (1.0, 1.0, 0.5, 0.5), strict=True)]
+    timings = pd.DataFrame(_mlp_rows("cpu", cpu) + _mlp_rows("cuda", acc))
+    crossover = crossover_table(timings, n_boot=200)
+    row = crossover[crossover["axis"] == "hidden"].iloc[0]
+    assert row["outcome"] == "accelerator_faster_in_part"
+    assert row["size_verdicts"] == "32:tied 128:tied 512:faster 2048:faster"
+    text = answer_sentence(timings, crossover, "s001-mlp")
+    assert "CUDA is indistinguishable from the CPU within noise at the seed's size" in text
+    assert "(equal medians)" in text
+    assert (
+        "it is faster only at part of the measured range of hidden (hidden = 512, 2048), "
+        "with no smaller size where it is slower, so no crossover is placed"
+    ) in text

@@ -126,6 +126,32 @@ def _program(framework: str, variant: str, several_variants: bool) -> str:
     return f"{framework}/{variant}" if several_variants else framework
 
 
+def _size_verdicts(text) -> list[tuple[float, str]]:
+    """``size_verdicts`` of a crossover row (``32:slower 128:tied``) as (size, verdict)
+    pairs; none for an empty cell or a table written before the column existed."""
+    if not isinstance(text, str):
+        return []
+    pairs = []
+    for item in text.split():
+        size, _, verdict = item.rpartition(":")
+        if _num(size) is not None:
+            pairs.append((float(size), verdict))
+    return pairs
+
+
+def _seed_verdict(rows: pd.DataFrame) -> str | None:
+    """The accelerator against the CPU at the seed's size (``slower``, ``tied`` or
+    ``faster``) from the first crossover row whose ``size_verdicts`` holds that size."""
+    if "size_verdicts" not in rows or "seed_size" not in rows:
+        return None
+    for _, row in rows.iterrows():
+        seed = _num(row.get("seed_size"))
+        for size, verdict in _size_verdicts(row.get("size_verdicts")):
+            if seed is not None and size == seed:
+                return verdict
+    return None
+
+
 def _measured_clause(
     name: str,
     program: str,
@@ -136,8 +162,21 @@ def _measured_clause(
     """'with torch, CUDA is 1.7x slower at the seed's size; it overtakes ...; both ran
     torch_step' (``ran``: the training program both devices ran, ``programs.PROGRAMS``)."""
     parts = []
+    seed_verdict = _seed_verdict(rows)
     if speedup is None:
         parts.append(f"with {program}, {name} has no step time at the seed's size")
+    elif seed_verdict == "tied" or speedup == 1:
+        by_medians = (
+            "equal medians"
+            if speedup == 1
+            else f"medians {_fmt_ratio(speedup)}{TIMES} faster"
+            if speedup > 1
+            else f"medians {_fmt_ratio(1 / speedup)}{TIMES} slower"
+        )
+        parts.append(
+            f"with {program}, {name} is indistinguishable from the CPU within noise at the "
+            f"seed's size ({by_medians})"
+        )
     elif speedup >= 1:
         parts.append(
             f"with {program}, {name} is {_fmt_ratio(speedup)}{TIMES} faster at the seed's size"
@@ -160,10 +199,23 @@ def _measured_clause(
         crossings.append(text)
     if crossings:
         parts.append("it overtakes the CPU at " + " and at ".join(crossings))
+    for _, row in rows[rows["outcome"] == "accelerator_faster_in_part"].iterrows():
+        faster = [
+            _fmt_size(size) for size, v in _size_verdicts(row.get("size_verdicts")) if v == "faster"
+        ]
+        where = f" ({row['axis']} = {', '.join(faster)})" if faster else ""
+        parts.append(
+            f"it is faster only at part of the measured range of {row['axis']}{where}, "
+            "with no smaller size where it is slower, so no crossover is placed"
+        )
     for outcome, template in (
         (
             "accelerator_faster_throughout",
             "it is faster over the whole measured range of {}",
+        ),
+        (
+            "indistinguishable",
+            "it is indistinguishable from the CPU within noise at every size measured on {}",
         ),
         (
             "no_crossover",
@@ -194,8 +246,12 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
     Says the CPU's median step time at the seed's own size per framework (µs, ms or
     s), then per accelerator and framework: how many times faster or slower it is at
     the seed's size (``speedup_at_seed`` of ``crossover``, else the ratio of the two
-    step times in ``timings``), where it overtakes the CPU (``crossover_size`` with its
-    95% CI) or that it does not, after how many steps N* its time-to-train wins, and the
+    step times in ``timings``; "indistinguishable from the CPU within noise" where the
+    ``size_verdicts`` of ``crossover`` call the seed's size tied, or the medians are
+    equal), where it overtakes the CPU (``crossover_size`` with its 95% CI) or that it
+    does not, is faster throughout, faster only at some sizes, or "indistinguishable
+    within noise at every size measured" (outcome ``indistinguishable``), after how
+    many steps N* its time-to-train wins, and the
     training program both devices ran (``programs.PROGRAMS``). The accelerator is only
     compared with CPU rows of the same program (``programs.cpu_rows``); where the CPU has
     none, the clause says so instead of comparing two programs.
@@ -404,6 +460,10 @@ def _where(outcome, size, axis: str) -> str:
     return {
         "accelerator_faster_throughout": f"already at the smallest {axis}",
         "no_crossover": f"nowhere in the measured {axis} range",
+        "indistinguishable": f"nowhere: indistinguishable within noise at every {axis} measured",
+        "accelerator_faster_in_part": (
+            f"nowhere it can be placed: faster only at part of the measured {axis} range"
+        ),
     }.get(outcome, f"unknown ({outcome})")
 
 

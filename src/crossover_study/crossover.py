@@ -3,9 +3,15 @@
 Crossover: along one size axis x (other axes at the seed's size), the log step-time
 ratio r(x) = log(t_acc / t_cpu) is interpolated linearly in log x between measured
 sizes; the crossover is the first x where r falls from above 0 to 0 or below (the
-log-log interpolation of STUDY.md, "The crossover"). Its 95% interval is the 2.5/97.5
-percentile of the crossover recomputed on bootstrap replicates in which each point's
-blocks are resampled with replacement (Efron & Tibshirani 1993, percentile interval).
+log-log interpolation of STUDY.md, "The crossover"), but noise alone makes none: one
+bootstrap, in which each point's blocks are resampled with replacement, gives every
+size a percentile 95% interval of r (Efron & Tibshirani 1993, percentile interval), and
+the accelerator is ``slower``, ``faster`` or ``tied`` there as that interval lies above
+0, below it or contains it (column ``size_verdicts``). A crossover is only reported
+between a size where the accelerator is slower and a larger one where it is faster;
+tied at every size is ``indistinguishable``, faster at every size is
+``accelerator_faster_throughout`` (:func:`estimate_crossover`). The crossover's 95%
+interval is the 2.5/97.5 percentile of the crossing recomputed on the same replicates.
 
 N*: time-to-train T(N) = cold_start + first_step + N × step (STUDY.md item 1); N* is
 the smallest N with T_acc(N) < T_cpu(N), i.e. N* = (C_acc − C_cpu) / (t_cpu − t_acc)
@@ -30,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,15 +46,34 @@ from .programs import cpu_rows, no_cpu_program_reason, program_column, program_o
 from .provenance import table_columns
 from .spec import ACCELERATORS, SEED_SIZES, case_axes, without_replicas
 
+#: Percentiles of every bootstrap interval here: the two-sided 95% percentile interval.
+PERCENTILES = (2.5, 97.5)
+#: What a size's CPU/accelerator time-ratio interval says about the accelerator.
+SLOWER, TIED, FASTER = "slower", "tied", "faster"
 
-def crossover_size(sizes: Sequence[float], t_cpu: Sequence[float], t_acc: Sequence[float]):
-    """Crossover along one axis from per-size step times (seconds; sizes ascending).
 
-    Returns ``(outcome, size)``: ``("crossover", x*)``; ``("accelerator_faster_throughout",
-    None)`` when the accelerator is already faster at the smallest size;
-    ``("no_crossover", None)`` when the CPU is faster at every size. Raises ValueError
-    for fewer than 2 sizes, unequal lengths or non-positive times.
+@dataclass(frozen=True)
+class CrossoverEstimate:
+    """What :func:`estimate_crossover` finds along one axis.
+
+    ``outcome`` is ``crossover``, ``no_crossover``, ``accelerator_faster_throughout``,
+    ``accelerator_faster_in_part`` or ``indistinguishable`` (crossover schema);
+    ``size`` the crossover size (None unless ``crossover``); ``ci_low``/``ci_high`` its
+    percentile 95% interval (None unless at least half of the replicates cross inside
+    the supported bracket); ``bootstrap_found`` that share (None unless ``crossover``);
+    ``verdicts`` one of ``slower``, ``tied``, ``faster`` per size (the accelerator
+    against the CPU).
     """
+
+    outcome: str
+    size: float | None
+    ci_low: float | None
+    ci_high: float | None
+    bootstrap_found: float | None
+    verdicts: tuple[str, ...]
+
+
+def _checked(sizes, t_cpu, t_acc):
     x = np.asarray(sizes, dtype=float)
     a, c = np.asarray(t_acc, dtype=float), np.asarray(t_cpu, dtype=float)
     if not (len(x) == len(a) == len(c)) or len(x) < 2:
@@ -58,15 +84,184 @@ def crossover_size(sizes: Sequence[float], t_cpu: Sequence[float], t_acc: Sequen
         raise ValueError("sizes and step times must be positive")
     if np.any(np.diff(x) <= 0):
         raise ValueError(f"sizes must be strictly ascending, got {list(x)}")
-    r = np.log(a) - np.log(c)
-    if r[0] <= 0:
+    return x, np.log(a) - np.log(c)
+
+
+def _sign_verdicts(r: np.ndarray) -> tuple[str, ...]:
+    """Verdicts of exactly known times: the sign of log(t_acc / t_cpu); 0 is tied."""
+    return tuple(SLOWER if v > 0 else FASTER if v < 0 else TIED for v in r)
+
+
+def _classify(verdicts: Sequence[str]) -> tuple[str, tuple[int, int] | None]:
+    """The outcome of per-size verdicts, and for ``crossover`` the supported bracket
+    ``(i, j)``: j the first size where the accelerator is faster after a size where it
+    is slower, i the last such slower size before j (every size between is tied)."""
+    v = list(verdicts)
+    if all(s == TIED for s in v):
+        return "indistinguishable", None
+    if all(s == FASTER for s in v):
         return "accelerator_faster_throughout", None
-    for i in range(len(x) - 1):
-        if r[i] > 0 >= r[i + 1]:
-            lx0, lx1 = math.log(x[i]), math.log(x[i + 1])
-            frac = r[i] / (r[i] - r[i + 1])
-            return "crossover", math.exp(lx0 + frac * (lx1 - lx0))
-    return "no_crossover", None
+    last_slower = None
+    for k, s in enumerate(v):
+        if s == SLOWER:
+            last_slower = k
+        elif s == FASTER and last_slower is not None:
+            return "crossover", (last_slower, k)
+    if FASTER not in v:
+        return "no_crossover", None
+    return "accelerator_faster_in_part", None
+
+
+def _first_crossing(x: np.ndarray, r: np.ndarray, bracket: tuple[int, int]) -> float | None:
+    """First x in the bracket where r falls from above 0 to 0 or below, interpolated
+    linearly in log x; None when r does not fall through 0 there."""
+    i, j = bracket
+    for k in range(i, j):
+        if r[k] > 0 >= r[k + 1]:
+            lx0, lx1 = math.log(x[k]), math.log(x[k + 1])
+            frac = r[k] / (r[k] - r[k + 1])
+            return math.exp(lx0 + frac * (lx1 - lx0))
+    return None
+
+
+def crossover_size(
+    sizes: Sequence[float],
+    t_cpu: Sequence[float],
+    t_acc: Sequence[float],
+    verdicts: Sequence[str] | None = None,
+):
+    """Crossover along one axis from per-size step times (seconds; sizes ascending).
+
+    ``verdicts`` says per size whether the accelerator is ``slower``, ``tied`` or
+    ``faster`` than the CPU (from :func:`ratio_verdicts`); without it the times are taken
+    as exact and the sign of their difference decides (equal times are tied). Returns
+    ``(outcome, size)``:
+
+    - ``("crossover", x*)`` when the accelerator is slower at some size and faster at a
+      larger one: x* is the first size between the last slower size and that faster
+      one where log(t_acc / t_cpu), interpolated linearly in log(size), falls to 0;
+    - ``("accelerator_faster_throughout", None)`` when it is faster at every size;
+    - ``("indistinguishable", None)`` when it is tied with the CPU at every size;
+    - ``("no_crossover", None)`` when it is faster at no size (slower at one at least);
+    - ``("accelerator_faster_in_part", None)`` when it is faster at some sizes but not
+      after a size where it is slower (tied at the others, or slower only at larger
+      sizes).
+
+    Raises ValueError for fewer than 2 sizes, unequal lengths, non-positive times or
+    sizes that do not ascend.
+    """
+    x, r = _checked(sizes, t_cpu, t_acc)
+    verdicts = _sign_verdicts(r) if verdicts is None else tuple(verdicts)
+    if len(verdicts) != len(x):
+        raise ValueError(f"need one verdict per size, got {len(verdicts)} for {len(x)}")
+    outcome, bracket = _classify(verdicts)
+    if outcome != "crossover":
+        return outcome, None
+    return "crossover", _first_crossing(x, r, bracket)
+
+
+def _replicate_log_ratios(blocks_cpu, blocks_acc, n_boot: int, seed: int) -> np.ndarray:
+    """log(median acc / median cpu) per replicate (rows) and size (columns): every
+    point's blocks resampled with replacement, CPU then accelerator, size by size."""
+    rng = np.random.default_rng(seed)
+    columns = []
+    for bc, ba in zip(blocks_cpu, blocks_acc, strict=True):
+        medians = []
+        for blocks in (bc, ba):
+            b = np.asarray(blocks, dtype=float)
+            if b.size == 0 or np.any(b <= 0):
+                raise ValueError("every point needs one or more positive block times")
+            medians.append(np.median(b[rng.integers(0, b.size, size=(n_boot, b.size))], axis=1))
+        columns.append(np.log(medians[1]) - np.log(medians[0]))
+    return np.column_stack(columns)
+
+
+def _verdicts_of(replicates: np.ndarray, r: np.ndarray) -> tuple[str, ...]:
+    """Per size: ``slower`` when the percentile 95% interval of log(t_acc / t_cpu) lies
+    above 0 and so does the point estimate, ``faster`` when both lie below, else
+    ``tied`` (the interval of the time ratio contains 1)."""
+    lo, hi = np.percentile(replicates, PERCENTILES, axis=0)
+    return tuple(
+        SLOWER if low > 0 and point > 0 else FASTER if high < 0 and point < 0 else TIED
+        for low, high, point in zip(lo, hi, r, strict=True)
+    )
+
+
+def ratio_verdicts(
+    sizes: Sequence[float],
+    blocks_cpu: Sequence[Sequence[float]],
+    blocks_acc: Sequence[Sequence[float]],
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> tuple[str, ...]:
+    """Per size, whether the accelerator is ``slower``, ``tied`` or ``faster`` than the
+    CPU: the percentile 95% interval of the CPU/accelerator time ratio over bootstrap
+    replicates (each point's blocks resampled with replacement, median per replicate)
+    excludes 1 on one side, or contains it (tied). The replicates are those of
+    :func:`estimate_crossover` with the same ``n_boot`` and ``seed``."""
+    return estimate_crossover(sizes, blocks_cpu, blocks_acc, n_boot, seed).verdicts
+
+
+def estimate_crossover(
+    sizes: Sequence[float],
+    blocks_cpu: Sequence[Sequence[float]],
+    blocks_acc: Sequence[Sequence[float]],
+    n_boot: int = 1000,
+    seed: int = 0,
+    t_cpu: Sequence[float] | None = None,
+    t_acc: Sequence[float] | None = None,
+) -> CrossoverEstimate:
+    """Outcome, crossover size and its 95% interval along one axis, noise included.
+
+    ``blocks_*[i]`` are the per-block seconds per step at ``sizes[i]`` (ascending);
+    ``t_*`` the point estimates (default: the median of each point's blocks). One
+    bootstrap (``n_boot`` replicates from ``numpy.random.default_rng(seed)``; each
+    replicate resamples every point's blocks with replacement and takes their median)
+    serves both steps, so the result is a deterministic function of its inputs:
+
+    1. Per size, the percentile 95% interval of log(t_acc / t_cpu) over the replicates
+       (Efron & Tibshirani 1993, *An Introduction to the Bootstrap*, ch. 13) gives the
+       verdict: ``slower`` or ``faster`` where it excludes 0 (the time ratio's interval
+       excludes 1) on the side of the point estimate, ``tied`` where it contains 0.
+    2. :func:`crossover_size` turns the verdicts into the outcome. A crossover is only
+       reported where the sign change is supported: the accelerator is significantly
+       slower at one size and significantly faster at a larger one; the crossing is
+       placed between the last slower size and the first faster one after it, where
+       every size is tied. Requiring significance on both sides (not only one) is what
+       keeps noise from making crossovers: two devices drawn from the same distribution
+       need a false verdict in each direction, in that order, to make one.
+    3. Its interval: the 2.5/97.5 percentiles of the crossing recomputed on each
+       replicate inside that same bracket (first fall of the replicate's log ratio
+       through 0 there), when at least half of the replicates cross there.
+
+    With one block per point the interval of each ratio has no width and the sign of
+    the difference decides, as for exactly known times.
+    """
+    if t_cpu is None:
+        t_cpu = [float(np.median(np.asarray(b, dtype=float))) for b in blocks_cpu]
+    if t_acc is None:
+        t_acc = [float(np.median(np.asarray(b, dtype=float))) for b in blocks_acc]
+    x, r = _checked(sizes, t_cpu, t_acc)
+    if not (len(blocks_cpu) == len(blocks_acc) == len(x)):
+        raise ValueError("need the blocks of every size on both devices")
+    replicates = _replicate_log_ratios(blocks_cpu, blocks_acc, n_boot, seed)
+    verdicts = _verdicts_of(replicates, r)
+    outcome, bracket = _classify(verdicts)
+    if outcome != "crossover":
+        return CrossoverEstimate(outcome, None, None, None, None, verdicts)
+    size = _first_crossing(x, r, bracket)
+    i, j = bracket
+    falls = (replicates[:, i:j] > 0) & (replicates[:, i + 1 : j + 1] <= 0)
+    found = np.nonzero(falls.any(axis=1))[0]
+    k = falls[found].argmax(axis=1) + i
+    r0, r1 = replicates[found, k], replicates[found, k + 1]
+    lx = np.log(x)
+    crossings = np.exp(lx[k] + r0 / (r0 - r1) * (lx[k + 1] - lx[k]))
+    share = len(found) / n_boot
+    if share < 0.5:
+        return CrossoverEstimate(outcome, size, None, None, share, verdicts)
+    lo, hi = np.percentile(crossings, PERCENTILES)
+    return CrossoverEstimate(outcome, size, float(lo), float(hi), share, verdicts)
 
 
 def bootstrap_crossover(
@@ -80,24 +275,12 @@ def bootstrap_crossover(
 
     ``blocks_*[i]`` are the per-block seconds per step at ``sizes[i]``; each replicate
     resamples every point's blocks with replacement and takes their median. Returns
-    ``(ci_low, ci_high, share_found)``; the interval is None when fewer than half of the
-    replicates find a crossover inside the range.
+    ``(ci_low, ci_high, share_found)`` of :func:`estimate_crossover`: ``(None, None,
+    0.0)`` when the data support no crossover; the interval is None when fewer than half
+    of the replicates cross inside the supported bracket.
     """
-    rng = np.random.default_rng(seed)
-    cpu = [np.asarray(b, dtype=float) for b in blocks_cpu]
-    acc = [np.asarray(b, dtype=float) for b in blocks_acc]
-    found = []
-    for _ in range(n_boot):
-        t_c = [np.median(rng.choice(b, size=len(b))) for b in cpu]
-        t_a = [np.median(rng.choice(b, size=len(b))) for b in acc]
-        outcome, x = crossover_size(sizes, t_c, t_a)
-        if outcome == "crossover":
-            found.append(x)
-    share = len(found) / n_boot
-    if share < 0.5:
-        return None, None, share
-    lo, hi = np.percentile(found, [2.5, 97.5])
-    return float(lo), float(hi), share
+    e = estimate_crossover(sizes, blocks_cpu, blocks_acc, n_boot, seed)
+    return e.ci_low, e.ci_high, e.bootstrap_found or 0.0
 
 
 def n_star(cpu: pd.Series | dict, acc: pd.Series | dict) -> float | None:
@@ -230,20 +413,41 @@ def _one_row(sub, mine, case, framework, variant, acc_name, axis, n_boot, seed) 
             "outcome": "too_few_points",
             "reason": f"{len(common)} common size(s)",
         }
-    t_cpu = [cpu.loc[x, "step_time_s"] for x in common]
-    t_acc = [acc.loc[x, "step_time_s"] for x in common]
-    outcome, x_star = crossover_size(common, t_cpu, t_acc)
-    row.update(outcome=outcome, crossover_size=x_star)
-    if outcome == "crossover":
-        lo, hi, share = bootstrap_crossover(
-            common,
-            [json.loads(cpu.loc[x, "block_step_times_s"]) for x in common],
-            [json.loads(acc.loc[x, "block_step_times_s"]) for x in common],
-            n_boot=n_boot,
-            seed=seed,
-        )
-        row.update(ci_low=lo, ci_high=hi, bootstrap_found=share)
+    estimate = estimate_crossover(
+        common,
+        [_blocks(cpu.loc[x]) for x in common],
+        [_blocks(acc.loc[x]) for x in common],
+        n_boot=n_boot,
+        seed=seed,
+        t_cpu=[cpu.loc[x, "step_time_s"] for x in common],
+        t_acc=[acc.loc[x, "step_time_s"] for x in common],
+    )
+    row.update(
+        outcome=estimate.outcome,
+        crossover_size=estimate.size,
+        ci_low=estimate.ci_low,
+        ci_high=estimate.ci_high,
+        bootstrap_found=estimate.bootstrap_found,
+        size_verdicts=" ".join(
+            f"{_size_text(x)}:{v}" for x, v in zip(common, estimate.verdicts, strict=True)
+        ),
+    )
     return row
+
+
+def _blocks(point: pd.Series) -> list[float]:
+    """Per-block seconds per step of one ok timings row (``block_step_times_s``); its
+    ``step_time_s`` alone where the blocks were not recorded."""
+    blocks = point.get("block_step_times_s")
+    if isinstance(blocks, str) and blocks.strip():
+        return json.loads(blocks)
+    return [float(point["step_time_s"])]
+
+
+def _size_text(size: float) -> str:
+    """A size as ``size_verdicts`` writes it: whole numbers without a decimal point."""
+    size = float(size)
+    return str(int(size)) if size.is_integer() else repr(size)
 
 
 #: Columns of :func:`remedy_shift`'s table.
