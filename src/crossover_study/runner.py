@@ -28,6 +28,7 @@ import psutil
 from . import frameworks, gpu_state, precision
 from .config import logical_cpus
 from .harness import TimingPolicy, measure
+from .probe import check_cpus_given
 from .programs import not_applicable_reason, program_or_none
 from .provenance import git_state, placement, table_columns
 from .spec import LSTM_CASES, PointSpec
@@ -185,7 +186,10 @@ def run_group(
     initialises CUDA, so it is part of the device's cold start). A framework that
     cannot be imported gives ``unavailable`` rows naming the import error.
 
-    Raises :class:`frameworks.DeviceMissingError` before measuring anything when the
+    Raises :class:`probe.CpusNotGivenError` before anything else when the process may
+    run on fewer CPUs than ``group.threads`` (:func:`probe.check_cpus_given`; the
+    journal is left as it was). Raises :class:`frameworks.DeviceMissingError` before
+    measuring anything when the
     device (or the framework) is missing and ``missing_device`` is ``fail``, and
     :class:`frameworks.DeviceLostError` when a point leaves the device unable to run
     work (a sticky CUDA error): that point is not journaled as done, so a rerun in a
@@ -194,6 +198,10 @@ def run_group(
     """
     job = {} if job is None else job
     created = psutil.Process().create_time()
+    # Before anything is pinned, imported or measured: fewer CPUs than threads fails the
+    # job on the node that measures (the machine that planned the workflow is not it).
+    cpus = check_cpus_given(group.threads, group.device)
+    log(f"{cpus} CPU(s) in this process's affinity for {group.threads} thread(s)")
     frameworks.pin_thread_env(group.threads)
     saved_env = {name: os.environ.get(name) for name in frameworks.COMPILE_CACHE_ENV}
     cache_dir = frameworks.fresh_compile_cache() if group.framework == "torch" else None
