@@ -3,6 +3,7 @@ device classes that cannot be measured yet never get a CPU timing under their na
 
 import importlib.metadata
 import json
+import re
 import sys
 from pathlib import Path
 from unittest.mock import ANY
@@ -15,7 +16,9 @@ from crossover_study.gpu_bundle import pins
 from crossover_study.harness import TimingPolicy
 from crossover_study.probe import (
     ENV_DISTRIBUTIONS,
+    CpusNotGivenError,
     ProbeError,
+    check_cpus_given,
     check_table,
     check_tables,
     installed_packages,
@@ -195,3 +198,105 @@ def test_the_interpreter_is_named_without_the_machines_folders(tmp_path, monkeyp
     assert portable_executable(conda) == ".snakemake/conda/abc123/bin/python"
     assert portable_executable(REPO_ROOT / ".venv" / "bin" / "python") == ".venv/bin/python"
     assert portable_executable("/somewhere/else/python3.11") == "python3.11"
+
+
+SLURM_VARS = ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK")
+
+
+def fake_affinity(monkeypatch, cpus, **env):
+    """This process may run on ``cpus`` (a faked ``os.sched_getaffinity``); ``env`` sets
+    Slurm's variables (the others are removed)."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(cpus))
+    for name in SLURM_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_enough_cpus_for_the_threads_pass(monkeypatch):
+    fake_affinity(monkeypatch, {0, 1, 2, 3})
+    assert check_cpus_given(4) == 4
+    assert check_cpus_given(2) == 4  # more CPUs than threads: wasteful, not wrong
+
+
+@pytest.mark.parametrize(
+    "env, cpu_count, cause",
+    [
+        # srun inside an sbatch that got 4 CPUs, without --cpus-per-task (Slurm >= 22.05)
+        (
+            {"SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "4"},
+            64,
+            r"Slurm gave the job 4 CPUs per task.*srun without --cpus-per-task.*"
+            r"SRUN_CPUS_PER_TASK=\$SLURM_CPUS_PER_TASK.*--cpu-bind",
+        ),
+        # a job submitted without --cpus-per-task
+        (
+            {"SLURM_JOB_ID": "7"},
+            64,
+            r"submitted with no --cpus-per-task \(1 CPU per task\) for 4 threads.*"
+            r"--cpus-per-task=4",
+        ),
+        ({"SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "2"}, 64, r"with --cpus-per-task=2 for 4"),
+        # no Slurm: more threads than the node has cores
+        ({}, 2, r"more threads than this node has cores \(2\): lower devices.cuda.threads"),
+        # no Slurm, enough cores: the affinity was restricted
+        ({}, 64, r"affinity was restricted to 2 of the node's 64 CPUs \(taskset"),
+    ],
+)
+def test_fewer_cpus_than_threads_fail_naming_both_numbers_and_the_cause(
+    monkeypatch, env, cpu_count, cause
+):
+    fake_affinity(monkeypatch, {0, 1}, **env)
+    monkeypatch.setattr("os.cpu_count", lambda: cpu_count)
+    with pytest.raises(CpusNotGivenError) as failed:
+        check_cpus_given(4, "cuda")
+    message = str(failed.value)
+    assert message.startswith("4 threads pinned but this process may run on only 2 CPU(s)")
+    assert "CPUs 0-1" in message
+    assert re.search(cause, message), message
+
+
+def test_a_job_with_fewer_cpus_than_threads_measures_nothing_and_keeps_its_journal(
+    tmp_path, monkeypatch
+):
+    """Checked in the job before anything is pinned or measured: the journal's points
+    stay, no table is written, no point is started."""
+    pts = tuple(
+        PointSpec("s001-mlp", "torch", "cpu", "eager", {**SEED, "hidden": h}) for h in (128, 256)
+    )
+    policy = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1)
+    group = GroupSpec("s001-mlp", "torch", "cpu", pts, 4, policy, "skip", "h")
+    journal = tmp_path / "j.jsonl"
+    done = {"event": "done", "key": pts[0].key(), "settings": group.settings()}
+    journal.write_text(json.dumps({**done, "row": {"status": "ok", "run_id": "r0"}}) + "\n")
+    before = journal.read_text()
+    fake_affinity(monkeypatch, {3}, SLURM_JOB_ID="9", SLURM_CPUS_PER_TASK="4")
+    monkeypatch.setattr(
+        "crossover_study.frameworks.pin_thread_env",
+        lambda threads: pytest.fail("threads pinned before the CPU check"),
+    )
+    with pytest.raises(CpusNotGivenError, match=r"4 threads pinned .* only 1 CPU\(s\)"):
+        run_group(group, journal, tmp_path / "o.csv", log=lambda _: None)
+    assert journal.read_text() == before
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_the_job_log_names_the_cpu_shortfall_and_the_probe_is_written(tmp_path, monkeypatch):
+    from crossover_study.measure_job import measure_job
+
+    study = {
+        "study": "few-cpus",
+        "sweep": {"frameworks": ["torch"], "devices": ["cpu"], "variants": ["eager"]},
+        "cases": {"s001-mlp": {"axes": {"hidden": [128]}}},
+    }
+    fake_affinity(monkeypatch, {0})
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    out = {k: tmp_path / f"job.{k}" for k in ("csv", "probe", "journal", "log")}
+    with pytest.raises(CpusNotGivenError):
+        measure_job(study, "s001-mlp", "torch", "cpu", 0, 2, *out.values())
+    log = out["log"].read_text()
+    assert "job failed: CpusNotGivenError: 2 threads pinned but this process may run on " in log
+    assert "more threads than this node has cores (1)" in log
+    record = json.loads(out["probe"].read_text())
+    assert record["cpus"]["affinity"] == 1 and record["cpus"]["threads"] == 2
+    assert not out["csv"].exists()

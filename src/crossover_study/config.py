@@ -420,12 +420,45 @@ def timing_policy(config: Mapping[str, Any]) -> TimingPolicy:
     )
 
 
+#: ``timing.point_deadline_s`` when a config leaves it out (seconds; not filled in by
+#: validation, see :func:`point_deadline_s`).
+DEFAULT_POINT_DEADLINE_S = 600.0
+
+
+def point_deadline_s(config: Mapping[str, Any]) -> float | None:
+    """Seconds a point may run before it is ended (``timing.point_deadline_s``; None: no
+    deadline). Left out of a config it is :data:`DEFAULT_POINT_DEADLINE_S`: the schema
+    gives no default to fill in, so that studies written without the key keep their
+    config hash and the measure rule's params (a change would rerun every measuring
+    job). A point of the committed studies takes seconds (``timing.max_point_s`` is its
+    budget for the timed blocks, plus warm-up, set-up and a first compile); ten minutes
+    is far past that, yet well within a measuring job's Slurm ``runtime`` (60 minutes by
+    default), so a stuck point ends before Slurm ends the whole job."""
+    return config["timing"].get("point_deadline_s", DEFAULT_POINT_DEADLINE_S)
+
+
 #: Keys that do not change what is measured: the study's name, and whether curves may
 #: merge environments (a collect-time policy that can be changed after measuring).
 NOT_MEASUREMENT_KEYS: tuple[str, ...] = ("study", "merge_environments")
+#: Keys under ``timing`` that do not change what is measured: the point deadline decides
+#: only when a stuck point is given up (its error row names the deadline), never how a
+#: point that finishes is timed.
+NOT_MEASUREMENT_TIMING_KEYS: tuple[str, ...] = ("point_deadline_s",)
+
+
+def measurement_timing(config: Mapping[str, Any]) -> dict:
+    """``config['timing']`` without :data:`NOT_MEASUREMENT_TIMING_KEYS`, sorted by key
+    (the measure rule's ``timing`` param: a change reruns the measuring jobs)."""
+    return dict(
+        sorted((k, v) for k, v in config["timing"].items() if k not in NOT_MEASUREMENT_TIMING_KEYS)
+    )
 
 
 def measurement_hash(config: Mapping[str, Any]) -> str:
     """Hash of what determines a measurement (everything but
-    :data:`NOT_MEASUREMENT_KEYS`)."""
-    return config_hash({k: v for k, v in config.items() if k not in NOT_MEASUREMENT_KEYS})
+    :data:`NOT_MEASUREMENT_KEYS` and, under ``timing``,
+    :data:`NOT_MEASUREMENT_TIMING_KEYS`)."""
+    kept = {k: v for k, v in config.items() if k not in NOT_MEASUREMENT_KEYS}
+    if isinstance(kept.get("timing"), Mapping):
+        kept["timing"] = measurement_timing(kept)
+    return config_hash(kept)

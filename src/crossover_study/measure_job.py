@@ -45,7 +45,10 @@ def measure_job(
     :func:`runner.run_group` raises (a missing device with ``missing_device: fail``, a
     device lost to a sticky error), :class:`config.ConfigError` for a bad config and
     IndexError for a batch the group does not have. ``deadline``: see
-    :func:`runner.run_group` (points not started by then are not measured).
+    :func:`runner.run_group` (points not started by then are not measured). A point
+    past ``timing.point_deadline_s`` (:func:`config.point_deadline_s`) is ended with
+    every thread's stack in ``log_path`` (:mod:`crossover_study.watchdog`); one that
+    cannot be interrupted ends the process (SIGKILL) after its error row is journaled.
     """
     config = study_config.validate_config(config)
     batches = study_config.batches(config, case, framework, device)
@@ -61,6 +64,7 @@ def measure_job(
         policy=study_config.timing_policy(config),
         missing_device=config["missing_device"],
         config_hash=study_config.measurement_hash(config),
+        point_deadline_s=study_config.point_deadline_s(config),
     )
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     job: dict = {}
@@ -73,8 +77,15 @@ def measure_job(
 
         say(f"batch {batch}: {len(points)} points, {threads} threads")
         try:
+            # Stacks of a point past timing.point_deadline_s go to the log as well.
             return run_group(
-                group, Path(journal), Path(out_csv), log=say, job=job, deadline=deadline
+                group,
+                Path(journal),
+                Path(out_csv),
+                log=say,
+                job=job,
+                deadline=deadline,
+                stacks=log,
             )
         except Exception as exc:
             say(f"job failed: {type(exc).__name__}: {exc}")

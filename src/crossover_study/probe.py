@@ -81,6 +81,88 @@ def _int_env(name: str) -> int | None:
         return None
 
 
+class CpusNotGivenError(RuntimeError):
+    """A measuring job may run on fewer CPUs than the threads it pins its framework to;
+    the message names both numbers, the likely cause and what to change."""
+
+
+def _cpu_list(cpus) -> str:
+    """CPU numbers as ranges, as taskset and Slurm write them (``0-3,8``)."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def _fewer_cpus_cause(threads: int, given: int, device: str) -> str:
+    """The likely reason a job's affinity holds ``given`` CPUs for ``threads`` threads,
+    from what the environment says, and what to do about it."""
+    slurm_cpus = _int_env("SLURM_CPUS_PER_TASK")
+    on_node = os.cpu_count()
+    if os.environ.get("SLURM_JOB_ID") is not None:
+        if slurm_cpus is None or slurm_cpus < threads:
+            asked = (
+                "no --cpus-per-task (1 CPU per task)"
+                if slurm_cpus is None
+                else f"--cpus-per-task={slurm_cpus}"
+            )
+            return (
+                f"the Slurm job was submitted with {asked} for {threads} threads: its "
+                f"sbatch needs --cpus-per-task={threads} "
+                "(the measure rule asks for cpus_per_task = threads; a job submitted by hand "
+                f"or a profile that overrides it does not), or lower devices.{device}.threads"
+            )
+        return (
+            f"Slurm gave the job {slurm_cpus} CPUs per task, but this process may run on "
+            f"{given}: a job step started by srun without --cpus-per-task (Slurm 22.05 and "
+            "later no longer pass sbatch's --cpus-per-task on to srun; export "
+            "SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK, or call srun --cpus-per-task="
+            f"{threads}), or Slurm's CPU binding (--cpu-bind, --hint, the task/affinity or "
+            "task/cgroup plugin) binding the task to fewer CPUs than it was given"
+        )
+    if on_node is not None and on_node < threads:
+        return (
+            f"more threads than this node has cores ({on_node}): lower "
+            f"devices.{device}.threads (Snakemake caps a local job's threads at --cores, a "
+            "job started by hand with --threads is not capped)"
+        )
+    return (
+        f"this process's CPU affinity was restricted to {given} of the node's {on_node} "
+        "CPUs (taskset, numactl, a container's --cpuset-cpus, a cgroup cpuset, or a Slurm "
+        "binding outside a Slurm job's environment): give it at least "
+        f"{threads} CPUs, or lower devices.{device}.threads"
+    )
+
+
+def check_cpus_given(threads: int, device: str = "cpu") -> int | None:
+    """Compare the CPUs this process may run on (``os.sched_getaffinity(0)``) with the
+    ``threads`` its framework is pinned to; return the number of CPUs (None where the
+    platform cannot tell).
+
+    Raises :class:`CpusNotGivenError` when there are fewer CPUs than threads: the
+    threads would share cores and every timing of the job would be slowed by it. The
+    message names both numbers and the likely cause (:func:`_fewer_cpus_cause`: a Slurm
+    job given fewer CPUs, ``srun`` without ``--cpus-per-task``, Slurm's CPU binding,
+    more threads than the node has cores, a restricted affinity). Checked in the
+    measuring job, on the node that measures: the machine that plans the workflow is
+    not that node. ``device`` names the config key to change (``devices.<device>``).
+    """
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) >= threads:
+        return len(cpus)
+    raise CpusNotGivenError(
+        f"{threads} threads pinned but this process may run on only {len(cpus)} CPU(s) "
+        f"(os.sched_getaffinity: CPUs {_cpu_list(cpus)}); the threads would share cores "
+        f"and slow every timing. Likely cause: {_fewer_cpus_cause(threads, len(cpus), device)}. "
+        "Nothing was measured; the journal keeps the points measured before."
+    )
+
+
 def portable_executable(executable: str | Path | None = None) -> str:
     """The interpreter (default ``sys.executable``) as :func:`paths.portable_path` names
     it: ``.snakemake/conda/<hash>/bin/python`` under ``--sdm conda``,

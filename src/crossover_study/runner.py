@@ -8,6 +8,7 @@ missing. The group's CSV is written atomically (temporary file + rename) at the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -28,9 +29,18 @@ import psutil
 from . import frameworks, gpu_state, precision
 from .config import logical_cpus
 from .harness import TimingPolicy, measure
+from .probe import check_cpus_given
 from .programs import not_applicable_reason, program_or_none
 from .provenance import git_state, placement, table_columns
 from .spec import LSTM_CASES, PointSpec
+from .watchdog import (
+    PointDeadlineExceeded,
+    PointWatchdog,
+    ended_at_deadline,
+    grace_s,
+    hard_message,
+    stopped_where,
+)
 from .workloads import NotApplicable, Unavailable, check_framework, check_tf32
 
 
@@ -71,13 +81,17 @@ class GroupSpec:
     policy: TimingPolicy
     missing_device: str  # "skip" or "fail"
     config_hash: str
+    #: ``timing.point_deadline_s``: seconds a point may run (None: no deadline).
+    point_deadline_s: float | None = None
 
     def settings(self) -> str:
         """Fingerprint (12 hex digits) of what a measurement depends on besides the
         point itself: the job's threads, the timing policy and the pinned float
         precision (:data:`precision.PINNED`; rows journaled before precision was pinned
         and recorded do not count). A journaled row measured under other settings is
-        measured again, never reused."""
+        measured again, never reused. The point deadline is not part of it: it changes
+        no measurement (a point ended at a shorter deadline is measured again, see
+        :func:`run_group`)."""
         text = json.dumps(
             {
                 "threads": self.threads,
@@ -92,11 +106,12 @@ class GroupSpec:
 class Journal:
     """Append-only JSON-lines record of a group's points; survives ``kill -9``.
 
-    Each line is ``{"event": "start"|"done", "key": ..., "settings": ..., "row": {...}}``;
-    a torn last line (the process died while writing it) is ignored. Only entries
-    written under ``settings`` (:meth:`GroupSpec.settings`) count: a row measured with
-    other threads or another timing policy (or by a version that did not record its
-    settings) is listed in ``stale`` and measured again.
+    Each line is ``{"event": "start"|"done", "key": ..., "settings": ..., "row": {...}}``
+    (a ``done`` of a point ended at its deadline also has ``"point_deadline_s"``, kept
+    in ``ended_at``); a torn last line (the process died while writing it) is ignored.
+    Only entries written under ``settings`` (:meth:`GroupSpec.settings`) count: a row
+    measured with other threads or another timing policy (or by a version that did not
+    record its settings) is listed in ``stale`` and measured again.
     """
 
     def __init__(self, path: Path, settings: str | None = None):
@@ -106,6 +121,7 @@ class Journal:
         self.done: dict[str, dict] = {}
         self.starts: dict[str, int] = {}
         self.stale: dict[str, dict] = {}
+        self.ended_at: dict[str, float] = {}
         if self.path.exists():
             for line in self.path.read_text().splitlines():
                 try:
@@ -119,6 +135,9 @@ class Journal:
                     continue
                 if entry.get("event") == "done":
                     self.done[key] = entry["row"]
+                    self.ended_at.pop(key, None)
+                    if entry.get("point_deadline_s") is not None:
+                        self.ended_at[key] = entry["point_deadline_s"]
                 elif entry.get("event") == "start":
                     self.starts[key] = self.starts.get(key, 0) + 1
 
@@ -132,9 +151,21 @@ class Journal:
         self.starts[key] = self.starts.get(key, 0) + 1
         self._append({"event": "start", "key": key, "settings": self.settings})
 
-    def finish(self, key: str, row: dict) -> None:
+    def done_entry(self, key: str, row: dict, point_deadline_s: float | None = None) -> dict:
+        """The ``done`` line of ``row`` (with the deadline it was ended at, if any)."""
+        entry = {"event": "done", "key": key, "settings": self.settings, "row": row}
+        if point_deadline_s is not None:
+            entry["point_deadline_s"] = point_deadline_s
+        return entry
+
+    def finish(self, key: str, row: dict, point_deadline_s: float | None = None) -> None:
+        """Journal ``row`` as the point's result; ``point_deadline_s``: the deadline it
+        was ended at (a rerun under a longer or no deadline measures it again)."""
         self.done[key] = row
-        self._append({"event": "done", "key": key, "settings": self.settings, "row": row})
+        self.ended_at.pop(key, None)
+        if point_deadline_s is not None:
+            self.ended_at[key] = point_deadline_s
+        self._append(self.done_entry(key, row, point_deadline_s))
 
     def final_row(self, key: str) -> dict | None:
         row = self.done.get(key)
@@ -168,6 +199,7 @@ def run_group(
     log: Callable[[str], None] = print,
     job: dict | None = None,
     deadline: float | None = None,
+    stacks=None,
 ) -> list[dict]:
     """Measure every point of ``group`` not yet in the journal; write ``out_csv``.
 
@@ -178,6 +210,15 @@ def run_group(
     point not yet started when it has passed is not measured; its row is
     ``unavailable`` and says so (not final: a rerun measures it).
 
+    ``group.point_deadline_s`` (:mod:`crossover_study.watchdog`): a point still running
+    that many seconds after it started is ended, every thread's stack written to
+    ``stacks`` (an open file, default ``sys.stderr``; the job log), and recorded as
+    ``error`` naming the deadline; the job goes on with the next point. A point that
+    cannot be interrupted (a wait in C/C++) has its process ended a grace period later,
+    its error row journaled by the watchdog's helper process: the rerun measures only
+    the missing points. A point ended at a deadline is measured again by a job whose
+    deadline is longer (or off).
+
     Order of the job's one-time work: threads pinned, torch.compile's on-disk caches
     pointed at a fresh folder (:func:`frameworks.fresh_compile_cache`, removed at the
     end), the framework imported (``import_s``: from the process's creation), then the
@@ -185,7 +226,10 @@ def run_group(
     initialises CUDA, so it is part of the device's cold start). A framework that
     cannot be imported gives ``unavailable`` rows naming the import error.
 
-    Raises :class:`frameworks.DeviceMissingError` before measuring anything when the
+    Raises :class:`probe.CpusNotGivenError` before anything else when the process may
+    run on fewer CPUs than ``group.threads`` (:func:`probe.check_cpus_given`; the
+    journal is left as it was). Raises :class:`frameworks.DeviceMissingError` before
+    measuring anything when the
     device (or the framework) is missing and ``missing_device`` is ``fail``, and
     :class:`frameworks.DeviceLostError` when a point leaves the device unable to run
     work (a sticky CUDA error): that point is not journaled as done, so a rerun in a
@@ -194,11 +238,17 @@ def run_group(
     """
     job = {} if job is None else job
     created = psutil.Process().create_time()
+    # Before anything is pinned, imported or measured: fewer CPUs than threads fails the
+    # job on the node that measures (the machine that planned the workflow is not it).
+    cpus = check_cpus_given(group.threads, group.device)
+    log(f"{cpus} CPU(s) in this process's affinity for {group.threads} thread(s)")
     frameworks.pin_thread_env(group.threads)
     saved_env = {name: os.environ.get(name) for name in frameworks.COMPILE_CACHE_ENV}
     cache_dir = frameworks.fresh_compile_cache() if group.framework == "torch" else None
     try:
-        return _run_group(group, journal_path, out_csv, log, job, created, deadline)
+        return _run_group(
+            group, journal_path, out_csv, log, job, created, deadline, stacks or sys.stderr
+        )
     finally:
         if cache_dir is not None:
             shutil.rmtree(cache_dir, ignore_errors=True)
@@ -222,7 +272,7 @@ def _import_framework(group: GroupSpec) -> str | None:
     return None
 
 
-def _run_group(group, journal_path, out_csv, log, job, created, deadline):
+def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks):
     not_importable = _import_framework(group)
     import_s = time.time() - created
     job["gpu_start"] = gpu_start = gpu_state.snapshot()
@@ -262,73 +312,175 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline):
             "it as unavailable instead."
         )
 
-    rows = []
-    for point in group.points:
-        key = point.key()
-        row = journal.final_row(key)
-        if row is not None:
-            log(f"  {key}: kept from run {row.get('run_id')} ({row['status']})")
-            rows.append(row)
-            continue
-        if key in journal.stale and key not in journal.done:
-            log(
-                f"  {key}: measured again (run {journal.stale[key].get('run_id')} measured it "
-                "with other threads, timing or precision settings)"
-            )
-        base = {
-            **point.as_row(),
-            **common,
-            "device_name": probe.device_name,
-            "program": program_or_none(point.case, point.framework, point.device, point.variant),
-        }
-        mismatch = framework_mismatch(point)
-        gpu_end = None
-        if mismatch is not None:  # decided before the device: never "unavailable"
-            row = {**base, "status": "not_applicable", "message": mismatch}
-        elif not probe.available:
-            row = {**base, "status": "unavailable", "message": probe.reason}
-        elif journal.starts.get(key, 0) >= MAX_ATTEMPTS:
-            row = {
-                **base,
-                "status": "error",
-                "message": f"the measuring process died {journal.starts[key]} times on this point",
-            }
-        elif deadline is not None and time.time() > deadline:
-            when = datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds")
-            row = {
-                **base,
-                "status": "unavailable",
-                "message": f"not measured: the run's deadline ({when}) passed before this point",
-            }
-        else:
-            journal.start(key)
-            row = {
-                **base,
-                **measure_point(point, group.policy, import_s, device_init_s, group.threads),
-            }
-            # Tensors of this point (workloads hold their own bound methods: cycles) are
-            # freed before the next point sets up.
-            frameworks.release_memory(group.framework, group.device)
-            if row["status"] in ("error", "oom"):
-                fault = frameworks.device_fault(group.framework, group.device)
-                if fault is not None:
-                    log(f"  {key}: {row['status']} {row.get('message')}")
-                    raise frameworks.DeviceLostError(
-                        f"{key} failed ({row.get('message')}) and left {group.device} unable "
-                        f"to run work ({fault}); ending the job so that a fresh process "
-                        "measures this point and the rest (the journal keeps the points "
-                        "already measured)"
-                    )
-            gpu_end = gpu_state.snapshot()
-        row.update(gpu_state.row_columns(gpu_start, gpu_end))
-        row["host_load_1m"] = os.getloadavg()[0]  # documented in the schema since a54f30e
-        row["utc_time"] = datetime.now(UTC).isoformat(timespec="seconds")
-        journal.finish(key, row)
-        log(f"  {key}: {row['status']} {row.get('step_time_s') or row.get('message') or ''}")
-        rows.append(row)
-
+    watchdog = (
+        PointWatchdog(group.point_deadline_s, stacks, log)
+        if group.point_deadline_s is not None
+        else None
+    )
+    job_state = _Job(
+        group, journal, common, probe, log, watchdog, gpu_start, deadline, import_s, device_init_s
+    )
+    with watchdog or contextlib.nullcontext():
+        rows = [_run_point(job_state, point) for point in group.points]
     write_csv_atomic(rows, table_columns("timings"), out_csv)
     return rows
+
+
+def _measure_again_after_deadline(journal: Journal, key: str, now: float | None) -> float | None:
+    """The deadline a kept row of ``key`` was ended at, when the job's deadline
+    (``now``; None: none) is longer, so that the point is measured again; else None."""
+    ended = journal.ended_at.get(key)
+    if ended is None or journal.final_row(key) is None:
+        return None
+    return ended if now is None or now > ended else None
+
+
+@dataclass
+class _Job:
+    """What :func:`_run_group` set up once and every point of the job uses."""
+
+    group: GroupSpec
+    journal: Journal
+    common: dict
+    probe: frameworks.DeviceProbe
+    log: Callable[[str], None]
+    watchdog: PointWatchdog | None
+    gpu_start: dict | None
+    deadline: float | None
+    import_s: float
+    device_init_s: float | None
+
+
+def _run_point(job: _Job, point: PointSpec) -> dict:
+    """One point of :func:`_run_group`: kept from the journal, or measured and
+    journaled; returns its row."""
+    group, journal, probe, log = job.group, job.journal, job.probe, job.log
+    key = point.key()
+    row = journal.final_row(key)
+    ended = _measure_again_after_deadline(journal, key, group.point_deadline_s)
+    if ended is not None:
+        now = group.point_deadline_s
+        log(
+            f"  {key}: measured again (run {row.get('run_id')} ended it at a point deadline "
+            f"of {ended:g} s; the deadline is now {'off' if now is None else f'{now:g} s'})"
+        )
+        row = None
+    if row is not None:
+        log(f"  {key}: kept from run {row.get('run_id')} ({row['status']})")
+        return row
+    if key in journal.stale and key not in journal.done:
+        log(
+            f"  {key}: measured again (run {journal.stale[key].get('run_id')} measured it "
+            "with other threads, timing or precision settings)"
+        )
+    base = {
+        **point.as_row(),
+        **job.common,
+        "device_name": probe.device_name,
+        "program": program_or_none(point.case, point.framework, point.device, point.variant),
+    }
+    mismatch = framework_mismatch(point)
+    gpu_end = None
+    if mismatch is not None:  # decided before the device: never "unavailable"
+        row = {**base, "status": "not_applicable", "message": mismatch}
+    elif not probe.available:
+        row = {**base, "status": "unavailable", "message": probe.reason}
+    elif journal.starts.get(key, 0) >= MAX_ATTEMPTS:
+        row = {
+            **base,
+            "status": "error",
+            "message": f"the measuring process died {journal.starts[key]} times on this point",
+        }
+    elif job.deadline is not None and time.time() > job.deadline:
+        when = datetime.fromtimestamp(job.deadline, UTC).isoformat(timespec="seconds")
+        row = {
+            **base,
+            "status": "unavailable",
+            "message": f"not measured: the run's deadline ({when}) passed before this point",
+        }
+    else:
+        journal.start(key)
+        row = _measure_with_deadline(job, point, base)
+        # Tensors of this point (workloads hold their own bound methods: cycles) are
+        # freed before the next point sets up.
+        frameworks.release_memory(group.framework, group.device)
+        if row["status"] in ("error", "oom"):
+            fault = frameworks.device_fault(group.framework, group.device)
+            if fault is not None:
+                log(f"  {key}: {row['status']} {row.get('message')}")
+                if ended_at_deadline(row):  # final: measuring it again would hang again
+                    _finish(journal, key, row, job.gpu_start, None, group.point_deadline_s)
+                raise frameworks.DeviceLostError(
+                    f"{key} failed ({row.get('message')}) and left {group.device} unable "
+                    f"to run work ({fault}); ending the job so that a fresh process "
+                    "measures this point and the rest (the journal keeps the points "
+                    "already measured)"
+                )
+        gpu_end = gpu_state.snapshot()
+    _finish(journal, key, row, job.gpu_start, gpu_end, group.point_deadline_s)
+    log(f"  {key}: {row['status']} {row.get('step_time_s') or row.get('message') or ''}")
+    return row
+
+
+def _finish(journal, key, row, gpu_start, gpu_end, point_deadline_s) -> None:
+    """Complete ``row`` (GPU state, host load, time) and journal it."""
+    row.update(gpu_state.row_columns(gpu_start, gpu_end))
+    row["host_load_1m"] = os.getloadavg()[0]  # documented in the schema since a54f30e
+    row["utc_time"] = datetime.now(UTC).isoformat(timespec="seconds")
+    journal.finish(key, row, point_deadline_s if ended_at_deadline(row) else None)
+
+
+def _measure_with_deadline(job: _Job, point: PointSpec, base: dict) -> dict:
+    """``base`` and :func:`measure_point` of ``point`` (already started in the
+    journal), under the job's point deadline if it has one. The watchdog's helper gets
+    the row it journals should the process have to be ended (stage 2 of
+    :mod:`crossover_study.watchdog`); a deadline reached after the point returned keeps
+    the measured row."""
+    group = job.group
+    if job.watchdog is None:
+        return {
+            **base,
+            **measure_point(point, group.policy, job.import_s, job.device_init_s, group.threads),
+        }
+    hard = {
+        **base,
+        "status": "error",
+        "message": hard_message(group.point_deadline_s),
+        "import_s": job.import_s,
+        "device_init_s": job.device_init_s,
+        "measured_s": group.point_deadline_s + grace_s(group.point_deadline_s),
+        **gpu_state.row_columns(job.gpu_start, None),
+        "host_load_1m": os.getloadavg()[0],
+    }
+    key = point.key()
+    entry = json.dumps(
+        job.journal.done_entry(key, hard, group.point_deadline_s), default=_json_default
+    )
+    row = None
+    started = time.perf_counter()
+    try:
+        with job.watchdog.point(key, job.journal.path, entry):
+            row = {
+                **base,
+                **measure_point(
+                    point, group.policy, job.import_s, job.device_init_s, group.threads
+                ),
+            }
+    except PointDeadlineExceeded as exc:
+        if row is None:  # raised outside measure_point's own handling
+            row = {**base, **_deadline_row(exc, job.import_s, job.device_init_s, started)}
+    return row
+
+
+def _deadline_row(exc: PointDeadlineExceeded, import_s, device_init_s, started) -> dict:
+    """The columns of a point ended at its deadline (stage 1)."""
+    return {
+        "status": "error",
+        "message": f"{exc}, in {stopped_where(exc)}; every thread's stack is in the job log",
+        "import_s": import_s,
+        "device_init_s": device_init_s,
+        "measured_s": time.perf_counter() - started,
+    }
 
 
 def _compile_cache_text(workload) -> str | None:
@@ -363,9 +515,16 @@ def measure_point(
     ``precision`` and ``precision_settings`` read back from the framework inside that
     context, after the measurement (:func:`precision.row_columns`). A point that never
     ran (``not_applicable``, ``unavailable``) leaves them empty.
+
+    A point ended at the job's point deadline (:class:`watchdog.PointDeadlineExceeded`,
+    raised inside it) is an ``error`` row naming the deadline and where it stopped.
     """
     with precision.point_precision(point.framework, point.variant):
-        row = _measure_point(point, policy, import_s, device_init_s, threads)
+        started = time.perf_counter()
+        try:
+            row = _measure_point(point, policy, import_s, device_init_s, threads)
+        except PointDeadlineExceeded as exc:  # the job's point deadline (watchdog)
+            row = _deadline_row(exc, import_s, device_init_s, started)
         if row["status"] in ("ok", "oom", "error"):
             row.update(precision.row_columns(point.framework, point.device))
     return row

@@ -36,8 +36,9 @@ rule measure:
         # survive a crash so that a rerun measures only the missing points.
         journal=f"{RESULTS}/journal/{{case}}/{{framework}}/{{device}}/batch-{{batch}}.jsonl",
         # Sorted: the same settings written in another key order are not a change
-        # (Snakemake reruns a job whose params changed).
-        timing=dict(sorted(config["timing"].items())),
+        # (Snakemake reruns a job whose params changed). Without point_deadline_s, which
+        # changes no measurement (study_config.NOT_MEASUREMENT_TIMING_KEYS).
+        timing=study_config.measurement_timing(config),
         missing_device=config["missing_device"],
         src=SRC,
     script:
