@@ -1,6 +1,7 @@
 """Harness units: synchronised blocks, warm-up excluded, units of the result."""
 
 import math
+import os
 
 import pytest
 
@@ -240,3 +241,123 @@ def test_garbage_collector_is_off_inside_blocks_and_restored_after():
     assert seen[0] is True  # the first step runs as the program would
     assert not any(seen[1:])  # warm-up, timed blocks and the check: off, as in timeit
     assert gc.isenabled()
+
+
+# ------------------------------------------------------------- host load and causes
+def test_host_load_is_read_just_outside_the_timed_blocks(monkeypatch):
+    from crossover_study import harness
+
+    clock = FakeClock()
+    w = QueuedWorkload(clock)
+    samples = iter(
+        [
+            harness.HostSample(wall_s=10.0, load_1m=1.5, busy_s=100.0, own_s=20.0),
+            harness.HostSample(wall_s=12.0, load_1m=2.5, busy_s=104.0, own_s=22.0),
+        ]
+    )
+
+    def sample():
+        w.events.append("host")
+        return next(samples)
+
+    monkeypatch.setattr(harness, "host_sample", sample)
+    m = measure(w, TimingPolicy(min_block_s=0.01, n_blocks=3), clock)
+    first, last = (i for i, e in enumerate(w.events) if e == "host")
+    runs = [e[1] for e in w.events[first:last] if isinstance(e, tuple)]
+    # Between the two samples: the timed blocks and the block-length check, nothing else.
+    assert runs == [m.steps_per_block] * 3 + [m.sync_check_steps]
+    assert not any(isinstance(e, tuple) for e in w.events[last:])
+    assert (m.host_load_start, m.host_load_end) == (1.5, 2.5)
+    # 4 CPU-seconds busy on the host, 2 of them this process's, over 2 s: 1 CPU.
+    assert m.host_cpus_others == pytest.approx(1.0)
+
+
+def test_host_sample_reads_this_host():
+    from crossover_study.harness import host_sample
+
+    sample = host_sample()
+    assert sample.own_s > 0
+    if hasattr(os, "getloadavg"):
+        assert sample.load_1m is not None and sample.load_1m >= 0
+    if os.path.exists("/proc/stat"):
+        assert sample.busy_s is not None and sample.busy_s > 0
+
+
+def test_busy_seconds_from_proc_stat(tmp_path):
+    from crossover_study.harness import _busy_s
+
+    hz = os.sysconf("SC_CLK_TCK")
+    stat = tmp_path / "stat"
+    #                user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text(f"cpu  {hz} {hz} {hz} {50 * hz} {hz} {hz} {hz} {hz} {hz} 0\ncpu0 1 2 3\n")
+    assert _busy_s(str(stat)) == pytest.approx(6.0)  # idle and iowait left out
+    stat.write_text("intr 1 2 3\n")
+    assert _busy_s(str(stat)) is None
+    assert _busy_s(str(tmp_path / "absent")) is None
+
+
+def test_cpus_others_subtracts_the_process_and_needs_a_long_enough_window():
+    from crossover_study.harness import HostSample, cpus_others
+
+    start = HostSample(wall_s=0.0, load_1m=2.0, busy_s=50.0, own_s=10.0)
+    alone = HostSample(wall_s=1.0, load_1m=2.0, busy_s=52.0, own_s=12.0)
+    crowded = HostSample(wall_s=1.0, load_1m=3.0, busy_s=53.5, own_s=12.0)
+    assert cpus_others(start, alone) == 0.0
+    assert cpus_others(start, crowded) == pytest.approx(1.5)
+    # Tick rounding can make the difference slightly negative: never below 0.
+    assert cpus_others(start, HostSample(1.0, 2.0, 51.99, 12.0)) == 0.0
+    assert cpus_others(start, HostSample(0.05, 2.0, 51.0, 10.0)) is None  # too short
+    assert cpus_others(start, HostSample(1.0, 2.0, None, 12.0)) is None  # no /proc/stat
+
+
+def test_a_failed_check_names_drift_on_the_cpu_and_a_launch_queue_elsewhere():
+    from crossover_study.harness import sync_check_cause
+
+    cpu = sync_check_cause("cpu")
+    assert "drifted" in cpu and "other processes" in cpu and "frequency" in cpu
+    assert "no launch queue" in cpu  # says why the queue is ruled out, never blames it
+    for device in ("cuda", "cuda_multi", "tpu"):
+        text = sync_check_cause(device)
+        assert "launch queue" in text and "no launch queue" not in text
+        assert "asynchronous" in text and device in text
+
+
+def test_the_explanation_of_a_failed_cpu_row_shows_the_host_load():
+    from crossover_study.harness import sync_check_explanation
+
+    row = {
+        "device": "cpu",
+        "threads": 2,
+        "step_time_s": 1e-3,
+        "sync_check_long_s": 1.25e-3,
+        "host_load_start": 1.9,
+        "host_load_end": 3.4,
+        "host_cpus_others": 1.02,
+        "host_load_1m": 3.5,
+    }
+    text = sync_check_explanation(row)
+    assert text.startswith("long block 25% slower per step than the short blocks; ")
+    assert "speed drifted" in text and "launch queue to miss" in text
+    assert "host load (1-min average, the job's 2 thread(s) included) 1.90 -> 3.40" in text
+    assert "other work kept 1.02 CPU(s) busy" in text
+    # A table written before the start/end columns: the load when the point finished.
+    older = {k: v for k, v in row.items() if not k.startswith("host_") or k == "host_load_1m"}
+    assert "3.50 when the point finished" in sync_check_explanation(older)
+    older.pop("host_load_1m")
+    older["sync_check_long_s"] = 0.8e-3
+    text = sync_check_explanation(older)
+    assert "20% faster" in text and "host load not recorded" in text
+    # Empty cells as pandas reads them (NaN) count as missing.
+    assert "host load not recorded" in sync_check_explanation(
+        {**older, "host_load_start": math.nan, "host_load_end": math.nan}
+    )
+
+
+def test_the_explanation_of_a_failed_gpu_row_points_at_the_launch_queue():
+    from crossover_study.harness import sync_check_explanation
+
+    row = {"device": "cuda", "step_time_s": 1e-3, "sync_check_long_s": 0.5e-3}
+    row.update(threads=2, host_load_start=1.0, host_load_end=1.0)
+    text = sync_check_explanation(row)
+    assert text.startswith("long block 50% faster per step")
+    assert "launch queue" in text and "host load" not in text

@@ -44,6 +44,12 @@ def test_rows_have_documented_columns_units_and_provenance(tmp_path):
         assert row["loss_read_every"] == 1000 and row["steps_per_call"] == 1
         assert row["config_hash"] == "testhash" and len(row["git_commit"]) >= 7
         assert row["device_name"] and row["cpu_model"] and row["framework_version"]
+        # The host load beside the timed blocks (read outside them), as the load average
+        # when the point finished; other work's CPUs when the window was long enough.
+        assert row["host_load_start"] >= 0 and row["host_load_end"] >= 0
+        assert row["host_load_1m"] >= 0
+        others = row["host_cpus_others"]
+        assert others is None or 0 <= others <= os.cpu_count() + 1
 
 
 def test_rerun_keeps_measured_points_and_measures_only_new_ones(tmp_path, monkeypatch):

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -95,10 +96,14 @@ class Measurement:
     ``block_step_times_s`` has one entry per timed block: block seconds / steps_per_block.
     ``sync_check`` compares seconds per step of the short blocks (their median) with one
     long block of ``sync_check_steps`` steps: "passed" when they agree within noise,
-    "failed" when they do not (the short blocks measured a launch queue, not the work),
-    "skipped" when no long block fitted the budget. ``traces_*`` count tf.function
-    traces / torch.compile graphs added after the first step, during warm-up and during
-    the timed blocks (None when the program compiles nothing).
+    "failed" when they do not (what that means depends on the device:
+    :func:`sync_check_cause`), "skipped" when no long block fitted the budget.
+    ``traces_*`` count tf.function traces / torch.compile graphs added after the first
+    step, during warm-up and during the timed blocks (None when the program compiles
+    nothing). ``host_load_start`` / ``host_load_end`` are the host's 1-minute load
+    average read just before the first timed block and just after the block-length
+    check, ``host_cpus_others`` the CPUs that other work kept busy in between on
+    average (:func:`cpus_others`); all three are read outside the timed blocks.
     """
 
     cold_start_s: float
@@ -116,6 +121,9 @@ class Measurement:
     traces_warmup: int | None = None
     traces_timed: int | None = None
     synced: bool = True
+    host_load_start: float | None = None
+    host_load_end: float | None = None
+    host_cpus_others: float | None = None
 
     @property
     def step_time_s(self) -> float:
@@ -180,6 +188,134 @@ def sync_check_agrees(short_s: float, long_s: float, iqr_s: float, threshold: fl
     return abs(long_s / short_s - 1.0) <= tolerance
 
 
+#: Device classes whose training step returns when its work is done: the clock read after
+#: a block already follows the work, so no launch queue can hide in a short block.
+SYNCHRONOUS_DEVICES = frozenset({"cpu"})
+
+
+def sync_check_cause(device: str) -> str:
+    """What a failed block-length check means on ``device`` (a device class of the
+    timings table: cpu, cuda, cuda_multi, tpu).
+
+    On a synchronous device (:data:`SYNCHRONOUS_DEVICES`: the CPU) a step returns when
+    its work is done, so seconds per step that differ between the short blocks and the
+    long block mean the speed itself changed between them: other processes took CPU
+    time or the clock frequency changed (the host load columns tell the first). On an
+    asynchronous device (a GPU, a TPU) a step only launches work; there the short blocks
+    may have measured a launch queue or an overhead paid once per block instead of the
+    work.
+    """
+    if device in SYNCHRONOUS_DEVICES:
+        return (
+            "the speed drifted between the short blocks and the long block (load from "
+            "other processes, CPU frequency changes); a CPU step returns when its work "
+            "is done, so there is no launch queue to miss"
+        )
+    return (
+        f"on an asynchronous device ({device}) the short blocks measured a launch queue "
+        "or an overhead paid once per block (a sync, a call) rather than the work alone, "
+        "or the speed drifted between the blocks (noise)"
+    )
+
+
+def _number(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def _load_text(row: Mapping) -> str:
+    start, end = _number(row.get("host_load_start")), _number(row.get("host_load_end"))
+    threads = _number(row.get("threads"))
+    own = f", the job's {threads:g} thread(s) included" if threads is not None else ""
+    if start is not None and end is not None:
+        text = f"host load (1-min average{own}) {start:.2f} -> {end:.2f}"
+        others = _number(row.get("host_cpus_others"))
+        if others is not None:
+            text += f", other work kept {others:.2f} CPU(s) busy meanwhile"
+        return text
+    at_end = _number(row.get("host_load_1m"))
+    if at_end is not None:
+        return f"host load (1-min average{own}) {at_end:.2f} when the point finished"
+    return "host load not recorded (a table written before it was)"
+
+
+def sync_check_explanation(row: Mapping) -> str:
+    """One line on a failed block-length check of a timings row (a mapping of its
+    columns; missing or empty ones are left out): the long block against the short
+    blocks, the cause for the row's device (:func:`sync_check_cause`) and, on a
+    synchronous device, the host load recorded beside it."""
+    device = str(row.get("device") or "")
+    short, long_ = _number(row.get("step_time_s")), _number(row.get("sync_check_long_s"))
+    parts = []
+    if short and long_ is not None:
+        change = long_ / short - 1.0
+        direction = "slower" if change >= 0 else "faster"
+        parts.append(f"long block {abs(change):.0%} {direction} per step than the short blocks")
+    parts.append(sync_check_cause(device))
+    if device in SYNCHRONOUS_DEVICES:
+        parts.append(_load_text(row))
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """The host's load at one moment: ``wall_s`` (perf_counter), ``load_1m`` (the
+    1-minute load average, None where the OS has none), ``busy_s`` (CPU-seconds all the
+    host's CPUs have been busy since boot, from /proc/stat, the hypervisor's steal time
+    included; None without /proc/stat) and ``own_s`` (CPU-seconds of this process, all
+    its threads)."""
+
+    wall_s: float
+    load_1m: float | None
+    busy_s: float | None
+    own_s: float
+
+
+def _busy_s(path: str = "/proc/stat") -> float | None:
+    """CPU-seconds the host's CPUs have been busy since boot: user, nice, system, irq,
+    softirq and steal of /proc/stat's ``cpu`` line (guest time is part of user)."""
+    try:
+        with open(path) as f:
+            fields = f.readline().split()
+        if not fields or fields[0] != "cpu":
+            return None
+        ticks = [int(x) for x in fields[1:9]] + [0] * (9 - len(fields))
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def host_sample() -> HostSample:
+    """A :class:`HostSample` now (reads two small files; never inside a timed block)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    times = os.times()
+    return HostSample(time.perf_counter(), load, _busy_s(), times.user + times.system)
+
+
+#: :func:`cpus_others` needs a window at least this long (seconds): CPU time is counted
+#: in clock ticks (1/100 s), too coarse for a shorter one.
+MIN_OTHERS_WINDOW_S = 0.1
+
+
+def cpus_others(start: HostSample, end: HostSample) -> float | None:
+    """CPUs that work other than this process kept busy between two samples, on
+    average: (host busy CPU-seconds - this process's CPU-seconds) / wall seconds,
+    never below 0. None without /proc/stat or for a window under
+    :data:`MIN_OTHERS_WINDOW_S`."""
+    wall = end.wall_s - start.wall_s
+    if start.busy_s is None or end.busy_s is None or wall < MIN_OTHERS_WINDOW_S:
+        return None
+    others = (end.busy_s - start.busy_s) - (end.own_s - start.own_s)
+    return max(0.0, others / wall)
+
+
 def measure(
     workload: Workload,
     policy: TimingPolicy = TimingPolicy(),
@@ -241,6 +377,7 @@ def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Me
         previous = per_step
     traces_after_warmup = _traces(workload)
 
+    host_start = host_sample()  # outside the timed blocks, as is host_end
     blocks: list[float] = []
     while len(blocks) < policy.n_blocks:
         blocks.append(time_block(workload, k, clock, synced=policy.synced) / k)
@@ -271,6 +408,9 @@ def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Me
         )
         result.sync_check = "passed" if agrees else "failed"
         result.sync_check_long_s, result.sync_check_steps = long_s, steps
+    host_end = host_sample()
+    result.host_load_start, result.host_load_end = host_start.load_1m, host_end.load_1m
+    result.host_cpus_others = cpus_others(host_start, host_end)
 
     traces_end = _traces(workload)
     result.traces_first_step = traces_after_first
