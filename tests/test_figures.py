@@ -144,6 +144,33 @@ def make_timings(cuda_status: str = "ok", seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def with_failed_checks(timings: pd.DataFrame) -> pd.DataFrame:
+    """``timings`` with the block-length check's columns: passed everywhere but at the
+    first s001-mlp row at the seed's sizes (each axis's sweep has one), which failed on
+    cpu (long block 30% slower, the host loaded) and on cuda (long block 50% faster)."""
+    timings = timings.assign(
+        sync_check="passed",
+        sync_check_long_s=timings["step_time_s"],
+        host_load_start=1.0,
+        host_load_end=1.0,
+        host_cpus_others=0.0,
+    )
+    seed = (timings["case"] == "s001-mlp") & (timings["status"] == "ok")
+    for axis, value in SEED_SIZES["s001-mlp"].items():
+        seed &= timings[axis] == value
+    for device, ratio in (("cpu", 1.3), ("cuda", 0.5)):
+        at = timings.index[seed & (timings["device"] == device)][0]
+        timings.loc[at, "sync_check"] = "failed"
+        timings.loc[at, "sync_check_long_s"] = timings.loc[at, "step_time_s"] * ratio
+        if device == "cpu":
+            timings.loc[at, ["host_load_start", "host_load_end", "host_cpus_others"]] = [
+                1.5,
+                3.2,
+                1.1,
+            ]
+    return timings
+
+
 def make_crossover(cuda_status: str = "ok") -> pd.DataFrame:
     """The crossover table matching ``make_timings`` (values in closed form)."""
     base = {"accelerator": "cuda", "variant": "eager", "bootstrap_found": 1.0}
@@ -485,7 +512,10 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
     papermill = pytest.importorskip("papermill")
     results = tmp_path / "results" / "fixture"
     results.mkdir(parents=True)
-    make_timings(cuda_status).to_csv(results / "timings.csv", index=False)
+    timings = make_timings(cuda_status)
+    if cuda_status == "ok":  # one failed block-length check on each device
+        timings = with_failed_checks(timings)
+    timings.to_csv(results / "timings.csv", index=False)
     make_crossover(cuda_status).to_csv(results / "crossover.csv", index=False)
     if cuda_status == "ok":
         (results / "wall.json").write_text(
@@ -529,6 +559,19 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
     if cuda_status == "ok":
         assert "wall-time share: 25%" in text
         assert "after N* = 1,233 steps" in text
+        # Each failed block-length check worded for its device, the CPU's with the load.
+        assert "2 failed block-length check" in text
+        assert (
+            "- s001-mlp torch/eager on cpu (batch=64, d_in=1024, hidden=128): long block "
+            "30% slower per step than the short blocks; the speed drifted" in text
+        )
+        assert "host load (1-min average, the job's 4 thread(s) included) 1.50 -> 3.20" in text
+        assert "other work kept 1.10 CPU(s) busy" in text
+        assert (
+            "- s001-mlp torch/eager on cuda (batch=64, d_in=1024, hidden=128): long block "
+            "50% faster per step than the short blocks; on an asynchronous device (cuda) "
+            "the short blocks measured a launch queue" in text
+        )
     else:
         assert "wall-time share: not recorded" in text
         assert "device cuda: no ok rows (status unavailable)" in text
