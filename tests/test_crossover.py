@@ -8,12 +8,10 @@ import pytest
 
 from crossover_study.crossover import (
     SHIFT_COLUMNS,
-    bootstrap_crossover,
     crossover_size,
     crossover_table,
     estimate_crossover,
     n_star,
-    ratio_verdicts,
     remedy_shift,
 )
 from crossover_study.provenance import table_columns
@@ -117,7 +115,7 @@ def test_a_real_2x_crossover_in_the_same_noise_is_found():
 
 def test_ratio_verdicts_say_where_the_ratio_interval_excludes_one():
     x, cpu, acc = _noisy_blocks("2x", 0)
-    assert ratio_verdicts(x, cpu, acc, n_boot=500, seed=0) == (
+    assert estimate_crossover(x, cpu, acc, n_boot=500, seed=0).verdicts == (
         "slower",
         "slower",
         "faster",
@@ -125,7 +123,7 @@ def test_ratio_verdicts_say_where_the_ratio_interval_excludes_one():
     )
     x, cpu, _ = _noisy_blocks("same", 0)
     same = [list(b) for b in cpu]  # the very same blocks on both devices
-    assert ratio_verdicts(x, cpu, same, n_boot=500, seed=0) == ("tied",) * 4
+    assert estimate_crossover(x, cpu, same, n_boot=500, seed=0).verdicts == ("tied",) * 4
     # Deterministic for a given seed and replicate count (the audit computes it again).
     assert estimate_crossover(x, cpu, acc, 300, 7) == estimate_crossover(x, cpu, acc, 300, 7)
 
@@ -144,7 +142,8 @@ def test_bootstrap_interval_covers_the_true_crossover():
     x = [10, 30, 300, 1000]
     blocks_cpu = [1e-5 * v * rng.lognormal(0, 0.05, size=9) for v in x]
     blocks_acc = [1e-3 * rng.lognormal(0, 0.05, size=9) for _ in x]
-    lo, hi, share = bootstrap_crossover(x, blocks_cpu, blocks_acc, n_boot=500, seed=0)
+    e = estimate_crossover(x, blocks_cpu, blocks_acc, n_boot=500, seed=0)
+    lo, hi, share = e.ci_low, e.ci_high, e.bootstrap_found
     assert share == 1.0
     assert lo < 100 < hi
     assert hi / lo < 1.5  # 5% noise gives a tight interval
@@ -154,7 +153,7 @@ def test_bootstrap_is_seeded():
     x = [10, 1000]
     cpu = [[1e-4, 1.1e-4, 0.9e-4], [1e-2, 1.1e-2, 0.9e-2]]
     acc = [[1e-3, 1.1e-3, 0.9e-3]] * 2
-    assert bootstrap_crossover(x, cpu, acc, 200, 3) == bootstrap_crossover(x, cpu, acc, 200, 3)
+    assert estimate_crossover(x, cpu, acc, 200, 3) == estimate_crossover(x, cpu, acc, 200, 3)
 
 
 def test_n_star_counts_start_up_costs():
@@ -242,7 +241,8 @@ def test_two_noisy_runs_give_overlapping_intervals():
         rng = np.random.default_rng(seed)
         cpu = [2e-6 * v * rng.lognormal(0, 0.1, size=5) for v in x]
         acc = [2e-4 * rng.lognormal(0, 0.1, size=5) for _ in x]
-        return bootstrap_crossover(x, cpu, acc, n_boot=400, seed=0)
+        e = estimate_crossover(x, cpu, acc, n_boot=400, seed=0)
+        return e.ci_low, e.ci_high, e.bootstrap_found
 
     lo1, hi1, share1 = run(11)
     lo2, hi2, share2 = run(12)

@@ -133,7 +133,7 @@ def crossover_size(
     """Crossover along one axis from per-size step times (seconds; sizes ascending).
 
     ``verdicts`` says per size whether the accelerator is ``slower``, ``tied`` or
-    ``faster`` than the CPU (from :func:`ratio_verdicts`); without it the times are taken
+    ``faster`` than the CPU (:func:`estimate_crossover`'s ``verdicts``); without it the times are taken
     as exact and the sign of their difference decides (equal times are tied). Returns
     ``(outcome, size)``:
 
@@ -185,21 +185,6 @@ def _verdicts_of(replicates: np.ndarray, r: np.ndarray) -> tuple[str, ...]:
         SLOWER if low > 0 and point > 0 else FASTER if high < 0 and point < 0 else TIED
         for low, high, point in zip(lo, hi, r, strict=True)
     )
-
-
-def ratio_verdicts(
-    sizes: Sequence[float],
-    blocks_cpu: Sequence[Sequence[float]],
-    blocks_acc: Sequence[Sequence[float]],
-    n_boot: int = 1000,
-    seed: int = 0,
-) -> tuple[str, ...]:
-    """Per size, whether the accelerator is ``slower``, ``tied`` or ``faster`` than the
-    CPU: the percentile 95% interval of the CPU/accelerator time ratio over bootstrap
-    replicates (each point's blocks resampled with replacement, median per replicate)
-    excludes 1 on one side, or contains it (tied). The replicates are those of
-    :func:`estimate_crossover` with the same ``n_boot`` and ``seed``."""
-    return estimate_crossover(sizes, blocks_cpu, blocks_acc, n_boot, seed).verdicts
 
 
 def estimate_crossover(
@@ -262,25 +247,6 @@ def estimate_crossover(
         return CrossoverEstimate(outcome, size, None, None, share, verdicts)
     lo, hi = np.percentile(crossings, PERCENTILES)
     return CrossoverEstimate(outcome, size, float(lo), float(hi), share, verdicts)
-
-
-def bootstrap_crossover(
-    sizes: Sequence[float],
-    blocks_cpu: Sequence[Sequence[float]],
-    blocks_acc: Sequence[Sequence[float]],
-    n_boot: int = 1000,
-    seed: int = 0,
-):
-    """Percentile 95% interval of the crossover size over bootstrap replicates.
-
-    ``blocks_*[i]`` are the per-block seconds per step at ``sizes[i]``; each replicate
-    resamples every point's blocks with replacement and takes their median. Returns
-    ``(ci_low, ci_high, share_found)`` of :func:`estimate_crossover`: ``(None, None,
-    0.0)`` when the data support no crossover; the interval is None when fewer than half
-    of the replicates cross inside the supported bracket.
-    """
-    e = estimate_crossover(sizes, blocks_cpu, blocks_acc, n_boot, seed)
-    return e.ci_low, e.ci_high, e.bootstrap_found or 0.0
 
 
 def n_star(cpu: pd.Series | dict, acc: pd.Series | dict) -> float | None:
