@@ -48,6 +48,33 @@ def run_crate_validator(*crates: Path) -> subprocess.CompletedProcess:
     )
 
 
+def s001_rows(device, sizes, times, status="ok", message=None) -> list[dict]:
+    """Synthetic timings rows of s001-mlp (torch, eager) along ``hidden``: one per size,
+    with ``times`` seconds per step and blocks 1% either side of it (``status`` other
+    than ok: no times)."""
+    import json
+
+    ok = status == "ok"
+    return [
+        {
+            "case": "s001-mlp",
+            "framework": "torch",
+            "device": device,
+            "variant": "eager",
+            "batch": 64,
+            "d_in": 1024,
+            "hidden": size,
+            "status": status,
+            "message": message,
+            "step_time_s": t if ok else None,
+            "block_step_times_s": json.dumps([t * 0.99, t, t * 1.01]) if ok else None,
+            "cold_start_s": 0.1 if device == "cpu" else 1.0,
+            "first_step_s": 0.01,
+        }
+        for size, t in zip(sizes, times, strict=True)
+    ]
+
+
 def synthetic_reference_gpu(dest: Path, name: str = "reference-gpu") -> Path:
     """A SYNTHETIC reference run for tests only, never committed: the committed CPU
     run's ``timings.csv`` with host, device names and step times edited, as a GPU

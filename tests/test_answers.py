@@ -1,6 +1,7 @@
 """The remedy sentence: the fastest variant against the naive program, measured."""
 
 import pandas as pd
+from conftest import s001_rows
 
 from crossover_study.answers import remedy_sentence
 
@@ -133,28 +134,8 @@ def test_a_flagged_headline_number_says_so():
     assert "20 ms per step with tensorflow;" in text  # a clean row carries no flag
 
 
-def _mlp_rows(device, times, spread=0.01):
-    import json
-
-    rows = []
-    for h, t in zip((32, 128, 512, 2048), times, strict=True):
-        rows.append(
-            {
-                "case": "s001-mlp",
-                "framework": "torch",
-                "device": device,
-                "variant": "eager",
-                "batch": 64,
-                "d_in": 1024,
-                "hidden": h,
-                "status": "ok",
-                "step_time_s": t,
-                "block_step_times_s": json.dumps([t * (1 - spread), t, t * (1 + spread)]),
-                "cold_start_s": 0.1 if device == "cpu" else 1.0,
-                "first_step_s": 0.01,
-            }
-        )
-    return rows
+def _mlp_rows(device, times):
+    return s001_rows(device, (32, 128, 512, 2048), times)
 
 
 def test_noise_is_answered_as_indistinguishable_not_as_faster():

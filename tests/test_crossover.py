@@ -1,10 +1,9 @@
 """Crossover on synthetic curves with a known crossover; N*; the table."""
 
-import json
-
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import s001_rows
 
 from crossover_study.crossover import (
     SHIFT_COLUMNS,
@@ -167,35 +166,10 @@ def test_n_star_counts_start_up_costs():
     assert n_star(cpu, ahead) == 0
 
 
-def _rows(device, sizes, times, status="ok", message=None):
-    rows = []
-    for s, t in zip(sizes, times, strict=True):
-        rows.append(
-            {
-                "case": "s001-mlp",
-                "framework": "torch",
-                "device": device,
-                "variant": "eager",
-                "batch": 64,
-                "d_in": 1024,
-                "hidden": s,
-                "status": status,
-                "message": message,
-                "step_time_s": t if status == "ok" else None,
-                "block_step_times_s": json.dumps([t * 0.99, t, t * 1.01])
-                if status == "ok"
-                else None,
-                "cold_start_s": 0.1 if device == "cpu" else 1.0,
-                "first_step_s": 0.01,
-            }
-        )
-    return rows
-
-
 def test_table_reports_crossover_speedup_and_n_star_at_the_seed():
     sizes = [32, 128, 512, 2048]
-    cpu = _rows("cpu", sizes, [1e-5 * s for s in sizes])
-    acc = _rows("cuda", sizes, [2.56e-3] * 4)  # crosses at hidden = 256
+    cpu = s001_rows("cpu", sizes, [1e-5 * s for s in sizes])
+    acc = s001_rows("cuda", sizes, [2.56e-3] * 4)  # crosses at hidden = 256
     table = crossover_table(pd.DataFrame(cpu + acc), n_boot=200)
     assert list(table.columns) == list(table_columns("crossover"))
     row = table[table["axis"] == "hidden"].iloc[0]
@@ -211,9 +185,9 @@ def test_table_reports_crossover_speedup_and_n_star_at_the_seed():
 
 def test_table_says_indistinguishable_where_every_ratio_interval_contains_one():
     sizes = [32, 128, 512, 2048]
-    cpu = _rows("cpu", sizes, [1e-5 * s for s in sizes])
+    cpu = s001_rows("cpu", sizes, [1e-5 * s for s in sizes])
     # The accelerator's medians sit 0.5% off the CPU's, well inside the 1% block spread.
-    acc = _rows(
+    acc = s001_rows(
         "cuda", sizes, [1e-5 * s * f for s, f in zip(sizes, [1.005, 0.995] * 2, strict=True)]
     )
     table = crossover_table(pd.DataFrame(cpu + acc), n_boot=200)
@@ -226,8 +200,8 @@ def test_table_says_indistinguishable_where_every_ratio_interval_contains_one():
 
 def test_table_says_why_there_is_no_accelerator_data():
     sizes = [128, 512]
-    cpu = _rows("cpu", sizes, [1e-3, 4e-3])
-    acc = _rows("cuda", sizes, [None, None], status="unavailable", message="no CUDA device")
+    cpu = s001_rows("cpu", sizes, [1e-3, 4e-3])
+    acc = s001_rows("cuda", sizes, [None, None], status="unavailable", message="no CUDA device")
     table = crossover_table(pd.DataFrame(cpu + acc))
     assert set(table["outcome"]) == {"no_accelerator_data"}
     assert set(table["reason"]) == {"no CUDA device"}
@@ -253,10 +227,11 @@ def test_two_noisy_runs_give_overlapping_intervals():
 
 def test_unsynced_rows_never_enter_the_crossover():
     sizes = [32, 128, 512, 2048]
-    cpu = _rows("cpu", sizes, [1e-5 * s for s in sizes])
-    acc = _rows("cuda", sizes, [2.56e-3] * 4)
+    cpu = s001_rows("cpu", sizes, [1e-5 * s for s in sizes])
+    acc = s001_rows("cuda", sizes, [2.56e-3] * 4)
     wrong = [
-        {**r, "timing": "unsynced", "step_time_s": 1e-9} for r in _rows("cuda", sizes, [1e-9] * 4)
+        {**r, "timing": "unsynced", "step_time_s": 1e-9}
+        for r in s001_rows("cuda", sizes, [1e-9] * 4)
     ]
     rows = [{**r, "timing": "synced"} for r in cpu + acc] + wrong
     table = crossover_table(pd.DataFrame(rows), n_boot=100)
@@ -273,11 +248,11 @@ def test_accelerator_only_remedy_is_compared_with_the_cpu_eager_program():
     # cuda_graph: the GPU step drops to 0.64 ms -> crossover at H = 64; on the CPU the
     # variant is not_applicable, so the GPU is compared with the CPU's eager program.
     sizes = [32, 128, 512, 2048]
-    cpu = _rows("cpu", sizes, [1e-5 * s for s in sizes])
-    acc = _rows("cuda", sizes, [2.56e-3] * 4)
-    graph = _variant(_rows("cuda", sizes, [6.4e-4] * 4), "cuda_graph")
+    cpu = s001_rows("cpu", sizes, [1e-5 * s for s in sizes])
+    acc = s001_rows("cuda", sizes, [2.56e-3] * 4)
+    graph = _variant(s001_rows("cuda", sizes, [6.4e-4] * 4), "cuda_graph")
     cpu_na = _variant(
-        _rows("cpu", sizes, [None] * 4, status="not_applicable", message="needs CUDA"),
+        s001_rows("cpu", sizes, [None] * 4, status="not_applicable", message="needs CUDA"),
         "cuda_graph",
     )
     table = crossover_table(pd.DataFrame(cpu + acc + graph + cpu_na), n_boot=100)
@@ -299,11 +274,11 @@ def test_accelerator_only_remedy_is_compared_with_the_cpu_eager_program():
 
 def test_remedy_that_also_runs_on_the_cpu_is_compared_like_with_like():
     sizes = [32, 128, 512, 2048]
-    cpu = _rows("cpu", sizes, [1e-5 * s for s in sizes])
-    acc = _rows("cuda", sizes, [2.56e-3] * 4)
+    cpu = s001_rows("cpu", sizes, [1e-5 * s for s in sizes])
+    acc = s001_rows("cuda", sizes, [2.56e-3] * 4)
     # The variant halves the CPU's step too: the GPU at 0.64 ms now meets 5 us x H at 128.
-    cpu_v = _variant(_rows("cpu", sizes, [5e-6 * s for s in sizes]), "compile")
-    acc_v = _variant(_rows("cuda", sizes, [6.4e-4] * 4), "compile")
+    cpu_v = _variant(s001_rows("cpu", sizes, [5e-6 * s for s in sizes]), "compile")
+    acc_v = _variant(s001_rows("cuda", sizes, [6.4e-4] * 4), "compile")
     table = crossover_table(pd.DataFrame(cpu + acc + cpu_v + acc_v), n_boot=100)
     row = table[(table["axis"] == "hidden") & (table["variant"] == "compile")].iloc[0]
     assert row["cpu_variant"] == "compile"
@@ -314,20 +289,20 @@ def test_remedy_that_also_runs_on_the_cpu_is_compared_like_with_like():
 
 def test_remedy_shift_leaves_out_devices_without_data():
     sizes = [128, 512]
-    cpu = _rows("cpu", sizes, [1e-3, 4e-3])
-    acc = _rows("cuda", sizes, [None, None], status="unavailable", message="no CUDA device")
+    cpu = s001_rows("cpu", sizes, [1e-3, 4e-3])
+    acc = s001_rows("cuda", sizes, [None, None], status="unavailable", message="no CUDA device")
     table = crossover_table(pd.DataFrame(cpu + acc + _variant(acc, "cuda_graph")))
     assert remedy_shift(table).empty
 
 
 def test_a_variant_that_does_not_exist_on_the_accelerator_gets_no_row():
     sizes = [128, 512]
-    cpu = _rows("cpu", sizes, [1e-3, 4e-3])
+    cpu = s001_rows("cpu", sizes, [1e-3, 4e-3])
     na = "xla is a TensorFlow/Keras program variant"
     xla = _variant(
-        _rows("cpu", sizes, [None] * 2, status="not_applicable", message=na)
-        + _rows("cuda", sizes, [None] * 2, status="not_applicable", message=na),
+        s001_rows("cpu", sizes, [None] * 2, status="not_applicable", message=na)
+        + s001_rows("cuda", sizes, [None] * 2, status="not_applicable", message=na),
         "xla",
     )
-    table = crossover_table(pd.DataFrame(cpu + _rows("cuda", sizes, [2e-3, 2e-3]) + xla))
+    table = crossover_table(pd.DataFrame(cpu + s001_rows("cuda", sizes, [2e-3, 2e-3]) + xla))
     assert set(table["variant"]) == {"eager"}
