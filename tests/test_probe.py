@@ -191,13 +191,13 @@ def test_tpu_and_multi_gpu_jobs_follow_missing_device(tmp_path, device):
 
 
 def test_the_interpreter_is_named_without_the_machines_folders(tmp_path, monkeypatch):
-    from crossover_study.probe import portable_executable
+    from crossover_study.paths import portable_path
 
     monkeypatch.chdir(tmp_path)
     conda = tmp_path / ".snakemake" / "conda" / "abc123" / "bin" / "python"
-    assert portable_executable(conda) == ".snakemake/conda/abc123/bin/python"
-    assert portable_executable(REPO_ROOT / ".venv" / "bin" / "python") == ".venv/bin/python"
-    assert portable_executable("/somewhere/else/python3.11") == "python3.11"
+    assert portable_path(conda) == ".snakemake/conda/abc123/bin/python"
+    assert portable_path(REPO_ROOT / ".venv" / "bin" / "python") == ".venv/bin/python"
+    assert portable_path("/somewhere/else/python3.11") == "python3.11"
 
 
 SLURM_VARS = ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK")

@@ -24,7 +24,8 @@ Version 3 added the environment the job ran in (:func:`installed_packages`):
 ``requirements.lock`` that this Python finds (``importlib.metadata``; missing ones left
 out), TensorFlow under the name an env installs it by (``tensorflow`` where the lock has
 ``tensorflow-cpu``) and ``python`` (this interpreter's version); ``python_executable``
-(:func:`portable_executable`: relative to the working directory or the repository, never
+(:func:`crossover_study.paths.portable_path`: relative to the working directory or the
+repository, e.g. ``.snakemake/conda/<hash>/bin/python`` under ``--sdm conda``, never
 the machine's absolute path);
 and ``packages_outside_prefix``, the recorded packages whose metadata lies outside
 ``sys.prefix``. Under ``--sdm conda`` a job runs in its env's Python, but Snakemake's
@@ -163,13 +164,6 @@ def check_cpus_given(threads: int, device: str = "cpu") -> int | None:
     )
 
 
-def portable_executable(executable: str | Path | None = None) -> str:
-    """The interpreter (default ``sys.executable``) as :func:`paths.portable_path` names
-    it: ``.snakemake/conda/<hash>/bin/python`` under ``--sdm conda``,
-    ``.venv/bin/python`` in the repository's venv."""
-    return portable_path(executable or sys.executable)
-
-
 def installed_packages(lock: str | Path = REPO_ROOT / "requirements.lock") -> dict:
     """The environment of this process: ``{"packages", "python_executable",
     "packages_outside_prefix"}`` (see the module docstring). ``packages`` maps each
@@ -193,7 +187,7 @@ def installed_packages(lock: str | Path = REPO_ROOT / "requirements.lock") -> di
             outside.append(name)
     return {
         "packages": packages,
-        "python_executable": portable_executable(),
+        "python_executable": portable_path(sys.executable),
         "packages_outside_prefix": sorted(outside),
     }
 
