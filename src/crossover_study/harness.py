@@ -1,6 +1,6 @@
 """The timing harness: cold start, first step, warm-up and steady state, timed correctly.
 
-The method follows ``shared/design/STUDY.md`` ("What one measurement is") and
+The method follows ``docs/STUDY.md`` ("What one measurement is") and
 ``torch.utils.benchmark`` (``Timer.blocked_autorange``): the device is synchronised
 before each clock read and nowhere else, steps are timed in blocks long enough for the
 clock and sync overhead to vanish, warm-up is discarded, and the result is the median

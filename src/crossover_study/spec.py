@@ -1,6 +1,6 @@
 """What one measurement point is: the study's vocabulary and the immutable point spec.
 
-The four seed cases come from ``shared/design/STUDY.md`` (originals in ``shared/seeds/``).
+The four seed cases come from ``docs/STUDY.md`` (originals in ``docs/seeds/``).
 Each case has named size axes; the seed's own value on every axis is recorded here so
 that every sweep contains the user's own size.
 """
