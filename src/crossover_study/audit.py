@@ -146,7 +146,7 @@ class _Layout:
             return REPO_ROOT / path
         if record["root"] == "package":
             return locate_package_file(record)
-        if record["root"] not in ("workdir",):  # outside (or an old absolute path)
+        if record["root"] != "workdir":  # outside (or an old absolute path)
             return None
         if self.results_dir is not None and path.is_relative_to(self.results_dir):
             return self.target / path.relative_to(self.results_dir)
@@ -616,14 +616,14 @@ def _check_crate(report: AuditReport, layout: _Layout) -> None:
             continue  # #repo:/#package: inputs are checked as the manifest's inputs
         if not path.is_file():
             report.add("FAIL", "missing (RO-Crate)", layout.shown(path), expected=ident[7:])
-        elif sha256_file(path) != ident[7:]:
+        elif (actual := sha256_file(path)) != ident[7:]:
             report.add(
                 "FAIL",
                 "modified (RO-Crate)",
                 layout.shown(path),
                 "sha256 differs from the RO-Crate",
                 expected=ident[7:],
-                actual=sha256_file(path),
+                actual=actual,
             )
 
 
