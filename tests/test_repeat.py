@@ -81,3 +81,16 @@ def test_replicated_points_are_matched_on_replicas_and_scaling():
     )
     points = compare_runs(rows, rows).points
     assert len(points) == 3 and (points["ratio"] == 1.0).all()
+
+
+def test_prediction_interval_coverage_is_counted_where_run_a_has_one():
+    a = _timings({128: [1.0, 1.1, 1.2], 512: [4.0, 4.1, 4.2], 2048: [8.0, 8.1, 8.2]})
+    b = _timings({128: [1.05, 1.15, 1.25], 512: [6.0, 6.1, 6.2], 2048: [8.0, 8.1, 8.2]})
+    a["step_time_pi_low_s"] = [1.0, 3.9, None]  # 2048 measured once: no interval
+    a["step_time_pi_high_s"] = [1.3, 4.3, None]
+    summary = compare_runs(a, b)
+    covers = summary.points.set_index("hidden")["pi_covers"]
+    assert covers[128] is True and covers[512] is False and covers[2048] is None
+    assert "a's prediction interval covers b's median at 1 of 2 (50.0%)" in summary.summary()
+    # Tables without the columns (measured once) say so instead of a share.
+    assert "no prediction interval in run a" in compare_runs(b, b).summary()

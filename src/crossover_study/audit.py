@@ -43,6 +43,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .harness import TimingPolicy
 from .manifest import MANIFEST_NAME, load_manifest, locate_package_file, sha256_file
 from .provenance import REPO_ROOT
 from .spec import POINT_COLUMNS, SIZE_COLUMNS
@@ -257,6 +258,13 @@ def _row_label(row) -> str:
     return f"{'/'.join(parts)} {sizes}"
 
 
+def _noise_threshold(manifest: dict) -> float:
+    """The run's ``timing.noise_threshold`` (its resolved config), which merging a
+    point's runs needs (:func:`point_runs.merge_repeats`)."""
+    timing = manifest.get("config", {}).get("resolved", {}).get("timing", {})
+    return float(timing.get("noise_threshold", TimingPolicy.noise_threshold))
+
+
 def _check_timings_derivation(
     report: AuditReport, layout: _Layout, manifest: dict, timings: Path, points: list[Path]
 ) -> None:
@@ -284,7 +292,12 @@ def _check_timings_derivation(
         try:
             # The run's own header: a run recorded before columns were added is
             # collected again as it was, not under today's schema.
-            collect_timings(points, expected_path, columns=list(actual.columns))
+            collect_timings(
+                points,
+                expected_path,
+                columns=list(actual.columns),
+                noise_threshold=_noise_threshold(manifest),
+            )
         except (TableError, ValueError) as exc:
             report.add("FAIL", "per-job tables invalid", layout.shown(timings.parent), str(exc))
             return

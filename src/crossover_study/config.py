@@ -9,6 +9,7 @@ the key path (``cases.s000-hjb.axes.batch[1]``) and so that tests need no workfl
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -333,7 +334,44 @@ def batches(
     out = split_batches([p for p in every if p.replicas == 1], limit)
     for r in sorted({p.replicas for p in every if p.replicas > 1}):
         out += split_batches([p for p in every if p.replicas == r], limit)
-    return out
+    # timing.repeats: run r of every batch is a job of its own after the batches of run
+    # r - 1 (batch index = r x len(out) + i), so run 0 keeps the jobs of a study without it.
+    return out + [
+        tuple(dataclasses.replace(p, repeat=r) for p in batch)
+        for r in range(1, repeats(config))
+        for batch in out
+    ]
+
+
+def repeats(config: Mapping[str, Any]) -> int:
+    """Separate runs per point (``timing.repeats``; 1 when left out, see the schema)."""
+    return int(config["timing"].get("repeats", 1))
+
+
+def batch_repeat(
+    config: Mapping[str, Any], case: str, framework: str, device: str, batch: int
+) -> int:
+    """The run (0-based, ``timing.repeats``) that measuring job ``batch`` of a group
+    measures. Raises IndexError for a batch the group does not have."""
+    return batches(config, case, framework, device)[batch][0].repeat
+
+
+def previous_round_jobs(
+    config: Mapping[str, Any], case: str, framework: str, device: str, batch: int
+) -> list[tuple[str, str, str, int]]:
+    """Measuring jobs that job ``batch`` of a group waits for: for run ``r > 0`` every
+    job of run ``r - 1`` of the same case and framework on every device (rounds: each
+    device's runs alternate with the other devices', so a drift of the machine over the
+    study hits the CPU and the accelerator alike); none for run 0. Items are (case,
+    framework, device, batch index) as in :func:`measure_jobs`."""
+    r = batch_repeat(config, case, framework, device, batch)
+    if r == 0:
+        return []
+    return [
+        (c, f, d, i)
+        for c, f, d, i in measure_jobs(config)
+        if c == case and f == framework and batch_repeat(config, c, f, d, i) == r - 1
+    ]
 
 
 def job_replicas(batch: Sequence[PointSpec]) -> int:
@@ -443,7 +481,9 @@ NOT_MEASUREMENT_KEYS: tuple[str, ...] = ("study", "merge_environments")
 #: Keys under ``timing`` that do not change what is measured: the point deadline decides
 #: only when a stuck point is given up (its error row names the deadline), never how a
 #: point that finishes is timed.
-NOT_MEASUREMENT_TIMING_KEYS: tuple[str, ...] = ("point_deadline_s",)
+#: ``repeats`` does not change how one run is measured: runs after the first have point
+#: keys and journals of their own, so raising it keeps the runs already measured.
+NOT_MEASUREMENT_TIMING_KEYS: tuple[str, ...] = ("point_deadline_s", "repeats")
 
 
 def measurement_timing(config: Mapping[str, Any]) -> dict:

@@ -33,7 +33,6 @@ of each side (``tf32`` on the GPU is compared with the CPU's fp32 program).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .point_runs import resample_medians, row_runs
 from .programs import cpu_rows, no_cpu_program_reason, program_column, program_of_rows
 from .provenance import table_columns
 from .spec import ACCELERATORS, SEED_SIZES, case_axes, without_replicas
@@ -160,18 +160,22 @@ def crossover_size(
     return "crossover", _first_crossing(x, r, bracket)
 
 
+def _as_runs(blocks) -> list[list[float]]:
+    """One point's blocks as runs: a flat list of block times is one run."""
+    items = list(blocks)
+    if items and all(isinstance(b, Sequence) and not isinstance(b, str) for b in items):
+        return [list(run) for run in items]
+    return [items]
+
+
 def _replicate_log_ratios(blocks_cpu, blocks_acc, n_boot: int, seed: int) -> np.ndarray:
     """log(median acc / median cpu) per replicate (rows) and size (columns): every
-    point's blocks resampled with replacement, CPU then accelerator, size by size."""
+    point's runs and blocks resampled (:func:`point_runs.resample_medians`), CPU then
+    accelerator, size by size."""
     rng = np.random.default_rng(seed)
     columns = []
     for bc, ba in zip(blocks_cpu, blocks_acc, strict=True):
-        medians = []
-        for blocks in (bc, ba):
-            b = np.asarray(blocks, dtype=float)
-            if b.size == 0 or np.any(b <= 0):
-                raise ValueError("every point needs one or more positive block times")
-            medians.append(np.median(b[rng.integers(0, b.size, size=(n_boot, b.size))], axis=1))
+        medians = [resample_medians(_as_runs(blocks), n_boot, rng) for blocks in (bc, ba)]
         columns.append(np.log(medians[1]) - np.log(medians[0]))
     return np.column_stack(columns)
 
@@ -198,11 +202,15 @@ def estimate_crossover(
 ) -> CrossoverEstimate:
     """Outcome, crossover size and its 95% interval along one axis, noise included.
 
-    ``blocks_*[i]`` are the per-block seconds per step at ``sizes[i]`` (ascending);
-    ``t_*`` the point estimates (default: the median of each point's blocks). One
-    bootstrap (``n_boot`` replicates from ``numpy.random.default_rng(seed)``; each
-    replicate resamples every point's blocks with replacement and takes their median)
-    serves both steps, so the result is a deterministic function of its inputs:
+    ``blocks_*[i]`` are the per-block seconds per step at ``sizes[i]`` (ascending): a
+    flat list for a point measured once, or a list of runs (one list of block times
+    per run, ``timing.repeats``); ``t_*`` the point estimates (default: the median of
+    each point's blocks, all runs pooled). One bootstrap (``n_boot`` replicates from
+    ``numpy.random.default_rng(seed)``; each replicate resamples every point's runs
+    with replacement, then the blocks within each drawn run, and takes their median:
+    :func:`point_runs.resample_medians`; a point measured once has its blocks
+    resampled) serves both steps, so the result is a deterministic function of its
+    inputs and its intervals include the run-to-run spread where there are runs:
 
     1. Per size, the percentile 95% interval of log(t_acc / t_cpu) over the replicates
        (Efron & Tibshirani 1993, *An Introduction to the Bootstrap*, ch. 13) gives the
@@ -223,9 +231,9 @@ def estimate_crossover(
     the difference decides, as for exactly known times.
     """
     if t_cpu is None:
-        t_cpu = [float(np.median(np.asarray(b, dtype=float))) for b in blocks_cpu]
+        t_cpu = [float(np.median(np.concatenate(_as_runs(b)))) for b in blocks_cpu]
     if t_acc is None:
-        t_acc = [float(np.median(np.asarray(b, dtype=float))) for b in blocks_acc]
+        t_acc = [float(np.median(np.concatenate(_as_runs(b)))) for b in blocks_acc]
     x, r = _checked(sizes, t_cpu, t_acc)
     if not (len(blocks_cpu) == len(blocks_acc) == len(x)):
         raise ValueError("need the blocks of every size on both devices")
@@ -401,13 +409,11 @@ def _one_row(sub, mine, case, framework, variant, acc_name, axis, n_boot, seed) 
     return row
 
 
-def _blocks(point: pd.Series) -> list[float]:
-    """Per-block seconds per step of one ok timings row (``block_step_times_s``); its
-    ``step_time_s`` alone where the blocks were not recorded."""
-    blocks = point.get("block_step_times_s")
-    if isinstance(blocks, str) and blocks.strip():
-        return json.loads(blocks)
-    return [float(point["step_time_s"])]
+def _blocks(point: pd.Series) -> list[list[float]]:
+    """Per-block seconds per step of one ok timings row, split into its runs
+    (:func:`point_runs.row_runs`); its ``step_time_s`` alone where the blocks were not
+    recorded."""
+    return row_runs(point)
 
 
 def _size_text(size: float) -> str:

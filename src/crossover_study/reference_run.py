@@ -433,6 +433,7 @@ def finish(
         results / "timings.csv",
         results / "wall.json",
         merge_environments=config["merge_environments"],
+        noise_threshold=config["timing"]["noise_threshold"],
     )
     write_crossover(
         results / "timings.csv",

@@ -29,7 +29,9 @@ class RepeatSummary:
 
     ``points``: one row per point measured ok in both runs (columns of
     :data:`~crossover_study.spec.POINT_COLUMNS`, sizes, ``step_time_a_s``, ``step_time_b_s``, ``ratio`` = b / a,
-    ``iqr_overlap``). ``crossovers``: one row per crossover found in both runs with
+    ``iqr_overlap``, run a's prediction interval ``pi_low_a_s``/``pi_high_a_s`` and
+    ``pi_covers``: whether it holds run b's median, None where run a has no interval,
+    i.e. measured its points once). ``crossovers``: one row per crossover found in both runs with
     both intervals (``ci_*_a``, ``ci_*_b``, ``ci_overlap``).
     """
 
@@ -46,11 +48,18 @@ class RepeatSummary:
                 variant += f" x{int(r['replicas'])}" + (
                     f" {r['scaling']}" if r["scaling"] != "none" else ""
                 )
+            covers = r["pi_covers"]
+            interval = (
+                ""
+                if covers is None or pd.isna(covers)
+                else f"  a's interval [{r['pi_low_a_s'] * 1e6:.1f}, {r['pi_high_a_s'] * 1e6:.1f}] "
+                f"{'covers' if covers else 'MISSES'} b"
+            )
             out.append(
                 f"{r['case']} {r['framework']:<10} {r['device']:<5} {variant:<20} "
                 f"{r['timing']:<8} {sizes:<28} a {r['step_time_a_s'] * 1e6:10.1f} us  "
                 f"b {r['step_time_b_s'] * 1e6:10.1f} us  b/a {r['ratio']:.3f}  "
-                f"IQRs {'overlap' if r['iqr_overlap'] else 'DISJOINT'}"
+                f"IQRs {'overlap' if r['iqr_overlap'] else 'DISJOINT'}{interval}"
             )
         for _, r in self.crossovers.iterrows():
             out.append(
@@ -74,6 +83,15 @@ class RepeatSummary:
             f"min {ratio.min():.3f}, max {ratio.max():.3f}; within {AGREE:.0%} at "
             f"{agree} of {n}; IQRs overlap at {int(self.points['iqr_overlap'].sum())} of {n}"
         )
+        with_pi = self.points["pi_covers"].dropna()
+        if len(with_pi):
+            covered = int(with_pi.astype(bool).sum())
+            text += (
+                f"; a's prediction interval covers b's median at {covered} of {len(with_pi)} "
+                f"({covered / len(with_pi):.1%})"
+            )
+        else:
+            text += "; no prediction interval in run a (measured with timing.repeats 1)"
         m = len(self.crossovers)
         if m:
             text += f"; crossover intervals overlap at {int(self.crossovers['ci_overlap'].sum())} of {m}"
@@ -116,7 +134,11 @@ def compare_runs(
     """
     keys = [*POINT_COLUMNS, *SIZE_COLUMNS]
     a, b = _ok_points(timings_a), _ok_points(timings_b)
-    cols = [*keys, "step_time_s", "block_step_times_s"]
+    for df in (a, b):  # tables written before points had runs have no interval
+        for column in ("step_time_pi_low_s", "step_time_pi_high_s"):
+            if column not in df:
+                df[column] = np.nan
+    cols = [*keys, "step_time_s", "block_step_times_s", "step_time_pi_low_s", "step_time_pi_high_s"]
     # Size columns hold NaN where a case lacks the axis; merge on a filled copy.
     merged = pd.merge(
         a[cols].fillna({c: -1 for c in SIZE_COLUMNS}),
@@ -136,10 +158,31 @@ def compare_runs(
                 "step_time_b_s": r["step_time_s_b"],
                 "ratio": r["step_time_s_b"] / r["step_time_s_a"],
                 "iqr_overlap": bool(lo_a <= hi_b and lo_b <= hi_a),
+                "pi_low_a_s": r["step_time_pi_low_s_a"],
+                "pi_high_a_s": r["step_time_pi_high_s_a"],
+                "pi_covers": (
+                    None
+                    if pd.isna(r["step_time_pi_low_s_a"]) or pd.isna(r["step_time_pi_high_s_a"])
+                    else bool(
+                        r["step_time_pi_low_s_a"]
+                        <= r["step_time_s_b"]
+                        <= r["step_time_pi_high_s_a"]
+                    )
+                ),
             }
         )
     points = pd.DataFrame(
-        rows, columns=[*keys, "step_time_a_s", "step_time_b_s", "ratio", "iqr_overlap"]
+        rows,
+        columns=[
+            *keys,
+            "step_time_a_s",
+            "step_time_b_s",
+            "ratio",
+            "iqr_overlap",
+            "pi_low_a_s",
+            "pi_high_a_s",
+            "pi_covers",
+        ],
     )
 
     cross_cols = [*CROSSOVER_KEYS, "ci_low_a", "ci_high_a", "ci_low_b", "ci_high_b", "ci_overlap"]

@@ -193,8 +193,13 @@ class PointSpec:
     #: ``strategy_step`` points: the TPU cores the global batch must divide over (the
     #: config's ``tpu_cores``; the same on every device), else None.
     tpu_cores: int | None = None
+    #: Run of the point (0-based) when ``timing.repeats`` measures it in several separate
+    #: processes; run 0 is the only run of an ordinary study.
+    repeat: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.repeat, int) or self.repeat < 0:
+            raise ValueError(f"repeat must be an int >= 0, got {self.repeat!r}")
         if not isinstance(self.replicas, int) or self.replicas < 1:
             raise ValueError(f"replicas must be a positive int, got {self.replicas!r}")
         if self.replicas > 1 and self.scaling not in SCALINGS:
@@ -214,7 +219,8 @@ class PointSpec:
 
         Ordinary points keep the key they had before replicas existed (journals and
         results of earlier runs still match); a replicated point appends
-        ``|replicas=<n>,scaling=<strong|weak>``.
+        ``|replicas=<n>,scaling=<strong|weak>``; run ``r > 0`` of a point measured
+        ``timing.repeats`` times appends ``|repeat=<r>`` (run 0 keeps the plain key).
         """
         sizes = ",".join(f"{k}={self.sizes[k]}" for k in sorted(self.sizes))
         key = f"{self.case}|{self.framework}|{self.device}|{self.variant}|{sizes}"
@@ -224,6 +230,8 @@ class PointSpec:
             key = f"{key}|replicas={self.replicas},scaling={self.scaling}"
         if self.tpu_cores is not None:
             key = f"{key}|tpu_cores={self.tpu_cores}"
+        if self.repeat:
+            key = f"{key}|repeat={self.repeat}"
         return key
 
     def global_batch(self) -> int:

@@ -9,6 +9,8 @@ import jsonschema
 import pandas as pd
 import yaml
 
+from .harness import TimingPolicy
+from .point_runs import merge_repeats
 from .provenance import SCHEMAS, table_columns
 from .runner import write_csv_atomic
 
@@ -65,19 +67,40 @@ def text_columns(table: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def read_job_tables(
+    csvs: Iterable[str | Path], columns: Iterable[str] | None = None
+) -> pd.DataFrame:
+    """The per-job CSVs concatenated, one row per run of a point, typed as the schema
+    types them, with the documented columns in schema order (or ``columns``)."""
+    frames = [pd.read_csv(p, dtype=object) for p in csvs]
+    columns = list(columns) if columns is not None else list(table_columns("timings"))
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    return _typed(df.reindex(columns=columns))
+
+
 def collect_timings(
-    csvs: Iterable[str | Path], out: str | Path, columns: Iterable[str] | None = None
+    csvs: Iterable[str | Path],
+    out: str | Path,
+    columns: Iterable[str] | None = None,
+    noise_threshold: float = TimingPolicy.noise_threshold,
+    runs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Concatenate per-job CSVs into the study's timings table (atomically written).
+
+    Rows of one point measured in several runs (``timing.repeats``, column ``repeat``)
+    become one row (:func:`point_runs.merge_repeats`, which flags a merged point noisy
+    against ``noise_threshold``, the config's ``timing.noise_threshold``); a table
+    without the column (written before runs existed) is kept as it is. ``runs``: the
+    frame :func:`read_job_tables` already read from ``csvs`` (not read again).
 
     Returns the table with the documented columns in schema order, or with ``columns``
     (the audit re-collects a run recorded under an older schema with that run's own
     header). Raises TableError when a row breaks the schema.
     """
-    frames = [pd.read_csv(p, dtype=object) for p in csvs]
-    columns = list(columns) if columns is not None else list(table_columns("timings"))
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-    df = _typed(df.reindex(columns=columns))
+    df = runs if runs is not None else read_job_tables(csvs, columns)
+    if "repeat" in df.columns:
+        df = merge_repeats(df, noise_threshold)
+    columns = list(df.columns)
     validate_timings(df, source=str(out))
     write_csv_atomic(df.to_dict("records"), columns, Path(out))
     return df
@@ -111,11 +134,14 @@ def collect_study(
     timings_out: str | Path,
     wall_out: str | Path,
     merge_environments: bool = False,
+    noise_threshold: float = TimingPolicy.noise_threshold,
 ) -> tuple[pd.DataFrame, dict, list[str]]:
     """The collect step of a study: check each job's table against its probe record,
     concatenate the tables into ``timings_out`` and write the wall-time summary to
     ``wall_out`` (JSON). ``csvs`` and ``probes`` are in the same order; ``benchmarks``
-    are the jobs' benchmark files (:func:`wall_summary`).
+    are the jobs' benchmark files (:func:`wall_summary`); ``noise_threshold`` is the
+    config's ``timing.noise_threshold`` (for points measured in several runs,
+    :func:`collect_timings`).
 
     Returns (timings, wall summary, merged-on-purpose lines). Raises
     :class:`probe.ProbeError` for an accelerator row no probe backs (a lost GPU request
@@ -130,8 +156,10 @@ def collect_study(
 
     csvs = list(csvs)
     check_tables(csvs, probes)
-    timings = collect_timings(csvs, timings_out)
-    merged = check_environments(timings, merge=merge_environments, source=str(timings_out))
+    # Every run of a point is checked: runs merged into one row must share a machine.
+    runs = read_job_tables(csvs)
+    merged = check_environments(runs, merge=merge_environments, source=str(timings_out))
+    timings = collect_timings(csvs, timings_out, noise_threshold=noise_threshold, runs=runs)
     summary = wall_summary(timings, benchmarks)
     Path(wall_out).write_text(json.dumps(summary, indent=1))
     return timings, summary, merged

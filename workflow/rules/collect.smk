@@ -25,6 +25,8 @@ rule collect:
     params:
         # false: refuse a curve whose rows come from different environments.
         merge_environments=config["merge_environments"],
+        # A point measured in several runs (timing.repeats) is flagged noisy from all of them.
+        noise_threshold=config["timing"]["noise_threshold"],
         src=SRC,
     script:
         "../scripts/collect.py"

@@ -61,6 +61,18 @@ def get_batch_benchmarks():
     )
 
 
+def get_previous_round(wildcards):
+    """Probe records of the jobs a measuring job waits for: with timing.repeats, run r of
+    a case and framework starts once every device's run r - 1 has finished (rounds, so
+    that drift hits every device alike); none for run 0 (study_config.previous_round_jobs)."""
+    jobs = study_config.previous_round_jobs(
+        config, wildcards.case, wildcards.framework, wildcards.device, int(wildcards.batch)
+    )
+    return [
+        f"{POINTS}.probe.json".format(case=c, framework=f, device=d, batch=i) for c, f, d, i in jobs
+    ]
+
+
 def get_point_keys(wildcards):
     """Keys of the points a measuring job measures (a change reruns the job)."""
     batches = study_config.batches(config, wildcards.case, wildcards.framework, wildcards.device)

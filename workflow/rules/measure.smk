@@ -4,6 +4,9 @@
 
 
 rule measure:
+    input:
+        # timing.repeats: run r waits for run r - 1 on every device (none for run 0).
+        previous_round=get_previous_round,
     output:
         csv=f"{POINTS}.csv",
         # What the job was given and saw (host, Slurm job, partition, CPUs, GPUs, TPUs).

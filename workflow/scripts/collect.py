@@ -19,6 +19,7 @@ def main(snakemake) -> None:
             snakemake.output.timings,
             snakemake.output.wall,
             merge_environments=snakemake.params.merge_environments,
+            noise_threshold=snakemake.params.noise_threshold,
         )
     except EnvironmentMixError as error:
         print(error, file=sys.__stderr__)  # on the console too, not only in the log
