@@ -35,7 +35,10 @@ steps), and the block lengths differ in a cost that is negligible (the reference
 to 512 steps against the harness's 88 to 219 in those rounds; the one read-back closing a
 block costs 1.9 us with the clock read, under 0.03 us per step). The ratio 1.095 seen
 once at that point (ours 684.0, reference 624.8 us/step, ours run first in every round)
-lies within that spread; nothing on the harness's side was found to explain it.
+lies within that spread; nothing on the harness's side was found to explain it. With
+the order rotated over 16 rounds (load 3.4-3.8), four ways of timing that point pooled
+to: the harness 592.8 us/step, the harness with the collector left on 604.2, the loop
+reference 591.2, the reference on the harness's k 609.9 (harness / loop 1.003).
 
 The interval (:func:`ratio_interval`) is a two-stage percentile bootstrap: rounds are
 resampled with replacement, each drawn round keeping its pair of sides, then each side's
