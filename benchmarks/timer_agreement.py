@@ -1,13 +1,17 @@
 """Our harness against the field's reference timers, on the same training step.
 
-    .venv/bin/python benchmarks/timer_agreement.py [--threads 2] [--frameworks torch tensorflow]
+    .venv/bin/python benchmarks/timer_agreement.py [--threads 2] [--runs 3] \
+        [--frameworks torch tensorflow]
 
 For s001-mlp at three sizes and s000-hjb at its seed size, on the CPU (and CUDA when a
-device is visible), prints one line per point with ours / reference, then
-``timer agreement: min=<r> max=<r>``. The reference is
+device is visible), prints one line per point with ours / reference and its 95 %
+bootstrap interval in brackets (``crossover_study.agreement.ratio_interval``). With
+``--runs N`` the whole set of points is measured N times in a row in this process, each
+run closed by ``run i/N: min=<r> max=<r>``; the last line is
+``timer agreement: min=<r> max=<r>`` over the ratios of all runs. The reference is
 ``torch.utils.benchmark.Timer.blocked_autorange`` for PyTorch (same thread count; its
 own default is one thread) and a plain loop synchronised by reading the result back for
-TensorFlow. The target is every ratio within [0.95, 1.05].
+TensorFlow. The target is every ratio within [0.95, 1.05] in three consecutive runs.
 """
 
 from __future__ import annotations
@@ -50,14 +54,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--min-run-time", type=_positive_float, default=1.0, help="reference seconds"
     )
+    parser.add_argument(
+        "--runs", type=_positive_int, default=1, help="times the whole set of points is measured"
+    )
     args = parser.parse_args(argv)
 
     frameworks.pin_thread_env(args.threads)
+    devices: dict[str, list[str]] = {}
     ratios = []
-    for framework in args.frameworks:
-        frameworks.import_framework(framework, "cpu", args.threads)
-        devices = ["cpu"] + (["cuda"] if frameworks.probe(framework, "cuda").available else [])
-        for device in devices:
+    for run in range(1, args.runs + 1):
+        run_ratios = []
+        for framework, device in _targets(args.frameworks, args.threads, devices):
             for case, sizes in POINTS:
                 result = agreement(
                     framework,
@@ -69,9 +76,28 @@ def main(argv: list[str] | None = None) -> int:
                     min_run_time=args.min_run_time,
                 )
                 print(result.line(), flush=True)
-                ratios.append(result.ratio)
-    print(f"timer agreement: min={min(ratios):.3f} max={max(ratios):.3f}")
+                run_ratios.append(result.ratio)
+        print(f"run {run}/{args.runs}: {_span(run_ratios)}", flush=True)
+        ratios += run_ratios
+    print(f"timer agreement: {_span(ratios)}")
     return 0
+
+
+def _targets(names: list[str], threads: int, devices: dict[str, list[str]]):
+    """(framework, device) pairs in order; a framework is imported (and its devices
+    probed) when first reached, so its first run's points come before the next import,
+    as in a single run."""
+    for framework in names:
+        if framework not in devices:
+            frameworks.import_framework(framework, "cpu", threads)
+            cuda = frameworks.probe(framework, "cuda").available
+            devices[framework] = ["cpu"] + (["cuda"] if cuda else [])
+        for device in devices[framework]:
+            yield framework, device
+
+
+def _span(ratios: list[float]) -> str:
+    return f"min={min(ratios):.3f} max={max(ratios):.3f}"
 
 
 if __name__ == "__main__":

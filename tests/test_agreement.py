@@ -1,12 +1,15 @@
 """A tolerant version of benchmarks/timer_agreement.py: the harness agrees with the
 reference timers on the same step (CPU): torch.utils.benchmark's blocked_autorange for
-PyTorch, a loop closed by reading the result back for TensorFlow."""
+PyTorch, a loop closed by reading the result back for TensorFlow; and the bootstrap
+interval of the ratio on synthetic block times."""
 
+import numpy as np
 import pytest
 
+from crossover_study import agreement as agreement_module
 from crossover_study import frameworks
-from crossover_study.agreement import agreement
-from crossover_study.harness import TimingPolicy
+from crossover_study.agreement import Agreement, agreement, ratio_interval
+from crossover_study.harness import Measurement, TimingPolicy
 
 
 @pytest.mark.slow
@@ -37,3 +40,126 @@ def test_harness_agrees_with_the_reference_timer_on_the_cpu(framework, case, siz
     if framework == "torch":
         # The reference also reports its own block choice, for the like-with-like story.
         assert result.own_block_steps >= 1 and result.own_mean_s > 0, result.line()
+
+
+def _rounds(rng, scale: float, rounds: int = 5, blocks: int = 7) -> list[list[float]]:
+    """Synthetic block times (seconds per step): lognormal around ``scale`` x 1 ms."""
+    return [list(scale * 1e-3 * rng.lognormal(0.0, 0.05, size=blocks)) for _ in range(rounds)]
+
+
+def test_ratio_interval_of_identical_distributions_contains_one():
+    rng = np.random.default_rng(1)
+    ours, reference = _rounds(rng, 1.0), _rounds(rng, 1.0)
+    low, high = ratio_interval(ours, reference)
+    assert low < 1.0 < high
+    assert high - low < 0.2  # 5 % scatter per block, 35 blocks a side
+    assert ratio_interval(ours, reference) == (low, high)  # fixed seed: deterministic
+
+
+def test_ratio_interval_of_a_twice_slower_side_excludes_one():
+    rng = np.random.default_rng(2)
+    low, high = ratio_interval(_rounds(rng, 2.0), _rounds(rng, 1.0))
+    assert 1.8 < low < 2.0 < high < 2.2
+
+
+def test_ratio_interval_carries_the_drift_between_rounds():
+    # Blocks alike within a round, but two of five rounds of ours ran under load. The
+    # same blocks pooled into one round (a bootstrap of blocks alone) give an interval
+    # of a point; resampling the rounds gives the spread that the load made.
+    ours = [[1.0e-3] * 50, [1.5e-3] * 50, [1.0e-3] * 50, [1.5e-3] * 50, [1.0e-3] * 50]
+    reference = [[1.0e-3] * 50] * 5
+    assert ratio_interval(ours, reference) == pytest.approx((1.0, 1.5))
+    pooled = [[t for blocks in ours for t in blocks]]
+    assert ratio_interval(pooled, [[1.0e-3] * 250]) == pytest.approx((1.0, 1.0))
+
+
+def test_ratio_interval_of_one_round_resamples_its_blocks():
+    low, high = ratio_interval([[1.0, 1.0, 1.0, 3.0, 3.0]], [[1.0, 1.0, 1.0, 1.0, 1.0]])
+    assert low == pytest.approx(1.0) and high == pytest.approx(3.0)
+
+
+def test_ratio_interval_pools_rounds_of_different_lengths():
+    low, high = ratio_interval([[2.0], [2.0, 2.0, 2.0]], [[1.0] * 7, [1.0, 1.0]])
+    assert low == pytest.approx(2.0) and high == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    "ours, reference, kwargs, message",
+    [
+        ([[1.0]], [[1.0], [1.0]], {}, "1 rounds of ours but 2"),
+        ([], [], {}, "no rounds"),
+        ([[1.0], []], [[1.0], [1.0]], {}, "at least one block"),
+        ([[1.0]], [[1.0]], {"level": 1.0}, "level"),
+        ([[1.0]], [[1.0]], {"replicates": 0}, "replicates"),
+    ],
+)
+def test_ratio_interval_refuses_bad_input(ours, reference, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ratio_interval(ours, reference, **kwargs)
+
+
+def test_agreement_line_prints_the_interval():
+    a = Agreement(
+        "tensorflow",
+        "cpu",
+        "s000-hjb",
+        {"batch": 100, "width": 8},
+        ours_s=600e-6,
+        reference_s=610e-6,
+        steps_per_block=200,
+        ratio_ci_low=0.95,
+        ratio_ci_high=1.01,
+        rounds=5,
+    )
+    assert "ratio 0.984 [0.950, 1.010] (k=200, 5 rounds)" in a.line()
+
+
+class _Steps:
+    """A workload of no work: each step takes no time (the harness's timing of it is
+    not asserted, only what agreement() does with the rounds)."""
+
+    steps_per_call = 1
+    min_steps_per_block = 1
+    loss_read_every = 1
+
+    def __init__(self, device, sizes):
+        pass
+
+    def setup(self):
+        pass
+
+    def run(self, n_steps):
+        pass
+
+    def sync(self):
+        pass
+
+    def loss(self):
+        return 0.0
+
+
+def test_agreement_swaps_the_order_every_round(monkeypatch):
+    order = []
+    monkeypatch.setattr(agreement_module.frameworks, "workload_class", lambda f, c: _Steps)
+
+    def fake_measure(workload, policy, built=False):
+        order.append(("ours", built))
+        return Measurement(0.0, 0.0, 0, 10, block_step_times_s=[2.0, 2.0, 2.0])
+
+    def fake_loop(workload, min_run_time):
+        order.append(("reference", None))
+        return [1.0] * 7
+
+    monkeypatch.setattr(agreement_module, "measure", fake_measure)
+    monkeypatch.setattr(agreement_module, "_loop_reference", fake_loop)
+    result = agreement("tensorflow", "cpu", "s000-hjb", {"batch": 1, "width": 1}, 1, rounds=3)
+    assert order == [
+        ("ours", False),
+        ("reference", None),
+        ("reference", None),
+        ("ours", True),
+        ("ours", True),
+        ("reference", None),
+    ]
+    assert result.ratio == 2.0 and result.rounds == 3
+    assert (result.ratio_ci_low, result.ratio_ci_high) == (2.0, 2.0)

@@ -18,13 +18,48 @@ median 4.46 ms, reference mean 4.87 ms, same run). That is a different statistic
 timer error. The reference is therefore run on ``stmt="w.run(k)"`` with the harness's
 own k, so both sides time identical blocks with their own clock, sync, warm-up and
 overhead handling; the reference's own-block median and mean are reported beside it.
+
+Order within a round. The two sides run one after the other, so a load that rises or
+falls over a round (another job starting or finishing on a shared machine) slows the
+side that runs second or first, always the same one if the order were fixed. The order
+is therefore swapped every round (ours first in rounds 0, 2, ..., the reference first in
+rounds 1, 3, ...): a linear drift then falls on each side alike over each pair of rounds.
+Measured on the 2-core VM with another engineer's tests running (load average 3.2 -> 4.3,
+TensorFlow s000-hjb seed size, 20 rounds, ours always first): the round medians per step
+ranged from 549 to 1 946 us and the per-round ratio from 0.46 to 2.79, while the rounds in
+which both sides ran at the quiet speed agreed (562.1 vs 576.9 us, ratio 0.974; 563.5 vs
+561.5 us, 1.004). Timing the reference's blocks with the garbage collector disabled, as
+the harness does, changed nothing (60 alternating blocks of 256 steps: medians 1 033.4 vs
+1 036.4 us, ratio 0.997; a full ``gc.collect()`` found 0 unreachable objects after 1 000
+steps), and the block lengths differ in a cost that is negligible (the reference's 64
+to 512 steps against the harness's 88 to 219 in those rounds; the one read-back closing a
+block costs 1.9 us with the clock read, under 0.03 us per step). The ratio 1.095 seen
+once at that point (ours 684.0, reference 624.8 us/step, ours run first in every round)
+lies within that spread; nothing on the harness's side was found to explain it. With
+the order rotated over 16 rounds (load 3.4-3.8), four ways of timing that point pooled
+to: the harness 592.8 us/step, the harness with the collector left on 604.2, the loop
+reference 591.2, the reference on the harness's k 609.9 (harness / loop 1.003).
+
+The interval (:func:`ratio_interval`) is a two-stage percentile bootstrap: rounds are
+resampled with replacement, each drawn round keeping its pair of sides, then each side's
+blocks within a drawn round. Blocks of one round share that round's load and are not
+independent, so resampling the pooled blocks alone gives an interval too narrow when the
+machine drifts; resampling rounds carries the drift between rounds, and the second stage
+keeps the blocks' own scatter (and gives an interval with a single round). It is
+somewhat conservative (the within-round scatter is counted twice). On the 20 rounds
+above, pooled ratio 1.031: blocks alone gave [0.981, 1.126], rounds [0.929, 1.346],
+both stages [0.920, 1.353]; on rounds 10-14 alone (ratio 1.304) blocks alone gave
+[0.988, 1.403], both stages [0.756, 2.065].
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from . import frameworks
 from .harness import TimingPolicy, measure
@@ -53,6 +88,9 @@ class Agreement:
     own_block_steps: int | None = None
     own_median_s: float | None = None
     own_mean_s: float | None = None
+    ratio_ci_low: float | None = None
+    ratio_ci_high: float | None = None
+    rounds: int = 1
 
     @property
     def ratio(self) -> float:
@@ -60,12 +98,20 @@ class Agreement:
         return self.ours_s / self.reference_s
 
     def line(self) -> str:
+        """One line: both sides in us/step, the ratio with its 95 % interval in brackets
+        (when known), k and the rounds, and the reference's own blocks (PyTorch)."""
         sizes = ",".join(f"{k}={v}" for k, v in self.sizes.items())
         return (
             f"{self.framework:<10} {self.device:<4} {self.case} {sizes}: "
             f"ours {self.ours_s * 1e6:9.1f} us/step, reference {self.reference_s * 1e6:9.1f} "
-            f"us/step, ratio {self.ratio:.3f} (k={self.steps_per_block})" + self._own_blocks()
+            f"us/step, ratio {self.ratio:.3f}{self._interval()} (k={self.steps_per_block}, "
+            f"{self.rounds} rounds)" + self._own_blocks()
         )
+
+    def _interval(self) -> str:
+        if self.ratio_ci_low is None or self.ratio_ci_high is None:
+            return ""
+        return f" [{self.ratio_ci_low:.3f}, {self.ratio_ci_high:.3f}]"
 
     def _own_blocks(self) -> str:
         if self.own_median_s is None:
@@ -74,6 +120,69 @@ class Agreement:
             f"; reference's own blocks of {self.own_block_steps}: median "
             f"{self.own_median_s * 1e6:.1f}, mean {self.own_mean_s * 1e6:.1f} us/step"
         )
+
+
+def ratio_interval(
+    ours: Sequence[Sequence[float]],
+    reference: Sequence[Sequence[float]],
+    level: float = 0.95,
+    replicates: int = 1000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(ours) / median(reference), the medians
+    taken over each side's blocks pooled over the rounds.
+
+    ``ours[i]`` and ``reference[i]`` are the blocks (seconds per step, any unit as long
+    as both sides share it) that each side timed in round ``i``. Each of ``replicates``
+    replicates draws as many rounds as there are, with replacement, keeping each round's
+    two sides together, then resamples each side's blocks within each drawn round with
+    replacement, pools and takes the ratio of medians (two-stage bootstrap; why: the
+    module docstring). Returns ``(low, high)``, the ``(1 - level) / 2`` and
+    ``(1 + level) / 2`` quantiles of the replicates (dimensionless). Deterministic for a
+    given ``seed`` (``numpy.random.default_rng``). Source: Efron & Tibshirani, *An
+    Introduction to the Bootstrap* (1993), ch. 13 (percentile interval); Davison &
+    Hinkley, *Bootstrap Methods and their Application* (1997), sec. 3.8 (two-stage
+    resampling of clustered data).
+
+    Raises ValueError when the sides have different numbers of rounds, when there is no
+    round or a round without blocks, when ``level`` is not in (0, 1) or ``replicates``
+    is below 1.
+    """
+    if len(ours) != len(reference):
+        raise ValueError(f"{len(ours)} rounds of ours but {len(reference)} of the reference")
+    if not ours:
+        raise ValueError("no rounds to resample")
+    if any(len(blocks) == 0 for blocks in (*ours, *reference)):
+        raise ValueError("every round needs at least one block on each side")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if replicates < 1:
+        raise ValueError(f"replicates must be at least 1, got {replicates}")
+    rng = np.random.default_rng(seed)
+    n = len(ours)
+    drawn = rng.integers(0, n, size=(replicates, n))  # rounds of each replicate
+    medians = [_resampled_medians(side, drawn, rng) for side in (ours, reference)]
+    ratios = medians[0] / medians[1]
+    low, high = np.quantile(ratios, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
+    return float(low), float(high)
+
+
+def _resampled_medians(
+    rounds: Sequence[Sequence[float]], drawn: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Median of each replicate's pooled blocks: ``drawn`` (replicates x rounds) names
+    the rounds drawn; each drawn round's blocks are resampled with replacement (as many
+    as it has). Rounds of different lengths are padded with NaN and the padding ignored.
+    """
+    lengths = np.array([len(blocks) for blocks in rounds])
+    padded = np.full((len(rounds), lengths.max()), np.nan)
+    for i, blocks in enumerate(rounds):
+        padded[i, : lengths[i]] = blocks
+    n_drawn = lengths[drawn][..., None]  # replicates x rounds x 1
+    picks = (rng.random((*drawn.shape, padded.shape[1])) * n_drawn).astype(int)
+    values = padded[drawn[..., None], picks]
+    values[np.arange(padded.shape[1]) >= n_drawn] = np.nan
+    return np.nanmedian(values.reshape(len(drawn), -1), axis=1)
 
 
 def _torch_reference(workload, threads: int, min_run_time: float, steps: int = 1):
@@ -119,7 +228,11 @@ def agreement(
 ) -> Agreement:
     """Time one point ``rounds`` times with the harness and with the reference,
     alternately, on one workload object; return the median seconds per step of each
-    side's blocks pooled over the rounds (pooling damps a shared machine's drift).
+    side's blocks pooled over the rounds (pooling damps a shared machine's drift) and
+    the 95 % interval of their ratio (:func:`ratio_interval`, seed 0, 1 000 replicates).
+    The harness runs first in even rounds and second in odd ones (module docstring);
+    in an odd round the PyTorch reference therefore times blocks of the k that the
+    harness chose in the round before.
 
     For PyTorch the reference times blocks of the harness's own length k (see the module
     docstring) and, once per round, blocks of its own choosing, whose median and mean
@@ -132,25 +245,42 @@ def agreement(
     workload = frameworks.workload_class(framework, case)(device, dict(sizes))
     ours, reference, own = [], [], []
     own_steps = k = None
-    for i in range(rounds):
+
+    def harness(i: int) -> None:
+        nonlocal k
         m = measure(workload, policy, built=i > 0)
-        ours += m.block_step_times_s
+        ours.append(m.block_step_times_s)
         k = m.steps_per_block
+
+    def timed_reference() -> None:
         if framework == "torch":
-            reference += _torch_reference(workload, threads, min_run_time, steps=k)[0]
+            reference.append(_torch_reference(workload, threads, min_run_time, steps=k)[0])
+        else:
+            reference.append(_loop_reference(workload, min_run_time))
+
+    for i in range(rounds):
+        if i % 2 == 0:  # round 0 builds the workload inside the harness
+            harness(i)
+            timed_reference()
+        else:
+            timed_reference()
+            harness(i)
+        if framework == "torch":
             times, own_steps = _torch_reference(workload, threads, min_run_time)
             own += times
-        else:
-            reference += _loop_reference(workload, min_run_time)
+    low, high = ratio_interval(ours, reference)
     return Agreement(
         framework,
         device,
         case,
         dict(sizes),
-        statistics.median(ours),
-        statistics.median(reference),
+        statistics.median([t for blocks in ours for t in blocks]),
+        statistics.median([t for blocks in reference for t in blocks]),
         steps_per_block=k,
         own_block_steps=own_steps,
         own_median_s=statistics.median(own) if own else None,
         own_mean_s=statistics.fmean(own) if own else None,
+        ratio_ci_low=low,
+        ratio_ci_high=high,
+        rounds=rounds,
     )
