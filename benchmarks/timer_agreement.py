@@ -49,10 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         "--frameworks", nargs="+", default=["torch", "tensorflow"], choices=["torch", "tensorflow"]
     )
     parser.add_argument(
-        "--rounds", type=_positive_int, default=5, help="alternating rounds per point"
+        "--rounds", type=_positive_int, default=20, help="alternating rounds per point"
     )
     parser.add_argument(
-        "--min-run-time", type=_positive_float, default=1.0, help="reference seconds"
+        "--min-run-time",
+        type=_positive_float,
+        default=1.0,
+        help="seconds of the PyTorch reference's own blocks, timed once per point",
     )
     parser.add_argument(
         "--runs", type=_positive_int, default=1, help="times the whole set of points is measured"

@@ -146,20 +146,36 @@ def test_agreement_swaps_the_order_every_round(monkeypatch):
         order.append(("ours", built))
         return Measurement(0.0, 0.0, 0, 10, block_step_times_s=[2.0, 2.0, 2.0])
 
-    def fake_loop(workload, min_run_time):
-        order.append(("reference", None))
-        return [1.0] * 7
+    def fake_loop(workload, k, blocks):
+        order.append(("reference", k))
+        return [1.0] * blocks
 
     monkeypatch.setattr(agreement_module, "measure", fake_measure)
     monkeypatch.setattr(agreement_module, "_loop_reference", fake_loop)
     result = agreement("tensorflow", "cpu", "s000-hjb", {"batch": 1, "width": 1}, 1, rounds=3)
     assert order == [
         ("ours", False),
-        ("reference", None),
-        ("reference", None),
+        ("reference", 10),
+        ("reference", 10),
         ("ours", True),
         ("ours", True),
-        ("reference", None),
+        ("reference", 10),
     ]
     assert result.ratio == 2.0 and result.rounds == 3
     assert (result.ratio_ci_low, result.ratio_ci_high) == (2.0, 2.0)
+    # Each round keeps its own blocks: three of the reference's, as many as the harness's.
+    assert [len(r) for r in result.reference_rounds] == [3, 3, 3]
+
+
+def test_the_ratio_pairs_the_sides_within_each_round():
+    # The machine ran at 1.0 for two rounds, then at 1.5. Both sides see the same speed
+    # in every round, but the reference timed more blocks while it was fast (its block
+    # count varies, as blocked_autorange's does): the pooled medians land on different
+    # levels, the per-round ratio does not.
+    levels = [1.0, 1.0, 1.5, 1.5, 1.5]
+    ours = [[v] * 3 for v in levels]
+    reference = [[v] * (5 if v == 1.0 else 1) for v in levels]
+    pooled = np.median([t for r in ours for t in r]) / np.median([t for r in reference for t in r])
+    assert pooled == 1.5
+    assert agreement_module.round_ratio(ours, reference) == 1.0
+    assert ratio_interval(ours, reference) == (1.0, 1.0)

@@ -40,6 +40,15 @@ the order rotated over 16 rounds (load 3.4-3.8), four ways of timing that point 
 to: the harness 592.8 us/step, the harness with the collector left on 604.2, the loop
 reference 591.2, the reference on the harness's k 609.9 (harness / loop 1.003).
 
+Rounds. A round is short (:data:`ROUND_BLOCKS` blocks a side, a fraction of a second),
+and the figure of merit is paired (:func:`round_ratio`): the median over rounds of the
+ratio of the two sides' medians within the round. On the 2-core VM the speed of the
+machine moves in steps (torch s001-mlp H=512: 1 400 us/step for six rounds, then
+1 700 us/step for the rest, 2026-12-01), which both sides of a round share; a ratio of
+medians pooled over all rounds instead compares two bimodal samples and moves by several
+per cent with the share of each side's blocks that fell in the slow period (it printed
+0.88 to 1.14 for the same points in three runs of five long rounds).
+
 The interval (:func:`ratio_interval`) is a two-stage percentile bootstrap: rounds are
 resampled with replacement, each drawn round keeping its pair of sides, then each side's
 blocks within a drawn round. Blocks of one round share that round's load and are not
@@ -54,6 +63,7 @@ both stages [0.920, 1.353]; on rounds 10-14 alone (ratio 1.304) blocks alone gav
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Sequence
@@ -91,10 +101,17 @@ class Agreement:
     ratio_ci_low: float | None = None
     ratio_ci_high: float | None = None
     rounds: int = 1
+    #: Seconds per step of each block, per round: ``ours_rounds[i]`` the harness's
+    #: blocks of round i, ``reference_rounds[i]`` the reference's.
+    ours_rounds: tuple = ()
+    reference_rounds: tuple = ()
 
     @property
     def ratio(self) -> float:
-        """ours / reference (dimensionless)."""
+        """ours / reference (dimensionless): :func:`round_ratio` of the rounds when they
+        are kept, else the ratio of ``ours_s`` and ``reference_s``."""
+        if self.ours_rounds:
+            return round_ratio(self.ours_rounds, self.reference_rounds)
         return self.ours_s / self.reference_s
 
     def line(self) -> str:
@@ -122,6 +139,33 @@ class Agreement:
         )
 
 
+def round_ratio(ours: Sequence[Sequence[float]], reference: Sequence[Sequence[float]]) -> float:
+    """The figure of merit: the median over rounds of median(ours_i) / median(reference_i),
+    the ratio of the two sides' medians within round ``i`` (dimensionless).
+
+    ``ours[i]`` and ``reference[i]`` are the blocks (seconds per step, any unit both sides
+    share) each side timed in round ``i``. Pairing within rounds makes the figure immune
+    to the machine's speed changing between rounds (measured on the 2-core VM,
+    2026-12-01: torch s001-mlp H=512 ran at 1 400 us/step for 6 rounds, then at
+    1 700 us/step; a median of each side's blocks pooled over the rounds jumps between the
+    two levels when the sides hold slightly different shares of each, a pairwise ratio
+    does not). Raises ValueError as :func:`ratio_interval` does.
+    """
+    _check_rounds(ours, reference)
+    return statistics.median(
+        statistics.median(o) / statistics.median(r) for o, r in zip(ours, reference, strict=True)
+    )
+
+
+def _check_rounds(ours, reference) -> None:
+    if len(ours) != len(reference):
+        raise ValueError(f"{len(ours)} rounds of ours but {len(reference)} of the reference")
+    if not ours:
+        raise ValueError("no rounds to resample")
+    if any(len(blocks) == 0 for blocks in (*ours, *reference)):
+        raise ValueError("every round needs at least one block on each side")
+
+
 def ratio_interval(
     ours: Sequence[Sequence[float]],
     reference: Sequence[Sequence[float]],
@@ -129,31 +173,25 @@ def ratio_interval(
     replicates: int = 1000,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of median(ours) / median(reference), the medians
-    taken over each side's blocks pooled over the rounds.
+    """Percentile bootstrap interval of :func:`round_ratio`.
 
     ``ours[i]`` and ``reference[i]`` are the blocks (seconds per step, any unit as long
     as both sides share it) that each side timed in round ``i``. Each of ``replicates``
     replicates draws as many rounds as there are, with replacement, keeping each round's
     two sides together, then resamples each side's blocks within each drawn round with
-    replacement, pools and takes the ratio of medians (two-stage bootstrap; why: the
-    module docstring). Returns ``(low, high)``, the ``(1 - level) / 2`` and
-    ``(1 + level) / 2`` quantiles of the replicates (dimensionless). Deterministic for a
-    given ``seed`` (``numpy.random.default_rng``). Source: Efron & Tibshirani, *An
-    Introduction to the Bootstrap* (1993), ch. 13 (percentile interval); Davison &
-    Hinkley, *Bootstrap Methods and their Application* (1997), sec. 3.8 (two-stage
-    resampling of clustered data).
+    replacement, takes each drawn round's ratio of medians and the median of those
+    (two-stage bootstrap; why: the module docstring). Returns ``(low, high)``, the
+    ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the replicates
+    (dimensionless). Deterministic for a given ``seed`` (``numpy.random.default_rng``).
+    Source: Efron & Tibshirani, *An Introduction to the Bootstrap* (1993), ch. 13
+    (percentile interval); Davison & Hinkley, *Bootstrap Methods and their Application*
+    (1997), sec. 3.8 (two-stage resampling of clustered data).
 
     Raises ValueError when the sides have different numbers of rounds, when there is no
     round or a round without blocks, when ``level`` is not in (0, 1) or ``replicates``
     is below 1.
     """
-    if len(ours) != len(reference):
-        raise ValueError(f"{len(ours)} rounds of ours but {len(reference)} of the reference")
-    if not ours:
-        raise ValueError("no rounds to resample")
-    if any(len(blocks) == 0 for blocks in (*ours, *reference)):
-        raise ValueError("every round needs at least one block on each side")
+    _check_rounds(ours, reference)
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
     if replicates < 1:
@@ -161,19 +199,19 @@ def ratio_interval(
     rng = np.random.default_rng(seed)
     n = len(ours)
     drawn = rng.integers(0, n, size=(replicates, n))  # rounds of each replicate
-    medians = [_resampled_medians(side, drawn, rng) for side in (ours, reference)]
-    ratios = medians[0] / medians[1]
+    ours_m, ref_m = (_resampled_round_medians(side, drawn, rng) for side in (ours, reference))
+    ratios = np.median(ours_m / ref_m, axis=1)
     low, high = np.quantile(ratios, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
     return float(low), float(high)
 
 
-def _resampled_medians(
+def _resampled_round_medians(
     rounds: Sequence[Sequence[float]], drawn: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
-    """Median of each replicate's pooled blocks: ``drawn`` (replicates x rounds) names
-    the rounds drawn; each drawn round's blocks are resampled with replacement (as many
-    as it has). Rounds of different lengths are padded with NaN and the padding ignored.
-    """
+    """Median of the resampled blocks of every drawn round (replicates x rounds):
+    ``drawn`` names the rounds drawn; each drawn round's blocks are resampled with
+    replacement (as many as it has). Rounds of different lengths are padded with NaN and
+    the padding ignored."""
     lengths = np.array([len(blocks) for blocks in rounds])
     padded = np.full((len(rounds), lengths.max()), np.nan)
     for i, blocks in enumerate(rounds):
@@ -181,8 +219,8 @@ def _resampled_medians(
     n_drawn = lengths[drawn][..., None]  # replicates x rounds x 1
     picks = (rng.random((*drawn.shape, padded.shape[1])) * n_drawn).astype(int)
     values = padded[drawn[..., None], picks]
-    values[np.arange(padded.shape[1]) >= n_drawn] = np.nan
-    return np.nanmedian(values.reshape(len(drawn), -1), axis=1)
+    values[np.broadcast_to(np.arange(padded.shape[1]) >= n_drawn, values.shape)] = np.nan
+    return np.nanmedian(values, axis=2)
 
 
 def _torch_reference(workload, threads: int, min_run_time: float, steps: int = 1):
@@ -196,24 +234,24 @@ def _torch_reference(workload, threads: int, min_run_time: float, steps: int = 1
     return [t / steps for t in m.times], m.number_per_run * steps
 
 
-def _loop_reference(workload, min_run_time: float, repeats: int = 7) -> list[float]:
-    """Plain loop: k steps then one read-back, k doubled until a loop lasts 1/repeats
-    of ``min_run_time``; seconds per step of each of ``repeats`` loops."""
-    k = workload.steps_per_call
-    while True:
-        t0 = time.perf_counter()
-        workload.run(k)
-        workload.sync()
-        if time.perf_counter() - t0 >= min_run_time / repeats:
-            break
-        k *= 2
+def _loop_reference(workload, k: int, blocks: int) -> list[float]:
+    """Plain loop: ``blocks`` loops of ``k`` steps, each closed by one read-back;
+    seconds per step of each loop."""
     samples = []
-    for _ in range(repeats):
+    for _ in range(blocks):
         t0 = time.perf_counter()
         workload.run(k)
         workload.sync()
         samples.append((time.perf_counter() - t0) / k)
     return samples
+
+
+#: The harness's policy inside one round of :func:`agreement` (after the first round,
+#: which calibrates with the caller's policy): three timed blocks, a short warm-up and no
+#: block-length check (its long block is not part of ``step_time_s``), so that a round
+#: lasts a fraction of a second and the two sides alternate quickly.
+ROUND_BLOCKS = 3
+ROUND_WARMUP_S = 0.1
 
 
 def agreement(
@@ -222,41 +260,53 @@ def agreement(
     case: str,
     sizes: dict[str, int],
     threads: int,
-    rounds: int = 5,
+    rounds: int = 20,
     min_run_time: float = 1.0,
     policy: TimingPolicy | None = None,
 ) -> Agreement:
     """Time one point ``rounds`` times with the harness and with the reference,
     alternately, on one workload object; return the median seconds per step of each
-    side's blocks pooled over the rounds (pooling damps a shared machine's drift) and
-    the 95 % interval of their ratio (:func:`ratio_interval`, seed 0, 1 000 replicates).
-    The harness runs first in even rounds and second in odd ones (module docstring);
-    in an odd round the PyTorch reference therefore times blocks of the k that the
-    harness chose in the round before.
+    side's blocks pooled over the rounds and the 95 % interval of their ratio
+    (:func:`ratio_interval`, seed 0, 1 000 replicates).
 
-    For PyTorch the reference times blocks of the harness's own length k (see the module
-    docstring) and, once per round, blocks of its own choosing, whose median and mean
-    per step are reported beside the ratio.
+    Round 0 builds the workload inside the harness (``policy``: cold start, warm-up,
+    block length k). Every later round runs the harness's :func:`~harness.measure` again
+    on the built workload with :data:`ROUND_BLOCKS` blocks, a warm-up of
+    :data:`ROUND_WARMUP_S` and no block-length check, and the reference times as many
+    blocks of the harness's k: ``blocked_autorange`` on ``w.run(k)`` for PyTorch (its
+    ``min_run_time`` is what ``ROUND_BLOCKS`` such blocks take), a loop closed by a
+    read-back for TensorFlow. Short rounds keep the two sides seconds apart at most, so
+    that a shared machine's drift (its speed changed by a third within minutes on the
+    2-core VM, 2026-12-01) falls on both alike; the order is swapped every round (ours
+    first in even rounds). For PyTorch the reference's own choice of blocks (one step per
+    block past ~0.2 ms, the median single step) is timed once after the rounds for
+    ``min_run_time`` seconds and reported beside the ratio.
 
     The framework must already be imported with ``threads`` pinned
-    (:func:`frameworks.import_framework`).
+    (:func:`frameworks.import_framework`). Raises ValueError for fewer than 2 rounds.
     """
-    policy = policy or TimingPolicy(min_block_s=0.1, n_blocks=7, max_warmup_s=1.0)
+    if rounds < 2:
+        raise ValueError(f"rounds must be at least 2 (a round of each order), got {rounds}")
+    policy = policy or TimingPolicy(min_block_s=0.05, n_blocks=7, max_warmup_s=1.0)
+    in_round = dataclasses.replace(
+        policy, n_blocks=ROUND_BLOCKS, max_warmup_s=ROUND_WARMUP_S, sync_check_s=0.0
+    )
     workload = frameworks.workload_class(framework, case)(device, dict(sizes))
-    ours, reference, own = [], [], []
-    own_steps = k = None
+    ours, reference = [], []
+    k = None
 
     def harness(i: int) -> None:
         nonlocal k
-        m = measure(workload, policy, built=i > 0)
-        ours.append(m.block_step_times_s)
+        m = measure(workload, policy if i == 0 else in_round, built=i > 0)
+        ours.append(m.block_step_times_s[:ROUND_BLOCKS] if i == 0 else m.block_step_times_s)
         k = m.steps_per_block
 
     def timed_reference() -> None:
         if framework == "torch":
-            reference.append(_torch_reference(workload, threads, min_run_time, steps=k)[0])
+            budget = ROUND_BLOCKS * k * statistics.median(ours[-1])
+            reference.append(_torch_reference(workload, threads, budget, steps=k)[0])
         else:
-            reference.append(_loop_reference(workload, min_run_time))
+            reference.append(_loop_reference(workload, k, ROUND_BLOCKS))
 
     for i in range(rounds):
         if i % 2 == 0:  # round 0 builds the workload inside the harness
@@ -265,9 +315,9 @@ def agreement(
         else:
             timed_reference()
             harness(i)
-        if framework == "torch":
-            times, own_steps = _torch_reference(workload, threads, min_run_time)
-            own += times
+    own, own_steps = (None, None)
+    if framework == "torch":
+        own, own_steps = _torch_reference(workload, threads, min_run_time)
     low, high = ratio_interval(ours, reference)
     return Agreement(
         framework,
@@ -283,4 +333,6 @@ def agreement(
         ratio_ci_low=low,
         ratio_ci_high=high,
         rounds=rounds,
+        ours_rounds=tuple(tuple(r) for r in ours),
+        reference_rounds=tuple(tuple(r) for r in reference),
     )
