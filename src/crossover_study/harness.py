@@ -54,9 +54,11 @@ class TimingPolicy:
         relative amount in seconds per step.
     noise_threshold: IQR/median above it flags the point as noisy (STUDY.md: 0.1).
     max_point_s: soft budget per point; fewer blocks (never under 3) when exceeded.
-    sync_check_s: time budget of the block-length check's long block; it runs
+    sync_check_s: time budget of the block-length check's long blocks; they run
         ``sync_check_factor`` blocks' worth of steps, fewer (never under 2) when one
-        block already lasts longer than this budget allows.
+        block already lasts longer than this budget allows; split in two halves, one
+        just before and one just after the timed blocks, when each half can hold at
+        least 2 blocks' worth.
     synced: False times the anti-pattern on purpose (clock read without a device
         sync); never the default.
     disable_gc: Python's garbage collector is collected once and switched off during
@@ -94,15 +96,16 @@ class Measurement:
     """What came out of timing one point. All times in seconds.
 
     ``block_step_times_s`` has one entry per timed block: block seconds / steps_per_block.
-    ``sync_check`` compares seconds per step of the short blocks (their median) with one
-    long block of ``sync_check_steps`` steps: "passed" when they agree within noise,
+    ``sync_check`` compares seconds per step of the short blocks (their median) with the
+    long blocks, ``sync_check_steps`` steps in all (two halves around the timed blocks,
+    or one after them; ``sync_check_long_s`` is their seconds per step): "passed" when they agree within noise,
     "failed" when they do not (what that means depends on the device:
     :func:`sync_check_cause`), "skipped" when no long block fitted the budget.
     ``traces_*`` count tf.function traces / torch.compile graphs added after the first
     step, during warm-up and during the timed blocks (None when the program compiles
     nothing). ``host_load_start`` / ``host_load_end`` are the host's 1-minute load
-    average read just before the first timed block and just after the block-length
-    check, ``host_cpus_others`` the CPUs that other work kept busy in between on
+    average read just before the block-length check's first long block (or the first
+    timed block) and just after its last, ``host_cpus_others`` the CPUs that other work kept busy in between on
     average (:func:`cpus_others`); all three are read outside the timed blocks.
     """
 
@@ -377,7 +380,20 @@ def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Me
         previous = per_step
     traces_after_warmup = _traces(workload)
 
+    # Block-length check (STUDY.md item 2): seconds per step must not depend on the block
+    # length. Its long blocks sandwich the timed blocks: half of the steps (up to
+    # sync_check_factor / 2 x k) just before the first timed block and half just after
+    # the last, so that a speed drifting steadily over the point (another process, a
+    # clock change: the cause of nearly every failed check on a CPU) moves the long
+    # blocks' mean as much as the short blocks' median. With room for fewer than two
+    # long blocks of 2 x k steps, one long block follows the timed blocks.
+    factor = min(policy.sync_check_factor, int(policy.sync_check_s // max(per_step * k, 1e-12)))
+    checked = policy.synced and factor >= 2
+    halves = 2 if checked and factor >= 4 else 1
+    long_steps = _round_up((factor // halves) * k, g) if checked else 0
+
     host_start = host_sample()  # outside the timed blocks, as is host_end
+    long_s = time_block(workload, long_steps, clock) if checked and halves == 2 else 0.0
     blocks: list[float] = []
     while len(blocks) < policy.n_blocks:
         blocks.append(time_block(workload, k, clock, synced=policy.synced) / k)
@@ -395,19 +411,14 @@ def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Me
         timer_overhead_s=overhead_s,
         synced=policy.synced,
     )
-
-    # Block-length check (STUDY.md item 2): seconds per step must not depend on the
-    # block length; a long block of up to sync_check_factor x k steps must agree.
-    block_s = result.step_time_s * k
-    factor = min(policy.sync_check_factor, int(policy.sync_check_s // max(block_s, 1e-12)))
-    if policy.synced and factor >= 2:
-        steps = _round_up(factor * k, g)
-        long_s = time_block(workload, steps, clock) / steps
+    if checked:
+        long_s += time_block(workload, long_steps, clock)
+        steps = halves * long_steps
         agrees = sync_check_agrees(
-            result.step_time_s, long_s, result.step_time_iqr_s, policy.noise_threshold
+            result.step_time_s, long_s / steps, result.step_time_iqr_s, policy.noise_threshold
         )
         result.sync_check = "passed" if agrees else "failed"
-        result.sync_check_long_s, result.sync_check_steps = long_s, steps
+        result.sync_check_long_s, result.sync_check_steps = long_s / steps, steps
     host_end = host_sample()
     result.host_load_start, result.host_load_end = host_start.load_1m, host_end.load_1m
     result.host_cpus_others = cpus_others(host_start, host_end)
