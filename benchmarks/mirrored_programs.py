@@ -28,13 +28,13 @@ import pandas as pd  # noqa: E402
 from crossover_study.answers import format_seconds, replica_program_sentence  # noqa: E402
 from crossover_study.harness import TimingPolicy  # noqa: E402
 from crossover_study.runner import GroupSpec, run_group  # noqa: E402
-from crossover_study.spec import SEED_SIZES, PointSpec  # noqa: E402
+from crossover_study.spec import PointSpec, seed_sizes  # noqa: E402
 
 PROGRAMS = ("mirrored", "mirrored_fit")
 
 
 def main(argv: list[str] | None = None) -> int:
-    seed = SEED_SIZES["s004-lstm"]
+    seed = seed_sizes("s004-lstm")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--units", type=int, default=seed["units"])
     parser.add_argument("--seq-len", type=int, default=seed["seq_len"])

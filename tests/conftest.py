@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from crossover_study import cases
 from crossover_study.provenance import REPO_ROOT
 
 # The tests assert what a machine without a usable GPU records (cuda rows unavailable,
@@ -22,6 +23,28 @@ from crossover_study.provenance import REPO_ROOT
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+#: The study of the two worked examples of cases of your own (examples/).
+OWN_MODELS = REPO_ROOT / "config" / "studies" / "own-models.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _seeds_only_registry():
+    """Every test starts and ends with the seeds as the case registry: a test that loads
+    a study with cases of its own (validate_config registers them) leaves no trace."""
+    cases.use({})
+    yield
+    cases.use({})
+
+
+@pytest.fixture
+def own_models():
+    """The validated config of config/studies/own-models.yaml, its two plug-in cases
+    (examples/digits_cnn.py, examples/digits_keras_fit.py) in the registry."""
+    from crossover_study.config import load_config
+
+    return load_config(OWN_MODELS)
+
+
 #: The committed CPU-only reference run (the synthetic GPU run below is built from it).
 COMMITTED_CPU_RUN = REPO_ROOT / "results" / "reference" / "cpu-2core-2026-11-30"
 SYNTHETIC_CPU_NAME = "Synthetic EPYC (test fixture)"
@@ -146,6 +169,24 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.C
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
+
+
+def slurm_dry_run(workdir: Path, study: Path) -> str:
+    """``snakemake --profile profiles/slurm -n`` of ``study`` in ``workdir`` (no cluster
+    needed): its output, after asserting that it succeeded."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    result = subprocess.run(
+        [str(SNAKEMAKE), "--profile", str(REPO_ROOT / "profiles/slurm")]
+        + ["-s", str(REPO_ROOT / "Snakefile"), "-d", str(workdir), "-n"]
+        + ["--configfile", str(study)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    return out
 
 
 @pytest.fixture(scope="session")

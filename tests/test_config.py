@@ -47,7 +47,7 @@ def test_defaults_are_filled():
 @pytest.mark.parametrize(
     "path, value, expected",
     [
-        (("cases", "s003-cnn"), {}, r"at cases: unknown key\(s\) 's003-cnn'"),
+        (("cases", "s003-cnn"), {}, r"at cases.s003-cnn: 's003-cnn' is not a seed case"),
         (("sweep", "frameworks"), ["torch", "jax"], r"sweep.frameworks\[1\]: 'jax' is not one of"),
         (("sweep", "devices"), ["cpu", "gpu"], r"sweep.devices\[1\]: 'gpu' is not one of"),
         (("sweep", "variants"), ["eager", "fast"], r"sweep.variants\[1\]: 'fast' is not one of"),
@@ -64,7 +64,11 @@ def test_defaults_are_filled():
             r"axes.hidden\[1\]: 1.5 is not of type 'integer'",
         ),
         (("cases", "s001-mlp", "axes", "width"), [8], r"axes: unknown key\(s\) 'width'"),
-        (("cases", "s001-mlp", "grid"), ["hidden", "units"], r"grid\[1\]: 'units' is not one of"),
+        (
+            ("cases", "s001-mlp", "grid"),
+            ["hidden", "units"],
+            r"grid\[1\]: 'units' is not an axis of s001-mlp",
+        ),
         (("timing", "blocks"), 2, r"timing.blocks: 2 is less than the minimum of 3"),
         (("timing", "min_blocks_s"), 0.1, r"at timing: unknown key\(s\) 'min_blocks_s'"),
         (("colour",), "blue", r"at <top level>: unknown key\(s\) 'colour'"),

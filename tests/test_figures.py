@@ -31,7 +31,11 @@ from conftest import (
 
 from crossover_study import figures
 from crossover_study.answers import answer_sentence
-from crossover_study.spec import SEED_SIZES, SIZE_COLUMNS
+from crossover_study.cases import SEEDS
+
+SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
+SIZE_COLUMNS = tuple(dict.fromkeys(a for case in SEEDS.values() for a in case.axes))
+
 
 REPO = Path(__file__).resolve().parents[1]
 TIMES, DASH = "\u00d7", "\u2013"  # multiplication sign, en dash

@@ -1,14 +1,11 @@
 """Profiles: profiles/slurm sends jobs to Slurm with resources from the study config,
 profiles/default holds only what must hold on every machine."""
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from conftest import slurm_dry_run
 
 from crossover_study.provenance import REPO_ROOT
 
@@ -37,19 +34,7 @@ def test_dry_run_through_the_slurm_profile_plans_each_device_class_resources(tmp
     config["sweep"] = {"frameworks": ["torch"], "devices": ["cpu", "cuda", "tpu"]}
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(config))
-    snakemake = Path(sys.executable).with_name("snakemake")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    result = subprocess.run(
-        [str(snakemake), "--profile", str(REPO_ROOT / "profiles/slurm")]
-        + ["-s", str(REPO_ROOT / "Snakefile"), "-d", str(tmp_path), "-n"]
-        + ["--configfile", str(path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-3000:]
+    out = slurm_dry_run(tmp_path, path)
     assert "workflow specific profile" in out
     jobs = re.findall(
         r"wildcards: case=\S+, framework=torch, device=(\w+), batch=0\n\s+"

@@ -10,23 +10,25 @@ import math
 import pandas as pd
 import pytest
 
-from crossover_study import frameworks, programs
+from crossover_study import cases, frameworks, programs
 from crossover_study.answers import answer_sentence, program_legend
+from crossover_study.cases import SEEDS
 from crossover_study.config import ConfigError, points, validate_config
 from crossover_study.crossover import crossover_table
 from crossover_study.harness import TimingPolicy
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import (
     ACCELERATORS,
-    CASES,
     DEVICES,
     FRAMEWORKS,
-    SEED_SIZES,
     VARIANTS,
     PointSpec,
     tpu_global_batch,
 )
 from crossover_study.workloads import NotApplicable, Unavailable
+
+CASES = tuple(SEEDS)  # the seed cases, from the registry
+SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
 
 FAST = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1, sync_check_s=0)
 
@@ -34,9 +36,9 @@ FAST = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=
 # -- the table --------------------------------------------------------------------------
 
 
-def test_every_point_has_exactly_one_program_or_a_reason():
-    rows = programs.table()
-    assert len(rows) == len(CASES) * len(FRAMEWORKS) * len(DEVICES) * len(VARIANTS)
+def test_every_point_has_exactly_one_program_or_a_reason(own_models):
+    rows = programs.table()  # the seeds and own-models.yaml's two plug-ins
+    assert len(rows) == (len(CASES) + 2) * len(FRAMEWORKS) * len(DEVICES) * len(VARIANTS)
     for row in rows:
         assert (row["program"] is None) != (row["not_applicable"] is None), row
         if row["program"] is not None:
@@ -141,10 +143,11 @@ RUN_BY = {
     "strategy_step": {"tf_strategy.StrategyWorkload"},
     "ddp_step": {"torch_ddp.DDPWorkload"},
     "keras_fit_mirrored": {"tf_strategy.MirroredFitWorkload"},
+    "plugin": {"plugin_torch.TorchPluginWorkload", "plugin_tf.TFPluginWorkload"},
 }
 
 
-def test_workloads_agree_with_the_table():
+def test_workloads_agree_with_the_table(own_models):
     """Every point the table calls not applicable is refused by make_workload, and every
     workload make_workload builds (cheap: constructors build nothing) runs the table's
     program (the finer reasons of the workloads, e.g. ``function`` on a step that is
@@ -152,13 +155,13 @@ def test_workloads_agree_with_the_table():
     frameworks.import_framework("torch", "cpu", 1)
     frameworks.import_framework("tensorflow", "cpu", 1)
     built = set()
-    for case in CASES:
+    for case in cases.names():  # the seeds and own-models.yaml's plug-ins
         for framework in FRAMEWORKS:
             for device in DEVICES:
                 for variant in VARIANTS:
                     cores = 8 if variant == "strategy_step" else None
                     point = PointSpec(
-                        case, framework, device, variant, SEED_SIZES[case], tpu_cores=cores
+                        case, framework, device, variant, cases.seed_sizes(case), tpu_cores=cores
                     )
                     program = programs.program_or_none(case, framework, device, variant)
                     try:

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from crossover_study import frameworks, runner
+from crossover_study.cases import SEEDS
 from crossover_study.config import (
     ConfigError,
     batches,
@@ -32,9 +33,10 @@ from crossover_study.config import (
 from crossover_study.harness import TimingPolicy, measure
 from crossover_study.provenance import REPO_ROOT, table_columns
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import SEED_SIZES, PointSpec, without_replicas
+from crossover_study.spec import PointSpec, without_replicas
 from crossover_study.workloads import NotApplicable
 
+SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
 MLP = SEED_SIZES["s001-mlp"]
 FAST = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1, sync_check_s=0)
 
@@ -116,7 +118,7 @@ def test_replication_section_defaults_points_and_jobs():
     "section, expected",
     [
         ({"cases": ["s002-iris"]}, r"replication.cases\[0\]: case 's002-iris' is not under cases"),
-        ({"cases": ["s003-cnn"]}, r"replication.cases\[0\]: 's003-cnn' is not one of"),
+        ({"cases": ["s003-cnn"]}, r"replication.cases\[0\]: case 's003-cnn' is not under cases"),
         ({"replicas": [2, 1]}, r"replication.replicas\[1\]: 1 is less than the minimum of 2"),
         ({"replicas": [2, 2]}, r"replication.replicas: duplicate value\(s\) 2"),
         ({"replicas": [2.5]}, r"replication.replicas\[0\]: 2.5 is not of type 'integer'"),

@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 
 from crossover_study import frameworks
+from crossover_study.cases import SEEDS
 from crossover_study.harness import TimingPolicy, measure
-from crossover_study.spec import CASES, SEED_SIZES
 from crossover_study.workloads import data
+
+CASES = tuple(SEEDS)  # the seed cases, from the registry
+SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
 
 SMALL = {
     "s000-hjb": {"batch": 16, "width": 8},

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from crossover_study import cases
 from crossover_study.programs import PROGRAMS, program_column, program_of_rows
 from crossover_study.programs import cpu_rows as same_program_cpu_rows
 from crossover_study.spec import (
     ACCELERATORS,
     FRAMEWORKS,
-    SEED_SIZES,
+    seed_sizes,
     truthy,
     without_replicas,
 )
@@ -23,8 +24,8 @@ TIMES = "\u00d7"
 EN_DASH = "\u2013"
 
 __all__ = [
-    "SEED_ASSUMPTIONS",
-    "SEED_QUESTIONS",
+    "case_assumption",
+    "case_question",
     "answer_sentence",
     "format_seconds",
     "program_legend",
@@ -33,38 +34,19 @@ __all__ = [
     "replica_program_sentence",
 ]
 
-#: The question each seed case asks, as the report's section headings say it.
-SEED_QUESTIONS: dict[str, str] = {
-    "s000-hjb": ("TF2 custom loop: GPU slower than CPU for a tiny HJB value-function net"),
-    "s001-mlp": "PyTorch MLP: GPU slower than CPU on Colab",
-    "s002-iris": "Keras Iris model: TPU slower than CPU",
-    "s004-lstm": "Keras LSTM: several GPUs no faster than one",
-}
 _DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA", "cuda_multi": "several-GPU CUDA", "tpu": "TPU"}
 
 
-def _lstm_assumption() -> str:
-    from crossover_study.workloads.data import LSTM_TRAIN_SAMPLES, lstm_steps_per_epoch
-
-    seed = SEED_SIZES["s004-lstm"]
-    return (
-        "The seed gives neither its data nor its window length. The study assumes the "
-        f"stock-price tutorial its code follows: {LSTM_TRAIN_SAMPLES:,} training windows "
-        f"of {seed['seq_len']} time steps (seeded synthetic series, 3 features "
-        f"\u2192 4 targets), i.e. {lstm_steps_per_epoch(seed['batch'])} steps per "
-        f"epoch at batch {seed['batch']}; each fit epoch ends with a ModelCheckpoint of "
-        "the whole model and the progress bar is drawn, as in the seed."
-    )
+def case_question(case: str) -> str:
+    """The question ``case`` asks, as its section heading in the report says it (the
+    case registry's: a seed's, or the ``question`` of a case of the study's own)."""
+    return cases.question(case)
 
 
-#: What each case assumes where its seed is silent, shown beside its answer (None: the
-#: seed gives everything the program needs).
-SEED_ASSUMPTIONS: dict[str, str | None] = {
-    "s000-hjb": None,
-    "s001-mlp": None,
-    "s002-iris": None,
-    "s004-lstm": _lstm_assumption(),
-}
+def case_assumption(case: str) -> str | None:
+    """What ``case`` assumes where its seed is silent (shown beside its answer), or None
+    when the seed gives everything its program needs (the case registry's)."""
+    return cases.get(case).assumption_text()
 
 
 def format_seconds(seconds: float) -> str:
@@ -105,7 +87,7 @@ def _first(series: pd.Series) -> float | None:
 def _seed_rows(timings: pd.DataFrame, case: str) -> pd.DataFrame:
     """ok rows of ``case`` with every axis at the seed's size."""
     df = timings[(timings["case"] == case) & (timings["status"] == "ok")]
-    for axis, value in SEED_SIZES[case].items():
+    for axis, value in seed_sizes(case).items():
         df = df[pd.to_numeric(df[axis], errors="coerce") == value]
     return df
 
@@ -116,7 +98,11 @@ def _flags(rows: pd.DataFrame) -> str:
     flags = []
     if "sync_check" in rows and (rows["sync_check"] == "failed").any():
         flags.append("block-length check failed")
-    for column, text in (("noisy", "noisy"), ("retraced", "retraced while timed")):
+    for column, text in (
+        ("noisy", "noisy"),
+        ("retraced", "retraced while timed"),
+        ("nonfinite_loss", "loss NaN/inf: the program diverged"),
+    ):
         if column in rows and truthy(rows[column]).any():
             flags.append(text)
     return f" (flagged: {', '.join(flags)})" if flags else ""
@@ -260,7 +246,7 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
     """
     crossover = crossover if crossover is not None else pd.DataFrame()
     timings = without_replicas(timings)  # replicated rows have their own section
-    seed = SEED_SIZES[case]
+    seed = seed_sizes(case)
     at_seed = _seed_rows(timings, case)
     case_rows = timings[timings["case"] == case]
     several_variants = case_rows["variant"].nunique() > 1

@@ -43,10 +43,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import cases as case_registry
 from .harness import TimingPolicy
 from .manifest import MANIFEST_NAME, load_manifest, locate_package_file, sha256_file
 from .provenance import REPO_ROOT
-from .spec import POINT_COLUMNS, SIZE_COLUMNS
+from .spec import POINT_COLUMNS, size_columns
 
 #: Rows listed per finding before "... and N more".
 MAX_ROWS = 8
@@ -189,12 +190,15 @@ def _check_file(
 
 
 def _check_inputs(report: AuditReport, layout: _Layout, manifest: dict, strict: bool) -> None:
-    """Config, code and data files: changed or missing since the run (notes)."""
-    level = "FAIL" if strict else "note"
-    for group, records in (
-        ("config", manifest["config"]["files"]),
-        ("code", manifest["code"]),
-        ("data", manifest.get("data", [])),
+    """Config, code and data files: changed or missing since the run (notes; failures
+    when ``strict``). A plug-in file of a case of the study's own (``plugins``) that
+    changed or went missing always fails: it *is* the program that was timed, and no
+    commit of this repository holds it."""
+    for group, records, level in (
+        ("config", manifest["config"]["files"], "FAIL" if strict else "note"),
+        ("code", manifest["code"], "FAIL" if strict else "note"),
+        ("data", manifest.get("data", []), "FAIL" if strict else "note"),
+        ("plug-in", manifest.get("plugins", []), "FAIL"),
     ):
         changed, missing = [], []
         for record in records:
@@ -221,8 +225,11 @@ def _check_inputs(report: AuditReport, layout: _Layout, manifest: dict, strict: 
             )
 
 
-#: Columns that identify a row of timings.csv (a point, and the run that measured it).
-_ID_COLUMNS: tuple[str, ...] = (*POINT_COLUMNS, *SIZE_COLUMNS, "run_id")
+def _id_columns(table) -> list[str]:
+    """Columns that identify a row of a timings table (a point: its spec and sizes, and
+    the run that measured it), those of them ``table`` has."""
+    wanted = (*POINT_COLUMNS, *size_columns(table), "run_id")
+    return [c for c in wanted if c in table.columns]
 
 
 def _canonical_rows(path: Path):
@@ -236,7 +243,8 @@ def _ident(row, columns) -> tuple:
     """Identity of a row; sizes compared as integers (``64`` in a per-job table is
     ``64.0`` in timings.csv, where the column has gaps). Other columns stay text: a hex
     ``run_id`` such as ``123e4567abcd`` is not a number."""
-    return tuple(_size_text(str(row[c])) if c in SIZE_COLUMNS else str(row[c]) for c in columns)
+    text = set(POINT_COLUMNS) | {"run_id"}
+    return tuple(str(row[c]) if c in text else _size_text(str(row[c])) for c in columns)
 
 
 def _size_text(value: str) -> str:
@@ -249,7 +257,9 @@ def _size_text(value: str) -> str:
 def _row_label(row) -> str:
     """``case/framework/device/variant/timing size=value,...`` of a timings row."""
     sizes = ",".join(
-        f"{c}={_size_text(str(row[c]))}" for c in SIZE_COLUMNS if c in row and str(row[c]) != ""
+        f"{c}={_size_text(str(row[c]))}"
+        for c in size_columns([row])
+        if c in row and str(row[c]) != ""
     )
     parts = [str(row.get(c, "")) for c in ("case", "framework", "device", "variant", "timing")]
     replicas = str(row.get("replicas", ""))
@@ -274,7 +284,7 @@ def _check_timings_derivation(
     from .tables import TableError, collect_timings
 
     actual = _canonical_rows(timings)
-    id_cols = [c for c in _ID_COLUMNS if c in actual.columns]
+    id_cols = _id_columns(actual)
     position = {_ident(r, id_cols): i for i, r in actual.iterrows()}
 
     def first_row(path: Path) -> float:
@@ -337,6 +347,34 @@ def _check_timings_derivation(
         actual=actual_hash,
         details=details,
     )
+
+
+def _check_plugin_rows(report: AuditReport, layout: _Layout, manifest: dict, timings: Path) -> None:
+    """Every row of a case of the study's own says which plug-in file measured it
+    (``workload_sha256``): it must be the file the manifest recorded. A row measured with
+    another version of the plug-in (the file edited between runs whose rows were kept)
+    fails, naming the rows."""
+    records = {(r["case"], r["framework"]): r for r in manifest.get("plugins", [])}
+    if not records:
+        return
+    rows = _canonical_rows(timings)
+    if "workload_sha256" not in rows.columns:
+        return
+    for (case, framework), record in records.items():
+        mine = rows[(rows["case"] == case) & (rows["framework"] == framework)]
+        stamped = mine[mine["workload_sha256"] != ""]
+        other = stamped[stamped["workload_sha256"] != record["sha256"]]
+        if len(other):
+            labels = [_row_label(r) for _, r in other.head(MAX_ROWS).iterrows()]
+            report.add(
+                "FAIL",
+                "measured by another plug-in version",
+                layout.shown(timings),
+                f"{len(other)} row(s) of {case} ({framework}) were measured with a plug-in "
+                f"file other than the recorded {record['path']}: " + "; ".join(labels),
+                expected=record["sha256"],
+                actual=str(other["workload_sha256"].iloc[0]),
+            )
 
 
 def _check_crossover_derivation(
@@ -680,6 +718,8 @@ def _check_environment(report: AuditReport, manifest: dict) -> None:
 def _audit_study(report: AuditReport, target: Path, manifest: dict, strict: bool) -> None:
     layout = _Layout(target, manifest["results_dir"])
     report.title = f"study {manifest['study']}, manifest of {manifest['created_utc']}"
+    # The run's own cases (its plug-ins' seed sizes and axes) for the re-derivations.
+    case_registry.use(manifest["config"]["resolved"])
     _check_portable(report, Path(layout.shown(target / MANIFEST_NAME)), manifest, "manifest")
     if not layout.original:
         report.add(
@@ -699,6 +739,7 @@ def _audit_study(report: AuditReport, target: Path, manifest: dict, strict: bool
     timings_path = layout.locate(manifest["tables"]["timings"])
     if timings_path is not None and timings_path.is_file():
         _check_rows(report, layout, manifest, timings_path)
+        _check_plugin_rows(report, layout, manifest, timings_path)
         if manifest["points"] and len(points) == len(manifest["points"]):
             _check_timings_derivation(report, layout, manifest, timings_path, points)
         crossover_path = layout.locate(manifest["tables"]["crossover"])

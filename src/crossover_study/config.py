@@ -19,10 +19,11 @@ from typing import Any, TypeVar
 import jsonschema
 import yaml
 
+from . import cases as case_registry
 from .harness import TimingPolicy
 from .programs import classified
-from .provenance import SCHEMAS
-from .spec import DEFAULT_TPU_CORES, REPLICA_VARIANTS, SEED_SIZES, PointSpec, config_hash
+from .provenance import REPO_ROOT, SCHEMAS, table_columns
+from .spec import DEFAULT_TPU_CORES, REPLICA_VARIANTS, PointSpec, config_hash, seed_sizes
 
 SCHEMA_PATH = SCHEMAS / "config.schema.yaml"
 T = TypeVar("T")
@@ -85,14 +86,23 @@ def _schema_error(error: jsonschema.ValidationError) -> ConfigError:
     return ConfigError(f"config error at {where}: {error.message}")
 
 
-def validate_config(config: Mapping[str, Any]) -> dict:
-    """Validate ``config`` and return a copy with every default filled in.
+def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] = ()) -> dict:
+    """Validate ``config`` and return a copy with every default filled in; make its
+    cases the active case registry (:func:`crossover_study.cases.use`).
 
     Raises :class:`ConfigError` naming the first bad key path (unknown names or keys,
     non-positive or duplicate sizes, a swept device that ``devices`` does not define,
     grid axes a case does not have, a GPU count that is not a positive integer, a
     partition or account with a comma or space, threads and cpus_per_task that differ,
-    a variant the program table does not classify).
+    a variant the program table does not classify, and for a case of the user's own a
+    plug-in that is missing, lacks its entry point or does not take an axis:
+    :func:`_check_cases`).
+
+    ``study_dirs``: folders a plug-in's ``workload`` path may be relative to (the study
+    file's), searched before the repository root and the working directory; the
+    validated config stores the file relative to the repository root or the working
+    directory when it lies inside one (so validating it again finds it from there),
+    else as an absolute path (:func:`crossover_study.cases.stored_path`).
 
     A device class that gives ``cpus_per_task`` but not ``threads`` gets
     ``threads = cpus_per_task``: a job's framework threads are the CPUs Slurm gives it.
@@ -115,6 +125,8 @@ def validate_config(config: Mapping[str, Any]) -> dict:
                 f"config error at sweep.devices[{i}]: device {device!r} is not defined "
                 f"under devices (defined: {', '.join(config['devices'])})"
             )
+    _check_cases(config, [*study_dirs, REPO_ROOT, Path.cwd()])
+    case_registry.use(config)
     _check_replication(config)
     for i, variant in enumerate(config["sweep"]["variants"]):
         if not classified(variant):
@@ -182,7 +194,9 @@ def _check_replication(config: Mapping[str, Any]) -> None:
                 )
     if "strong" in rep["scaling"]:
         for case in rep["cases"]:
-            batch = SEED_SIZES[case]["batch"]
+            batch = seed_sizes(case).get("batch")
+            if batch is None:  # a case without a batch axis has no replicated points
+                continue
             for i, replicas in enumerate(rep["replicas"]):
                 if batch % replicas:
                     raise ConfigError(
@@ -198,6 +212,86 @@ def _check_replication(config: Mapping[str, Any]) -> None:
             )
 
 
+#: Keys a seed case's entry may not give: its program, framework and seed size are the
+#: registry's (:data:`crossover_study.cases.SEEDS`).
+PLUGIN_KEYS: tuple[str, ...] = ("workload", "entry", "framework", "question", "seed")
+
+
+def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
+    """Cross-checks of the ``cases`` section the schema cannot express, in place: a seed
+    case gives only ``axes`` and ``grid``, over its own axes; a case of the user's own
+    gives ``workload``, ``framework`` and ``seed``, its framework is swept, every axis of
+    ``axes`` has a seed size, no axis is named like another column of the timings
+    table, and its plug-in file exists and defines its entry point taking ``device`` and
+    every axis (:func:`crossover_study.cases.check_plugin`, without importing it); its
+    ``workload`` is replaced by the stored path (:func:`crossover_study.cases.stored_path`).
+    A ``grid`` names two axes of the case."""
+    seeds = case_registry.SEEDS
+    reserved = set(table_columns("timings")) - {a for c in seeds.values() for a in c.axes}
+    for name, spec in config["cases"].items():
+        where = f"config error at cases.{name}"
+        if name in seeds:
+            given = [k for k in PLUGIN_KEYS if k in spec]
+            if given:
+                raise ConfigError(
+                    f"{where}.{given[0]}: {name} is a seed case; its program, framework, "
+                    "question and seed size are built in (give a case of your own a name "
+                    "of its own)"
+                )
+            own_axes = seeds[name].axes
+            extra = sorted(set(spec["axes"]) - set(own_axes))
+            if extra:
+                raise ConfigError(
+                    f"{where}.axes: unknown key(s) {', '.join(map(repr, extra))}; "
+                    f"allowed: {', '.join(own_axes)}"
+                )
+        else:
+            for key in ("workload", "framework", "seed"):
+                if key not in spec:
+                    hint = (
+                        f"{name!r} is not a seed case ({', '.join(seeds)}) and gives no "
+                        "workload: the plug-in file of a case of your own (README, 'Measure "
+                        "your own model')"
+                        if key == "workload"
+                        else f"a case of your own needs {key} (docs/PLUGINS.md)"
+                    )
+                    raise ConfigError(f"{where}: {hint}")
+            if spec["framework"] not in config["sweep"]["frameworks"]:
+                raise ConfigError(
+                    f"{where}.framework: {spec['framework']} is not in sweep.frameworks "
+                    f"({', '.join(config['sweep']['frameworks'])}): the case would measure "
+                    "nothing"
+                )
+            for axis in spec["seed"]:
+                if axis in reserved:
+                    raise ConfigError(
+                        f"{where}.seed.{axis}: {axis!r} is a column of the timings table "
+                        "(workflow/schemas/timings.schema.yaml); name the axis otherwise"
+                    )
+            for axis in spec["axes"]:
+                if axis not in spec["seed"]:
+                    raise ConfigError(
+                        f"{where}.axes.{axis}: axis {axis!r} has no seed size (cases.{name}."
+                        f"seed gives {', '.join(spec['seed'])}); the seed's own size is "
+                        "always measured, so every axis needs one"
+                    )
+            try:
+                path = case_registry.resolve_workload(name, spec["workload"], search)
+                case_registry.check_plugin(
+                    name, path, spec.get("entry", case_registry.DEFAULT_ENTRY), spec["seed"]
+                )
+            except case_registry.PluginError as error:
+                raise ConfigError(str(error)) from None
+            spec["workload"] = case_registry.stored_path(path)
+            own_axes = tuple(spec["seed"])
+        for i, axis in enumerate(spec.get("grid", ())):
+            if axis not in own_axes:
+                raise ConfigError(
+                    f"{where}.grid[{i}]: {axis!r} is not an axis of {name} "
+                    f"(axes: {', '.join(own_axes)})"
+                )
+
+
 def schema_default(*path: str):
     """The ``default`` of the config schema's property at ``path`` (e.g.
     ``("replication", "cases")``). Raises KeyError for a path the schema lacks."""
@@ -208,8 +302,9 @@ def schema_default(*path: str):
 
 
 def load_config(path: str | Path) -> dict:
-    """Read a YAML study config and :func:`validate_config` it. Raises ConfigError for a
-    missing or unparsable file too."""
+    """Read a YAML study config and :func:`validate_config` it (a plug-in's ``workload``
+    may be relative to the file's folder). Raises ConfigError for a missing or
+    unparsable file too."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -217,7 +312,7 @@ def load_config(path: str | Path) -> dict:
         raise ConfigError(f"cannot read config {path}: {exc}") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"config {path} must be a mapping, got {type(raw).__name__}")
-    return validate_config(raw)
+    return validate_config(raw, study_dirs=[path.parent])
 
 
 def case_sizes(case: str, case_config: Mapping[str, Any]) -> list[dict[str, int]]:
@@ -226,7 +321,7 @@ def case_sizes(case: str, case_config: Mapping[str, Any]) -> list[dict[str, int]
 
     Returns a sorted list of dicts mapping every axis of the case to a positive int.
     """
-    seed = SEED_SIZES[case]
+    seed = seed_sizes(case)
     axes = {a: sorted(set(case_config.get("axes", {}).get(a, [])) | {v}) for a, v in seed.items()}
     points = {tuple(sorted(seed.items()))}
     for axis, values in axes.items():
@@ -246,7 +341,7 @@ def points(config: Mapping[str, Any], case: str, framework: str, device: str) ->
     carry the config's ``tpu_cores`` (their global batch divides over them)."""
     sizes = case_sizes(case, config["cases"][case])
     sweep = config["sweep"]
-    seed = dict(SEED_SIZES[case])
+    seed = seed_sizes(case)
     extra_sizes = sizes if sweep.get("extras_at", "seed") == "all" else [seed]
     # strategy_step runs the TPU's batch on every device (spec.tpu_global_batch).
     cores = config.get("tpu_cores", DEFAULT_TPU_CORES)
@@ -280,7 +375,7 @@ def replicated_points(
     rep = config.get("replication")
     if not rep or case not in rep["cases"] or device not in rep["devices"]:
         return []
-    seed = dict(SEED_SIZES[case])
+    seed = seed_sizes(case)
     return [
         point
         for v in rep["variants"]
@@ -296,10 +391,15 @@ def replicated_points(
 
 
 def groups(config: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Every (case, framework, device) group of the study (one or more measuring jobs)."""
+    """Every (case, framework, device) group of the study (one or more measuring jobs):
+    a seed in every swept framework, a case of the user's own in its framework only."""
     sweep = config["sweep"]
     return [
-        (c, f, d) for c in config["cases"] for f in sweep["frameworks"] for d in sweep["devices"]
+        (c, f, d)
+        for c in config["cases"]
+        for f in sweep["frameworks"]
+        if f in case_registry.get(c).frameworks
+        for d in sweep["devices"]
     ]
 
 

@@ -53,9 +53,9 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
+from . import cases as case_registry
 from .manifest import file_record, sha256_file, write_json
 from .provenance import REPO_ROOT
-from .spec import CASES
 
 CRATE_NAME = "ro-crate-metadata.json"
 PROFILES: tuple[tuple[str, str, str], ...] = (
@@ -313,6 +313,10 @@ def build_crate(
             )
         )
     data = [add_file(r, f"data: {r.get('name', Path(r['path']).name)}") for r in manifest["data"]]
+    plugins = [
+        add_file(r, f"plug-in of case {r['case']} ({r['framework']}): its training program")
+        for r in manifest.get("plugins", [])
+    ]
     for entity, record in zip(data, manifest["data"], strict=True):
         if record["root"] == "package":
             entity["isPartOf"] = app(record["package"], record["package_version"])
@@ -373,7 +377,7 @@ def build_crate(
         action = crate.add_action(
             framework_app,
             identifier=f"#run-{run['run_id']}",
-            object=configs,
+            object=[*configs, *plugins],
             result=results,
             properties={
                 "@type": "CreateAction",
@@ -431,7 +435,10 @@ def build_crate(
     figures = []
     for record in manifest["figures"]:
         name = Path(record["path"]).name
-        case = next((c for c in CASES if name.startswith(f"{c}-")), None)
+        # The longest case name the figure's name starts with (digits-cnn-... is
+        # digits-cnn's, not a case called digits).
+        by_length = sorted(case_registry.names(), key=len, reverse=True)
+        case = next((c for c in by_length if name.startswith(f"{c}-")), None)
         # The tables the figure records as its sources (both study tables when it
         # records none, as figures drawn before sources were recorded).
         sources = record.get("sources") or dict.fromkeys(list(derived)[:2])
@@ -453,7 +460,7 @@ def build_crate(
     run = crate.add_action(
         workflow,
         identifier=f"#workflow-run-{_slug(study)}",
-        object=[*configs, *data],
+        object=[*configs, *data, *plugins],
         result=outputs,
         properties={
             "@type": "CreateAction",

@@ -44,7 +44,7 @@ import pandas as pd
 from .point_runs import resample_medians, row_runs
 from .programs import cpu_rows, no_cpu_program_reason, program_column, program_of_rows
 from .provenance import table_columns
-from .spec import ACCELERATORS, SEED_SIZES, case_axes, without_replicas
+from .spec import ACCELERATORS, case_axes, seed_sizes, without_replicas
 
 #: Percentiles of every bootstrap interval here: the two-sided 95% percentile interval.
 PERCENTILES = (2.5, 97.5)
@@ -274,7 +274,7 @@ def n_star(cpu: pd.Series | dict, acc: pd.Series | dict) -> float | None:
 
 def _axis_slice(df: pd.DataFrame, case: str, axis: str) -> pd.DataFrame:
     """Rows of ``case`` whose axes other than ``axis`` are at the seed's size."""
-    seed = SEED_SIZES[case]
+    seed = seed_sizes(case)
     mask = pd.Series(True, index=df.index)
     for other, value in seed.items():
         if other != axis:
@@ -342,7 +342,7 @@ def _one_row(sub, mine, case, framework, variant, acc_name, axis, n_boot, seed) 
         "variant": variant,
         "accelerator": acc_name,
         "axis": axis,
-        "seed_size": SEED_SIZES[case][axis],
+        "seed_size": seed_sizes(case)[axis],
     }
     line = _axis_slice(sub, case, axis)
     ok = line[line["status"] == "ok"]
@@ -376,7 +376,7 @@ def _one_row(sub, mine, case, framework, variant, acc_name, axis, n_boot, seed) 
         }
     common = sorted(set(cpu.index) & set(acc.index))
     row["n_sizes"] = len(common)
-    seed_value = SEED_SIZES[case][axis]
+    seed_value = seed_sizes(case)[axis]
     if seed_value in common:
         c, a = cpu.loc[seed_value], acc.loc[seed_value]
         row["speedup_at_seed"] = c["step_time_s"] / a["step_time_s"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .spec import SIZE_COLUMNS
+from .spec import size_columns
 
 #: What one curve is drawn from.
 CURVE_COLUMNS: tuple[str, ...] = ("case", "framework", "device", "variant", "timing")
@@ -90,8 +90,8 @@ def describe_conflicts(timings: pd.DataFrame, conflicts: list[dict], source: str
             for i in env["rows"]:
                 sizes = ",".join(
                     f"{c}={int(float(timings.at[i, c]))}"
-                    for c in SIZE_COLUMNS
-                    if c in timings and _text(timings.at[i, c])
+                    for c in size_columns(timings)
+                    if _text(timings.at[i, c])
                 )
                 rows.append(f"row {i} ({sizes})")
             lines.append(f"  {what}; run {', '.join(env['run_ids']) or '?'}: {'; '.join(rows)}")

@@ -32,9 +32,9 @@ from crossover_study.spec import (
     DEVICES,
     FRAMEWORKS,
     REPLICA_VARIANTS,
-    SEED_SIZES,
-    SIZE_COLUMNS,
     case_axes,
+    seed_sizes,
+    size_columns,
     truthy,
     without_replicas,
 )
@@ -46,7 +46,6 @@ EN_DASH = "\u2013"
 __all__ = [
     "CROSS_MACHINE_NOTE",
     "FIGURE_FORMATS",
-    "SIZE_COLUMNS",
     "UNSYNCED_LABEL",
     "cross_machine_step_time",
     "figure_sources",
@@ -55,6 +54,7 @@ __all__ = [
     "programs",
     "replica_scaling",
     "scaling_table",
+    "size_columns",
     "variant_comparison",
     "save_figure",
     "sources_text",
@@ -188,7 +188,7 @@ def _ok_rows(timings: pd.DataFrame, case: str) -> pd.DataFrame:
 def _at_seed(df: pd.DataFrame, case: str, except_axes: tuple[str, ...] = ()) -> pd.DataFrame:
     """Rows whose axes (all but ``except_axes``) are at the seed's own size."""
     mask = pd.Series(True, index=df.index)
-    for axis, value in SEED_SIZES[case].items():
+    for axis, value in seed_sizes(case).items():
         if axis not in except_axes:
             mask &= pd.to_numeric(df[axis], errors="coerce") == value
     return df[mask]
@@ -293,7 +293,7 @@ def step_time_vs_size(
     ----------
     timings
         Tidy timings table; only ``ok`` rows of ``case`` whose other axes are at the
-        seed's size (``spec.SEED_SIZES``) are drawn.
+        seed's size (``spec.seed_sizes``) are drawn.
     case, axis
         Seed case and the size axis on x (samples, features, neurons or time steps).
     crossover
@@ -312,9 +312,9 @@ def step_time_vs_size(
     ``"seed-size"``). Returns the Axes.
     """
     ax = _new_ax(ax)
-    seed = SEED_SIZES[case][axis]
+    seed = seed_sizes(case)[axis]
     title = f"{case}: step time vs {axis}"
-    others = ", ".join(f"{a}={v}" for a, v in SEED_SIZES[case].items() if a != axis)
+    others = ", ".join(f"{a}={v}" for a, v in seed_sizes(case).items() if a != axis)
     if others:
         title += f" ({others})"
     df = _at_seed(_ok_rows(timings, case), case, except_axes=(axis,))
@@ -488,7 +488,7 @@ def cross_machine_step_time(
         ``timings`` is a tidy timings table (``timings.csv``). Of each, only the ``ok``
         rows of the naive program (:func:`programs`: ``eager``, synchronised timing,
         replicated rows left out) of ``case`` with the axes other than ``axis`` at the
-        seed's size (``spec.SEED_SIZES``) are drawn.
+        seed's size (``spec.seed_sizes``) are drawn.
     case, axis
         Seed case and the size axis on x.
     ax
@@ -510,9 +510,9 @@ def cross_machine_step_time(
     with no row to draw, an Axes saying so. Raises KeyError for an unknown case.
     """
     ax = _new_ax(ax, figsize=(7.0, 4.6))
-    seed = SEED_SIZES[case][axis]
+    seed = seed_sizes(case)[axis]
     title = f"{case}: step time vs {axis}"
-    others = ", ".join(f"{a}={v}" for a, v in SEED_SIZES[case].items() if a != axis)
+    others = ", ".join(f"{a}={v}" for a, v in seed_sizes(case).items() if a != axis)
     if others:
         title += f" ({others})"
     title += "\ncross-machine comparison (no crossover across machines)"
@@ -581,7 +581,7 @@ def time_to_train(
     """Time to train N steps at the seed's size, cold start and first step included.
 
     For every device x framework (x variant) with an ``ok`` row at the seed's own size
-    (all axes at ``spec.SEED_SIZES[case]``; duplicates are reduced to their median),
+    (all axes at ``spec.seed_sizes(case)``; duplicates are reduced to their median),
     draws ``T(N) = cold_start_s + first_step_s + N * step_time_s`` in seconds against
     the number of steps N from 1 to ``max_steps``, both axes logarithmic. Colour =
     device, line style = framework (dashed for tensorflow) or variant. Rows without a
@@ -645,7 +645,7 @@ def _grid_values(df: pd.DataFrame, case: str, x_axis: str, y_axis: str):
     sub = _at_seed(df, case, except_axes=(x_axis, y_axis))
     sub = sub[[x_axis, y_axis]].apply(pd.to_numeric, errors="coerce").dropna()
     points = set(map(tuple, sub.to_numpy().tolist()))
-    xs, ys = SEED_SIZES[case][x_axis], SEED_SIZES[case][y_axis]
+    xs, ys = seed_sizes(case)[x_axis], seed_sizes(case)[y_axis]
     off = {(x, y) for x, y in points if x != xs and y != ys}
     if not off:
         return None

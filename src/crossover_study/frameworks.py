@@ -420,12 +420,20 @@ def fresh_compile_cache(root: str | None = None) -> str:
 
 
 def workload_class(framework: str, case: str):
-    """The workload class of ``case`` in ``framework`` (imports the framework)."""
-    if framework == "torch":
-        from .workloads.torch_cases import WORKLOADS
-    else:
-        from .workloads.tf_cases import WORKLOADS
-    return WORKLOADS[case]
+    """The workload class of seed ``case`` in ``framework``: its registered entry point
+    (:mod:`crossover_study.cases`, a ``module:Class`` of the package; imports the
+    framework). Raises KeyError for an unknown case or framework and ValueError for a
+    plug-in case (its entry point is built by
+    :func:`crossover_study.workloads.plugins.plugin_workload`)."""
+    import importlib
+
+    from . import cases
+
+    own = cases.get(case)
+    if not own.builtin:
+        raise ValueError(f"{case} is a plug-in case: build it with plugins.plugin_workload")
+    module, name = own.entry_point(framework)
+    return getattr(importlib.import_module(module), name)
 
 
 def make_workload(point, threads: int):
@@ -447,6 +455,8 @@ def make_workload(point, threads: int):
       ``OneDeviceStrategy`` on ``cpu`` (``/cpu:0``) and ``cuda`` (``/gpu:0``) and under
       this host's ``TPUStrategy`` on ``tpu``, with the point's global batch (its batch
       rounded to divide over ``tpu_cores``, :meth:`PointSpec.global_batch`);
+    - ``plugin`` (a case of the user's own, :mod:`crossover_study.cases`): what its
+      plug-in's entry point builds (:func:`~crossover_study.workloads.plugins.plugin_workload`);
     - any other program: the case's one-device program (:func:`workload_class`).
 
     Raises ``workloads.NotApplicable`` where the point's variant does not apply (the
@@ -470,6 +480,11 @@ def make_workload(point, threads: int):
     if owner is not None and owner != point.framework:
         raise NotApplicable(f"{point.variant} is a {owner} replica variant")
     program = program_of(case, point.framework, device, point.variant)
+    if program == "plugin":
+        from . import cases
+        from .workloads.plugins import plugin_workload
+
+        return plugin_workload(cases.get(case), point.framework, device, sizes, point.variant)
     if point.variant in REPLICA_VARIANTS:
         if device == "cuda_multi":
             visible = len(gpu_names(point.framework))

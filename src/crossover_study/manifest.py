@@ -4,7 +4,9 @@
 
 - inputs: the config file(s) with the resolved config and its hash, the code
   (``Snakefile``, ``workflow/**``, ``src/crossover_study/**``, the lock file and conda
-  envs) and data files (scikit-learn's Iris CSV when ``s002-iris`` is measured);
+  envs), data files (scikit-learn's Iris CSV when ``s002-iris`` is measured) and the
+  plug-in file of every case of the study's own (``plugins``: case, framework and the
+  file's record; :func:`plugin_files`);
 - outputs: ``timings.csv``, ``crossover.csv``, ``wall.json``, the report (HTML and
   executed notebook) and every figure (PNG, SVG, PDF) with the table hashes each figure
   says it was drawn from (see :func:`crossover_study.figures.figure_sources`);
@@ -48,6 +50,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .cases import SEEDS
 from .gpu_bundle import pins
 from .provenance import REPO_ROOT, git_state
 
@@ -142,8 +145,8 @@ def code_files(repo: str | Path = REPO_ROOT) -> list[Path]:
 
 #: Data files that ship inside an installed distribution, per case: (case, name,
 #: distribution, path in the distribution's RECORD).
-PACKAGE_DATA: tuple[tuple[str, str, str, str], ...] = (
-    ("s002-iris", "iris.csv", "scikit-learn", "sklearn/datasets/data/iris.csv"),
+PACKAGE_DATA: tuple[tuple[str, str, str, str], ...] = tuple(
+    (case.name, *data) for case in SEEDS.values() for data in case.package_data
 )
 
 
@@ -173,6 +176,19 @@ def locate_package_file(record: Mapping) -> Path | None:
     except importlib.metadata.PackageNotFoundError:
         return None
     return Path(str(dist.locate_file(record["path"])))
+
+
+def plugin_files(config: Mapping) -> list[tuple[str, str, Path]]:
+    """(case, framework, absolute path) of the plug-in file of every case of a validated
+    ``config`` that is not a seed (:mod:`crossover_study.cases`), in config order."""
+    from . import cases
+
+    found = []
+    for name, spec in config.get("cases", {}).items():
+        if name in cases.SEEDS or "workload" not in spec:
+            continue
+        found.append((name, spec["framework"], cases.resolve_stored(spec["workload"])))
+    return found
 
 
 def data_files(config: Mapping) -> list[dict]:
@@ -369,8 +385,14 @@ def build_manifest(
             "merge_environments": bool(config.get("merge_environments", False)),
             "resolved": resolved,
         },
-        "code": [rec(p) for p in code_files(repo)],
+        # Code is the repository's, also when the working directory is the repository
+        # itself (make study): root repo, which the crate copies into its code/ folder.
+        "code": [{**file_record(p, repo, repo), "root": "repo"} for p in code_files(repo)],
         "data": data,
+        "plugins": [
+            {"case": case, "framework": framework, **rec(path)}
+            for case, framework, path in plugin_files(config)
+        ],
         "tables": table_records,
         "reference_tables": reference_records,
         "report": {role: rec(path) for role, path in report.items()},
@@ -409,7 +431,7 @@ def portable_manifest(manifest: Mapping) -> dict:
     files are the same."""
     out = json.loads(json.dumps(manifest))
     out["config"]["files"] = [_portable_record(r) for r in out["config"]["files"]]
-    for group in ("code", "data", "figures", "points", "probes"):
+    for group in ("code", "data", "plugins", "figures", "points", "probes"):
         out[group] = [_portable_record(r) for r in out.get(group, [])]
     for group in ("tables", "reference_tables", "report"):
         out[group] = {k: _portable_record(r) for k, r in out.get(group, {}).items()}

@@ -175,12 +175,13 @@ def speedup_figure(runs: Iterable[ReferenceRun]):
     has no accelerator rows, as its title says). The accelerator is the first of
     ``spec.ACCELERATORS`` with ok rows of the case in that run. Returns the Figure (a
     one-panel note when no run measured a grid)."""
+    from . import cases as case_registry
     from . import figures
-    from .spec import ACCELERATORS, CASES, FRAMEWORKS
+    from .spec import ACCELERATORS, FRAMEWORKS
 
     panels = []
     for run in runs:
-        for case in CASES:
+        for case in case_registry.names():
             grid = figures.grid_axes(run.timings, case)
             if grid is None:
                 continue
@@ -209,13 +210,14 @@ def cross_machine_figure(runs: Iterable[ReferenceRun]):
     :func:`figures.cross_machine_step_time`, one curve per run x device (x framework),
     each labelled with the run's folder name, the device class and its
     ``device_name``. Curves of different runs are never merged and no crossover is
-    drawn across them. Cases run in ``spec.CASES`` order; a case no run measured has no
-    panel. Returns the Figure (a one-panel note when no run has ok rows)."""
+    drawn across them. Cases run in the case registry's order (the seeds first,
+    :func:`crossover_study.cases.names`); a case no run measured has no panel. Returns
+    the Figure (a one-panel note when no run has ok rows)."""
+    from . import cases as case_registry
     from . import figures
-    from .spec import CASES
 
     runs = list(runs)
-    cases = [c for c in CASES if any(not _ok(r, c).empty for r in runs)]
+    cases = [c for c in case_registry.names() if any(not _ok(r, c).empty for r in runs)]
     if not cases:
         return _no_data("no reference run has ok rows", "step time on every reference machine")
     curves = [(run.name, figures.programs(run.timings, include_unsynced=False)) for run in runs]

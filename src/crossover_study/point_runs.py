@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .spec import POINT_COLUMNS, SIZE_COLUMNS
+from .spec import POINT_COLUMNS, size_columns
 
 #: Coverage of :func:`prediction_interval`.
 PREDICTION_LEVEL = 0.95
@@ -222,7 +222,7 @@ def merge_repeats(rows: pd.DataFrame, noise_threshold: float) -> pd.DataFrame:
     """
     if rows.empty:
         return rows.copy()
-    keys = [c for c in (*POINT_COLUMNS, *SIZE_COLUMNS) if c in rows]
+    keys = [c for c in (*POINT_COLUMNS, *size_columns(rows)) if c in rows]
     ident = (
         rows[keys].astype(object).where(rows[keys].notna(), "").astype(str).agg("|".join, axis=1)
     )

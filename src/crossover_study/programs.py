@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from . import cases
 from .spec import (
-    CASES,
     DEVICES,
     FRAMEWORKS,
     REPLICA_VARIANTS,
@@ -78,6 +78,10 @@ PROGRAMS: dict[str, str] = {
         "Keras Model.fit of the seed's model built and compiled in MirroredStrategy.scope(), "
         "Keras distributing the input over the replicas (s004's user's program)"
     ),
+    "plugin": (
+        "a case of your own: the training program its plug-in's builder returns (one "
+        "step, or Keras fit), run by the library as the user wrote it"
+    ),
 }
 
 #: Variants that execute the seed's program differently (the same arithmetic and
@@ -104,8 +108,6 @@ REPLICA_PROGRAMS: dict[str, str] = {
     "mirrored": "strategy_step",
     "mirrored_fit": "keras_fit_mirrored",
 }
-#: The Keras fit seeds (the rest train with a hand-written loop).
-FIT_CASES: tuple[str, ...] = ("s002-iris", "s004-lstm")
 #: Keras fit variants that run another program than fit (see the module docstring).
 KERAS_PROGRAM_OF_VARIANT: dict[str, str] = {
     "train_on_batch": "keras_train_on_batch",
@@ -155,7 +157,7 @@ def program_of(case: str, framework: str, device: str, variant: str) -> str:
     its own).
     """
     for value, known, what in (
-        (case, CASES, "case"),
+        (case, cases.names(), "case"),
         (framework, FRAMEWORKS, "framework"),
         (device, DEVICES, "device"),
         (variant, VARIANTS, "variant"),
@@ -168,6 +170,8 @@ def program_of(case: str, framework: str, device: str, variant: str) -> str:
             "executes the seed's program differently (EXECUTION_VARIANTS) or runs another"
         )
     check_framework(variant, framework)
+    if not cases.get(case).builtin:
+        return _plugin_program(case, framework, device, variant)
     if variant in REPLICA_VARIANTS:
         check_replica_point(variant, case, device)
         return REPLICA_PROGRAMS[variant]
@@ -188,10 +192,57 @@ def program_of(case: str, framework: str, device: str, variant: str) -> str:
     return own
 
 
+#: Variants derived from a plug-in's one step (the library builds them from the step the
+#: plug-in returns; :mod:`crossover_study.workloads.plugin_torch` and ``plugin_tf``).
+#: Whether one applies to a given plug-in is known once its builder ran (a step that
+#: already reads its loss every step, a Keras fit program, a step without data): its
+#: workload then raises NotApplicable with the reason.
+PLUGIN_VARIANTS: tuple[str, ...] = (
+    "eager",
+    "read_loss_every_step",
+    "read_loss_every_1000",
+    "copy_data_each_step",
+    "compile",
+    "cuda_graph",
+    "function",
+    "xla",
+    "loop",
+    "steps_per_execution",
+    "tf32",
+)
+
+
+def _plugin_program(case: str, framework: str, device: str, variant: str) -> str:
+    """The program of ``variant`` of a plug-in case (``plugin``), or NotApplicable: the
+    case's other framework, replicas, strategy_step and the TPU (the seeds' own), the
+    LSTM kernel and Keras path variants (written for the seeds' programs), cuda_multi."""
+    own = cases.get(case)
+    if framework not in own.frameworks:
+        raise NotApplicable(f"{case} is a {', '.join(own.frameworks)} plug-in")
+    if variant in REPLICA_VARIANTS:
+        check_replica_point(variant, case, device)
+    if device == "cuda_multi":
+        raise NotApplicable(
+            f"cuda_multi measures the replicated points ({', '.join(REPLICA_VARIANTS)}) of the "
+            "replication section only; the one-GPU program is the cuda class's"
+        )
+    if device == "tpu":
+        raise NotApplicable(
+            "a plug-in's step is not run under TPUStrategy here (only the seeds' "
+            "strategy_step is); the TPU rows of a case of your own are not measured"
+        )
+    if variant not in PLUGIN_VARIANTS:
+        raise NotApplicable(
+            f"{variant} is written for the seeds' own programs; from a plug-in's step the "
+            f"library derives {', '.join(PLUGIN_VARIANTS)}"
+        )
+    return "plugin"
+
+
 def _tf_program(case: str, variant: str) -> str:
     """The one-device TensorFlow program of ``variant`` of ``case`` (NotApplicable for a
     Keras-path variant of a case without fit)."""
-    if case not in FIT_CASES:
+    if case not in cases.with_flag("keras_fit"):
         if variant in KERAS_PATHS:
             raise NotApplicable(f"{variant} applies to Keras fit programs; this one has no fit")
         return "tf_step"
@@ -308,16 +359,17 @@ def program_column(rows):
 
 
 def table(
-    cases: Iterable[str] = CASES,
+    case_names: Iterable[str] | None = None,
     frameworks: Iterable[str] = FRAMEWORKS,
     devices: Iterable[str] = DEVICES,
     variants: Iterable[str] = VARIANTS,
 ) -> list[dict]:
     """The program table as rows ``{case, framework, device, variant, program,
-    not_applicable}``: exactly one of ``program`` and ``not_applicable`` (the reason)
-    is set per row. For the report and the tests."""
+    not_applicable}`` over ``case_names`` (default: every active case,
+    :func:`crossover_study.cases.names`): exactly one of ``program`` and
+    ``not_applicable`` (the reason) is set per row. For the report and the tests."""
     rows = []
-    for c in cases:
+    for c in cases.names() if case_names is None else case_names:
         for f in frameworks:
             for d in devices:
                 for v in variants:

@@ -10,12 +10,13 @@ times overlap; per crossover estimate present in both runs, whether the two boot
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .spec import POINT_COLUMNS, SIZE_COLUMNS
+from .spec import POINT_COLUMNS, size_columns
 
 #: Two runs' step times agree when b/a is within 1 +- this (STUDY.md's noise threshold).
 AGREE = 0.1
@@ -37,12 +38,16 @@ class RepeatSummary:
 
     points: pd.DataFrame
     crossovers: pd.DataFrame
+    #: The size columns of ``points`` (both runs' axes), in the order first seen.
+    size_columns: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         """The comparison as printable lines, the summary last."""
         out = []
         for _, r in self.points.iterrows():
-            sizes = ",".join(f"{c}={int(r[c])}" for c in SIZE_COLUMNS if c in r and pd.notna(r[c]))
+            sizes = ",".join(
+                f"{c}={int(r[c])}" for c in self.size_columns if c in r and pd.notna(r[c])
+            )
             variant = r["variant"]
             if r["replicas"] != 1 or r["scaling"] != "none":
                 variant += f" x{int(r['replicas'])}" + (
@@ -105,14 +110,16 @@ def _quartiles(blocks: str) -> tuple[float, float]:
     return float(q1), float(q3)
 
 
-def _ok_points(timings: pd.DataFrame) -> pd.DataFrame:
+def _ok_points(timings: pd.DataFrame, sizes: Sequence[str]) -> pd.DataFrame:
+    """ok rows of ``timings`` with the columns added over time and every size column of
+    ``sizes`` present (NaN where the table lacks it)."""
     df = timings[timings["status"] == "ok"].copy()
     # Columns added over time: tables written before them read as the defaults.
     for column, default in (("timing", "synced"), ("replicas", 1), ("scaling", "none")):
         if column not in df:
             df[column] = default
         df[column] = df[column].fillna(default)
-    for c in SIZE_COLUMNS:
+    for c in sizes:
         if c not in df:
             df[c] = np.nan
     return df
@@ -132,8 +139,9 @@ def compare_runs(
     ``lo_a <= hi_b and lo_b <= hi_a``. Raises KeyError when a table lacks a key column
     or ``step_time_s``/``block_step_times_s``.
     """
-    keys = [*POINT_COLUMNS, *SIZE_COLUMNS]
-    a, b = _ok_points(timings_a), _ok_points(timings_b)
+    sizes = list(dict.fromkeys((*size_columns(timings_a), *size_columns(timings_b))))
+    keys = [*POINT_COLUMNS, *sizes]
+    a, b = _ok_points(timings_a, sizes), _ok_points(timings_b, sizes)
     for df in (a, b):  # tables written before points had runs have no interval
         for column in ("step_time_pi_low_s", "step_time_pi_high_s"):
             if column not in df:
@@ -141,12 +149,12 @@ def compare_runs(
     cols = [*keys, "step_time_s", "block_step_times_s", "step_time_pi_low_s", "step_time_pi_high_s"]
     # Size columns hold NaN where a case lacks the axis; merge on a filled copy.
     merged = pd.merge(
-        a[cols].fillna({c: -1 for c in SIZE_COLUMNS}),
-        b[cols].fillna({c: -1 for c in SIZE_COLUMNS}),
+        a[cols].fillna({c: -1 for c in sizes}),
+        b[cols].fillna({c: -1 for c in sizes}),
         on=keys,
         suffixes=("_a", "_b"),
     )
-    merged[list(SIZE_COLUMNS)] = merged[list(SIZE_COLUMNS)].replace(-1, np.nan)
+    merged[sizes] = merged[sizes].replace(-1, np.nan)
     rows = []
     for _, r in merged.iterrows():
         lo_a, hi_a = _quartiles(r["block_step_times_s_a"])
@@ -207,4 +215,4 @@ def compare_runs(
             both["ci_low_b"] <= both["ci_high_a"]
         )
         crossovers = both[cross_cols]
-    return RepeatSummary(points, crossovers)
+    return RepeatSummary(points, crossovers, tuple(sizes))

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import psutil
 
-from . import frameworks, gpu_state, precision
+from . import cases, frameworks, gpu_state, precision
 from .config import logical_cpus
 from .harness import TimingPolicy, measure
 from .probe import check_cpus_given
 from .programs import not_applicable_reason, program_or_none
 from .provenance import git_state, placement, table_columns
-from .spec import LSTM_CASES, PointSpec
+from .spec import PointSpec, size_columns
 from .watchdog import (
     PointDeadlineExceeded,
     PointWatchdog,
@@ -86,20 +86,24 @@ class GroupSpec:
 
     def settings(self) -> str:
         """Fingerprint (12 hex digits) of what a measurement depends on besides the
-        point itself: the job's threads, the timing policy and the pinned float
+        point itself: the job's threads, the timing policy, the pinned float
         precision (:data:`precision.PINNED`; rows journaled before precision was pinned
-        and recorded do not count). A journaled row measured under other settings is
+        and recorded do not count) and, for a case of the user's own, the sha256 of its
+        plug-in file (an edited plug-in is measured again; the seeds' fingerprint is
+        the one it was before plug-ins existed). A journaled row measured under other settings is
         measured again, never reused. The point deadline is not part of it: it changes
         no measurement (a point ended at a shorter deadline is measured again, see
         :func:`run_group`)."""
-        text = json.dumps(
-            {
-                "threads": self.threads,
-                "policy": dataclasses.asdict(self.policy),
-                "precision": precision.PINNED,
-            },
-            sort_keys=True,
-        )
+        fingerprint = {
+            "threads": self.threads,
+            "policy": dataclasses.asdict(self.policy),
+            "precision": precision.PINNED,
+        }
+        if not cases.get(self.case).builtin:
+            fingerprint["workload_sha256"] = cases.workload_provenance(self.case, self.framework)[
+                "workload_sha256"
+            ]
+        text = json.dumps(fingerprint, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -286,7 +290,7 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
         intra = interop = None
     device_init_s = None
     if probe.available and (deadline is None or time.time() <= deadline):
-        frameworks.initialise_device(group.framework, group.device, lstm=group.case in LSTM_CASES)
+        frameworks.initialise_device(group.framework, group.device, lstm=cases.get(group.case).lstm)
         device_init_s = time.perf_counter() - init_start
     journal = Journal(journal_path, group.settings())
     commit, dirty = git_state()
@@ -302,6 +306,7 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
         "config_hash": group.config_hash,
         "run_id": uuid.uuid4().hex[:12],
         **placement(),
+        **cases.workload_provenance(group.case, group.framework),
     }
     log(f"{group.case}/{group.framework}/{group.device}: {probe.visible}; import {import_s:.2f} s")
 
@@ -322,8 +327,16 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
     )
     with watchdog or contextlib.nullcontext():
         rows = [_run_point(job_state, point) for point in group.points]
-    write_csv_atomic(rows, table_columns("timings"), out_csv)
+    write_csv_atomic(rows, timings_columns(rows), out_csv)
     return rows
+
+
+def timings_columns(rows) -> list[str]:
+    """Columns of a timings table holding ``rows``: the documented ones in schema order,
+    then the size axes of plug-in cases that the schema does not name
+    (:func:`spec.size_columns`), in the order first seen."""
+    documented = list(table_columns("timings"))
+    return documented + [a for a in size_columns(rows) if a not in documented]
 
 
 def _measure_again_after_deadline(journal: Journal, key: str, now: float | None) -> float | None:
@@ -530,6 +543,21 @@ def measure_point(
     return row
 
 
+def _error_row(exc: BaseException, import_s, device_init_s, started: float) -> dict:
+    """The row of a point whose program raised ``exc``: ``oom`` for an out-of-memory
+    error, else ``error``; ``message`` is the exception's own line (the last line of its
+    traceback), at most 2 000 characters."""
+    status = "oom" if frameworks.is_oom(exc) else "error"
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return {
+        "status": status,
+        "message": text[-2000:],
+        "import_s": import_s,
+        "device_init_s": device_init_s,
+        "measured_s": time.perf_counter() - started,
+    }
+
+
 def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
     """:func:`measure_point` without the precision context and columns."""
     started = time.perf_counter()
@@ -539,34 +567,37 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
     except (frameworks.DeviceMissingError, Unavailable) as reason:
         return {"status": "unavailable", "message": str(reason), "import_s": import_s}
+    except Exception as exc:  # noqa: BLE001 - a plug-in that fails to import or build
+        return _error_row(exc, import_s, device_init_s, started)
     policy = dataclasses.replace(policy, synced=point.timing == "synced")
     try:
         m = measure(workload, policy)
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
+    except NotApplicable as reason:  # known once a plug-in's builder said what it built
+        return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
     except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded
-        status = "oom" if frameworks.is_oom(exc) else "error"
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return {
-            "status": status,
-            "message": text[-2000:],
-            "import_s": import_s,
-            "device_init_s": device_init_s,
-            "measured_s": time.perf_counter() - started,
-        }
+        return _error_row(exc, import_s, device_init_s, started)
     finally:
         close = getattr(workload, "close", None)
         if close is not None:
             close()
     retraced = None if m.traces_timed is None else m.traces_timed > 0
-    global_batch = info.get("global_batch", point.global_batch())
+    nonfinite = not math.isfinite(m.final_loss) if m.final_loss is not None else None
+    has_batch = "batch" in point.sizes
+    global_batch = info.get("global_batch", point.global_batch() if has_batch else None)
     allreduce_s = info.get("allreduce_s")
+    messages = []
+    if retraced:
+        messages.append(f"{m.traces_timed} trace(s) or recompilation(s) inside the timed blocks")
+    if nonfinite:
+        messages.append(
+            f"the loss is {m.final_loss} after the timed blocks: the program diverged, so "
+            "its steps computed on NaN/inf (flagged, not a speed of the working program)"
+        )
     return {
         "status": "ok",
-        "message": (
-            f"{m.traces_timed} trace(s) or recompilation(s) inside the timed blocks"
-            if retraced
-            else None
-        ),
+        "message": "; ".join(messages) or None,
+        "nonfinite_loss": nonfinite,
         "step_time_s": m.step_time_s,
         "step_time_iqr_s": m.step_time_iqr_s,
         "noisy": m.is_noisy(policy.noise_threshold),
@@ -598,7 +629,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         "replicas": info.get("replicas", point.replicas),
         "scaling": info.get("scaling", point.scaling),
         "global_batch": global_batch,
-        "samples_per_s": global_batch / m.step_time_s,
+        "samples_per_s": None if global_batch is None else global_batch / m.step_time_s,
         "threads_per_replica": info.get("threads_per_replica"),
         "replica_devices": info.get("replica_devices"),
         "allreduce_s": allreduce_s,

@@ -1,8 +1,8 @@
 """What one measurement point is: the study's vocabulary and the immutable point spec.
 
-The four seed cases come from ``docs/STUDY.md`` (originals in ``docs/seeds/``).
-Each case has named size axes; the seed's own value on every axis is recorded here so
-that every sweep contains the user's own size.
+The cases (the four seeds of ``docs/STUDY.md`` and a study's own plug-ins) live in the
+case registry, :mod:`crossover_study.cases`: each has named size axes and the seed's
+own value on every axis, so that every sweep contains the user's own size.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-#: Case names, exactly as the issues and the config use them.
-CASES: tuple[str, ...] = ("s000-hjb", "s001-mlp", "s002-iris", "s004-lstm")
+from . import cases as case_registry
+
 FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow")
 #: Device classes. ``cpu`` is the baseline; every other class is an accelerator:
 #: ``cuda`` (one GPU), ``cuda_multi`` (several GPUs of one node: the replica variants
@@ -80,12 +80,6 @@ REPLICA_VARIANTS: dict[str, str] = {
     "mirrored": "tensorflow",
     "mirrored_fit": "tensorflow",
 }
-#: Cases whose seed or answers ask about several replicas (issue 5): s004's user ran
-#: MirroredStrategy on several GPUs; s001 is the plain PyTorch MLP.
-REPLICA_CASES: tuple[str, ...] = ("s001-mlp", "s004-lstm")
-#: Cases whose model has LSTM layers: their measuring jobs also warm the LSTM path when
-#: they initialise the device (cuDNN's one-time set-up on CUDA).
-LSTM_CASES: tuple[str, ...] = ("s004-lstm",)
 #: ``strong``: the global batch is the seed's batch, split over the replicas
 #: (per-replica batch = batch / replicas). ``weak``: every replica gets the seed's batch
 #: (global batch = batch x replicas).
@@ -128,17 +122,14 @@ def batch_note(batch: int, global_batch: int, cores: int, seed: bool = False) ->
 #: Point outcomes. ``ok`` rows carry timings; every other status carries a ``message``.
 STATUSES: tuple[str, ...] = ("ok", "unavailable", "oom", "error", "not_applicable")
 
-#: Size axes of each case, in the order the report uses, with the seed's own value.
-#: s004's sequence length is not given in the seed; 60 time steps is the usual window of
-#: the stock-price LSTM tutorials its code follows, and the design card makes T an axis.
-SEED_SIZES: dict[str, dict[str, int]] = {
-    "s000-hjb": {"batch": 100, "width": 8},
-    "s001-mlp": {"batch": 64, "d_in": 1024, "hidden": 128},
-    "s002-iris": {"batch": 20, "hidden": 32},
-    "s004-lstm": {"batch": 32, "units": 180, "seq_len": 60},
-}
-#: Every size column of the tidy table (a column is empty where a case lacks the axis).
-SIZE_COLUMNS: tuple[str, ...] = ("batch", "width", "d_in", "hidden", "units", "seq_len")
+#: Format of the timings tables this version writes (column ``format_version``). 2: the
+#: size columns are the axes the row's ``axes`` column names, any names a case declares
+#: (plug-in cases bring their own). 1 (no ``format_version`` column): the six fixed size
+#: columns of the four seeds, ``axes`` absent; :func:`size_columns` and
+#: :func:`row_axes` read both.
+TIMINGS_FORMAT = 2
+
+
 #: Columns of the tidy table that, with the size columns, name a point (a
 #: :class:`PointSpec`): what two tables or two runs are matched on.
 POINT_COLUMNS: tuple[str, ...] = (
@@ -168,8 +159,41 @@ def truthy(series):
 
 
 def case_axes(case: str) -> tuple[str, ...]:
-    """Size axes of ``case`` (e.g. ``("batch", "width")``); raises KeyError for unknown."""
-    return tuple(SEED_SIZES[case])
+    """Size axes of ``case`` in report order (e.g. ``("batch", "width")``), from the case
+    registry (:func:`crossover_study.cases.axes`); raises KeyError for an unknown case."""
+    return case_registry.axes(case)
+
+
+def seed_sizes(case: str) -> dict[str, int]:
+    """The seed size of ``case`` (axis -> value), from the case registry; raises KeyError
+    for an unknown case."""
+    return case_registry.seed_sizes(case)
+
+
+def row_axes(row) -> tuple[str, ...]:
+    """The size axes of one timings row (a mapping or pandas row): its ``axes`` column
+    (format 2: comma-joined names) or, for a row written before that column existed,
+    its case's registered axes (empty for an unknown case)."""
+    text = row.get("axes") if hasattr(row, "get") else None
+    if isinstance(text, str) and text.strip():
+        return tuple(a for a in text.split(",") if a)
+    try:
+        return case_axes(str(row.get("case")))
+    except KeyError:
+        return ()
+
+
+def size_columns(table) -> tuple[str, ...]:
+    """The size columns of a timings table (a DataFrame, or an iterable of row
+    mappings): every axis its rows name (:func:`row_axes`), in the order first seen,
+    restricted to columns the table has. A table of format 1 names the seeds' axes."""
+    rows = table.to_dict("records") if hasattr(table, "to_dict") else list(table)
+    present = set(table.columns) if hasattr(table, "columns") else None
+    seen: dict[str, None] = {}
+    for row in rows:
+        for axis in row_axes(row):
+            seen.setdefault(axis)
+    return tuple(a for a in seen if present is None or a in present)
 
 
 @dataclass(frozen=True)
@@ -250,7 +274,7 @@ class PointSpec:
         if self.tpu_cores is None or "batch" not in self.sizes:
             return None
         batch = self.sizes["batch"]
-        seed = batch == SEED_SIZES[self.case]["batch"]
+        seed = batch == seed_sizes(self.case).get("batch")
         return batch_note(batch, self.global_batch(), self.tpu_cores, seed)
 
     def replica_batch(self) -> int:
@@ -269,18 +293,32 @@ class PointSpec:
             )
         return batch // self.replicas
 
+    def axes(self) -> tuple[str, ...]:
+        """The point's axes: its case's in report order (sizes the case lacks appended in
+        sorted order; a case the registry does not know: its sizes sorted)."""
+        try:
+            known = case_axes(self.case)
+        except KeyError:
+            known = ()
+        return (*[a for a in known if a in self.sizes], *sorted(set(self.sizes) - set(known)))
+
     def as_row(self) -> dict:
-        """The spec's columns of the tidy table (size columns absent for other cases;
-        ``global_batch`` from :meth:`global_batch`)."""
+        """The spec's columns of the tidy table: one size column per axis of the point
+        (other cases' size columns are absent), ``axes`` naming them in report order,
+        ``format_version`` (:data:`TIMINGS_FORMAT`), ``global_batch`` from
+        :meth:`global_batch` (None for a case without a ``batch`` axis) and ``note``."""
         row = {k: v for k, v in asdict(self).items() if k not in ("sizes", "tpu_cores")}
-        row.update({c: self.sizes.get(c) for c in SIZE_COLUMNS})
+        axes = self.axes()
+        row.update({a: self.sizes[a] for a in axes})
+        row["axes"] = ",".join(axes)
+        row["format_version"] = TIMINGS_FORMAT
         row["global_batch"] = self.global_batch() if "batch" in self.sizes else None
         row["note"] = self.note()
         return row
 
     def is_seed_size(self) -> bool:
         """True when every axis is at the seed's own value."""
-        return dict(self.sizes) == SEED_SIZES[self.case]
+        return dict(self.sizes) == seed_sizes(self.case)
 
 
 def config_hash(config: Mapping) -> str:

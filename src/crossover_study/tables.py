@@ -12,20 +12,40 @@ import yaml
 from .harness import TimingPolicy
 from .point_runs import merge_repeats
 from .provenance import SCHEMAS, table_columns
-from .runner import write_csv_atomic
+from .runner import timings_columns, write_csv_atomic
+from .spec import size_columns
 
 
 class TableError(ValueError):
     """A timings table breaks its schema; the message names the file, row and column."""
 
 
+def _axis_columns(df: pd.DataFrame, documented) -> list[str]:
+    """Size columns of ``df`` that the schema does not list: the axes of plug-in cases
+    that its rows name (column ``axes``)."""
+    return [c for c in size_columns(df) if c not in documented]
+
+
 def validate_timings(df: pd.DataFrame, source: str = "timings") -> None:
-    """Check every row of ``df`` against ``workflow/schemas/timings.schema.yaml`` and
-    that no undocumented column is present. Raises :class:`TableError`."""
+    """Check every row of ``df`` against ``workflow/schemas/timings.schema.yaml``, that
+    no undocumented column is present (a size axis that rows name in ``axes`` is
+    documented by them, and must hold positive whole numbers where set). Raises
+    :class:`TableError`."""
     schema = yaml.safe_load((SCHEMAS / "timings.schema.yaml").read_text())
-    extra = set(df.columns) - set(schema["properties"])
+    axes = _axis_columns(df, schema["properties"])
+    extra = set(df.columns) - set(schema["properties"]) - set(axes)
     if extra:
         raise TableError(f"{source}: undocumented column(s) {sorted(extra)}")
+    for axis in axes:
+        values = pd.to_numeric(df[axis], errors="coerce")
+        bad = df[axis].notna() & ~(values.notna() & (values >= 1) & (values % 1 == 0))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise TableError(
+                f"{source}: row {i}, column {axis}: {df[axis].iloc[i]!r} is not a positive "
+                "whole size"
+            )
+    schema = {**schema, "properties": {**schema["properties"], **{a: {} for a in axes}}}
     validator = jsonschema.Draft202012Validator(schema)
     records = df.astype(object).where(df.notna(), None).to_dict("records")
     for i, record in enumerate(records):
@@ -40,6 +60,8 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     (pandas would turn a boolean column with gaps into 0.0/1.0), text as text."""
     schema = yaml.safe_load((SCHEMAS / "timings.schema.yaml").read_text())
     out = df.copy()
+    for axis in _axis_columns(out, schema["properties"]):
+        out[axis] = pd.to_numeric(out[axis], errors="raise")
     for column, spec in schema["properties"].items():
         if column not in out:
             continue
@@ -71,11 +93,14 @@ def read_job_tables(
     csvs: Iterable[str | Path], columns: Iterable[str] | None = None
 ) -> pd.DataFrame:
     """The per-job CSVs concatenated, one row per run of a point, typed as the schema
-    types them, with the documented columns in schema order (or ``columns``)."""
+    types them, with the documented columns in schema order followed by the size axes
+    of plug-in cases (:func:`runner.timings_columns`), or with ``columns``."""
     frames = [pd.read_csv(p, dtype=object) for p in csvs]
-    columns = list(columns) if columns is not None else list(table_columns("timings"))
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-    return _typed(df.reindex(columns=columns))
+    documented = list(table_columns("timings"))
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=documented)
+    if columns is None:
+        columns = timings_columns(df)
+    return _typed(df.reindex(columns=list(columns)))
 
 
 def collect_timings(

@@ -8,10 +8,14 @@ from pathlib import Path
 SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
 
+from crossover_study import cases as case_registry  # noqa: E402
 from crossover_study import config as study_config  # noqa: E402
 
-# Validate before any job is planned: a bad key stops here with its key path.
-config.update(study_config.validate_config(config))
+# Validate before any job is planned: a bad key stops here with its key path. A case of
+# your own names its plug-in file relative to its study file or to the repository.
+config.update(
+    study_config.validate_config(config, study_dirs=[Path(f).parent for f in workflow.configfiles])
+)
 
 STUDY = config["study"]
 RESULTS = f"results/{STUDY}"
@@ -33,8 +37,12 @@ def _alternatives(names):
     return "|".join(re.escape(n) for n in names)
 
 
+# The study's case names as one regular expression (wildcards, report patterns).
+CASE_NAMES = _alternatives(config["cases"])
+
+
 wildcard_constraints:
-    case=_alternatives(config["cases"]),
+    case=CASE_NAMES,
     framework=_alternatives(config["sweep"]["frameworks"]),
     device=_alternatives(config["sweep"]["devices"]),
     batch=r"\d+",
@@ -147,6 +155,16 @@ def get_mem_mb(wildcards):
 def get_runtime(wildcards):
     """Wall-time limit of a measuring job in minutes (its device class's runtime)."""
     return config["devices"][wildcards.device]["runtime"]
+
+
+def get_workload_files(wildcards):
+    """A case of your own: its plug-in file, an input of its measuring jobs (an edited
+    plug-in reruns them; its sha256 is in every row and the manifest). None for a seed,
+    whose program is the library's code."""
+    case = case_registry.get(wildcards.case)
+    if case.builtin:
+        return []
+    return [str(case.plugin_file(wildcards.framework))]
 
 
 def get_env(wildcards):

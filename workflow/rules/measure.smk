@@ -7,6 +7,8 @@ rule measure:
     input:
         # timing.repeats: run r waits for run r - 1 on every device (none for run 0).
         previous_round=get_previous_round,
+        # A case of your own: its plug-in file (none for a seed).
+        workload=get_workload_files,
     output:
         csv=f"{POINTS}.csv",
         # What the job was given and saw (host, Slurm job, partition, CPUs, GPUs, TPUs).

@@ -13,7 +13,7 @@ rule report_notebook:
         figures=report(
             directory(f"{REPORTS}/figures"),
             # <case>-<kind>.png; the .svg and .pdf beside each PNG stay out of the report.
-            patterns=[r"{case,s\d+-[a-z]+}-{kind}.png"],
+            patterns=[f"{{case,{CASE_NAMES}}}-{{kind}}.png"],
             caption="../report/figures.rst",
             category="Figures",
             labels={"case": "{case}", "figure": "{kind}"},

@@ -7,7 +7,8 @@ anything is built, and the runner records ``status=not_applicable`` with the rea
 
 from __future__ import annotations
 
-from ..spec import REPLICA_CASES, REPLICA_DEVICES, REPLICA_VARIANTS
+from .. import cases
+from ..spec import REPLICA_DEVICES, REPLICA_VARIANTS
 
 
 class NotApplicable(Exception):
@@ -66,7 +67,8 @@ def loss_read_every(workload, variant: str) -> int:
         raise NotApplicable(FIT_READS_EVERY_STEP)
     target = LOSS_READ_VARIANTS[variant]
     if target == every:
-        raise NotApplicable(f"the seed's program already reads the loss every {every} step(s)")
+        whose = "the seed's program" if getattr(workload, "seed_program", True) else "your step"
+        raise NotApplicable(f"{whose} already reads the loss every {every} step(s) (= eager)")
     return target
 
 
@@ -112,13 +114,14 @@ def check_tf32(variant: str, device: str) -> None:
 
 def check_replica_point(variant: str, case: str, device: str) -> None:
     """Raise NotApplicable when the data-parallel ``variant`` has no point for ``case``
-    (:data:`~crossover_study.spec.REPLICA_CASES`) or on ``device``
+    (the registry's cases with ``replicas``, :mod:`crossover_study.cases`) or on ``device``
     (``REPLICA_DEVICES``), or when ``mirrored_fit`` meets a case whose seed is not Keras
     ``fit`` (:func:`check_fit_replica_case`)."""
-    if case not in REPLICA_CASES:
+    replica_cases = cases.with_flag("replicas")
+    if case not in replica_cases:
         raise NotApplicable(
-            f"replicas are measured for {', '.join(REPLICA_CASES)} (issue 5); {case}'s seed "
-            "ran on one device"
+            f"replicas are measured for {', '.join(replica_cases)} (issue 5); {case}'s "
+            + ("seed ran on one device" if case in cases.SEEDS else "program runs on one device")
         )
     if device not in REPLICA_DEVICES:
         raise NotApplicable(f"{variant} runs on {' or '.join(REPLICA_DEVICES)}, not {device}")
@@ -134,7 +137,7 @@ def replica_batches(
     replicas, weak scaling (and one replica) gives every replica ``batch``.
 
     Raises NotApplicable for a case or device without replicas
-    (:data:`~crossover_study.spec.REPLICA_CASES`, ``REPLICA_DEVICES``) or a batch strong
+    (the registry's cases with ``replicas``, ``REPLICA_DEVICES``) or a batch strong
     scaling cannot split evenly; ValueError for fewer than one replica.
     """
     check_replica_point(variant, case, device)
@@ -159,16 +162,14 @@ def check_replica_variant(variant: str) -> None:
         )
 
 
-#: Cases whose seed trained a Keras model with ``fit`` under ``MirroredStrategy``.
-FIT_REPLICA_CASES: tuple[str, ...] = ("s004-lstm",)
-
-
 def check_fit_replica_case(case: str) -> None:
     """Raise NotApplicable when ``case``'s seed did not train with Keras ``fit``
-    (:data:`FIT_REPLICA_CASES`), so ``mirrored_fit`` has no program for it."""
-    if case not in FIT_REPLICA_CASES:
+    (the registry's cases with ``fit_replicas``), so ``mirrored_fit`` has no program for
+    it."""
+    fit_replica_cases = cases.with_flag("fit_replicas")
+    if case not in fit_replica_cases:
         raise NotApplicable(
             f"mirrored_fit trains a Keras model with fit under MirroredStrategy, as "
-            f"{', '.join(FIT_REPLICA_CASES)}'s seed did; {case}'s seed is not a Keras fit "
+            f"{', '.join(fit_replica_cases)}'s seed did; {case}'s seed is not a Keras fit "
             "program (the mirrored variant measures its strategy step)"
         )

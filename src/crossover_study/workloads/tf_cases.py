@@ -552,6 +552,3 @@ class LSTM(_KerasFit):
         if self.variant == "generic":
             return "generic"
         return "cudnn"  # use_cudnn "auto"/True with the default activations and no masking
-
-
-WORKLOADS = {"s000-hjb": HJB, "s001-mlp": MLP, "s002-iris": Iris, "s004-lstm": LSTM}

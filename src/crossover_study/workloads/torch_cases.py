@@ -99,6 +99,22 @@ def compile_toolchain_missing(device: str) -> str | None:
     return None
 
 
+def check_torch_variant(variant: str, device: str) -> None:
+    """Raise NotApplicable for a variant no PyTorch one-device program has on ``device``
+    (another framework's, a replica variant, ``cuda_graph`` off CUDA, ``tf32`` off an
+    NVIDIA GPU) and Unavailable for ``compile`` without the compiler it builds with
+    (:func:`compile_toolchain_missing`). Decided before anything is built."""
+    check_framework(variant, "torch")
+    check_replica_variant(variant)
+    if variant == "cuda_graph" and device != "cuda":
+        raise NotApplicable("a CUDA graph captures CUDA kernels; the CPU has none")
+    if variant == "compile":
+        missing = compile_toolchain_missing(device)
+        if missing is not None:
+            raise Unavailable(missing)
+    check_tf32(variant, device)
+
+
 def _glorot(module: nn.Module) -> nn.Module:
     """Keras Dense defaults: Glorot-uniform kernel, zero bias."""
     for m in module.modules():
@@ -119,16 +135,8 @@ class _TorchWorkload:
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
     ):
-        check_framework(variant, "torch")
-        check_replica_variant(variant)
-        if variant == "cuda_graph" and device != "cuda":
-            raise NotApplicable("a CUDA graph captures CUDA kernels; the CPU has none")
-        if variant == "compile":
-            missing = compile_toolchain_missing(device)
-            if missing is not None:
-                raise Unavailable(missing)
+        check_torch_variant(variant, device)
         check_lstm_kernel(variant, device, isinstance(self, LSTM))
-        check_tf32(variant, device)
         self.loss_read_every = loss_read_every(self, variant)
         #: copy_data_each_step: data stays in host memory and each step copies its batch
         #: to the device (a no-op copy on the CPU) instead of being placed once.
@@ -535,6 +543,3 @@ class LSTM(_TorchWorkload):
                 with self._kernel():
                     loss = self.step(x, y)
                 self._read_on_schedule(loss)
-
-
-WORKLOADS = {"s000-hjb": HJB, "s001-mlp": MLP, "s002-iris": Iris, "s004-lstm": LSTM}

@@ -46,8 +46,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from .. import cases
 from ..precision import pin_fp32
-from ..spec import REPLICA_CASES
 from . import NotApplicable, data, replica_batches
 from .torch_cases import KERAS_ADAM_EPS, LSTMRegressor, _glorot
 
@@ -113,7 +113,7 @@ class RankProgram:
         device: torch.device,
         seed: int = 1234,
     ):
-        if case not in REPLICA_CASES:
+        if case not in cases.with_flag("replicas"):
             raise NotApplicable(f"no DDP program for {case}")
         self.case, self.device, self.replicas = case, device, replicas
         self.step_index = 0

@@ -1,0 +1,148 @@
+"""What a plug-in's builder returns: one training step and the data it needs.
+
+A case of your own is a Python file with one function (``docs/PLUGINS.md``; templates
+in ``examples/``)::
+
+    from crossover_study.plugin import TorchStep
+
+    def build(device, batch: int, channels: int) -> TorchStep:
+        model = ...to(device)
+        opt = torch.optim.Adam(model.parameters())
+        x, y = ...  # one batch, on the host
+
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return TorchStep(step, data=(x, y), optimizer=opt)
+
+``build`` gets the device (a ``torch.device`` for PyTorch; for TensorFlow the device
+string, with ``build`` already running inside ``tf.device``) and every size axis of the
+case as a keyword argument. It writes *one training step*; the library does the rest,
+as ``torch.utils.benchmark.Timer`` takes a ``stmt`` and its ``setup``: it places the
+data, times cold start, first step, warm-up and steady state with the device
+synchronised at block boundaries only, and derives the remedies from the same step
+(``compile`` and ``cuda_graph`` capture it, ``function`` and ``xla`` wrap it,
+``copy_data_each_step`` feeds the batch from the host, the loss-read variants read it
+more or less often). Nothing here imports torch or TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _check_every(value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"loss_read_every must be an int >= 0, got {value!r}")
+
+
+@dataclass
+class TorchStep:
+    """One PyTorch training step and its batch.
+
+    ``step(*data) -> loss``: one optimiser step on the batch, returning the loss as a
+    0-d tensor (not ``.item()``: reading it back is the library's, on the schedule of
+    ``loss_read_every``). ``data``: the tensors of one batch, built on the host (CPU);
+    the library places them on the device once and passes the device copies to every
+    step (``copy_data_each_step``: copies them from the host every step instead). An
+    empty ``data`` means the step makes its own batch (on the device). ``optimizer``:
+    the ``torch.optim.Optimizer`` the step uses, if any; ``cuda_graph`` switches it to
+    ``capturable`` before capturing the step (Adam, AdamW, SGD and others support it).
+    ``loss_read_every``: how often your own loop reads the loss back (``loss.item()``):
+    every step (1, the default, as a loop that logs its loss does), every n steps, or 0
+    for never inside the loop.
+    """
+
+    step: Callable[..., Any]
+    data: tuple = ()
+    optimizer: Any = None
+    loss_read_every: int = 1
+    #: Not a seed's program (how the study words a variant that does not apply).
+    seed_program = False
+
+    def __post_init__(self) -> None:
+        if not callable(self.step):
+            raise TypeError(f"TorchStep.step must be callable, got {type(self.step).__name__}")
+        self.data = tuple(self.data)
+        _check_every(self.loss_read_every)
+
+
+@dataclass
+class TFStep:
+    """One TensorFlow training step and its batch.
+
+    ``step(*data) -> loss``: one optimiser step (``tf.GradientTape`` and
+    ``apply_gradients``) returning the loss tensor. Written as a plain Python function it
+    runs eagerly, op by op, as you wrote it; already decorated with ``tf.function`` it
+    runs as that graph. ``function`` and ``xla`` wrap the plain function in
+    ``tf.function`` (``jit_compile=True`` for ``xla``); ``loop`` runs many steps in one
+    ``tf.function``. ``data``: NumPy arrays (or tensors) of one batch; the library
+    places them on the device once (``copy_data_each_step``: converts them from host
+    memory every step). ``loss_read_every`` as for :class:`TorchStep`.
+    """
+
+    step: Callable[..., Any]
+    data: tuple = ()
+    loss_read_every: int = 1
+    #: Not a seed's program (how the study words a variant that does not apply).
+    seed_program = False
+
+    def __post_init__(self) -> None:
+        if not callable(self.step):
+            raise TypeError(f"TFStep.step must be callable, got {type(self.step).__name__}")
+        self.data = tuple(self.data)
+        _check_every(self.loss_read_every)
+
+
+@dataclass
+class KerasFit:
+    """A Keras model trained with ``Model.fit``, as you call it.
+
+    ``model``: an uncompiled ``keras.Model``; ``compile``: the keyword arguments of
+    ``model.compile`` (``optimizer``, ``loss``, ``metrics``...), without ``jit_compile``
+    and ``steps_per_execution``, which the library pins (``False`` and 1; Keras's
+    "auto" would turn XLA on on GPUs only and so compare different programs): the
+    ``xla`` variant compiles with ``jit_compile=True``, ``steps_per_execution`` runs
+    a whole epoch per call. ``x``, ``y``: the training data (NumPy arrays);
+    ``batch_size``: samples per step; one epoch is ``ceil(len(x) / batch_size)`` steps
+    and a timed block is one ``fit`` call of whole epochs. ``fit``: further keyword
+    arguments of ``fit`` (``validation_data``, ``callbacks``, ``shuffle``...; not
+    ``epochs``, ``batch_size`` or ``verbose``, which the library sets; ``verbose`` is 0).
+    """
+
+    model: Any
+    x: Any
+    y: Any
+    batch_size: int
+    compile: Mapping[str, Any] = field(default_factory=dict)
+    fit: Mapping[str, Any] = field(default_factory=dict)
+
+    #: Keys of ``compile`` and ``fit`` the library sets itself.
+    PINNED_COMPILE = ("jit_compile", "steps_per_execution")
+    PINNED_FIT = ("epochs", "batch_size", "verbose", "x", "y", "steps_per_epoch")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"KerasFit.batch_size must be a positive int, got {self.batch_size!r}")
+        for name, given, pinned in (
+            ("compile", self.compile, self.PINNED_COMPILE),
+            ("fit", self.fit, self.PINNED_FIT),
+        ):
+            clash = sorted(set(given) & set(pinned))
+            if clash:
+                raise ValueError(
+                    f"KerasFit.{name} must not set {', '.join(clash)}: the library pins "
+                    f"{', '.join(pinned)} so that every device runs the same program"
+                )
+        if len(self.x) != len(self.y):
+            raise ValueError(f"KerasFit: x has {len(self.x)} samples but y has {len(self.y)}")
+
+
+#: The kinds of program a builder may return.
+PROGRAM_KINDS = (TorchStep, TFStep, KerasFit)

@@ -1,0 +1,194 @@
+"""A TensorFlow plug-in's program as a timeable workload, remedies derived from it.
+
+The builder (``build(device, **sizes)``, run inside ``tf.device(device)``) returns a
+:class:`~crossover_study.plugin.TFStep` (one step) or a
+:class:`~crossover_study.plugin.KerasFit` (a model trained with ``fit``), and runs in
+:meth:`TFPluginWorkload.setup`, so building model and data is timed as cold start.
+
+From a ``TFStep``: ``eager`` runs the step as written (eagerly, or as the
+``tf.function`` it already is); ``function`` wraps it in ``tf.function``; ``xla`` in
+``tf.function(jit_compile=True)``; ``loop`` runs ``n`` steps inside one ``tf.function``
+(a ``tf.while_loop``, one call per timed block); ``read_loss_every_step`` /
+``read_loss_every_1000`` read the loss that often; ``copy_data_each_step`` converts the
+batch from host memory every step; ``tf32`` (set by the runner) allows TF32.
+
+From a ``KerasFit``: ``eager`` is ``fit`` compiled with ``jit_compile=False`` and
+``steps_per_execution=1`` (pinned: Keras's "auto" compares different programs, STUDY.md
+item 6), a timed block one ``fit`` call of whole epochs; ``xla`` compiles with
+``jit_compile=True``; ``steps_per_execution`` runs a whole epoch per ``train_function``
+call; ``tf32`` as above. The loss-read, ``copy_data_each_step``, ``function`` and
+``loop`` variants do not apply to ``fit`` (each gives ``not_applicable`` with the reason).
+"""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+from ..plugin import KerasFit, TFStep
+from . import (
+    FIT_READS_EVERY_STEP,
+    NotApplicable,
+    check_framework,
+    check_replica_variant,
+    check_tf32,
+)
+from . import loss_read_every as _loss_read_every
+from .tf_cases import _TFWorkload, tf_function_traces
+
+#: Why each variant that a Keras fit program cannot have does not apply to it.
+FIT_NOT_APPLICABLE: dict[str, str] = {
+    "read_loss_every_step": FIT_READS_EVERY_STEP,
+    "read_loss_every_1000": FIT_READS_EVERY_STEP,
+    "copy_data_each_step": (
+        "fit feeds its batches from the host arrays x and y every step already (it builds "
+        "its input pipeline from them); there is no placed copy to compare with"
+    ),
+    "function": "fit already runs its train step as a tf.function (= eager)",
+    "loop": (
+        "fit has no step function of the plug-in's to loop over; steps_per_execution runs "
+        "many steps per train_function call"
+    ),
+}
+
+
+class TFPluginWorkload(_TFWorkload):
+    """A plug-in's ``TFStep`` or ``KerasFit`` as the harness's Workload.
+
+    Raises NotApplicable (constructor) for a variant of the other framework, a replica
+    variant or ``tf32`` off a GPU; from :meth:`setup`, once the builder has said which
+    program it is, for a variant that program cannot have (:data:`FIT_NOT_APPLICABLE`;
+    ``steps_per_execution`` of a step; ``function`` of a step that already is a
+    ``tf.function``; a loss-read variant equal to the step's own schedule; no data to
+    copy); TypeError when the builder returns something else.
+    """
+
+    def __init__(self, builder, device: str, sizes: dict[str, int], variant: str = "eager"):
+        check_framework(variant, "tensorflow")
+        check_replica_variant(variant)
+        check_tf32(variant, device)
+        self.builder = builder
+        self.variant = variant
+        self.device = device
+        self.tf_device = "/GPU:0" if device == "cuda" else "/CPU:0"
+        self.sizes = dict(sizes)
+        self.seed = 1234
+        self.step_index = 0
+        self.copy_data = variant == "copy_data_each_step"
+        self._last = None
+        self.fit_program: KerasFit | None = None
+        self.training_step = self.loop = None
+
+    def setup(self) -> None:
+        tf.keras.utils.set_random_seed(self.seed)
+        with tf.device(self.tf_device):
+            program = self.builder(device=self.tf_device, **self.sizes)
+            if isinstance(program, KerasFit):
+                self._setup_fit(program)
+            elif isinstance(program, TFStep):
+                self._setup_step(program)
+            else:
+                raise TypeError(
+                    "a tensorflow plug-in's builder must return crossover_study.plugin.TFStep "
+                    f"or KerasFit, got {type(program).__name__}"
+                )
+
+    # --- one step -------------------------------------------------------------------
+
+    def _setup_step(self, program: TFStep) -> None:
+        if self.variant == "steps_per_execution":
+            raise NotApplicable(
+                "steps_per_execution is a setting of Keras fit; this step has no fit"
+            )
+        step = program.step
+        already = hasattr(step, "get_concrete_function")  # a tf.function
+        if self.variant == "function" and already:
+            raise NotApplicable("the plug-in's step already is a tf.function (= eager)")
+        if self.copy_data and not program.data:
+            raise NotApplicable(
+                "the step makes its own batch (TFStep.data is empty): no data to copy"
+            )
+        self.loss_read_every = _loss_read_every(program, self.variant)
+        plain = getattr(step, "python_function", step)  # the undecorated function
+        wraps = self.variant in ("function", "xla", "loop")
+        self.training_step, self.loop = self._compiled(plain if wraps else step, False)
+        self.host_data = tuple(program.data)
+        placed = (tf.identity(tf.convert_to_tensor(d)) for d in self.host_data)
+        self.data = () if self.copy_data else tuple(placed)
+        self._traced = self.loop if self.loop is not None else self.training_step
+        self._last = tf.reduce_sum(self.data[0]) if self.data else None
+
+    def _batch(self) -> tuple:
+        if self.copy_data:
+            return tuple(tf.convert_to_tensor(d) for d in self.host_data)
+        return self.data
+
+    # --- Keras fit ------------------------------------------------------------------
+
+    def _setup_fit(self, program: KerasFit) -> None:
+        why = FIT_NOT_APPLICABLE.get(self.variant)
+        if why is not None:
+            raise NotApplicable(why)
+        self.fit_program = program
+        self.fit_reads_every_step = True
+        self.steps_per_call = max(1, math.ceil(len(program.x) / program.batch_size))
+        self.min_steps_per_block = self.steps_per_call
+        spe = self.steps_per_call if self.variant == "steps_per_execution" else 1
+        program.model.compile(
+            **dict(program.compile), jit_compile=self.variant == "xla", steps_per_execution=spe
+        )
+        # Keras 3 converts fit's logs to floats after every train_function call: every
+        # step, or once per epoch when one call runs the whole epoch.
+        self.loss_read_every = spe
+        self.history = None
+
+    # --- the Workload contract ------------------------------------------------------
+
+    def run(self, n_steps: int) -> None:
+        if self.fit_program is not None:
+            p = self.fit_program
+            self.history = p.model.fit(
+                p.x,
+                p.y,
+                batch_size=p.batch_size,
+                epochs=n_steps // self.steps_per_call,
+                verbose=0,
+                **dict(p.fit),
+            )
+            self.step_index += n_steps
+            return
+        if self.loop is not None:  # all n steps inside one compiled program
+            self._last = self.loop(tf.constant(n_steps), *self._batch())
+            self.step_index += n_steps
+            return
+        every = self.loss_read_every
+        for _ in range(n_steps):
+            self._last = self.training_step(*self._batch())
+            self.step_index += 1
+            if every and self.step_index % every == 0:
+                self._last.numpy()
+
+    def sync(self) -> None:
+        if self.fit_program is not None:
+            # fit returns once its logs were read back; reading a weight makes sure the
+            # last update has run.
+            float(tf.reduce_sum(self.fit_program.model.trainable_variables[0]))
+            return
+        super().sync()
+
+    def loss(self) -> float:
+        if self.fit_program is not None:
+            if self.history is None or not self.history.history.get("loss"):
+                return math.nan
+            return float(self.history.history["loss"][-1])
+        return super().loss()
+
+    def trace_count(self) -> int | None:
+        """tf.function traces of the step (or of fit's train function) so far; None
+        where nothing is compiled (an eager step)."""
+        if self.fit_program is not None:
+            fn = getattr(self.fit_program.model, "train_function", None)
+            return None if fn is None else tf_function_traces(fn)
+        traced = getattr(self, "_traced", None)
+        return None if traced is None else tf_function_traces(traced)
