@@ -57,7 +57,10 @@ def test_manifest_records_inputs_outputs_and_runs(smoke_run):
         assert run["packages"]["python"] == run["python_version"]
         dist = {"torch": "torch", "tensorflow": "tensorflow_cpu"}[run["framework"]]
         assert run["packages"][dist] == run["framework_version"]
-    assert manifest["config"]["hash"] == df["config_hash"].iloc[0]
+    # Each row carries its case's own config hash (config.measurement_hash(config, case)).
+    hashes = manifest["config"]["case_hashes"]
+    assert set(hashes) == set(df["case"]) and len(set(hashes.values())) == len(hashes)
+    assert (df["config_hash"] == df["case"].map(hashes)).all()
     assert manifest["config"]["files"][0]["path"].endswith("smoke.yaml")
     assert manifest["snakemake_version"] == "9.27.1"
     assert manifest["packages"]["pandas"]["installed"] == "3.1.1"  # the manifest job's env

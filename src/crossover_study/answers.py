@@ -92,6 +92,19 @@ def _seed_rows(timings: pd.DataFrame, case: str) -> pd.DataFrame:
     return df
 
 
+def _failed_at_seed(timings: pd.DataFrame, case: str, device: str) -> str | None:
+    """The messages of ``case``'s ``error``/``oom`` rows on ``device`` at the seed's size
+    (the eager program's first, distinct ones joined with "; "), or None."""
+    rows = timings[(timings["case"] == case) & (timings["device"] == device)]
+    rows = rows[rows["status"].isin(["error", "oom"])]
+    for axis, value in seed_sizes(case).items():
+        rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
+    if rows.empty:
+        return None
+    rows = rows.sort_values("variant", key=lambda v: v != "eager", kind="stable")
+    return "; ".join(dict.fromkeys(str(m) for m in rows["message"]))
+
+
 def _flags(rows: pd.DataFrame) -> str:
     """`` (flagged: noisy, ...)`` when a row's timing is flagged (see the report's
     measurement warnings), else ``""``: a headline number is never quoted without it."""
@@ -281,6 +294,9 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
         )
     else:
         head = f"At the seed's size ({sizes}) no CPU step time was measured"
+        failed = _failed_at_seed(timings, case, "cpu")
+        if failed:
+            head += f" (the point failed: {failed})"
 
     clauses = []
     present = set(case_rows["device"]) | (
@@ -426,9 +442,12 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
                 )
                 continue
             ratio = eager / times[best]
+            # A headline number is never quoted without its flags (noisy, failed check).
+            flags = _flags(mine[mine["variant"].isin([best, "eager"])])
             clauses.append(
                 f"{framework} {best} takes {format_seconds(times[best])} per step, "
                 f"{_fmt_ratio(ratio)}{TIMES} faster than eager ({format_seconds(eager)})"
+                f"{flags}"
             )
         if clauses:
             parts.append(f"On {_DEVICE_NAMES.get(device, device)}: " + "; ".join(clauses) + ".")

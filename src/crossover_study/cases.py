@@ -311,7 +311,7 @@ def resolve_workload(name: str, workload: str, search: Iterable[Path]) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
-    looked = ", ".join(str(c) for c in candidates) or workload
+    looked = ", ".join(dict.fromkeys(str(c.resolve()) for c in candidates)) or workload
     raise PluginError(
         f"config error at cases.{name}.workload: plug-in file {workload!r} not found "
         f"(looked for {looked})"
@@ -405,7 +405,12 @@ def check_plugin(name: str, path: Path, entry: str, axes_: Iterable[str]) -> str
             if isinstance(v, ast.FunctionDef | ast.ClassDef) and not n.startswith("_")
         ]
         close = difflib.get_close_matches(entry, candidates, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = (
+            f" (it defines {close[0]!r}: rename it to {entry!r}, or set "
+            f"cases.{name}.entry: {close[0]})"
+            if close
+            else ""
+        )
         listed = f"; it defines {', '.join(sorted(candidates))}" if candidates else ""
         raise PluginError(
             f"config error at cases.{name}.entry: {shown} defines no function or class "

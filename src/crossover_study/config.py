@@ -594,11 +594,20 @@ def measurement_timing(config: Mapping[str, Any]) -> dict:
     )
 
 
-def measurement_hash(config: Mapping[str, Any]) -> str:
-    """Hash of what determines a measurement (everything but
+def measurement_hash(config: Mapping[str, Any], case: str | None = None) -> str:
+    """Hash (:func:`spec.config_hash`) of what determines a measurement: everything but
     :data:`NOT_MEASUREMENT_KEYS` and, under ``timing``,
-    :data:`NOT_MEASUREMENT_TIMING_KEYS`)."""
+    :data:`NOT_MEASUREMENT_TIMING_KEYS`. With ``case``, of what determines that case's
+    measurements: the other cases left out (``cases`` holds only ``case``, and
+    ``replication.cases`` only ``case`` where it lists it), so that adding or editing a
+    case does not change the hash of the rows of the others, which are not measured
+    again (the row column ``config_hash``; the manifest's ``config.case_hashes``)."""
     kept = {k: v for k, v in config.items() if k not in NOT_MEASUREMENT_KEYS}
     if isinstance(kept.get("timing"), Mapping):
         kept["timing"] = measurement_timing(kept)
+    if case is not None:
+        kept["cases"] = {case: config["cases"][case]}
+        rep = kept.get("replication")
+        if isinstance(rep, Mapping) and "cases" in rep:
+            kept["replication"] = {**rep, "cases": [c for c in rep["cases"] if c == case]}
     return config_hash(kept)

@@ -387,7 +387,10 @@ def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Me
     # clock change: the cause of nearly every failed check on a CPU) moves the long
     # blocks' mean as much as the short blocks' median. With room for fewer than two
     # long blocks of 2 x k steps, one long block follows the timed blocks.
-    factor = min(policy.sync_check_factor, int(policy.sync_check_s // max(per_step * k, 1e-12)))
+    # The budget is set from the warm-up's blocks of length k (the faster of its last two:
+    # one slow block, such as a process's very first steps, must not shrink the check).
+    estimate = per_step if previous is None else min(per_step, previous)
+    factor = min(policy.sync_check_factor, int(policy.sync_check_s // max(estimate * k, 1e-12)))
     checked = policy.synced and factor >= 2
     halves = 2 if checked and factor >= 4 else 1
     long_steps = _round_up((factor // halves) * k, g) if checked else 0

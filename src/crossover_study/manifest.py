@@ -51,6 +51,7 @@ from pathlib import Path
 import pandas as pd
 
 from .cases import SEEDS
+from .config import measurement_hash
 from .gpu_bundle import pins
 from .provenance import REPO_ROOT, git_state
 
@@ -382,6 +383,10 @@ def build_manifest(
         "config": {
             "files": [rec(p) for p in config_files],
             "hash": config_hash,
+            # Each case's own hash, which its rows carry (config.measurement_hash).
+            "case_hashes": {
+                case: measurement_hash(config, case) for case in config.get("cases", {})
+            },
             "merge_environments": bool(config.get("merge_environments", False)),
             "resolved": resolved,
         },

@@ -63,7 +63,7 @@ def measure_job(
         threads=threads,
         policy=study_config.timing_policy(config),
         missing_device=config["missing_device"],
-        config_hash=study_config.measurement_hash(config),
+        config_hash=study_config.measurement_hash(config, case),
         point_deadline_s=study_config.point_deadline_s(config),
     )
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)

@@ -362,7 +362,9 @@ def run(
             why = f"not measured: the run's deadline ({when}) passed before this job started"
             points = study_config.batches(config, case, framework, device)[batch]
             threads = config["devices"][device]["threads"]
-            _write_unstarted(points, paths, study_config.measurement_hash(config), threads, why)
+            _write_unstarted(
+                points, paths, study_config.measurement_hash(config, points[0].case), threads, why
+            )
             print(f"job {stem}: not started (deadline passed)", flush=True)
         else:
             entry["started"] = True
