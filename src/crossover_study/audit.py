@@ -458,7 +458,7 @@ def _check_rows(report: AuditReport, layout: _Layout, manifest: dict, timings: P
         # Rows carry their case's own hash (manifests since case_hashes); rows measured
         # before that (kept from a journal) carry the hash of the whole config.
         per_case = manifest["config"].get("case_hashes") or {}
-        own = df["case"].map(per_case).fillna("")
+        own = df["case"].map(lambda case: str(per_case.get(case, "")))
         hashes = df["config_hash"].astype(str)
         bad = df[(hashes != str(expected)) & (hashes != own)]
         if len(bad):
