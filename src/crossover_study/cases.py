@@ -31,20 +31,12 @@ from __future__ import annotations
 
 import ast
 import difflib
-import hashlib
-import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from .provenance import REPO_ROOT
+from .provenance import REPO_ROOT, sha256_file
 
-#: Case names: lower-case letters, digits, ``.``, ``_`` and ``-`` (they name folders of
-#: results and Snakemake wildcards).
-CASE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
-#: Axis names: Python identifiers in lower case (an axis is a keyword argument of a
-#: builder function and a column of the timings table).
-AXIS_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 #: The entry point a plug-in case's file exposes when the study file names none.
 DEFAULT_ENTRY = "build"
 #: The parameter of a builder function that receives the device.
@@ -82,11 +74,6 @@ class Case:
     replicas: bool = False
     fit_replicas: bool = False
     assumption: str | Callable[[], str] | None = None
-    #: Seed cases: the original report in ``docs/seeds/``.
-    source: str | None = None
-    description: str = ""
-    #: What each axis counts, in words (the config documentation and the report).
-    axis_notes: Mapping[str, str] = field(default_factory=dict)
     #: Data files the case reads from an installed distribution, recorded in the
     #: manifest: (name, distribution, path in the distribution's RECORD).
     package_data: tuple[tuple[str, str, str], ...] = ()
@@ -126,10 +113,6 @@ class Case:
         it is a function), or None."""
         return self.assumption() if callable(self.assumption) else self.assumption
 
-    def plugin_files(self) -> dict[str, Path]:
-        """Every plug-in file of the case by framework (empty for a built-in case)."""
-        return {f: self.plugin_file(f) for f in self.frameworks} if not self.builtin else {}
-
 
 def _lstm_assumption() -> str:
     from .workloads.data import LSTM_TRAIN_SAMPLES, lstm_steps_per_epoch
@@ -168,9 +151,6 @@ SEEDS: dict[str, Case] = {
             seed={"batch": 100, "width": 8},
             entry_points=_seed_entry_points("HJB", "HJB"),
             builtin=True,
-            source="docs/seeds/000_91b677e4f8167212.txt",
-            description="TF2 custom loop, HJB value function",
-            axis_notes={"batch": "samples of k per step", "width": "neurons per hidden layer"},
         ),
         Case(
             name="s001-mlp",
@@ -179,13 +159,6 @@ SEEDS: dict[str, Case] = {
             entry_points=_seed_entry_points("MLP", "MLP"),
             builtin=True,
             replicas=True,
-            source="docs/seeds/001_ccba38ebf2d8c18f.txt",
-            description="PyTorch MLP with manual SGD",
-            axis_notes={
-                "batch": "rows N",
-                "d_in": "input features D_in",
-                "hidden": "hidden width H",
-            },
         ),
         Case(
             name="s002-iris",
@@ -195,9 +168,6 @@ SEEDS: dict[str, Case] = {
             builtin=True,
             keras_fit=True,
             package_data=(("iris.csv", "scikit-learn", "sklearn/datasets/data/iris.csv"),),
-            source="docs/seeds/002_d56cc9a52fb1490d.txt",
-            description="Keras Iris classifier",
-            axis_notes={"batch": "batch size", "hidden": "hidden Dense width"},
         ),
         Case(
             name="s004-lstm",
@@ -210,13 +180,6 @@ SEEDS: dict[str, Case] = {
             replicas=True,
             fit_replicas=True,
             assumption=_lstm_assumption,
-            source="docs/seeds/004_64aa1557384fab19.txt",
-            description="Keras 3-layer LSTM regressor",
-            axis_notes={
-                "batch": "batch size",
-                "units": "units per LSTM layer",
-                "seq_len": "time steps per sequence (assumed: the seed does not give it)",
-            },
         ),
     )
 }
@@ -236,11 +199,6 @@ def use(config: Mapping) -> dict[str, Case]:
         if name not in SEEDS:
             registry[name] = plugin_case(name, spec)
     _active = registry
-    return dict(_active)
-
-
-def registry() -> dict[str, Case]:
-    """The active registry (name -> Case), seeds first."""
     return dict(_active)
 
 
@@ -295,7 +253,6 @@ def plugin_case(name: str, spec: Mapping) -> Case:
         question=spec.get("question") or f"{name}: is the accelerator worth it?",
         seed=dict(spec["seed"]),
         entry_points={spec["framework"]: f"{spec['workload']}:{entry}"},
-        description=spec.get("question") or name,
     )
 
 
@@ -454,15 +411,6 @@ def check_plugin(name: str, path: Path, entry: str, axes_: Iterable[str]) -> str
                 f"({', '.join(axes_) or 'none'}); give it a default or make it an axis"
             )
     return "function"
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes (streamed)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def workload_file(name: str, framework: str) -> Path:

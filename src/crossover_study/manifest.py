@@ -37,7 +37,6 @@ the hashes.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -50,10 +49,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .cases import SEEDS
+from . import cases
 from .config import measurement_hash
 from .gpu_bundle import pins
-from .provenance import REPO_ROOT, git_state
+from .provenance import REPO_ROOT, git_state, sha256_file
 
 #: Version of the manifest's layout; the audit refuses other versions.
 MANIFEST_VERSION = 1
@@ -89,15 +88,6 @@ RUN_COLUMNS: tuple[str, ...] = (
     "git_dirty",
     "config_hash",
 )
-
-
-def sha256_file(path: str | Path) -> str:
-    """sha256 (hex) of a file's bytes. Raises OSError when it cannot be read."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def reference_source_name(path: str | Path) -> str:
@@ -147,7 +137,7 @@ def code_files(repo: str | Path = REPO_ROOT) -> list[Path]:
 #: Data files that ship inside an installed distribution, per case: (case, name,
 #: distribution, path in the distribution's RECORD).
 PACKAGE_DATA: tuple[tuple[str, str, str, str], ...] = tuple(
-    (case.name, *data) for case in SEEDS.values() for data in case.package_data
+    (case.name, *data) for case in cases.SEEDS.values() for data in case.package_data
 )
 
 
@@ -182,8 +172,6 @@ def locate_package_file(record: Mapping) -> Path | None:
 def plugin_files(config: Mapping) -> list[tuple[str, str, Path]]:
     """(case, framework, absolute path) of the plug-in file of every case of a validated
     ``config`` that is not a seed (:mod:`crossover_study.cases`), in config order."""
-    from . import cases
-
     found = []
     for name, spec in config.get("cases", {}).items():
         if name in cases.SEEDS or "workload" not in spec:

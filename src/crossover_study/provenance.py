@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import socket
@@ -25,6 +26,15 @@ def table_columns(table: str) -> tuple[str, ...]:
     """
     schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
     return tuple(schema["properties"])
+
+
+def sha256_file(path: str | Path) -> str:
+    """sha256 (hex) of a file's bytes. Raises OSError when it cannot be read."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def cpu_model() -> str:

@@ -331,12 +331,18 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
     return rows
 
 
+def undocumented_axes(rows) -> list[str]:
+    """The size axes of ``rows`` (a timings DataFrame or row mappings) that the schema
+    does not name: those of plug-in cases (:func:`spec.size_columns`), in the order
+    first seen."""
+    documented = set(table_columns("timings"))
+    return [a for a in size_columns(rows) if a not in documented]
+
+
 def timings_columns(rows) -> list[str]:
     """Columns of a timings table holding ``rows``: the documented ones in schema order,
-    then the size axes of plug-in cases that the schema does not name
-    (:func:`spec.size_columns`), in the order first seen."""
-    documented = list(table_columns("timings"))
-    return documented + [a for a in size_columns(rows) if a not in documented]
+    then :func:`undocumented_axes`."""
+    return [*table_columns("timings"), *undocumented_axes(rows)]
 
 
 def _measure_again_after_deadline(journal: Journal, key: str, now: float | None) -> float | None:

@@ -186,9 +186,14 @@ def row_axes(row) -> tuple[str, ...]:
 def size_columns(table) -> tuple[str, ...]:
     """The size columns of a timings table (a DataFrame, or an iterable of row
     mappings): every axis its rows name (:func:`row_axes`), in the order first seen,
-    restricted to columns the table has. A table of format 1 names the seeds' axes."""
-    rows = table.to_dict("records") if hasattr(table, "to_dict") else list(table)
+    restricted to columns the table has. A table of format 1 names the seeds' axes.
+    Of a DataFrame only its distinct (case, axes) pairs are read."""
     present = set(table.columns) if hasattr(table, "columns") else None
+    if present is None:
+        rows = list(table)
+    else:
+        keys = [c for c in ("case", "axes") if c in present]
+        rows = table[keys].drop_duplicates().to_dict("records") if keys else []
     seen: dict[str, None] = {}
     for row in rows:
         for axis in row_axes(row):

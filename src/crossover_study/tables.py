@@ -12,18 +12,11 @@ import yaml
 from .harness import TimingPolicy
 from .point_runs import merge_repeats
 from .provenance import SCHEMAS, table_columns
-from .runner import timings_columns, write_csv_atomic
-from .spec import size_columns
+from .runner import timings_columns, undocumented_axes, write_csv_atomic
 
 
 class TableError(ValueError):
     """A timings table breaks its schema; the message names the file, row and column."""
-
-
-def _axis_columns(df: pd.DataFrame, documented) -> list[str]:
-    """Size columns of ``df`` that the schema does not list: the axes of plug-in cases
-    that its rows name (column ``axes``)."""
-    return [c for c in size_columns(df) if c not in documented]
 
 
 def validate_timings(df: pd.DataFrame, source: str = "timings") -> None:
@@ -32,7 +25,7 @@ def validate_timings(df: pd.DataFrame, source: str = "timings") -> None:
     documented by them, and must hold positive whole numbers where set). Raises
     :class:`TableError`."""
     schema = yaml.safe_load((SCHEMAS / "timings.schema.yaml").read_text())
-    axes = _axis_columns(df, schema["properties"])
+    axes = undocumented_axes(df)
     extra = set(df.columns) - set(schema["properties"]) - set(axes)
     if extra:
         raise TableError(f"{source}: undocumented column(s) {sorted(extra)}")
@@ -60,7 +53,7 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     (pandas would turn a boolean column with gaps into 0.0/1.0), text as text."""
     schema = yaml.safe_load((SCHEMAS / "timings.schema.yaml").read_text())
     out = df.copy()
-    for axis in _axis_columns(out, schema["properties"]):
+    for axis in undocumented_axes(out):
         out[axis] = pd.to_numeric(out[axis], errors="raise")
     for column, spec in schema["properties"].items():
         if column not in out:

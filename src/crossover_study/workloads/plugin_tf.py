@@ -116,7 +116,6 @@ class TFPluginWorkload(_TFWorkload):
         self.host_data = tuple(program.data)
         placed = (tf.identity(tf.convert_to_tensor(d)) for d in self.host_data)
         self.data = () if self.copy_data else tuple(placed)
-        self._traced = self.loop if self.loop is not None else self.training_step
         self._last = tf.reduce_sum(self.data[0]) if self.data else None
 
     def _batch(self) -> tuple:
@@ -190,5 +189,5 @@ class TFPluginWorkload(_TFWorkload):
         if self.fit_program is not None:
             fn = getattr(self.fit_program.model, "train_function", None)
             return None if fn is None else tf_function_traces(fn)
-        traced = getattr(self, "_traced", None)
+        traced = self.loop if self.loop is not None else self.training_step
         return None if traced is None else tf_function_traces(traced)

@@ -18,7 +18,8 @@ import re
 import sys
 from pathlib import Path
 
-from ..cases import Case, sha256_file
+from ..cases import Case
+from ..provenance import sha256_file
 
 _loaded: dict[tuple[str, str], object] = {}
 
