@@ -319,6 +319,13 @@ def test_a_failed_check_names_drift_on_the_cpu_and_a_launch_queue_elsewhere():
     cpu = sync_check_cause("cpu")
     assert "drifted" in cpu and "other processes" in cpu and "frequency" in cpu
     assert "no launch queue" in cpu  # says why the queue is ruled out, never blames it
+    # A long block faster per step on the CPU can also be a per-call cost (one Keras fit
+    # call per block); a slower one cannot, so only the faster wording names it.
+    assert "once per call" not in cpu
+    assert "once per call" not in sync_check_cause("cpu", long_faster=False)
+    faster = sync_check_cause("cpu", long_faster=True)
+    assert "once per call" in faster and "fit" in faster and "drifted" in faster
+    assert "no launch queue" in faster
     for device in ("cuda", "cuda_multi", "tpu"):
         text = sync_check_cause(device)
         assert "launch queue" in text and "no launch queue" not in text
@@ -350,6 +357,8 @@ def test_the_explanation_of_a_failed_cpu_row_shows_the_host_load():
     older["sync_check_long_s"] = 0.8e-3
     text = sync_check_explanation(older)
     assert "20% faster" in text and "host load not recorded" in text
+    assert "once per call" in text  # faster: a per-call cost is a cause on the CPU too
+    assert "once per call" not in sync_check_explanation(row)  # 25% slower: it is not
     # Empty cells as pandas reads them (NaN) count as missing.
     assert "host load not recorded" in sync_check_explanation(
         {**older, "host_load_start": math.nan, "host_load_end": math.nan}

@@ -196,23 +196,38 @@ def sync_check_agrees(short_s: float, long_s: float, iqr_s: float, threshold: fl
 SYNCHRONOUS_DEVICES = frozenset({"cpu"})
 
 
-def sync_check_cause(device: str) -> str:
+def sync_check_cause(device: str, long_faster: bool | None = None) -> str:
     """What a failed block-length check means on ``device`` (a device class of the
     timings table: cpu, cuda, cuda_multi, tpu).
 
     On a synchronous device (:data:`SYNCHRONOUS_DEVICES`: the CPU) a step returns when
     its work is done, so seconds per step that differ between the short blocks and the
     long block mean the speed itself changed between them: other processes took CPU
-    time or the clock frequency changed (the host load columns tell the first). On an
-    asynchronous device (a GPU, a TPU) a step only launches work; there the short blocks
-    may have measured a launch queue or an overhead paid once per block instead of the
-    work.
+    time or the clock frequency changed (the host load columns tell the first). One
+    cause is not drift: a block is one ``run(n)`` call, so a cost paid once per call
+    (Keras ``fit`` sets up its epoch loop, callbacks and data iterator once per call; a
+    compiled loop of n steps is entered once) is spread over more steps in the long
+    block, which then runs *faster* per step. ``long_faster`` (True when the long block
+    ran faster per step than the short blocks, False when slower, None when unknown)
+    therefore adds that cause on the CPU when True, and leaves it out when False (a
+    per-call cost cannot make the long block slower). On an asynchronous device (a GPU,
+    a TPU) a step only launches work; there the short blocks may have measured a launch
+    queue or an overhead paid once per block instead of the work.
     """
     if device in SYNCHRONOUS_DEVICES:
-        return (
+        drift = (
             "the speed drifted between the short blocks and the long block (load from "
-            "other processes, CPU frequency changes); a CPU step returns when its work "
-            "is done, so there is no launch queue to miss"
+            "other processes, CPU frequency changes)"
+        )
+        if long_faster:
+            drift += (
+                ", or a cost paid once per call of the training program (a Keras fit "
+                "call, a compiled loop entered once per block) that the long block "
+                "spreads over more steps"
+            )
+        return (
+            f"{drift}; a CPU step returns when its work is done, so there is no launch "
+            "queue to miss"
         )
     return (
         f"on an asynchronous device ({device}) the short blocks measured a launch queue "
@@ -257,7 +272,8 @@ def sync_check_explanation(row: Mapping) -> str:
         change = long_ / short - 1.0
         direction = "slower" if change >= 0 else "faster"
         parts.append(f"long block {abs(change):.0%} {direction} per step than the short blocks")
-    parts.append(sync_check_cause(device))
+    long_faster = None if not short or long_ is None else long_ < short
+    parts.append(sync_check_cause(device, long_faster))
     if device in SYNCHRONOUS_DEVICES:
         parts.append(_load_text(row))
     return "; ".join(parts)
