@@ -179,3 +179,34 @@ def test_the_ratio_pairs_the_sides_within_each_round():
     assert pooled == 1.5
     assert agreement_module.round_ratio(ours, reference) == 1.0
     assert ratio_interval(ours, reference) == (1.0, 1.0)
+
+
+def test_against_itself_times_the_reference_on_both_sides(monkeypatch):
+    # The null comparison (A/A): the harness builds and calibrates once, then every side
+    # of every round is the reference, with the harness's k.
+    order = []
+    monkeypatch.setattr(agreement_module.frameworks, "workload_class", lambda f, c: _Steps)
+
+    def fake_measure(workload, policy, built=False):
+        order.append(("harness", built))
+        return Measurement(0.0, 0.0, 0, 10, block_step_times_s=[2.0, 2.0, 2.0])
+
+    speeds = iter([1.0, 1.1, 1.2, 1.2, 0.9, 1.0])
+
+    def fake_loop(workload, k, blocks):
+        order.append(("reference", k))
+        return [next(speeds)] * blocks
+
+    monkeypatch.setattr(agreement_module, "measure", fake_measure)
+    monkeypatch.setattr(agreement_module, "_loop_reference", fake_loop)
+    result = agreement(
+        "tensorflow", "cpu", "s000-hjb", {"batch": 1, "width": 1}, 1, rounds=3, against_itself=True
+    )
+    assert order == [("harness", False)] + [("reference", 10)] * 6
+    # Round ratios: 1.0/1.1 (a first), 1.2/1.2 (b first: a is the second call), 0.9/1.0;
+    # their median is the first.
+    assert result.ratio == pytest.approx(1.0 / 1.1)
+    assert result.against_itself and result.own_median_s is None
+    line = result.line()
+    assert "reference a" in line and "reference b" in line and "ours" not in line
+    assert not Agreement("torch", "cpu", "s001-mlp", {}, 1.0, 1.0).against_itself

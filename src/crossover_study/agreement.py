@@ -40,6 +40,14 @@ the order rotated over 16 rounds (load 3.4-3.8), four ways of timing that point 
 to: the harness 592.8 us/step, the harness with the collector left on 604.2, the loop
 reference 591.2, the reference on the harness's k 609.9 (harness / loop 1.003).
 
+The null comparison. ``agreement(..., against_itself=True)`` runs the same protocol
+with the reference on both sides of every round (an A/A test). Its ratio can differ
+from 1 only through the machine's noise, so the spread of the A/A ratios over points and
+runs is the smallest spread any timer comparison of this length can show on that
+machine: a harness/reference spread as wide as the A/A spread says nothing against the
+harness, and a target such as every ratio within [0.95, 1.05] is reachable only where
+the A/A ratios reach it. ``benchmarks/timer_agreement.py --against-itself`` prints both.
+
 Rounds. A round is short (:data:`ROUND_BLOCKS` blocks a side, a fraction of a second),
 and the figure of merit is paired (:func:`round_ratio`): the median over rounds of the
 ratio of the two sides' medians within the round. On the 2-core VM the speed of the
@@ -63,6 +71,7 @@ both stages [0.920, 1.353]; on rounds 10-14 alone (ratio 1.304) blocks alone gav
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import statistics
 import time
@@ -105,6 +114,10 @@ class Agreement:
     #: blocks of round i, ``reference_rounds[i]`` the reference's.
     ours_rounds: tuple = ()
     reference_rounds: tuple = ()
+    #: True for the null comparison (:func:`agreement` with ``against_itself``): the
+    #: "ours" side is a second copy of the reference, so the ratio's spread is the
+    #: machine's own resolution, with no difference between timers in it.
+    against_itself: bool = False
 
     @property
     def ratio(self) -> float:
@@ -118,9 +131,11 @@ class Agreement:
         """One line: both sides in us/step, the ratio with its 95 % interval in brackets
         (when known), k and the rounds, and the reference's own blocks (PyTorch)."""
         sizes = ",".join(f"{k}={v}" for k, v in self.sizes.items())
+        ours = "reference a" if self.against_itself else "ours"
+        reference = "reference b" if self.against_itself else "reference"
         return (
             f"{self.framework:<10} {self.device:<4} {self.case} {sizes}: "
-            f"ours {self.ours_s * 1e6:9.1f} us/step, reference {self.reference_s * 1e6:9.1f} "
+            f"{ours} {self.ours_s * 1e6:9.1f} us/step, {reference} {self.reference_s * 1e6:9.1f} "
             f"us/step, ratio {self.ratio:.3f}{self._interval()} (k={self.steps_per_block}, "
             f"{self.rounds} rounds)" + self._own_blocks()
         )
@@ -252,6 +267,12 @@ def _loop_reference(workload, k: int, blocks: int) -> list[float]:
 #: lasts a fraction of a second and the two sides alternate quickly.
 ROUND_BLOCKS = 3
 ROUND_WARMUP_S = 0.1
+#: Rounds per point by default. The null comparison (the reference against itself) sets
+#: the resolution: with 20 rounds its ratios spanned 0.952 to 1.026 over the eight
+#: points of three runs on the 2-core VM (2026-12-02), so the machine's noise alone
+#: nearly filled the target's +-5 %; twice the rounds narrow a median's spread by about
+#: sqrt(2).
+ROUNDS = 40
 
 
 def agreement(
@@ -260,9 +281,10 @@ def agreement(
     case: str,
     sizes: dict[str, int],
     threads: int,
-    rounds: int = 20,
+    rounds: int = ROUNDS,
     min_run_time: float = 1.0,
     policy: TimingPolicy | None = None,
+    against_itself: bool = False,
 ) -> Agreement:
     """Time one point ``rounds`` times with the harness and with the reference,
     alternately, on one workload object; return the median seconds per step of each
@@ -282,6 +304,12 @@ def agreement(
     block past ~0.2 ms, the median single step) is timed once after the rounds for
     ``min_run_time`` seconds and reported beside the ratio.
 
+    ``against_itself=True`` is the null comparison (an A/A test): the harness builds and
+    calibrates the workload once (its blocks are not used), then both sides of every
+    round are the reference, timed as above. The two sides then run the same code, so
+    their ratio differs from 1 only by the machine's noise over the same rounds: its
+    spread is the resolution the machine allows a timer comparison of that length.
+
     The framework must already be imported with ``threads`` pinned
     (:func:`frameworks.import_framework`). Raises ValueError for fewer than 2 rounds.
     """
@@ -295,28 +323,39 @@ def agreement(
     ours, reference = [], []
     k = None
 
+    block_s = None  # seconds of one block of k steps, the torch reference's budget unit
+
     def harness(i: int) -> None:
-        nonlocal k
+        nonlocal k, block_s
         m = measure(workload, policy if i == 0 else in_round, built=i > 0)
         ours.append(m.block_step_times_s[:ROUND_BLOCKS] if i == 0 else m.block_step_times_s)
         k = m.steps_per_block
+        block_s = k * statistics.median(ours[-1])
 
-    def timed_reference() -> None:
+    def reference_blocks() -> list[float]:
         if framework == "torch":
-            budget = ROUND_BLOCKS * k * statistics.median(ours[-1])
-            reference.append(_torch_reference(workload, threads, budget, steps=k)[0])
-        else:
-            reference.append(_loop_reference(workload, k, ROUND_BLOCKS))
+            return _torch_reference(workload, threads, ROUND_BLOCKS * block_s, steps=k)[0]
+        return _loop_reference(workload, k, ROUND_BLOCKS)
 
+    def ours_side(i: int) -> None:
+        if against_itself:
+            ours.append(reference_blocks())
+        else:
+            harness(i)
+
+    if against_itself:  # build and calibrate once; the harness's blocks are not a side
+        calibration = measure(workload, policy)
+        k = calibration.steps_per_block
+        block_s = k * calibration.step_time_s
     for i in range(rounds):
         if i % 2 == 0:  # round 0 builds the workload inside the harness
-            harness(i)
-            timed_reference()
+            ours_side(i)
+            reference.append(reference_blocks())
         else:
-            timed_reference()
-            harness(i)
+            reference.append(reference_blocks())
+            ours_side(i)
     own, own_steps = (None, None)
-    if framework == "torch":
+    if framework == "torch" and not against_itself:
         own, own_steps = _torch_reference(workload, threads, min_run_time)
     low, high = ratio_interval(ours, reference)
     return Agreement(
@@ -335,4 +374,100 @@ def agreement(
         rounds=rounds,
         ours_rounds=tuple(tuple(r) for r in ours),
         reference_rounds=tuple(tuple(r) for r in reference),
+        against_itself=against_itself,
     )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Command line (``crossover-study agreement``, ``benchmarks/timer_agreement.py``):
+    every point of :data:`POINTS` timed by :func:`agreement` on the CPU (and CUDA when
+    a device is visible), one line each, ``--runs`` times; then
+    ``timer agreement: min=<r> max=<r>`` over all runs' ratios (with
+    ``--against-itself``, the null comparison's line before it). Returns 0."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Our harness against the field's reference timers."
+    )
+    parser.add_argument(
+        "--threads", type=_positive_int, default=2, help="CPU threads (both timers)"
+    )
+    parser.add_argument(
+        "--frameworks", nargs="+", default=["torch", "tensorflow"], choices=["torch", "tensorflow"]
+    )
+    parser.add_argument(
+        "--rounds", type=_positive_int, default=ROUNDS, help="alternating rounds per point"
+    )
+    parser.add_argument(
+        "--min-run-time",
+        type=_positive_float,
+        default=1.0,
+        help="seconds of the PyTorch reference's own blocks, timed once per point",
+    )
+    parser.add_argument(
+        "--runs", type=_positive_int, default=1, help="times the whole set of points is measured"
+    )
+    parser.add_argument(
+        "--against-itself",
+        action="store_true",
+        help="after each point, the same rounds with the reference on both sides (A/A)",
+    )
+    args = parser.parse_args(argv)
+
+    frameworks.pin_thread_env(args.threads)
+    devices: dict[str, list[str]] = {}
+    ratios, null_ratios = [], []
+    for run in range(1, args.runs + 1):
+        run_ratios, run_null = [], []
+        for framework, device in _targets(args.frameworks, args.threads, devices):
+            for case, sizes in POINTS:
+                for against_itself in (False, True) if args.against_itself else (False,):
+                    result = agreement(
+                        framework,
+                        device,
+                        case,
+                        sizes,
+                        args.threads,
+                        rounds=args.rounds,
+                        min_run_time=args.min_run_time,
+                        against_itself=against_itself,
+                    )
+                    print(result.line(), flush=True)
+                    (run_null if against_itself else run_ratios).append(result.ratio)
+        null = f"; reference against itself: {_span(run_null)}" if run_null else ""
+        print(f"run {run}/{args.runs}: {_span(run_ratios)}{null}", flush=True)
+        ratios += run_ratios
+        null_ratios += run_null
+    if null_ratios:
+        print(f"reference against itself: {_span(null_ratios)}")
+    print(f"timer agreement: {_span(ratios)}")
+    return 0
+
+
+def _targets(names: list[str], threads: int, devices: dict[str, list[str]]):
+    """(framework, device) pairs in order; a framework is imported (and its devices
+    probed) when first reached, so its first run's points come before the next import,
+    as in a single run."""
+    for framework in names:
+        if framework not in devices:
+            frameworks.import_framework(framework, "cpu", threads)
+            cuda = frameworks.probe(framework, "cuda").available
+            devices[framework] = ["cpu"] + (["cuda"] if cuda else [])
+        for device in devices[framework]:
+            yield framework, device
+
+
+def _span(ratios: list[float]) -> str:
+    return f"min={min(ratios):.3f} max={max(ratios):.3f}"
