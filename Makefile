@@ -32,12 +32,15 @@ REFERENCE_NAME ?=
 .PHONY: setup study smoke test test-fast test-slurm lint report audit paper install-profile clean \
 	gpu-bundle reference-gpu reference-import crate-validator validate-crates
 
-$(STAMP): requirements.lock
+$(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --requirement requirements.lock
+	# The package itself, editable and without dependencies (the lock has them all): the
+	# `crossover-study` command. setuptools comes from the lock, so no build isolation.
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --editable .
 	touch $(STAMP)
 
-setup: $(STAMP)  ## create .venv with the exact versions of requirements.lock
+setup: $(STAMP)  ## create .venv with the exact versions of requirements.lock, and the crossover-study command
 
 $(CRATE_STAMP): requirements-crate.lock
 	$(PYTHON) -m venv $(CRATE_VENV)

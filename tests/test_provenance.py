@@ -26,7 +26,7 @@ from conftest import (
     synthetic_reference_gpu,
 )
 
-from crossover_study import audit, figures, paper
+from crossover_study import audit, figures, freeze, paper
 from crossover_study.config import ConfigError, measurement_hash, validate_config
 from crossover_study.environments import (
     EnvironmentMixError,
@@ -361,7 +361,7 @@ def test_refreeze_makes_an_old_reference_portable_without_touching_measurements(
     (dest / "manifest.json").write_text(json.dumps(manifest))
     shutil.rmtree(dest / "code")
     measured = {p: _sha(p) for p in dest.rglob("*.csv")}
-    paper.refreeze(dest)
+    freeze.refreeze(dest)
     assert json.loads((dest / "manifest.json").read_text())["data"] == [iris]
     assert (dest / "code" / "Snakefile").is_file()
     assert {p: _sha(p) for p in dest.rglob("*.csv")} == measured

@@ -20,7 +20,8 @@ import pytest
 from conftest import run_crate_validator, run_snakemake
 
 from crossover_study import audit, figures
-from crossover_study.manifest import load_manifest, sha256_file
+from crossover_study.files import sha256_file
+from crossover_study.manifest import load_manifest
 from crossover_study.paper import PAPER_FIGURES, PAPER_FORMATS
 from crossover_study.provenance import REPO_ROOT
 

@@ -1,0 +1,87 @@
+"""crossover-study: when is the GPU, the TPU or a multi-GPU node faster than the CPU?
+
+The package is read top-down in layers; a module imports only from its own layer or
+the layers below it, never from above, and the imports form no cycle (counting those
+inside functions; ``tests/test_layers.py`` checks both). :data:`LAYERS` lists every
+module, bottom first:
+
+0. **leaves**: paths, files and hashing, errors, where a number came from
+   (``provenance``), the plug-in contract, the timing harness, float precision, the
+   GPU's state, the per-point deadline, the seed cases' data;
+1. **study**: the case registry, the point spec, which program runs where (the
+   ``workloads`` package's applicability checks and ``programs``), the study config;
+2. **measurement**: the frameworks' set-up, the workloads, the probe record, the
+   runner and the measuring job, the timer agreement, the GPU bundle;
+3. **analysis**: repeats, the timings table, environments, the crossover, the answers,
+   two runs compared;
+4. **presentation**: the report's figures, the browser check;
+5. **provenance and audit**: the manifest, the RO-Crate, the paper figures from the
+   committed reference runs, the audit, freezing a run into the reference set, the GPU
+   reference run and its import, its rehearsal;
+6. **entry points**: the command line (``crossover-study``).
+
+An import inside a function is there for a heavy package (a framework, matplotlib) or
+for start-up time (the workflow imports some modules while it is parsed), never to dodge
+a cycle. An ``if __name__ == "__main__":`` block is its own program's top and may reach
+any layer: it never runs on import.
+"""
+
+#: Layer of every module of the package (dotted name below ``crossover_study``; the
+#: package itself is ``""``), bottom first; see the module docstring.
+LAYERS: dict[str, int] = {
+    # 0: leaves
+    "": 0,
+    "paths": 0,
+    "files": 0,
+    "errors": 0,
+    "provenance": 0,
+    "plugin": 0,
+    "harness": 0,
+    "precision": 0,
+    "gpu_state": 0,
+    "watchdog": 0,
+    "workloads.data": 0,
+    # 1: the study
+    "cases": 1,
+    "spec": 1,
+    "workloads": 1,
+    "programs": 1,
+    "config": 1,
+    # 2: measurement
+    "frameworks": 2,
+    "workloads.torch_cases": 2,
+    "workloads.tf_cases": 2,
+    "workloads.tf_strategy": 2,
+    "workloads.torch_ddp": 2,
+    "workloads.plugins": 2,
+    "workloads.plugin_torch": 2,
+    "workloads.plugin_tf": 2,
+    "gpu_bundle": 2,
+    "probe": 2,
+    "runner": 2,
+    "measure_job": 2,
+    "agreement": 2,
+    # 3: analysis
+    "point_runs": 3,
+    "tables": 3,
+    "environments": 3,
+    "crossover": 3,
+    "answers": 3,
+    "repeat": 3,
+    # 4: presentation
+    "figures": 4,
+    "browser": 4,
+    # 5: provenance and audit
+    "manifest": 5,
+    "crate": 5,
+    "crate_validation": 5,
+    "paper": 5,
+    "audit": 5,
+    "freeze": 5,
+    "reference_run": 5,
+    "reference_import": 5,
+    "rehearsal": 5,
+    # 6: entry points
+    "cli": 6,
+    "__main__": 6,
+}

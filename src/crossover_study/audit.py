@@ -44,8 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cases as case_registry
+from .files import MANIFEST_NAME, sha256_file, write_csv_atomic
 from .harness import TimingPolicy
-from .manifest import MANIFEST_NAME, load_manifest, locate_package_file, sha256_file
+from .manifest import load_manifest, locate_package_file
+from .paper import PAPER_FIGURES, paper_figures, reference_dirs
 from .provenance import REPO_ROOT
 from .spec import POINT_COLUMNS, size_columns
 
@@ -385,7 +387,6 @@ def _check_crossover_derivation(
     import pandas as pd
 
     from .crossover import crossover_table
-    from .runner import write_csv_atomic
 
     settings = manifest["config"]["resolved"].get("crossover", {})
     table = crossover_table(
@@ -761,7 +762,6 @@ def _audit_paper(report: AuditReport, target: Path, manifest: dict, regenerate: 
     import importlib.metadata
 
     from .figures import figure_sources
-    from .paper import PAPER_FIGURES, paper_figures, reference_dirs
 
     report.title = f"paper figures, manifest of {manifest['created_utc']}"
     _check_portable(report, target / MANIFEST_NAME, manifest, "manifest")
@@ -884,9 +884,10 @@ def discover(root: str | Path = ".") -> list[Path]:
     return [p.parent for p in found]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line: audit the given folders (default: every manifest found)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Command line: audit the given folders (default: every manifest found). Returns 0
+    when every audit is OK, 1 when one fails, 2 when there is nothing to audit."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "targets", nargs="*", help="results/<study>, results/reference/<name>, reports/paper"
     )

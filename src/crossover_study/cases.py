@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .provenance import REPO_ROOT, sha256_file
+from .files import sha256_file
+from .paths import REPO_ROOT
 
 #: The entry point a plug-in case's file exposes when the study file names none.
 DEFAULT_ENTRY = "build"

@@ -54,7 +54,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from . import cases as case_registry
-from .manifest import file_record, sha256_file, write_json
+from .files import sha256_file
+from .manifest import file_record, write_json
 from .provenance import REPO_ROOT
 
 CRATE_NAME = "ro-crate-metadata.json"

@@ -483,7 +483,7 @@ def write_crossover(
 ) -> pd.DataFrame:
     """The crossover step of a study: :func:`crossover_table` of the ``timings`` CSV,
     written to ``out`` atomically (the crossover schema's columns). Returns the table."""
-    from .runner import write_csv_atomic
+    from .files import write_csv_atomic
 
     table = crossover_table(pd.read_csv(timings), n_boot=n_boot, seed=seed)
     write_csv_atomic(table.to_dict("records"), table.columns, out)

@@ -11,16 +11,13 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import DeviceMissingError
 from .paths import portable_path
 from .provenance import cpu_model
 
 #: Environment variables that size the CPU thread pools of torch, TensorFlow, MKL and
 #: OpenMP; set before the framework is imported.
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
-
-
-class DeviceMissingError(RuntimeError):
-    """A device was asked for, is not visible, and the config says ``missing_device: fail``."""
 
 
 @dataclass(frozen=True)

@@ -51,12 +51,13 @@ import pandas as pd
 
 from . import cases
 from .config import measurement_hash
+from .files import MANIFEST_NAME, sha256_file
 from .gpu_bundle import pins
-from .provenance import REPO_ROOT, git_state, sha256_file
+from .paths import REPO_ROOT
+from .provenance import git_state
 
 #: Version of the manifest's layout; the audit refuses other versions.
 MANIFEST_VERSION = 1
-MANIFEST_NAME = "manifest.json"
 #: Code whose hash is recorded: glob patterns relative to the repository root.
 CODE_PATTERNS: tuple[str, ...] = (
     "Snakefile",

@@ -2,22 +2,23 @@
 
 Each reference run is a folder ``results/reference/<name>/`` holding a study run's
 ``timings.csv``, ``crossover.csv``, ``manifest.json`` (and its per-job tables, probe
-records and RO-Crate), copied there by :func:`freeze` after an audit. The paper
+records and RO-Crate), copied there by :func:`crossover_study.freeze.freeze` after an
+audit. The paper
 figures are a fixed list (:data:`PAPER_FIGURES`), each written as PDF and PNG into
 ``reports/paper/`` by :func:`paper_figures`, with ``reports/paper/manifest.json``
 recording the reference tables and the figures' sha256. Nothing is measured: the
 figures use every reference run present, one panel row (or panel) per run, so runs
 from different machines are never merged into one curve.
 
-``python -m crossover_study.paper figures`` draws them; ``python -m
-crossover_study.paper freeze results/<study> results/reference/<name>`` adds a run.
+``crossover-study paper`` draws them (``python -m crossover_study.paper figures``, as
+before); ``crossover-study freeze results/<study> results/reference/<name>`` adds a run.
+The audit redraws these figures to check them, and freezing a run audits it first, so
+freezing lives above the audit (:mod:`crossover_study.freeze`) and this module below it.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import shutil
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,18 +26,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .provenance import REPO_ROOT
+from .files import MANIFEST_NAME, PAPER_DIR, REFERENCE_DIR, sha256_file
+from .paths import REPO_ROOT
 
 if TYPE_CHECKING:
     import pandas as pd
 
 # pandas, matplotlib and the manifest module are imported where used: the workflow
 # imports this module while it is parsed (for PAPER_FIGURES), which must stay quick.
-MANIFEST_NAME = "manifest.json"
-
-#: Where reference runs live and where the paper figures go (relative to the workdir).
-REFERENCE_DIR = Path("results/reference")
-PAPER_DIR = Path("reports/paper")
 #: Formats of every paper figure.
 PAPER_FORMATS: tuple[str, ...] = ("pdf", "png")
 #: The paper's figures: file stem -> what it shows. Step time per seed case (the seeds'
@@ -59,20 +56,6 @@ _STEP_TIME_CASES = {
     "fig-3-s002-iris-step-time": "s002-iris",
     "fig-4-s004-lstm-step-time": "s004-lstm",
 }
-#: Files a reference run keeps (globs relative to the study's results folder).
-REFERENCE_FILES: tuple[str, ...] = (
-    "timings.csv",
-    "crossover.csv",
-    "wall.json",
-    MANIFEST_NAME,
-    "ro-crate-metadata.json",
-    "config.resolved.yaml",
-    "points/**/*.csv",
-    "points/**/*.probe.json",
-    # The crate's copy of the workflow definition (crossover_study.crate.copy_workflow).
-    "code/Snakefile",
-    "code/workflow/rules/*.smk",
-)
 
 
 @dataclass(frozen=True)
@@ -243,8 +226,6 @@ def draw(name: str, runs: list[ReferenceRun]):
 def table_sources(runs: Iterable[ReferenceRun]) -> dict[str, str]:
     """``{"<run>/timings.csv": sha256, "<run>/crossover.csv": sha256, ...}`` of the
     reference tables the figures are drawn from (recorded in each figure's metadata)."""
-    from .manifest import sha256_file
-
     out = {}
     for run in runs:
         for table in ("timings.csv", "crossover.csv"):
@@ -317,91 +298,9 @@ def paper_manifest(
     }
 
 
-def freeze(results: str | Path, dest: str | Path, audit_first: bool = True) -> list[Path]:
-    """Copy a study run's results (:data:`REFERENCE_FILES`) into ``dest`` (e.g.
-    ``results/reference/<name>``) so that the paper can use it. The run is audited
-    first (:func:`crossover_study.audit.audit`): a run that fails its audit is not
-    copied. Raises FileExistsError when ``dest`` exists, ValueError when the audit
-    fails. Returns the files written."""
-    results, dest = Path(results), Path(dest)
-    if dest.exists():
-        raise FileExistsError(f"{dest} exists; choose a new name for the reference run")
-    if audit_first:
-        from .audit import audit
-
-        report = audit(results)
-        if not report.ok:
-            raise ValueError(f"{results} fails its audit; not copied:\n{report.text()}")
-    written = []
-    for pattern in REFERENCE_FILES:
-        for path in sorted(results.glob(pattern)):
-            target = dest / path.relative_to(results)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-            written.append(target)
-    return written
-
-
-def refreeze(dest: str | Path, repo: str | Path = REPO_ROOT) -> list[Path]:
-    """Rewrite the provenance of a reference run frozen before it was portable: its
-    manifest's file records lose their absolute paths
-    (:func:`crossover_study.manifest.portable_manifest`), its RO-Crate is written anew
-    (files inside the folder only, the workflow's copy under ``code/`` taken from the
-    recorded git commit when the working tree has moved on). Measured files are not
-    touched. Raises FileNotFoundError without a manifest, ValueError when the recorded
-    workflow files are not in git. Returns the files written."""
-    from .crate import CODE_DIR, CRATE_NAME, write_crate
-    from .manifest import load_manifest, portable_manifest, write_json
-
-    dest = Path(dest)
-    manifest = portable_manifest(load_manifest(dest))
-    written = [write_json(manifest, dest / MANIFEST_NAME)]
-    # The original run's working directory is not needed: every file the crate
-    # describes as a File lies in ``dest``.
-    written.append(
-        write_crate(manifest, dest, dest / CRATE_NAME, repo, manifest_path=dest / MANIFEST_NAME)
-    )
-    return written + sorted(p for p in (dest / CODE_DIR).rglob("*") if p.is_file())
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: ``figures`` (draw the paper figures) or ``freeze`` (add a run)."""
-    parser = argparse.ArgumentParser(description="Paper figures from committed reference runs.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    fig = sub.add_parser("figures", help="draw reports/paper/fig-*.pdf and .png")
-    fig.add_argument("--reference", default=str(REFERENCE_DIR), help="folder of reference runs")
-    fig.add_argument("--out", default=str(PAPER_DIR), help="output folder")
-    fig.add_argument(
-        "names", nargs="*", help=f"figures to draw (default: all: {', '.join(PAPER_FIGURES)})"
-    )
-    frz = sub.add_parser("freeze", help="copy an audited study run into results/reference/")
-    frz.add_argument("results", help="the study's results folder, e.g. results/smoke")
-    frz.add_argument("dest", help="e.g. results/reference/cpu-2core-2026-11-30")
-    ref = sub.add_parser(
-        "refreeze", help="rewrite a frozen run's manifest and RO-Crate without machine paths"
-    )
-    ref.add_argument("dest", help="e.g. results/reference/cpu-2core-2026-11-30")
-    args = parser.parse_args(argv)
-    if args.command in ("freeze", "refreeze"):
-        written = (
-            freeze(args.results, args.dest) if args.command == "freeze" else refreeze(args.dest)
-        )
-        for path in written:
-            print(path)
-        return 0
-    import matplotlib
-
-    from .manifest import write_json
-
-    matplotlib.use("Agg")
-    dirs = reference_dirs(args.reference)
-    written = paper_figures(dirs, args.out, names=args.names or None)
-    if not args.names:
-        write_json(paper_manifest(dirs, written), Path(args.out) / MANIFEST_NAME)
-    for path in written:
-        print(path)
-    return 0
-
-
 if __name__ == "__main__":
+    # The command line of old (figures, freeze, refreeze) is crossover_study.freeze's:
+    # freezing audits, and the audit redraws these figures, so it lives above this module.
+    from crossover_study.freeze import main
+
     sys.exit(main())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import socket
@@ -12,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-#: The repository root (this file is src/crossover_study/provenance.py).
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from .paths import REPO_ROOT
+
 SCHEMAS = REPO_ROOT / "workflow" / "schemas"
 
 
@@ -26,15 +25,6 @@ def table_columns(table: str) -> tuple[str, ...]:
     """
     schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
     return tuple(schema["properties"])
-
-
-def sha256_file(path: str | Path) -> str:
-    """sha256 (hex) of a file's bytes. Raises OSError when it cannot be read."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def cpu_model() -> str:

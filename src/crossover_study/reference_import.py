@@ -8,7 +8,7 @@ manifest) and ``logs/<study>/``. Importing it:
 1. unpacks it into a temporary working directory (members are checked: no absolute
    paths, no ``..``, no links; :func:`tarfile.data_filter`);
 2. writes the run's RO-Crate there (the GPU machine has no ``rocrate``);
-3. freezes the run into ``results/reference/<name>/`` (:func:`paper.freeze`: audited
+3. freezes the run into ``results/reference/<name>/`` (:func:`freeze.freeze`: audited
    first, refused when the audit fails), where ``<name>`` is ``<gpu>-<date>`` from the
    probe records (e.g. ``h200-2026-12-01``; ``cpu-<n>core-<date>`` when no probe saw a
    GPU) unless given;
@@ -28,8 +28,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .manifest import MANIFEST_NAME, load_manifest
-from .paper import REFERENCE_DIR, freeze
+from .files import MANIFEST_NAME, REFERENCE_DIR, sha256_file
+from .freeze import freeze
+from .manifest import load_manifest
 from .provenance import REPO_ROOT
 from .reference_run import slug
 
@@ -78,7 +79,6 @@ def _extract(archive: Path, dest: Path) -> None:
 def already_imported(manifest_path: Path, reference_root: Path) -> Path | None:
     """The reference run under ``reference_root`` whose manifest has the same bytes as
     ``manifest_path`` (the same run imported before), or None."""
-    from .manifest import sha256_file
 
     digest = sha256_file(manifest_path)
     for other in sorted(Path(reference_root).glob(f"*/{MANIFEST_NAME}")):
@@ -143,9 +143,10 @@ def import_archive(
     return dest
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line of :func:`import_archive`."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Command line of :func:`import_archive`. Returns 0, or 1 with the reason on
+    stderr."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("archive", help="reference-<study>-<host>-<date>.tar.gz")
     parser.add_argument(
         "--name", help="folder name under results/reference/ (default: from the probes)"

@@ -218,10 +218,11 @@ def _write_unstarted(points, paths: dict, config_hash: str, threads: int, why: s
     ``unavailable`` with ``why`` (``not_applicable`` where the variant does not exist in
     the framework, as the runner decides), written by this process, whose probe record
     says ``job_started: false``."""
+    from .files import write_csv_atomic
     from .probe import probe_record, write_probe
     from .programs import program_or_none
     from .provenance import placement, table_columns
-    from .runner import framework_mismatch, write_csv_atomic
+    from .runner import framework_mismatch
 
     now = datetime.now(UTC).isoformat(timespec="seconds")
     rows = []

@@ -9,9 +9,11 @@ times overlap; per crossover estimate present in both runs, whether the two boot
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -216,3 +218,39 @@ def compare_runs(
         )
         crossovers = both[cross_cols]
     return RepeatSummary(points, crossovers, tuple(sizes))
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    try:
+        return pd.read_csv(path)
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        return None
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Command line (``crossover-study compare``, ``benchmarks/repeat_study.py``): two
+    results folders, each with a ``timings.csv`` (and a ``crossover.csv`` if it has
+    one); prints :meth:`RepeatSummary.lines`. Exits 2 with a message naming the folder
+    or column when a folder or table is missing or is not a timings table."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Two runs of one study: do they agree within their own noise?"
+    )
+    parser.add_argument("run_a", type=Path, help="folder with timings.csv (first run)")
+    parser.add_argument("run_b", type=Path, help="folder with timings.csv (second run)")
+    args = parser.parse_args(argv)
+    tables = []
+    for run in (args.run_a, args.run_b):
+        if not run.is_dir():
+            parser.error(f"{run}: no such folder")
+        timings = _read(run / "timings.csv")
+        if timings is None:
+            parser.error(f"{run}: no timings.csv in this folder, or it is empty")
+        tables.append(timings)
+    try:
+        summary = compare_runs(
+            *tables, _read(args.run_a / "crossover.csv"), _read(args.run_b / "crossover.csv")
+        )
+    except KeyError as missing:
+        parser.error(f"a table lacks the column {missing}: is it a timings.csv of this study?")
+    print("\n".join(summary.lines()))
+    return 0

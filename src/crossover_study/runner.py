@@ -19,7 +19,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,11 +28,12 @@ import psutil
 
 from . import cases, frameworks, gpu_state, precision
 from .config import logical_cpus
+from .files import write_csv_atomic
 from .harness import TimingPolicy, measure
 from .probe import check_cpus_given
 from .programs import not_applicable_reason, program_or_none
-from .provenance import git_state, placement, table_columns
-from .spec import PointSpec, size_columns
+from .provenance import git_state, placement
+from .spec import PointSpec, timings_columns
 from .watchdog import (
     PointDeadlineExceeded,
     PointWatchdog,
@@ -182,20 +183,6 @@ def _json_default(value):
     return str(value)
 
 
-def write_csv_atomic(rows: Iterable[dict], columns: Iterable[str], path: Path) -> None:
-    """Write ``rows`` as CSV with ``columns`` to ``path`` via a temporary file + rename,
-    so that readers never see a half-written table."""
-    import pandas as pd
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pd.DataFrame(list(rows), columns=list(columns)).to_csv(tmp, index=False)
-    with tmp.open("rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def run_group(
     group: GroupSpec,
     journal_path: Path,
@@ -329,20 +316,6 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
         rows = [_run_point(job_state, point) for point in group.points]
     write_csv_atomic(rows, timings_columns(rows), out_csv)
     return rows
-
-
-def undocumented_axes(rows) -> list[str]:
-    """The size axes of ``rows`` (a timings DataFrame or row mappings) that the schema
-    does not name: those of plug-in cases (:func:`spec.size_columns`), in the order
-    first seen."""
-    documented = set(table_columns("timings"))
-    return [a for a in size_columns(rows) if a not in documented]
-
-
-def timings_columns(rows) -> list[str]:
-    """Columns of a timings table holding ``rows``: the documented ones in schema order,
-    then :func:`undocumented_axes`."""
-    return [*table_columns("timings"), *undocumented_axes(rows)]
 
 
 def _measure_again_after_deadline(journal: Journal, key: str, now: float | None) -> float | None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from . import cases as case_registry
+from .provenance import table_columns
 
 FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow")
 #: Device classes. ``cpu`` is the baseline; every other class is an accelerator:
@@ -199,6 +200,20 @@ def size_columns(table) -> tuple[str, ...]:
         for axis in row_axes(row):
             seen.setdefault(axis)
     return tuple(a for a in seen if present is None or a in present)
+
+
+def undocumented_axes(rows) -> list[str]:
+    """The size axes of ``rows`` (a timings DataFrame or row mappings) that the schema
+    does not name: those of plug-in cases (:func:`size_columns`), in the order
+    first seen."""
+    documented = set(table_columns("timings"))
+    return [a for a in size_columns(rows) if a not in documented]
+
+
+def timings_columns(rows) -> list[str]:
+    """Columns of a timings table holding ``rows``: the documented ones in schema order,
+    then :func:`undocumented_axes`."""
+    return [*table_columns("timings"), *undocumented_axes(rows)]
 
 
 @dataclass(frozen=True)

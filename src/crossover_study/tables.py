@@ -9,10 +9,11 @@ import jsonschema
 import pandas as pd
 import yaml
 
+from .files import write_csv_atomic
 from .harness import TimingPolicy
 from .point_runs import merge_repeats
 from .provenance import SCHEMAS, table_columns
-from .runner import timings_columns, undocumented_axes, write_csv_atomic
+from .spec import timings_columns, undocumented_axes
 
 
 class TableError(ValueError):
@@ -87,7 +88,7 @@ def read_job_tables(
 ) -> pd.DataFrame:
     """The per-job CSVs concatenated, one row per run of a point, typed as the schema
     types them, with the documented columns in schema order followed by the size axes
-    of plug-in cases (:func:`runner.timings_columns`), or with ``columns``."""
+    of plug-in cases (:func:`spec.timings_columns`), or with ``columns``."""
     frames = [pd.read_csv(p, dtype=object) for p in csvs]
     documented = list(table_columns("timings"))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=documented)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from ..cases import Case
-from ..provenance import sha256_file
+from ..files import sha256_file
 
 _loaded: dict[tuple[str, str], object] = {}
 

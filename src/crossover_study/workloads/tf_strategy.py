@@ -38,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
+from ..errors import DeviceMissingError
 from . import NotApplicable, check_fit_replica_case, data, replica_batches
 from .tf_cases import HJB, SeedFit, lstm_regressor, tf_function_traces
 
@@ -364,13 +365,11 @@ def _replica_strategy(variant: str, device: str, replicas: int):
     (``cuda_multi``) or logical CPU devices (``cpu``) for ``variant``'s point.
 
     Raises RuntimeError when fewer logical CPU devices exist than replicas;
-    ``frameworks.DeviceMissingError`` when fewer GPUs are visible."""
-    from .. import frameworks
-
+    :class:`~crossover_study.errors.DeviceMissingError` when fewer GPUs are visible."""
     if device == "cuda_multi":
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) < replicas:
-            raise frameworks.DeviceMissingError(
+            raise DeviceMissingError(
                 f"{replicas} replicas need {replicas} GPUs; {len(gpus)} visible to TensorFlow"
             )
         devices = [g.name for g in gpus[:replicas]]
@@ -417,7 +416,7 @@ def mirrored_workload(
 
     Raises NotApplicable for cases without replicas (s000, s002) or a batch strong
     scaling cannot split; RuntimeError when fewer logical CPU devices exist than
-    replicas; ``frameworks.DeviceMissingError`` when fewer GPUs are visible.
+    replicas; :class:`~crossover_study.errors.DeviceMissingError` when fewer GPUs are visible.
     """
     return _on_replicas(
         "mirrored", StrategyWorkload, case, device, sizes, replicas, scaling, threads, seed
@@ -542,7 +541,7 @@ def mirrored_fit_workload(
 
     Raises NotApplicable for cases without replicas (s000, s002), a case whose seed is
     not Keras fit (s001), or a batch strong scaling cannot split; RuntimeError when
-    fewer logical CPU devices exist than replicas; ``frameworks.DeviceMissingError``
+    fewer logical CPU devices exist than replicas; :class:`~crossover_study.errors.DeviceMissingError`
     when fewer GPUs are visible.
     """
     return _on_replicas(

@@ -1,0 +1,9 @@
+"""``python -m crossover_study``: the ``crossover-study`` command line
+(:mod:`crossover_study.cli`)."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

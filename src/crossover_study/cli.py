@@ -1,0 +1,149 @@
+"""``crossover-study``: one command line in front of the study's tools.
+
+    crossover-study study [--config FILE] [--cores N] [-- SNAKEMAKE ARGS]
+    crossover-study compare RUN_A RUN_B
+    crossover-study audit [TARGET ...]
+    crossover-study agreement [--runs N] [--against-itself]
+    crossover-study freeze RESULTS DEST | refreeze DEST | paper [NAME ...]
+    crossover-study reference-import ARCHIVE [--name NAME]
+
+Installed by ``make setup`` (an editable install of the package); ``python -m
+crossover_study`` is the same. Each subcommand is the command line of the module that
+does the work (its ``--help`` says more), so the tools stay usable on their own; this
+module only routes, and imports a subcommand's module when that subcommand runs, so
+that ``--help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .paths import REPO_ROOT
+
+PROG = "crossover-study"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: one line of help and what runs it (``argv``, ``prog`` -> status)."""
+
+    summary: str
+    run: Callable[[list[str], str], int]
+
+
+def _study(argv: list[str], prog: str) -> int:
+    """Run a study through Snakemake, as ``make study`` does: ``snakemake --cores N
+    --keep-going --rerun-incomplete --configfile FILE`` in the repository's folder, with
+    this Python's ``bin`` first on PATH (the jobs find its jupyter and python there).
+    Arguments after ``--`` go to Snakemake. Exits 2 when the config file is missing."""
+    import argparse
+
+    extra: list[str] = []
+    if "--" in argv:
+        argv, extra = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a study (sweep, timings, crossover, report) through Snakemake.",
+        epilog="Arguments after -- go to snakemake, e.g. -- -n for a dry run.",
+    )
+    parser.add_argument(
+        "--config",
+        default="config/config.yaml",
+        help="the study's config file (default: config/config.yaml, the default study)",
+    )
+    parser.add_argument("--cores", default="all", help="CPU cores Snakemake may use (default: all)")
+    args = parser.parse_args(argv)
+    config = Path(args.config)
+    if not config.is_absolute():
+        config = (Path.cwd() / config) if (Path.cwd() / config).exists() else REPO_ROOT / config
+    if not config.is_file():
+        parser.error(f"--config {args.config}: no such file")
+    command = [sys.executable, "-m", "snakemake", "--cores", str(args.cores)]
+    command += ["--keep-going", "--rerun-incomplete", "--configfile", str(config), *extra]
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return subprocess.call(command, cwd=REPO_ROOT, env=env)
+
+
+def _compare(argv: list[str], prog: str) -> int:
+    from .repeat import main
+
+    return main(argv, prog)
+
+
+def _audit(argv: list[str], prog: str) -> int:
+    from .audit import main
+
+    return main(argv, prog)
+
+
+def _agreement(argv: list[str], prog: str) -> int:
+    from .agreement import main
+
+    return main(argv, prog)
+
+
+def _freeze_command(sub: str) -> Callable[[list[str], str], int]:
+    def run(argv: list[str], prog: str) -> int:
+        from .freeze import main
+
+        return main([sub, *argv], prog.rsplit(" ", 1)[0])
+
+    return run
+
+
+def _reference_import(argv: list[str], prog: str) -> int:
+    from .reference_import import main
+
+    return main(argv, prog)
+
+
+COMMANDS: dict[str, Command] = {
+    "study": Command("run a study through Snakemake (default: the default study)", _study),
+    "compare": Command("two runs of one study: step-time ratios, intervals, crossovers", _compare),
+    "audit": Command("recompute a run's hashes; check its tables and figures", _audit),
+    "agreement": Command("time the harness against the field's reference timers", _agreement),
+    "freeze": Command(
+        "copy an audited run into results/reference/<name>", _freeze_command("freeze")
+    ),
+    "refreeze": Command(
+        "rewrite a frozen run's manifest and RO-Crate", _freeze_command("refreeze")
+    ),
+    "paper": Command("draw the paper figures from results/reference/", _freeze_command("paper")),
+    "reference-import": Command(
+        "add a GPU reference run's archive to results/reference/", _reference_import
+    ),
+}
+
+
+def usage() -> str:
+    """The top-level help: one line per subcommand."""
+    width = max(map(len, COMMANDS))
+    lines = [
+        f"usage: {PROG} COMMAND [ARGS]  ({PROG} COMMAND --help for its arguments)",
+        "",
+        "When is the accelerator faster than the CPU, and why? The study's tools:",
+        "",
+        *(f"  {name:<{width}}  {c.summary}" for name, c in COMMANDS.items()),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Route ``argv`` (default: the process's arguments) to a subcommand. Returns its
+    exit status; 0 after ``--help``, 2 with the usage for no or an unknown command."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        problem = f"unknown command {argv[0]!r}" if argv else "no command given"
+        print(f"{PROG}: {problem}\n\n{usage()}", file=sys.stderr)
+        return 2
+    name, rest = argv[0], argv[1:]
+    return COMMANDS[name].run(rest, f"{PROG} {name}")

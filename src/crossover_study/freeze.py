@@ -1,0 +1,129 @@
+"""Freeze a study run into the reference set (``results/reference/<name>/``), and the
+command line of the paper figures.
+
+A run is audited before it is copied (:func:`crossover_study.audit.audit`), and the
+audit redraws the paper figures (:mod:`crossover_study.paper`) to compare their bytes:
+so freezing sits above the audit, and the paper's drawing below it (the package's layer
+order, :mod:`crossover_study`). ``python -m crossover_study.freeze`` (also ``python -m
+crossover_study.paper``, the command line of old, and ``crossover-study freeze`` /
+``refreeze`` / ``paper``) takes ``figures``, ``freeze`` or ``refreeze``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from .audit import audit
+from .crate import CODE_DIR, CRATE_NAME, write_crate
+from .files import MANIFEST_NAME, PAPER_DIR, REFERENCE_DIR
+from .manifest import load_manifest, portable_manifest, write_json
+from .paper import PAPER_FIGURES, paper_figures, paper_manifest, reference_dirs
+from .paths import REPO_ROOT
+
+#: Files a reference run keeps (globs relative to the study's results folder).
+REFERENCE_FILES: tuple[str, ...] = (
+    "timings.csv",
+    "crossover.csv",
+    "wall.json",
+    MANIFEST_NAME,
+    "ro-crate-metadata.json",
+    "config.resolved.yaml",
+    "points/**/*.csv",
+    "points/**/*.probe.json",
+    # The crate's copy of the workflow definition (crossover_study.crate.copy_workflow).
+    "code/Snakefile",
+    "code/workflow/rules/*.smk",
+)
+
+
+def freeze(results: str | Path, dest: str | Path, audit_first: bool = True) -> list[Path]:
+    """Copy a study run's results (:data:`REFERENCE_FILES`) into ``dest`` (e.g.
+    ``results/reference/<name>``) so that the paper can use it. The run is audited
+    first (:func:`crossover_study.audit.audit`): a run that fails its audit is not
+    copied. Raises FileExistsError when ``dest`` exists, ValueError when the audit
+    fails. Returns the files written."""
+    results, dest = Path(results), Path(dest)
+    if dest.exists():
+        raise FileExistsError(f"{dest} exists; choose a new name for the reference run")
+    if audit_first:
+        report = audit(results)
+        if not report.ok:
+            raise ValueError(f"{results} fails its audit; not copied:\n{report.text()}")
+    written = []
+    for pattern in REFERENCE_FILES:
+        for path in sorted(results.glob(pattern)):
+            target = dest / path.relative_to(results)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            written.append(target)
+    return written
+
+
+def refreeze(dest: str | Path, repo: str | Path = REPO_ROOT) -> list[Path]:
+    """Rewrite the provenance of a reference run frozen before it was portable: its
+    manifest's file records lose their absolute paths
+    (:func:`crossover_study.manifest.portable_manifest`), its RO-Crate is written anew
+    (files inside the folder only, the workflow's copy under ``code/`` taken from the
+    recorded git commit when the working tree has moved on). Measured files are not
+    touched. Raises FileNotFoundError without a manifest, ValueError when the recorded
+    workflow files are not in git. Returns the files written."""
+    dest = Path(dest)
+    manifest = portable_manifest(load_manifest(dest))
+    written = [write_json(manifest, dest / MANIFEST_NAME)]
+    # The original run's working directory is not needed: every file the crate
+    # describes as a File lies in ``dest``.
+    written.append(
+        write_crate(manifest, dest, dest / CRATE_NAME, repo, manifest_path=dest / MANIFEST_NAME)
+    )
+    return written + sorted(p for p in (dest / CODE_DIR).rglob("*") if p.is_file())
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Command line: ``figures`` (draw the paper figures), ``freeze`` (add a run) or
+    ``refreeze`` (rewrite a frozen run's provenance). Returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Paper figures from committed reference runs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    fig = sub.add_parser("paper", aliases=["figures"], help="draw reports/paper/fig-*.pdf and .png")
+    fig.add_argument("--reference", default=str(REFERENCE_DIR), help="folder of reference runs")
+    fig.add_argument("--out", default=str(PAPER_DIR), help="output folder")
+    fig.add_argument(
+        "names", nargs="*", help=f"figures to draw (default: all: {', '.join(PAPER_FIGURES)})"
+    )
+    frz = sub.add_parser("freeze", help="copy an audited study run into results/reference/")
+    frz.add_argument("results", help="the study's results folder, e.g. results/smoke")
+    frz.add_argument("dest", help="e.g. results/reference/cpu-2core-2026-11-30")
+    ref = sub.add_parser(
+        "refreeze", help="rewrite a frozen run's manifest and RO-Crate without machine paths"
+    )
+    ref.add_argument("dest", help="e.g. results/reference/cpu-2core-2026-11-30")
+    args = parser.parse_args(argv)
+    if args.command in ("freeze", "refreeze"):
+        try:
+            written = (
+                freeze(args.results, args.dest) if args.command == "freeze" else refreeze(args.dest)
+            )
+        except (FileExistsError, FileNotFoundError, ValueError) as exc:
+            print(f"{args.command}: {exc}", file=sys.stderr)
+            return 1
+        for path in written:
+            print(path)
+        return 0
+    import matplotlib
+
+    matplotlib.use("Agg")
+    dirs = reference_dirs(args.reference)
+    written = paper_figures(dirs, args.out, names=args.names or None)
+    if not args.names:
+        write_json(paper_manifest(dirs, written), Path(args.out) / MANIFEST_NAME)
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
