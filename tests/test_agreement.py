@@ -138,20 +138,30 @@ class _Steps:
         return 0.0
 
 
-def test_agreement_swaps_the_order_every_round(monkeypatch):
+def _fake_timers(monkeypatch, harness: str, reference_speeds) -> list:
+    """Replace the harness (blocks of 2.0 s/step, k=10) and the TensorFlow loop reference
+    (blocks of the next of ``reference_speeds``) on a workload of no work; returns the
+    list each call appends to: ``(harness, built)`` or ``("reference", k)``."""
     order = []
     monkeypatch.setattr(agreement_module.frameworks, "workload_class", lambda f, c: _Steps)
 
     def fake_measure(workload, policy, built=False):
-        order.append(("ours", built))
+        order.append((harness, built))
         return Measurement(0.0, 0.0, 0, 10, block_step_times_s=[2.0, 2.0, 2.0])
+
+    speeds = iter(reference_speeds)
 
     def fake_loop(workload, k, blocks):
         order.append(("reference", k))
-        return [1.0] * blocks
+        return [next(speeds)] * blocks
 
     monkeypatch.setattr(agreement_module, "measure", fake_measure)
     monkeypatch.setattr(agreement_module, "_loop_reference", fake_loop)
+    return order
+
+
+def test_agreement_swaps_the_order_every_round(monkeypatch):
+    order = _fake_timers(monkeypatch, "ours", [1.0] * 3)
     result = agreement("tensorflow", "cpu", "s000-hjb", {"batch": 1, "width": 1}, 1, rounds=3)
     assert order == [
         ("ours", False),
@@ -184,21 +194,7 @@ def test_the_ratio_pairs_the_sides_within_each_round():
 def test_against_itself_times_the_reference_on_both_sides(monkeypatch):
     # The null comparison (A/A): the harness builds and calibrates once, then every side
     # of every round is the reference, with the harness's k.
-    order = []
-    monkeypatch.setattr(agreement_module.frameworks, "workload_class", lambda f, c: _Steps)
-
-    def fake_measure(workload, policy, built=False):
-        order.append(("harness", built))
-        return Measurement(0.0, 0.0, 0, 10, block_step_times_s=[2.0, 2.0, 2.0])
-
-    speeds = iter([1.0, 1.1, 1.2, 1.2, 0.9, 1.0])
-
-    def fake_loop(workload, k, blocks):
-        order.append(("reference", k))
-        return [next(speeds)] * blocks
-
-    monkeypatch.setattr(agreement_module, "measure", fake_measure)
-    monkeypatch.setattr(agreement_module, "_loop_reference", fake_loop)
+    order = _fake_timers(monkeypatch, "harness", [1.0, 1.1, 1.2, 1.2, 0.9, 1.0])
     result = agreement(
         "tensorflow", "cpu", "s000-hjb", {"batch": 1, "width": 1}, 1, rounds=3, against_itself=True
     )
