@@ -1,6 +1,9 @@
-"""The method lives in the repository: no tracked file points at the team's ``shared/``
-folder (a clone does not have it), and every ``docs/...`` file that a tracked file
-names exists in the clone."""
+"""The method lives in the repository: no tracked file points at the team's notes folder
+beside the checkout (a clone does not have it), and every ``docs/...`` file that a
+tracked file names exists in the clone.
+
+The folder's name is spelt here only through :data:`TEAM_FOLDER`, so that this file
+itself holds no path into it."""
 
 from __future__ import annotations
 
@@ -11,9 +14,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-#: A path into the team's folder beside the checkout: ``shared/...`` or ``../shared/...``,
-#: not part of a longer word (``/usr/share/`` and ``not-shared/`` do not match).
-SHARED = re.compile(r"(?<![\w-])shared/")
+#: Name of the team's notes folder beside the checkout.
+TEAM_FOLDER = "shared"
+#: A path into that folder (``<folder>/...`` or ``../<folder>/...``), not part of a longer
+#: word (``/usr/share/`` and ``not-<folder>/`` do not match).
+SHARED = re.compile(rf"(?<![\w-]){TEAM_FOLDER}/")
 #: A file under docs/ named in text: docs/STUDY.md, docs/seeds/000_....txt.
 DOCS_PATH = re.compile(r"(?<![\w/.-])docs/[\w./-]*\w\.(?:md|txt|json)")
 
@@ -48,7 +53,8 @@ def pointers(pattern: re.Pattern, files: list[Path], repo: Path = REPO) -> list[
 
 
 def _others() -> list[Path]:
-    """Tracked text files but this one (its examples name such paths on purpose)."""
+    """Tracked text files but this one (its examples name a missing docs/ file on
+    purpose)."""
     return [p for p in tracked_text_files() if p != Path(__file__).resolve()]
 
 
@@ -69,12 +75,12 @@ def test_every_docs_file_named_exists():
 def test_the_patterns_find_what_they_are_for(tmp_path):
     text = tmp_path / "a.md"
     text.write_text(
-        "see ../shared/design/STUDY.md and `shared/seeds/x.txt`\n"
-        "/usr/share/doc and not-shared/ are fine; docs/STUDY.md and docs/gone.md.\n"
+        f"see ../{TEAM_FOLDER}/design/STUDY.md and `{TEAM_FOLDER}/seeds/x.txt`\n"
+        f"/usr/share/doc and not-{TEAM_FOLDER}/ are fine; docs/STUDY.md and docs/gone.md.\n"
     )
     assert pointers(SHARED, [text], tmp_path) == [
-        "a.md:1: shared/",
-        "a.md:1: shared/",
+        f"a.md:1: {TEAM_FOLDER}/",
+        f"a.md:1: {TEAM_FOLDER}/",
     ]
     assert pointers(DOCS_PATH, [text], tmp_path) == [
         "a.md:2: docs/STUDY.md",
