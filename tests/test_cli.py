@@ -38,6 +38,15 @@ def test_a_subcommand_gets_its_own_arguments_and_name(capsys):
     assert capsys.readouterr().out.startswith("usage: crossover-study paper ")
 
 
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_every_subcommand_reaches_its_module(capsys, name):
+    # --help of each: its module imports and its parser carries the subcommand's name.
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([name, "--help"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: crossover-study {name} ")
+
+
 def test_study_names_a_missing_config(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["study", "--config", "no/such/study.yaml"])

@@ -10,12 +10,14 @@
 Installed by ``make setup`` (an editable install of the package); ``python -m
 crossover_study`` is the same. Each subcommand is the command line of the module that
 does the work (its ``--help`` says more), so the tools stay usable on their own; this
-module only routes, and imports a subcommand's module when that subcommand runs, so
-that ``--help`` answers at once.
+module only routes, and imports a subcommand's module (:func:`importlib.import_module`)
+when that subcommand runs, so that ``--help`` answers at once.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import os
 import subprocess
 import sys
@@ -41,8 +43,6 @@ def _study(argv: list[str], prog: str) -> int:
     --keep-going --rerun-incomplete --configfile FILE`` in the repository's folder, with
     this Python's ``bin`` first on PATH (the jobs find its jupyter and python there).
     Arguments after ``--`` go to Snakemake. Exits 2 when the config file is missing."""
-    import argparse
-
     extra: list[str] = []
     if "--" in argv:
         argv, extra = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
@@ -70,53 +70,37 @@ def _study(argv: list[str], prog: str) -> int:
     return subprocess.call(command, cwd=REPO_ROOT, env=env)
 
 
-def _compare(argv: list[str], prog: str) -> int:
-    from .repeat import main
+def _main_of(module: str, *head: str) -> Callable[[list[str], str], int]:
+    """What runs a subcommand: ``crossover_study.<module>.main(argv, prog)``, imported
+    when the subcommand runs (``--help`` stays quick). ``head`` goes before ``argv``
+    (the subcommand of a module whose own command line has several), and then ``prog``
+    is this program's name, to which that module's parser adds the subcommand."""
 
-    return main(argv, prog)
-
-
-def _audit(argv: list[str], prog: str) -> int:
-    from .audit import main
-
-    return main(argv, prog)
-
-
-def _agreement(argv: list[str], prog: str) -> int:
-    from .agreement import main
-
-    return main(argv, prog)
-
-
-def _freeze_command(sub: str) -> Callable[[list[str], str], int]:
     def run(argv: list[str], prog: str) -> int:
-        from .freeze import main
-
-        return main([sub, *argv], prog.rsplit(" ", 1)[0])
+        main = importlib.import_module(f"{__package__}.{module}").main
+        return main([*head, *argv], prog.rsplit(" ", 1)[0] if head else prog)
 
     return run
 
 
-def _reference_import(argv: list[str], prog: str) -> int:
-    from .reference_import import main
-
-    return main(argv, prog)
-
-
 COMMANDS: dict[str, Command] = {
     "study": Command("run a study through Snakemake (default: the default study)", _study),
-    "compare": Command("two runs of one study: step-time ratios, intervals, crossovers", _compare),
-    "audit": Command("recompute a run's hashes; check its tables and figures", _audit),
-    "agreement": Command("time the harness against the field's reference timers", _agreement),
+    "compare": Command(
+        "two runs of one study: step-time ratios, intervals, crossovers", _main_of("repeat")
+    ),
+    "audit": Command("recompute a run's hashes; check its tables and figures", _main_of("audit")),
+    "agreement": Command(
+        "time the harness against the field's reference timers", _main_of("agreement")
+    ),
     "freeze": Command(
-        "copy an audited run into results/reference/<name>", _freeze_command("freeze")
+        "copy an audited run into results/reference/<name>", _main_of("freeze", "freeze")
     ),
     "refreeze": Command(
-        "rewrite a frozen run's manifest and RO-Crate", _freeze_command("refreeze")
+        "rewrite a frozen run's manifest and RO-Crate", _main_of("freeze", "refreeze")
     ),
-    "paper": Command("draw the paper figures from results/reference/", _freeze_command("paper")),
+    "paper": Command("draw the paper figures from results/reference/", _main_of("freeze", "paper")),
     "reference-import": Command(
-        "add a GPU reference run's archive to results/reference/", _reference_import
+        "add a GPU reference run's archive to results/reference/", _main_of("reference_import")
     ),
 }
 

@@ -6,7 +6,7 @@ audit redraws the paper figures (:mod:`crossover_study.paper`) to compare their 
 so freezing sits above the audit, and the paper's drawing below it (the package's layer
 order, :mod:`crossover_study`). ``python -m crossover_study.freeze`` (also ``python -m
 crossover_study.paper``, the command line of old, and ``crossover-study freeze`` /
-``refreeze`` / ``paper``) takes ``figures``, ``freeze`` or ``refreeze``.
+``refreeze`` / ``paper``) takes ``paper`` (or ``figures``), ``freeze`` or ``refreeze``.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def refreeze(dest: str | Path, repo: str | Path = REPO_ROOT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Command line: ``figures`` (draw the paper figures), ``freeze`` (add a run) or
+    """Command line: ``paper`` or ``figures`` (draw the paper figures), ``freeze`` (add a run) or
     ``refreeze`` (rewrite a frozen run's provenance). Returns the exit status."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Paper figures from committed reference runs."
