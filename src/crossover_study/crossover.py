@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .files import write_csv_atomic
 from .point_runs import resample_medians, row_runs
 from .programs import cpu_rows, no_cpu_program_reason, program_column, program_of_rows
 from .provenance import table_columns
@@ -483,8 +484,6 @@ def write_crossover(
 ) -> pd.DataFrame:
     """The crossover step of a study: :func:`crossover_table` of the ``timings`` CSV,
     written to ``out`` atomically (the crossover schema's columns). Returns the table."""
-    from .files import write_csv_atomic
-
     table = crossover_table(pd.read_csv(timings), n_boot=n_boot, seed=seed)
     write_csv_atomic(table.to_dict("records"), table.columns, out)
     return table
