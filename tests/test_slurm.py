@@ -38,6 +38,9 @@ SEARCH_PATH = f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
 PARTITION = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}
 #: A healthy run takes 1-2 minutes here; past this the cluster state is reported.
 SNAKEMAKE_TIMEOUT_S = 480
+#: Where Slurm's commands look for a configless slurmd's config; start-slurm.sh links
+#: its state folder there.
+RUN_CONF = Path("/run/slurm/conf")
 COMMENT = re.compile(r"rule_measure_wildcards_([^_]+)_([^_]+)_(.+)_(\d+)$")
 
 
@@ -66,6 +69,14 @@ def slurm_env(tmp_path_factory):
         if not k.startswith(("SLURM_", "SBATCH_", "SRUN_")) and k not in drop
     }
     env["PATH"] = f"{Path(sys.executable).parent}:{SEARCH_PATH}"
+    # A test Slurm killed before stop-slurm.sh ran leaves /run/slurm/conf linked to its
+    # dead state folder (it broke a CI run on 2026-12-02): plant such a link, so that
+    # every run checks that start-slurm.sh removes a stale one and says so.
+    stale = None
+    if not os.path.lexists(RUN_CONF):
+        stale = Path(tempfile.mkdtemp(prefix="xs-dead-", dir="/tmp"))
+        RUN_CONF.parent.mkdir(parents=True, exist_ok=True)
+        RUN_CONF.symlink_to(stale)
     try:
         start = subprocess.run(
             [str(SLURM_DIR / "start-slurm.sh"), str(state)],
@@ -76,6 +87,9 @@ def slurm_env(tmp_path_factory):
         )
         if start.returncode != 0:
             pytest.fail(f"Slurm did not start:\n{start.stdout}\n{start.stderr}")
+        if stale is not None:
+            assert f"removing the stale link {RUN_CONF} -> {stale}" in start.stderr
+            assert RUN_CONF.readlink() == state
         env["SLURM_CONF"] = str(state / "slurm.conf")
         yield env
     finally:
@@ -85,6 +99,10 @@ def slurm_env(tmp_path_factory):
             logs = tmp_path_factory.mktemp("slurm-logs")
             shutil.copytree(state / "log", logs, dirs_exist_ok=True)
         shutil.rmtree(state, ignore_errors=True)
+        if stale is not None:
+            if RUN_CONF.is_symlink() and RUN_CONF.readlink() == stale:
+                RUN_CONF.unlink()  # start-slurm.sh failed before removing it
+            stale.rmdir()
 
 
 @pytest.fixture(scope="module")

@@ -178,8 +178,20 @@ chmod 600 "$DIR/slurmdbd.conf"
 if [ -e /etc/slurm/slurm.conf ]; then
     fail "/etc/slurm/slurm.conf exists: commands in test jobs would use that cluster"
 fi
-if [ -e /run/slurm/conf ] || [ -L /run/slurm/conf ]; then
-    fail "/run/slurm/conf exists (another Slurm on this machine?); stop it first"
+# A link left by a test Slurm that was killed before stop-slurm.sh ran (its slurmctld no
+# longer alive) is stale: remove it. One whose slurmctld still runs belongs to another
+# test Slurm on this machine: refuse, rather than point its jobs at this config.
+if [ -L /run/slurm/conf ]; then
+    OTHER=$(readlink /run/slurm/conf)
+    OTHER_PID=$(cat "$OTHER/run/slurmctld.pid" 2>/dev/null || true)
+    if [ -n "$OTHER_PID" ] && kill -0 "$OTHER_PID" 2>/dev/null; then
+        fail "/run/slurm/conf links to $OTHER, whose slurmctld ($OTHER_PID) still runs: stop that Slurm first (tests/slurm/stop-slurm.sh $OTHER)"
+    fi
+    echo "start-slurm.sh: removing the stale link /run/slurm/conf -> $OTHER (no slurmctld runs there)" >&2
+    rm -f /run/slurm/conf
+fi
+if [ -e /run/slurm/conf ]; then
+    fail "/run/slurm/conf exists and is not a link (another Slurm on this machine?); stop it first"
 fi
 mkdir -p /run/slurm
 ln -s "$DIR" /run/slurm/conf
