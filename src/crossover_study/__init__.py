@@ -58,6 +58,8 @@ LAYERS: dict[str, int] = {
     "workloads.plugin_tf": 2,
     "gpu_bundle": 2,
     "probe": 2,
+    "journal": 2,
+    "point_measure": 2,
     "runner": 2,
     "measure_job": 2,
     "agreement": 2,

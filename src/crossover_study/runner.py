@@ -1,9 +1,12 @@
 """Measure a group of points (one case × framework × device) in one process.
 
 Framework import and process start are paid once per group, not once per point. Each
-finished point is appended to a journal (JSON lines, flushed and fsynced), so a crash or
-``kill -9`` loses at most the point in flight, and a rerun measures only what is
-missing. The group's CSV is written atomically (temporary file + rename) at the end.
+finished point is appended to a journal (JSON lines, flushed and fsynced:
+:mod:`crossover_study.journal`), so a crash or ``kill -9`` loses at most the point in
+flight, and a rerun measures only what is missing. One point is timed by
+:func:`crossover_study.point_measure.measure_point` (importable from here too, as are
+the journal's names). The group's CSV is written atomically (temporary file + rename)
+at the end.
 """
 
 from __future__ import annotations
@@ -12,12 +15,10 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
 import time
-import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +30,9 @@ import psutil
 from . import cases, frameworks, gpu_state, precision
 from .config import logical_cpus
 from .files import write_csv_atomic
-from .harness import TimingPolicy, measure
+from .harness import TimingPolicy
+from .journal import FINAL, MAX_ATTEMPTS, Journal, json_default
+from .point_measure import deadline_row, measure_point
 from .probe import check_cpus_given
 from .programs import not_applicable_reason, program_or_none
 from .provenance import git_state, placement
@@ -40,9 +43,20 @@ from .watchdog import (
     ended_at_deadline,
     grace_s,
     hard_message,
-    stopped_where,
 )
-from .workloads import NotApplicable, Unavailable, check_framework, check_tf32
+from .workloads import NotApplicable, check_framework, check_tf32
+
+#: The public names, those of the journal and of one point's measurement included
+#: (callers import them from here).
+__all__ = [
+    "FINAL",
+    "MAX_ATTEMPTS",
+    "GroupSpec",
+    "Journal",
+    "framework_mismatch",
+    "measure_point",
+    "run_group",
+]
 
 
 def framework_mismatch(point: PointSpec) -> str | None:
@@ -60,14 +74,6 @@ def framework_mismatch(point: PointSpec) -> str | None:
     if point.device == "tpu" and point.framework == "tensorflow":
         return not_applicable_reason(point.case, point.framework, point.device, point.variant)
     return None
-
-
-#: A point whose measurement killed the process this many times is recorded as an error
-#: instead of being tried again forever.
-MAX_ATTEMPTS = 2
-#: Statuses that are final: a rerun does not measure these points again. ``unavailable``
-#: is not final (the device may be there next time).
-FINAL = ("ok", "oom", "error", "not_applicable")
 
 
 @dataclass(frozen=True)
@@ -106,81 +112,6 @@ class GroupSpec:
             ]
         text = json.dumps(fingerprint, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-class Journal:
-    """Append-only JSON-lines record of a group's points; survives ``kill -9``.
-
-    Each line is ``{"event": "start"|"done", "key": ..., "settings": ..., "row": {...}}``
-    (a ``done`` of a point ended at its deadline also has ``"point_deadline_s"``, kept
-    in ``ended_at``); a torn last line (the process died while writing it) is ignored.
-    Only entries written under ``settings`` (:meth:`GroupSpec.settings`) count: a row
-    measured with other threads or another timing policy (or by a version that did not
-    record its settings) is listed in ``stale`` and measured again.
-    """
-
-    def __init__(self, path: Path, settings: str | None = None):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.settings = settings
-        self.done: dict[str, dict] = {}
-        self.starts: dict[str, int] = {}
-        self.stale: dict[str, dict] = {}
-        self.ended_at: dict[str, float] = {}
-        if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                key = entry.get("key")
-                if entry.get("settings") != settings:
-                    if entry.get("event") == "done":
-                        self.stale[key] = entry["row"]
-                    continue
-                if entry.get("event") == "done":
-                    self.done[key] = entry["row"]
-                    self.ended_at.pop(key, None)
-                    if entry.get("point_deadline_s") is not None:
-                        self.ended_at[key] = entry["point_deadline_s"]
-                elif entry.get("event") == "start":
-                    self.starts[key] = self.starts.get(key, 0) + 1
-
-    def _append(self, entry: dict) -> None:
-        with self.path.open("a") as fh:
-            fh.write(json.dumps(entry, default=_json_default) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-
-    def start(self, key: str) -> None:
-        self.starts[key] = self.starts.get(key, 0) + 1
-        self._append({"event": "start", "key": key, "settings": self.settings})
-
-    def done_entry(self, key: str, row: dict, point_deadline_s: float | None = None) -> dict:
-        """The ``done`` line of ``row`` (with the deadline it was ended at, if any)."""
-        entry = {"event": "done", "key": key, "settings": self.settings, "row": row}
-        if point_deadline_s is not None:
-            entry["point_deadline_s"] = point_deadline_s
-        return entry
-
-    def finish(self, key: str, row: dict, point_deadline_s: float | None = None) -> None:
-        """Journal ``row`` as the point's result; ``point_deadline_s``: the deadline it
-        was ended at (a rerun under a longer or no deadline measures it again)."""
-        self.done[key] = row
-        self.ended_at.pop(key, None)
-        if point_deadline_s is not None:
-            self.ended_at[key] = point_deadline_s
-        self._append(self.done_entry(key, row, point_deadline_s))
-
-    def final_row(self, key: str) -> dict | None:
-        row = self.done.get(key)
-        return row if row is not None and row.get("status") in FINAL else None
-
-
-def _json_default(value):
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return str(value)
 
 
 def run_group(
@@ -446,7 +377,7 @@ def _measure_with_deadline(job: _Job, point: PointSpec, base: dict) -> dict:
     }
     key = point.key()
     entry = json.dumps(
-        job.journal.done_entry(key, hard, group.point_deadline_s), default=_json_default
+        job.journal.done_entry(key, hard, group.point_deadline_s), default=json_default
     )
     row = None
     started = time.perf_counter()
@@ -460,157 +391,5 @@ def _measure_with_deadline(job: _Job, point: PointSpec, base: dict) -> dict:
             }
     except PointDeadlineExceeded as exc:
         if row is None:  # raised outside measure_point's own handling
-            row = {**base, **_deadline_row(exc, job.import_s, job.device_init_s, started)}
+            row = {**base, **deadline_row(exc, job.import_s, job.device_init_s, started)}
     return row
-
-
-def _deadline_row(exc: PointDeadlineExceeded, import_s, device_init_s, started) -> dict:
-    """The columns of a point ended at its deadline (stage 1)."""
-    return {
-        "status": "error",
-        "message": f"{exc}, in {stopped_where(exc)}; every thread's stack is in the job log",
-        "import_s": import_s,
-        "device_init_s": device_init_s,
-        "measured_s": time.perf_counter() - started,
-    }
-
-
-def _compile_cache_text(workload) -> str | None:
-    """The workload's torch.compile cache hits and misses as JSON (None: not compiled)."""
-    counts = workload.compile_cache() if hasattr(workload, "compile_cache") else None
-    return None if counts is None else json.dumps(counts, sort_keys=True)
-
-
-def measure_point(
-    point: PointSpec,
-    policy: TimingPolicy,
-    import_s: float,
-    device_init_s: float,
-    threads: int = 1,
-) -> dict:
-    """Time one point; exceptions become ``status=oom`` or ``status=error`` rows.
-
-    ``cold_start_s`` = ``device_init_s`` (once per process, see
-    :func:`frameworks.initialise_device`) + this point's model and data placement (for
-    ``ddp`` also starting the follower processes and the process group). ``threads``
-    are the job's CPU threads (replicas on the CPU share them).
-
-    Replica columns: ``samples_per_s`` = ``global_batch / step_time_s`` for every ok
-    row; for a workload with replicas (``replica_info``), ``allreduce_s`` (one
-    all-reduce of the step's gradients measured alone after the timed blocks) and
-    ``allreduce_share`` = ``allreduce_s / step_time_s``. The workload's ``close`` (the
-    ddp followers) runs whatever happens.
-
-    Precision: the point runs inside :func:`precision.point_precision` (TF32 allowed
-    for the ``tf32`` variant only, the process's pinned fp32 restored afterwards, also
-    when it fails); a point whose workload was built (``ok``, ``oom``, ``error``) gets
-    ``precision`` and ``precision_settings`` read back from the framework inside that
-    context, after the measurement (:func:`precision.row_columns`). A point that never
-    ran (``not_applicable``, ``unavailable``) leaves them empty.
-
-    A point ended at the job's point deadline (:class:`watchdog.PointDeadlineExceeded`,
-    raised inside it) is an ``error`` row naming the deadline and where it stopped.
-    """
-    with precision.point_precision(point.framework, point.variant):
-        started = time.perf_counter()
-        try:
-            row = _measure_point(point, policy, import_s, device_init_s, threads)
-        except PointDeadlineExceeded as exc:  # the job's point deadline (watchdog)
-            row = _deadline_row(exc, import_s, device_init_s, started)
-        if row["status"] in ("ok", "oom", "error"):
-            row.update(precision.row_columns(point.framework, point.device))
-    return row
-
-
-def _error_row(exc: BaseException, import_s, device_init_s, started: float) -> dict:
-    """The row of a point whose program raised ``exc``: ``oom`` for an out-of-memory
-    error, else ``error``; ``message`` is the exception's own line (the last line of its
-    traceback), at most 2 000 characters."""
-    status = "oom" if frameworks.is_oom(exc) else "error"
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return {
-        "status": status,
-        "message": text[-2000:],
-        "import_s": import_s,
-        "device_init_s": device_init_s,
-        "measured_s": time.perf_counter() - started,
-    }
-
-
-def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
-    """:func:`measure_point` without the precision context and columns."""
-    started = time.perf_counter()
-    try:
-        workload = frameworks.make_workload(point, threads)
-    except NotApplicable as reason:
-        return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
-    except (frameworks.DeviceMissingError, Unavailable) as reason:
-        return {"status": "unavailable", "message": str(reason), "import_s": import_s}
-    except Exception as exc:  # noqa: BLE001 - a plug-in that fails to import or build
-        return _error_row(exc, import_s, device_init_s, started)
-    policy = dataclasses.replace(policy, synced=point.timing == "synced")
-    try:
-        m = measure(workload, policy)
-        info = workload.replica_info() if hasattr(workload, "replica_info") else {}
-    except NotApplicable as reason:  # known once a plug-in's builder said what it built
-        return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
-    except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded
-        return _error_row(exc, import_s, device_init_s, started)
-    finally:
-        close = getattr(workload, "close", None)
-        if close is not None:
-            close()
-    retraced = None if m.traces_timed is None else m.traces_timed > 0
-    nonfinite = not math.isfinite(m.final_loss) if m.final_loss is not None else None
-    has_batch = "batch" in point.sizes
-    global_batch = info.get("global_batch", point.global_batch() if has_batch else None)
-    allreduce_s = info.get("allreduce_s")
-    messages = []
-    if retraced:
-        messages.append(f"{m.traces_timed} trace(s) or recompilation(s) inside the timed blocks")
-    if nonfinite:
-        messages.append(
-            f"the loss is {m.final_loss} after the timed blocks: the program diverged, so "
-            "its steps computed on NaN/inf (flagged, not a speed of the working program)"
-        )
-    return {
-        "status": "ok",
-        "message": "; ".join(messages) or None,
-        "nonfinite_loss": nonfinite,
-        "step_time_s": m.step_time_s,
-        "step_time_iqr_s": m.step_time_iqr_s,
-        "noisy": m.is_noisy(policy.noise_threshold),
-        "block_step_times_s": json.dumps(m.block_step_times_s),
-        "steps_per_block": m.steps_per_block,
-        "n_blocks": len(m.block_step_times_s),
-        "warmup_steps": m.warmup_steps,
-        "steps_per_call": workload.steps_per_call,
-        "loss_read_every": workload.loss_read_every,
-        "kernel": workload.kernel() if hasattr(workload, "kernel") else None,
-        "compile_cache": _compile_cache_text(workload),
-        "timer_overhead_s": m.timer_overhead_s,
-        "sync_check": m.sync_check,
-        "sync_check_long_s": m.sync_check_long_s,
-        "sync_check_steps": m.sync_check_steps,
-        "host_load_start": m.host_load_start,
-        "host_load_end": m.host_load_end,
-        "host_cpus_others": m.host_cpus_others,
-        "traces_first_step": m.traces_first_step,
-        "traces_warmup": m.traces_warmup,
-        "traces_timed": m.traces_timed,
-        "retraced": retraced,
-        "first_step_s": m.first_step_s,
-        "cold_start_s": device_init_s + m.cold_start_s,
-        "device_init_s": device_init_s,
-        "import_s": import_s,
-        "measured_s": m.measured_s,
-        "final_loss": m.final_loss,
-        "replicas": info.get("replicas", point.replicas),
-        "scaling": info.get("scaling", point.scaling),
-        "global_batch": global_batch,
-        "samples_per_s": None if global_batch is None else global_batch / m.step_time_s,
-        "threads_per_replica": info.get("threads_per_replica"),
-        "replica_devices": info.get("replica_devices"),
-        "allreduce_s": allreduce_s,
-        "allreduce_share": None if allreduce_s is None else allreduce_s / m.step_time_s,
-    }
