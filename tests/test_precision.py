@@ -4,7 +4,7 @@ precision columns read back from the frameworks, old tables without them."""
 import pandas as pd
 import pytest
 
-from crossover_study import frameworks, precision, runner
+from crossover_study import frameworks, precision
 from crossover_study.crossover import crossover_table
 from crossover_study.harness import TimingPolicy
 from crossover_study.provenance import REPO_ROOT, table_columns
@@ -146,10 +146,10 @@ def test_tf32_context_turns_tf32_on_and_restores_what_it_found(framework, found)
 def test_a_tf32_point_does_not_leak_into_the_next_point(framework, tmp_path, monkeypatch):
     # No GPU here: let the tf32 variant run on the CPU (its applicability check off) to
     # see the runner's context around a point that really runs, then an eager point.
-    from crossover_study.workloads import tf_cases, torch_cases
+    from crossover_study import applicability
 
-    for module in (runner, torch_cases if framework == "torch" else tf_cases):
-        monkeypatch.setattr(module, "check_tf32", lambda variant, device: None)
+    rules = tuple(r for r in applicability.RULES if r.name != "tf32")
+    monkeypatch.setattr(applicability, "RULES", rules)
     rows = run_group(
         _group(framework, ["tf32", "eager", "tf32"]),
         tmp_path / "j.jsonl",

@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     # 1: the study
     "cases": 1,
     "spec": 1,
+    "applicability": 1,
     "workloads": 1,
     "programs": 1,
     "config": 1,

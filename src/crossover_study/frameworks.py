@@ -457,25 +457,20 @@ def make_workload(point, threads: int):
     - any other program: the case's one-device program (:func:`workload_class`).
 
     Raises ``workloads.NotApplicable`` where the point's variant does not apply (the
-    table's reasons: a replica variant of the other framework or of a case without
-    replicas, an ordinary point on ``cuda_multi``, any variant but ``strategy_step`` on
-    ``tpu``; and the workloads' own), and :class:`DeviceMissingError` when fewer GPUs
+    first reason of :func:`crossover_study.applicability.applicability`, in the order
+    of its table: e.g. an ordinary variant of a replicated point, a variant of the other
+    framework, a replica variant of a case without replicas, an ordinary point on
+    ``cuda_multi``, any variant but ``strategy_step`` on ``tpu``; then the workloads'
+    own), and :class:`DeviceMissingError` when fewer GPUs
     are visible than replicas or no TPU is.
     """
+    from .applicability import case_kind, require
     from .programs import program_of
     from .spec import REPLICA_VARIANTS
-    from .workloads import NotApplicable
 
     case, device, sizes = point.case, point.device, dict(point.sizes)
-    if point.replicas > 1 and point.variant not in REPLICA_VARIANTS:
-        raise NotApplicable(
-            f"{point.variant} is not a replica variant ("
-            + ", ".join(f"{v} for {f}" for v, f in REPLICA_VARIANTS.items())
-            + ")"
-        )
-    owner = REPLICA_VARIANTS.get(point.variant)
-    if owner is not None and owner != point.framework:
-        raise NotApplicable(f"{point.variant} is a {owner} replica variant")
+    kind = case_kind(case, point.framework) | ({"replicated"} if point.replicas > 1 else set())
+    require(point.variant, point.framework, device, kind, case=case)
     program = program_of(case, point.framework, device, point.variant)
     if program == "plugin":
         from . import cases

@@ -37,13 +37,41 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from . import cases
+from .applicability import (
+    KERAS_PATHS,
+    KERAS_PROGRAM_OF_VARIANT,
+    PLUGIN_VARIANTS,
+    TPU_ONLY_STRATEGY_STEP,
+    NotApplicable,
+    case_kind,
+    require,
+)
 from .spec import (
     DEVICES,
     FRAMEWORKS,
     REPLICA_VARIANTS,
     VARIANTS,
 )
-from .workloads import NotApplicable, check_framework, check_replica_point
+
+__all__ = [
+    "EXECUTION_VARIANTS",
+    "KERAS_PATHS",
+    "KERAS_PROGRAM_OF_VARIANT",
+    "PLUGIN_VARIANTS",
+    "PROGRAMS",
+    "REPLICA_PROGRAMS",
+    "TPU_ONLY_STRATEGY_STEP",
+    "classified",
+    "cpu_rows",
+    "cpu_variants",
+    "no_cpu_program_reason",
+    "not_applicable_reason",
+    "program_column",
+    "program_of",
+    "program_of_rows",
+    "program_or_none",
+    "table",
+]
 
 #: Every training program, with the one-line description the report uses.
 PROGRAMS: dict[str, str] = {
@@ -108,26 +136,6 @@ REPLICA_PROGRAMS: dict[str, str] = {
     "mirrored": "strategy_step",
     "mirrored_fit": "keras_fit_mirrored",
 }
-#: Keras fit variants that run another program than fit (see the module docstring).
-KERAS_PROGRAM_OF_VARIANT: dict[str, str] = {
-    "train_on_batch": "keras_train_on_batch",
-    "custom_step": "keras_custom_step",
-    "tf_data_repeat": "keras_fit_repeat",
-}
-#: Variants of the Keras training path; only Keras fit programs have them.
-KERAS_PATHS: tuple[str, ...] = (
-    "train_on_batch",
-    "custom_step",
-    "steps_per_execution",
-    "tf_data_repeat",
-)
-#: Why the seed's own program does not run on ``tpu``: TPUStrategy trains with a
-#: tf.distribute step, so the TPU is compared with the CPU through ``strategy_step``.
-TPU_ONLY_STRATEGY_STEP = (
-    "on tpu only strategy_step runs (the step under TPUStrategy); the seed's own program "
-    "({program}) is not run under TPUStrategy, so the TPU is compared with strategy_step on "
-    "the CPU (OneDeviceStrategy), the same program (list strategy_step in sweep.variants)"
-)
 
 
 def classified(variant: str) -> bool:
@@ -145,8 +153,9 @@ def program_of(case: str, framework: str, device: str, variant: str) -> str:
     """The training program (a key of :data:`PROGRAMS`) that ``variant`` of ``case`` runs
     in ``framework`` on ``device``.
 
-    Raises :class:`~crossover_study.workloads.NotApplicable` (with the reason) where the
-    variant has no program there: a variant of the other framework, a Keras-path variant
+    Raises :class:`~crossover_study.applicability.NotApplicable` (with the reason) where
+    the variant has no program there (the program rows of
+    :data:`crossover_study.applicability.RULES`): a variant of the other framework, a Keras-path variant
     of a case without ``fit``, a replica variant off a replica case or device, an
     ordinary variant on ``cuda_multi``, torch on ``tpu`` (no TPU backend), and every
     TensorFlow variant but ``strategy_step`` on ``tpu``. Finer conditions that leave the
@@ -169,84 +178,19 @@ def program_of(case: str, framework: str, device: str, variant: str) -> str:
             f"variant {variant!r} is not in the program table (programs.py): say whether it "
             "executes the seed's program differently (EXECUTION_VARIANTS) or runs another"
         )
-    check_framework(variant, framework)
-    if not cases.get(case).builtin:
-        return _plugin_program(case, framework, device, variant)
+    kind = case_kind(case, framework)
+    require(variant, framework, device, kind, case=case, programs_only=True)
+    if "plugin" in kind:
+        return "plugin"
     if variant in REPLICA_VARIANTS:
-        check_replica_point(variant, case, device)
         return REPLICA_PROGRAMS[variant]
-    if device == "cuda_multi":
-        raise NotApplicable(
-            f"cuda_multi measures the replicated points ({', '.join(REPLICA_VARIANTS)}) of the "
-            "replication section only; the one-GPU program is the cuda class's"
-        )
     if framework == "torch":
-        if device == "tpu":
-            raise NotApplicable("torch has no TPU backend here (torch_xla is not used)")
         return "torch_step"
     if variant == "strategy_step":
         return "strategy_step"
-    own = _tf_program(case, variant)
-    if device == "tpu":
-        raise NotApplicable(TPU_ONLY_STRATEGY_STEP.format(program=own))
-    return own
-
-
-#: Variants derived from a plug-in's one step (the library builds them from the step the
-#: plug-in returns; :mod:`crossover_study.workloads.plugin_torch` and ``plugin_tf``).
-#: Whether one applies to a given plug-in is known once its builder ran (a step that
-#: already reads its loss every step, a Keras fit program, a step without data): its
-#: workload then raises NotApplicable with the reason.
-PLUGIN_VARIANTS: tuple[str, ...] = (
-    "eager",
-    "read_loss_every_step",
-    "read_loss_every_1000",
-    "copy_data_each_step",
-    "compile",
-    "cuda_graph",
-    "function",
-    "xla",
-    "loop",
-    "steps_per_execution",
-    "tf32",
-)
-
-
-def _plugin_program(case: str, framework: str, device: str, variant: str) -> str:
-    """The program of ``variant`` of a plug-in case (``plugin``), or NotApplicable: the
-    case's other framework, replicas, strategy_step and the TPU (the seeds' own), the
-    LSTM kernel and Keras path variants (written for the seeds' programs), cuda_multi."""
-    own = cases.get(case)
-    if framework not in own.frameworks:
-        raise NotApplicable(f"{case} is a {', '.join(own.frameworks)} plug-in")
-    if variant in REPLICA_VARIANTS:
-        check_replica_point(variant, case, device)
-    if device == "cuda_multi":
-        raise NotApplicable(
-            f"cuda_multi measures the replicated points ({', '.join(REPLICA_VARIANTS)}) of the "
-            "replication section only; the one-GPU program is the cuda class's"
-        )
-    if device == "tpu":
-        raise NotApplicable(
-            "a plug-in's step is not run under TPUStrategy here (only the seeds' "
-            "strategy_step is); the TPU rows of a case of your own are not measured"
-        )
-    if variant not in PLUGIN_VARIANTS:
-        raise NotApplicable(
-            f"{variant} is written for the seeds' own programs; from a plug-in's step the "
-            f"library derives {', '.join(PLUGIN_VARIANTS)}"
-        )
-    return "plugin"
-
-
-def _tf_program(case: str, variant: str) -> str:
-    """The one-device TensorFlow program of ``variant`` of ``case`` (NotApplicable for a
-    Keras-path variant of a case without fit)."""
-    if case not in cases.with_flag("keras_fit"):
-        if variant in KERAS_PATHS:
-            raise NotApplicable(f"{variant} applies to Keras fit programs; this one has no fit")
-        return "tf_step"
-    return KERAS_PROGRAM_OF_VARIANT.get(variant, "keras_fit")
+    if "keras_fit" in kind:
+        return KERAS_PROGRAM_OF_VARIANT.get(variant, "keras_fit")
+    return "tf_step"
 
 
 def program_or_none(case: str, framework: str, device: str, variant: str) -> str | None:

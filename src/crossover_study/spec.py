@@ -81,6 +81,51 @@ REPLICA_VARIANTS: dict[str, str] = {
     "mirrored": "tensorflow",
     "mirrored_fit": "tensorflow",
 }
+#: Variants that exist in one framework only; the other framework's rows are
+#: ``not_applicable``, also where the device is missing (no ``unavailable`` row suggests
+#: a GPU would have run them). The data-parallel ones come from spec.REPLICA_VARIANTS.
+FRAMEWORK_OF_VARIANT: dict[str, str] = {
+    "cuda_graph": "torch",
+    "compile": "torch",
+    "train_on_batch": "tensorflow",
+    "custom_step": "tensorflow",
+    "function": "tensorflow",
+    "xla": "tensorflow",
+    "loop": "tensorflow",
+    "steps_per_execution": "tensorflow",
+    "tf_data_repeat": "tensorflow",
+    **REPLICA_VARIANTS,
+    "strategy_step": "tensorflow",
+}
+#: Variants that change how often the loss is read back to the host (steps between reads).
+LOSS_READ_VARIANTS: dict[str, int] = {"read_loss_every_step": 1, "read_loss_every_1000": 1000}
+
+#: Variants of the Keras training path; only Keras fit programs have them.
+KERAS_PATHS: tuple[str, ...] = (
+    "train_on_batch",
+    "custom_step",
+    "steps_per_execution",
+    "tf_data_repeat",
+)
+#: Variants derived from a plug-in's one step (the library builds them from the step the
+#: plug-in returns; :mod:`crossover_study.workloads.plugin_torch` and ``plugin_tf``).
+#: Whether one applies to a given plug-in is known once its builder ran (a step that
+#: already reads its loss every step, a Keras fit program, a step without data): its
+#: workload then asks ``applicability.applicability`` again with what it built.
+PLUGIN_VARIANTS: tuple[str, ...] = (
+    "eager",
+    "read_loss_every_step",
+    "read_loss_every_1000",
+    "copy_data_each_step",
+    "compile",
+    "cuda_graph",
+    "function",
+    "xla",
+    "loop",
+    "steps_per_execution",
+    "tf32",
+)
+
 #: ``strong``: the global batch is the seed's batch, split over the replicas
 #: (per-replica batch = batch / replicas). ``weak``: every replica gets the seed's batch
 #: (global batch = batch x replicas).

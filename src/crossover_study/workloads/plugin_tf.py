@@ -26,31 +26,16 @@ import math
 
 import tensorflow as tf
 
+from ..applicability import loss_kind, require
 from ..plugin import KerasFit, TFStep
-from . import (
-    FIT_READS_EVERY_STEP,
-    NotApplicable,
-    check_framework,
-    check_replica_variant,
-    check_tf32,
-)
 from . import loss_read_every as _loss_read_every
 from .tf_cases import _TFWorkload, tf_function_traces
 
-#: Why each variant that a Keras fit program cannot have does not apply to it.
-FIT_NOT_APPLICABLE: dict[str, str] = {
-    "read_loss_every_step": FIT_READS_EVERY_STEP,
-    "read_loss_every_1000": FIT_READS_EVERY_STEP,
-    "copy_data_each_step": (
-        "fit feeds its batches from the host arrays x and y every step already (it builds "
-        "its input pipeline from them); there is no placed copy to compare with"
-    ),
-    "function": "fit already runs its train step as a tf.function (= eager)",
-    "loop": (
-        "fit has no step function of the plug-in's to loop over; steps_per_execution runs "
-        "many steps per train_function call"
-    ),
-}
+#: The traits (``applicability.KINDS``) of a plug-in's program before its builder ran.
+PLUGIN_KIND = frozenset({"plugin", "one_device"})
+#: The traits of a plug-in's Keras fit program (why each variant fit cannot have does
+#: not apply: the ``keras_fit`` and ``loss_read`` rows of ``applicability.RULES``).
+FIT_KIND = PLUGIN_KIND | {"keras_fit", "fit_reads_every_step"}
 
 
 class TFPluginWorkload(_TFWorkload):
@@ -58,16 +43,14 @@ class TFPluginWorkload(_TFWorkload):
 
     Raises NotApplicable (constructor) for a variant of the other framework, a replica
     variant or ``tf32`` off a GPU; from :meth:`setup`, once the builder has said which
-    program it is, for a variant that program cannot have (:data:`FIT_NOT_APPLICABLE`;
-    ``steps_per_execution`` of a step; ``function`` of a step that already is a
+    program it is, for a variant that program cannot have (the table's rows for
+    :data:`FIT_KIND`; ``steps_per_execution`` of a step; ``function`` of a step that already is a
     ``tf.function``; a loss-read variant equal to the step's own schedule; no data to
     copy); TypeError when the builder returns something else.
     """
 
     def __init__(self, builder, device: str, sizes: dict[str, int], variant: str = "eager"):
-        check_framework(variant, "tensorflow")
-        check_replica_variant(variant)
-        check_tf32(variant, device)
+        require(variant, "tensorflow", device, PLUGIN_KIND)
         self.builder = builder
         self.variant = variant
         self.device = device
@@ -97,18 +80,12 @@ class TFPluginWorkload(_TFWorkload):
     # --- one step -------------------------------------------------------------------
 
     def _setup_step(self, program: TFStep) -> None:
-        if self.variant == "steps_per_execution":
-            raise NotApplicable(
-                "steps_per_execution is a setting of Keras fit; this step has no fit"
-            )
         step = program.step
         already = hasattr(step, "get_concrete_function")  # a tf.function
-        if self.variant == "function" and already:
-            raise NotApplicable("the plug-in's step already is a tf.function (= eager)")
-        if self.copy_data and not program.data:
-            raise NotApplicable(
-                "the step makes its own batch (TFStep.data is empty): no data to copy"
-            )
+        built = {"step"} | loss_kind(program.loss_read_every)
+        built |= {"function_step"} if already else set()
+        built |= set() if program.data else {"no_data"}
+        require(self.variant, "tensorflow", self.device, PLUGIN_KIND | built)
         self.loss_read_every = _loss_read_every(program, self.variant)
         plain = getattr(step, "python_function", step)  # the undecorated function
         wraps = self.variant in ("function", "xla", "loop")
@@ -126,9 +103,7 @@ class TFPluginWorkload(_TFWorkload):
     # --- Keras fit ------------------------------------------------------------------
 
     def _setup_fit(self, program: KerasFit) -> None:
-        why = FIT_NOT_APPLICABLE.get(self.variant)
-        if why is not None:
-            raise NotApplicable(why)
+        require(self.variant, "tensorflow", self.device, FIT_KIND)
         self.fit_program = program
         self.fit_reads_every_step = True
         self.steps_per_call = max(1, math.ceil(len(program.x) / program.batch_size))

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import torch
 
+from ..applicability import loss_kind, require
 from ..plugin import TorchStep
-from . import NotApplicable
 from . import loss_read_every as _loss_read_every
 from .torch_cases import _TorchWorkload, check_torch_variant
+
+#: The traits (``applicability.KINDS``) of a plug-in's program before its builder ran.
+PLUGIN_KIND = frozenset({"plugin", "one_device"})
 
 
 class TorchPluginWorkload(_TorchWorkload):
@@ -42,11 +45,12 @@ class TorchPluginWorkload(_TorchWorkload):
     """
 
     def __init__(self, builder, device: str, sizes: dict[str, int], variant: str = "eager"):
-        check_torch_variant(variant, device)
+        check_torch_variant(variant, device, PLUGIN_KIND)
         self.builder = builder
         self.copy_data = variant == "copy_data_each_step"
         self.variant = variant
         self.device = torch.device("cuda:0" if device == "cuda" else "cpu")
+        self.device_class = device
         self.sizes = dict(sizes)
         self.seed = 1234
         self.step_index = 0
@@ -61,11 +65,11 @@ class TorchPluginWorkload(_TorchWorkload):
                 f"a torch plug-in's builder must return crossover_study.plugin.TorchStep, "
                 f"got {type(program).__name__}"
             )
+        built = {"step"} | loss_kind(program.loss_read_every)
+        if not program.data:
+            built.add("no_data")
+        require(self.variant, "torch", self.device_class, PLUGIN_KIND | built)
         self.loss_read_every = _loss_read_every(program, self.variant)
-        if self.copy_data and not program.data:
-            raise NotApplicable(
-                "the step makes its own batch (TorchStep.data is empty): no data to copy"
-            )
         self.host_data = tuple(torch.as_tensor(d) for d in program.data)
         self.data = self.host_data if self.copy_data else tuple(self._placed(self.host_data))
         self.train_step = program.step

@@ -14,15 +14,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from . import (
-    NotApplicable,
-    check_framework,
-    check_lstm_kernel,
-    check_replica_variant,
-    check_tf32,
-    data,
-    loss_read_every,
-)
+from ..applicability import loss_kind, require
+from . import data, loss_read_every
 
 
 def tf_function_traces(fn, depth: int = 3) -> int | None:
@@ -53,25 +46,11 @@ class _TFWorkload:
     keras_fit = False
     #: True when the seed's own step is a tf.function (s000) or Keras compiles it (fit).
     step_is_function = False
-    #: Variants of the Keras training path; only Keras fit programs have them.
-    keras_paths = ("train_on_batch", "custom_step", "steps_per_execution", "tf_data_repeat")
 
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
     ):
-        check_framework(variant, "tensorflow")
-        check_replica_variant(variant)
-        if variant == "strategy_step":
-            raise NotApplicable(
-                "strategy_step is the tf.distribute step (tf_strategy.StrategyWorkload, chosen "
-                "by frameworks.make_workload), not a variant of the one-device program"
-            )
-        if variant in self.keras_paths and not self.keras_fit:
-            raise NotApplicable(f"{variant} applies to Keras fit programs; this one has no fit")
-        check_lstm_kernel(variant, device, isinstance(self, LSTM))
-        check_tf32(variant, device)
-        if variant == "function" and self.step_is_function:
-            raise NotApplicable("the seed's step already is a tf.function (= eager)")
+        require(variant, "tensorflow", device, self.kind())
         self.loss_read_every = loss_read_every(self, variant)
         #: copy_data_each_step: data stays in host memory (NumPy) and every step converts
         #: its batch to a tensor on the device instead of placing it once.
@@ -82,6 +61,20 @@ class _TFWorkload:
         self.seed = seed
         self.step_index = 0
         self._last = None  # last loss tensor, read back by sync()
+
+    def kind(self) -> frozenset[str]:
+        """The traits of this program the applicability table reads
+        (``applicability.KINDS``): a one-device program, Keras fit (which reads its loss
+        every step), its LSTM, a step that already is a tf.function, its own loss-read
+        interval."""
+        flags = {
+            "keras_fit": self.keras_fit,
+            "fit_reads_every_step": getattr(self, "fit_reads_every_step", False),
+            "lstm": isinstance(self, LSTM),
+            "function_step": self.step_is_function,
+        }
+        traits = {"one_device"} | {name for name, on in flags.items() if on}
+        return frozenset(traits) | loss_kind(self.loss_read_every)
 
     def trace_count(self) -> int | None:
         """tf.function traces of the training step so far (None: nothing compiled)."""
@@ -331,12 +324,6 @@ class _KerasFit(SeedFit, _TFWorkload):
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
     ):
         super().__init__(device, sizes, variant, seed)
-        if self.copy_data:
-            raise NotApplicable("Keras fit on NumPy arrays already copies every batch")
-        if variant == "function":
-            raise NotApplicable("Keras fit already runs its step as a tf.function (= eager)")
-        if variant == "loop":
-            raise NotApplicable("for Keras fit, many steps per program is steps_per_execution")
         if variant in ("custom_step", "steps_per_execution"):
             # custom_step reads its loss once per epoch; steps_per_execution runs one
             # epoch per train_function call, whose logs fit converts once per call.

@@ -38,8 +38,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
+from ..applicability import case_kind, require
 from ..errors import DeviceMissingError
-from . import NotApplicable, check_fit_replica_case, data, replica_batches
+from . import NotApplicable, data, replica_batches
 from .tf_cases import HJB, SeedFit, lstm_regressor, tf_function_traces
 
 #: Timed blocks of all-reduces per point (the median is the row's ``allreduce_s``)
@@ -471,8 +472,9 @@ class MirroredFitWorkload(SeedFit, StrategyWorkload):
 
     def __init__(self, case: str, device: str, sizes: dict[str, int], strategy, **kwargs):
         """As :class:`StrategyWorkload` (keyword arguments passed on); raises
-        NotApplicable first for a case whose seed is not a Keras ``fit`` program."""
-        check_fit_replica_case(case)
+        NotApplicable first where ``mirrored_fit`` does not apply to ``case`` on ``device``
+        (the applicability table: e.g. a case whose seed is not a Keras ``fit`` program)."""
+        require("mirrored_fit", "tensorflow", device, case_kind(case), case=case)
         super().__init__(case, device, sizes, strategy, **kwargs)
         self.steps_per_call = data.lstm_steps_per_epoch(self.global_batch)
         self.min_steps_per_block = self.steps_per_call

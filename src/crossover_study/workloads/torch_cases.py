@@ -24,16 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import (
-    NotApplicable,
-    Unavailable,
-    check_framework,
-    check_lstm_kernel,
-    check_replica_variant,
-    check_tf32,
-    data,
-    loss_read_every,
-)
+from ..applicability import loss_kind, require
+from . import Unavailable, data, loss_read_every
 
 #: Keras' Adam default epsilon (keras.optimizers.Adam, epsilon=1e-7); torch's is 1e-8.
 KERAS_ADAM_EPS = 1e-7
@@ -99,20 +91,17 @@ def compile_toolchain_missing(device: str) -> str | None:
     return None
 
 
-def check_torch_variant(variant: str, device: str) -> None:
-    """Raise NotApplicable for a variant no PyTorch one-device program has on ``device``
-    (another framework's, a replica variant, ``cuda_graph`` off CUDA, ``tf32`` off an
-    NVIDIA GPU) and Unavailable for ``compile`` without the compiler it builds with
-    (:func:`compile_toolchain_missing`). Decided before anything is built."""
-    check_framework(variant, "torch")
-    check_replica_variant(variant)
-    if variant == "cuda_graph" and device != "cuda":
-        raise NotApplicable("a CUDA graph captures CUDA kernels; the CPU has none")
+def check_torch_variant(variant: str, device: str, kind=frozenset({"one_device"})) -> None:
+    """Raise NotApplicable for a variant no PyTorch one-device program of ``kind`` (traits
+    of ``applicability.KINDS``) has on ``device`` (the table's reason:
+    :func:`crossover_study.applicability.applicability`) and Unavailable for
+    ``compile`` without the compiler it builds with (:func:`compile_toolchain_missing`).
+    Decided before anything is built."""
+    require(variant, "torch", device, kind)
     if variant == "compile":
         missing = compile_toolchain_missing(device)
         if missing is not None:
             raise Unavailable(missing)
-    check_tf32(variant, device)
 
 
 def _glorot(module: nn.Module) -> nn.Module:
@@ -131,12 +120,14 @@ class _TorchWorkload:
 
     #: True for ports of a Keras ``fit`` program (the loss is read once per epoch).
     keras_fit = False
+    #: True for a step that differentiates twice (torch.compile cannot: the table's
+    #: ``double_backward`` row).
+    double_backward = False
 
     def __init__(
         self, device: str, sizes: dict[str, int], variant: str = "eager", seed: int = 1234
     ):
-        check_torch_variant(variant, device)
-        check_lstm_kernel(variant, device, isinstance(self, LSTM))
+        check_torch_variant(variant, device, self.kind())
         self.loss_read_every = loss_read_every(self, variant)
         #: copy_data_each_step: data stays in host memory and each step copies its batch
         #: to the device (a no-op copy on the CPU) instead of being placed once.
@@ -147,6 +138,17 @@ class _TorchWorkload:
         self.seed = seed
         self.step_index = 0
         self._loss = None
+
+    def kind(self) -> frozenset[str]:
+        """The traits of this program the applicability table reads
+        (``applicability.KINDS``): a one-device program, its LSTM, its double backward
+        and its own loss-read interval."""
+        traits = {"one_device"}
+        if isinstance(self, LSTM):
+            traits.add("lstm")
+        if self.double_backward:
+            traits.add("double_backward")
+        return frozenset(traits) | loss_kind(self.loss_read_every)
 
     def _staged(self, array) -> torch.Tensor:
         """``array`` (numpy or tensor) placed once on the device, or kept on the host
@@ -259,16 +261,10 @@ class HJB(_TorchWorkload):
     """
 
     loss_read_every = 1
+    #: dV/dk with create_graph=True: torch.compile (AOTAutograd) has no double backward.
+    double_backward = True
     gamma, rho, A, alpha, delta = 2.0, 0.04, 0.5, 0.36, 0.05
     k_min, k_max, init_guess = 0.1, 10.0, -60.0
-
-    def __init__(self, device, sizes, variant="eager", seed=1234):
-        if variant == "compile":
-            raise NotApplicable(
-                "torch.compile (AOTAutograd) does not support the double backward that "
-                "dV/dk with create_graph=True needs"
-            )
-        super().__init__(device, sizes, variant, seed)
 
     def setup(self) -> None:
         torch.manual_seed(self.seed)
