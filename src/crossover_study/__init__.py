@@ -47,6 +47,7 @@ LAYERS: dict[str, int] = {
     "applicability": 1,
     "workloads": 1,
     "programs": 1,
+    "study_points": 1,
     "config": 1,
     # 2: measurement
     "frameworks": 2,
