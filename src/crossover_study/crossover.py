@@ -480,10 +480,17 @@ def remedy_shift(crossover: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_crossover(
-    timings: str | Path, out: str | Path, n_boot: int = 1000, seed: int = 0
+    timings: str | Path,
+    out: str | Path,
+    n_boot: int = 1000,
+    seed: int = 0,
+    columns: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """The crossover step of a study: :func:`crossover_table` of the ``timings`` CSV,
-    written to ``out`` atomically (the crossover schema's columns). Returns the table."""
+    written to ``out`` atomically (the crossover schema's columns, or those of them in
+    ``columns``: the audit computes a run recorded before columns were added again
+    under that run's own header). Returns the whole table."""
     table = crossover_table(pd.read_csv(timings), n_boot=n_boot, seed=seed)
-    write_csv_atomic(table.to_dict("records"), table.columns, out)
+    kept = table.columns if columns is None else [c for c in table.columns if c in set(columns)]
+    write_csv_atomic(table.to_dict("records"), kept, out)
     return table

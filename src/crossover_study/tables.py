@@ -148,19 +148,23 @@ def wall_summary(timings: pd.DataFrame, benchmarks: Iterable[str | Path]) -> dic
 
 def collect_study(
     csvs: Iterable[str | Path],
-    probes: Iterable[str | Path],
+    probes: Iterable[str | Path] | None,
     benchmarks: Iterable[str | Path],
     timings_out: str | Path,
     wall_out: str | Path,
     merge_environments: bool = False,
     noise_threshold: float = TimingPolicy.noise_threshold,
+    columns: Iterable[str] | None = None,
 ) -> tuple[pd.DataFrame, dict, list[str]]:
     """The collect step of a study: check each job's table against its probe record,
     concatenate the tables into ``timings_out`` and write the wall-time summary to
     ``wall_out`` (JSON). ``csvs`` and ``probes`` are in the same order; ``benchmarks``
     are the jobs' benchmark files (:func:`wall_summary`); ``noise_threshold`` is the
     config's ``timing.noise_threshold`` (for points measured in several runs,
-    :func:`collect_timings`).
+    :func:`collect_timings`). The audit runs this same step again
+    (:mod:`crossover_study.audit_stages`): ``probes`` None for a run recorded without
+    probe records (its tables are checked against none), ``columns`` the run's own
+    header (:func:`read_job_tables`).
 
     Returns (timings, wall summary, merged-on-purpose lines). Raises
     :class:`probe.ProbeError` for an accelerator row no probe backs (a lost GPU request
@@ -174,9 +178,10 @@ def collect_study(
     from .probe import check_tables
 
     csvs = list(csvs)
-    check_tables(csvs, probes)
+    if probes is not None:
+        check_tables(csvs, probes)
     # Every run of a point is checked: runs merged into one row must share a machine.
-    runs = read_job_tables(csvs)
+    runs = read_job_tables(csvs, columns)
     merged = check_environments(runs, merge=merge_environments, source=str(timings_out))
     timings = collect_timings(csvs, timings_out, noise_threshold=noise_threshold, runs=runs)
     summary = wall_summary(timings, benchmarks)
