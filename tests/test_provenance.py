@@ -448,6 +448,35 @@ def test_audit_refuses_mixed_environments(tmp_path):
     assert "mixed environments" in {f.kind for f in report.failures}, report.text()
 
 
+def test_audit_runs_the_collect_and_crossover_jobs_own_functions(tmp_path, monkeypatch):
+    """The audit derives timings.csv and crossover.csv again through the very functions
+    the workflow's collect and crossover scripts call, with the run's settings."""
+    from crossover_study import crossover, tables
+
+    ref = _copy_reference(tmp_path)
+    manifest = json.loads((ref / "manifest.json").read_text())
+    calls = []
+    collect_study, write_crossover = tables.collect_study, crossover.write_crossover
+
+    def spy_collect(csvs, probes, *args, **kw):
+        calls.append(("collect", len(list(csvs)), probes, kw["merge_environments"]))
+        return collect_study(csvs, probes, *args, **kw)
+
+    def spy_crossover(timings, out, **kw):
+        calls.append(("crossover", kw["n_boot"], kw["seed"]))
+        return write_crossover(timings, out, **kw)
+
+    monkeypatch.setattr(tables, "collect_study", spy_collect)
+    monkeypatch.setattr(crossover, "write_crossover", spy_crossover)
+    report = audit.audit(ref)
+    assert report.ok, report.text()
+    settings = manifest["config"]["resolved"]["crossover"]
+    assert calls == [
+        ("collect", len(manifest["points"]), None, False),  # recorded without probes
+        ("crossover", settings["bootstrap"], settings["seed"]),
+    ]
+
+
 def test_audit_without_manifest_fails(tmp_path):
     assert audit.main([str(tmp_path)]) == 1
 
