@@ -50,6 +50,7 @@ LAYERS: dict[str, int] = {
     "study_points": 1,
     "config": 1,
     # 2: measurement
+    "device_probe": 2,
     "frameworks": 2,
     "workloads.torch_cases": 2,
     "workloads.tf_cases": 2,
