@@ -71,6 +71,10 @@ LAYERS: dict[str, int] = {
     "tables": 3,
     "environments": 3,
     "crossover": 3,
+    "answer_format": 3,
+    "answer_rows": 3,
+    "answer_remedies": 3,
+    "answer_replicas": 3,
     "answers": 3,
     "repeat": 3,
     # 4: presentation
