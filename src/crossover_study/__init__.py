@@ -90,6 +90,8 @@ LAYERS: dict[str, int] = {
     "audit_stages": 5,
     "audit": 5,
     "freeze": 5,
+    "reference_jobs": 5,
+    "reference_finish": 5,
     "reference_run": 5,
     "reference_import": 5,
     "rehearsal": 5,

@@ -25,8 +25,11 @@ workflow's ``measure``, ``collect`` and ``crossover`` rules and the manifest do:
    ``<out>/reference-<study>-<host>-<UTC date>.tar.gz`` (at most :data:`ARCHIVE_LIMIT_BYTES`)
    and removes the partial archive.
 
-Only the standard library and :mod:`gpu_bundle` are imported before the bundle is
-installed.
+The jobs' order, files and progress lines are :mod:`crossover_study.reference_jobs`'s;
+steps 3 and 4 (and ``finish``) are :mod:`crossover_study.reference_finish`'s; their
+public names are importable from here too. Only the standard library,
+:mod:`gpu_bundle` and those two modules (standard library only at their top) are
+imported before the bundle is installed.
 """
 
 from __future__ import annotations
@@ -34,9 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -46,10 +47,43 @@ from pathlib import Path
 
 from . import gpu_bundle
 from .paths import portable_path
+from .reference_finish import ARCHIVE_LIMIT_BYTES, RUNNER_RECORD, finish, finish_partial, pack
+from .reference_jobs import (
+    CASE_ORDER,
+    DEVICE_ORDER,
+    POINT_LINE,
+    Progress,
+    job_files,
+    job_order,
+    slug,
+    write_unstarted,
+)
+
+#: The public names, those of the jobs and of the finishing steps included (callers
+#: import them from here).
+__all__ = [
+    "ARCHIVE_LIMIT_BYTES",
+    "BUDGET_S",
+    "CASE_ORDER",
+    "DEVICE_ORDER",
+    "FINISH_RESERVE_S",
+    "GRACE_S",
+    "POINT_LINE",
+    "RUNNER_RECORD",
+    "SALVAGE_TIMEOUT_S",
+    "SRC",
+    "Progress",
+    "finish",
+    "finish_partial",
+    "job_files",
+    "job_order",
+    "main",
+    "prepare",
+    "run",
+    "slug",
+]
 
 SRC = gpu_bundle.REPO_ROOT / "src"
-#: Files that come back from the GPU machine may be at most 16 MiB each.
-ARCHIVE_LIMIT_BYTES = 16 * 1024 * 1024
 #: Default wall-clock budget of the whole run (install, measure, collect, pack): the
 #: issue's 8 minutes. The measuring deadline is the budget less :data:`GRACE_S` and
 #: :data:`FINISH_RESERVE_S`, so that a point in flight and the finishing steps fit in it.
@@ -60,69 +94,6 @@ FINISH_RESERVE_S = 40.0
 GRACE_S = 20.0
 #: Seconds a job started only to write its table from its journal may take.
 SALVAGE_TIMEOUT_S = 30.0
-#: Per-job record of the run, rewritten after each job (read by ``finish``).
-RUNNER_RECORD = "runner.json"
-#: Order of the jobs when the deadline may cut the run short: a case's accelerator and
-#: CPU jobs together (a crossover needs both), cases by what the GPU run is checked
-#: against first (s001 and s000 carry its targets), the accelerator before the CPU; the
-#: LSTM last, as its CPU job is the longest (its torch.compile point alone: 39 s to
-#: compile and 2.4 s per step against eager's 0.063 s, on 2 cores here).
-CASE_ORDER = ("s001-mlp", "s000-hjb", "s002-iris", "s004-lstm")
-DEVICE_ORDER = ("cuda", "cpu", "cuda_multi", "tpu")
-
-
-def job_order(job: tuple[str, str, str, int]) -> tuple:
-    """Sort key of a measuring job ``(case, framework, device, batch)``: torch's jobs
-    first (another framework that is not installed fails in a second anyway), then
-    :data:`CASE_ORDER`, then :data:`DEVICE_ORDER`."""
-    case, framework, device, batch = job
-    rank = {name: i for i, name in enumerate(CASE_ORDER)}
-    dev = {name: i for i, name in enumerate(DEVICE_ORDER)}
-    return (framework != "torch", rank.get(case, 9), case, dev.get(device, 9), framework, batch)
-
-
-def slug(text: str) -> str:
-    """``text`` as a lower-case file-name part: runs of other characters become ``-``."""
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "unknown"
-
-
-def job_files(results: Path, logs: Path, job: tuple[str, str, str, int]) -> dict[str, Path]:
-    """The files of one measuring job ``(case, framework, device, batch)``, in the
-    layout of the workflow's measure rule: ``csv``, ``probe``, ``journal``, ``log`` and
-    the Snakemake-style benchmark file ``bench``."""
-    case, framework, device, batch = job
-    stem = f"{case}/{framework}/{device}/batch-{batch}"
-    return {
-        "csv": results / "points" / f"{stem}.csv",
-        "probe": results / "points" / f"{stem}.probe.json",
-        "journal": results / "journal" / f"{stem}.jsonl",
-        "log": logs / "measure" / f"{stem}.log",
-        "bench": logs / "benchmarks" / "measure" / f"{stem}.tsv",
-    }
-
-
-#: A point's line in a job's log (runner.run_group): two spaces, the point's key, its
-#: outcome ("kept" for a point its journal already held).
-POINT_LINE = re.compile(
-    r"^  (?P<key>[^\s:]+\|[^\s:]*): (?P<what>ok|unavailable|oom|error|not_applicable|kept)\b"
-)
-
-
-class Progress:
-    """Prints one line per point of the whole run: ``[i/n elapsed] key: status ...``."""
-
-    def __init__(self, total: int, started: float, out=None):
-        self.total, self.started, self.out = total, started, out
-        self.seen: set[str] = set()
-
-    def line(self, text: str) -> None:
-        """Pass one log line of a job through; a point's outcome gets the counter."""
-        match = POINT_LINE.match(text)
-        if match:
-            self.seen.add(match["key"])
-            elapsed = time.time() - self.started
-            text = f"[{len(self.seen)}/{self.total} {elapsed:4.0f} s] {text.strip()}"
-        print(text, file=self.out or sys.stdout, flush=True)
 
 
 def _run_job(cmd: list[str], env: dict, timeout: float, progress: Progress) -> tuple[int, float]:
@@ -199,53 +170,6 @@ def prepare(bundle: str | Path | None, site: str | Path | None = None) -> dict |
             "cannot start: these modules do not import:\n  " + "\n  ".join(missing) + f"\n{advice}"
         )
     return record
-
-
-def _pack(archive: Path, workdir: Path, folders) -> Path:
-    """Write ``folders`` (below ``workdir``) into the tar.gz ``archive`` (temporary file
-    and rename, so a reader never sees half of it). Returns ``archive``."""
-    tmp = archive.with_name(f".{archive.name}.tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
-        for folder in folders:
-            if folder.exists():
-                tar.add(folder, arcname=folder.relative_to(workdir).as_posix())
-    os.replace(tmp, archive)
-    return archive
-
-
-def _write_unstarted(points, paths: dict, config_hash: str, threads: int, why: str) -> None:
-    """The table and probe record of a job the deadline kept from starting: every point
-    ``unavailable`` with ``why`` (``not_applicable`` where the variant does not exist in
-    the framework, as the runner decides), written by this process, whose probe record
-    says ``job_started: false``."""
-    from .files import write_csv_atomic
-    from .probe import probe_record, write_probe
-    from .programs import program_or_none
-    from .provenance import placement, table_columns
-    from .runner import framework_mismatch
-
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    rows = []
-    for point in points:
-        mismatch = framework_mismatch(point)
-        rows.append(
-            {
-                **point.as_row(),
-                **placement(),
-                "python_version": sys.version.split()[0],
-                "config_hash": config_hash,
-                "status": "not_applicable" if mismatch else "unavailable",
-                "message": mismatch or why,
-                "utc_time": now,
-                "program": program_or_none(
-                    point.case, point.framework, point.device, point.variant
-                ),
-            }
-        )
-    write_csv_atomic(rows, table_columns("timings"), paths["csv"])
-    first = points[0]
-    record = probe_record(first.framework, first.device, threads)
-    write_probe({**record, "job_started": False, "job_not_started_because": why}, paths["probe"])
 
 
 def run(
@@ -363,7 +287,7 @@ def run(
             why = f"not measured: the run's deadline ({when}) passed before this job started"
             points = study_config.batches(config, case, framework, device)[batch]
             threads = config["devices"][device]["threads"]
-            _write_unstarted(
+            write_unstarted(
                 points, paths, study_config.measurement_hash(config, points[0].case), threads, why
             )
             print(f"job {stem}: not started (deadline passed)", flush=True)
@@ -395,7 +319,7 @@ def run(
         bench.parent.mkdir(parents=True, exist_ok=True)
         bench.write_text(f"s\th:m:s\n{wall:.4f}\t{time.strftime('%H:%M:%S', time.gmtime(wall))}\n")
         (results / RUNNER_RECORD).write_text(json.dumps(runner_info, indent=1) + "\n")
-        _pack(partial, workdir, (results, logs))
+        pack(partial, workdir, (results, logs))
 
     archive = finish(workdir, name, config, Path(study), runner_info, out)
     partial.unlink(missing_ok=True)
@@ -403,119 +327,6 @@ def run(
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"{time.time() - started:.0f} s in all", flush=True)
     return archive
-
-
-def finish(
-    workdir: Path, name: str, config: dict, study_file: Path, runner_info: dict, out: Path
-) -> Path:
-    """Collect, crossover, manifest and archive of the run in ``workdir`` (steps 3 and 4
-    of the module docstring): only jobs with both their table and their probe record
-    are collected; the others are listed as ``incomplete_jobs`` in the manifest's
-    ``runner``. Prints the summary line and returns the archive's path. Raises
-    RuntimeError when no job has a table or the archive exceeds
-    :data:`ARCHIVE_LIMIT_BYTES` (the archive is then removed)."""
-    from . import config as study_config
-    from .crossover import write_crossover
-    from .manifest import build_manifest, write_json
-    from .tables import collect_study
-
-    results, logs = workdir / "results" / name, workdir / "logs" / name
-    done, incomplete = [], []
-    for job in sorted(study_config.measure_jobs(config), key=job_order):
-        paths = job_files(results, logs, job)
-        files = (paths["csv"], paths["probe"], paths["bench"])
-        stem = "{}/{}/{}/batch-{}".format(*job)
-        (done if all(f.is_file() for f in files) else incomplete).append((stem, files))
-    if not done:
-        raise RuntimeError("no measuring job wrote its table; see the job logs above")
-    csvs, probes, benches = (list(x) for x in zip(*(f for _, f in done), strict=True))
-    timings, _, _ = collect_study(
-        csvs,
-        probes,
-        benches,
-        results / "timings.csv",
-        results / "wall.json",
-        merge_environments=config["merge_environments"],
-        noise_threshold=config["timing"]["noise_threshold"],
-    )
-    write_crossover(
-        results / "timings.csv",
-        results / "crossover.csv",
-        n_boot=config["crossover"]["bootstrap"],
-        seed=config["crossover"]["seed"],
-    )
-    runner_info = {**runner_info, "incomplete_jobs": [stem for stem, _ in incomplete]}
-    manifest = build_manifest(
-        study=name,
-        config=config,
-        config_hash=study_config.measurement_hash(config),
-        config_files=[study_file.resolve()],
-        workdir=workdir,
-        results_dir=results,
-        tables={
-            "timings": results / "timings.csv",
-            "crossover": results / "crossover.csv",
-            "wall": results / "wall.json",
-        },
-        report={},
-        figures_dir=None,
-        snakemake_version=None,
-        extra={"runner": runner_info},
-    )
-    write_json(manifest, results / "manifest.json")
-    host = slug(socket.gethostname())
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%MZ")
-    out.mkdir(parents=True, exist_ok=True)
-    archive = _pack(out / f"reference-{name}-{host}-{stamp}.tar.gz", workdir, (results, logs))
-    size = archive.stat().st_size
-    if size > ARCHIVE_LIMIT_BYTES:
-        archive.unlink()
-        raise RuntimeError(
-            f"the archive would be {size / 2**20:.1f} MiB, over the "
-            f"{ARCHIVE_LIMIT_BYTES / 2**20:.0f} MiB that can come back from the GPU machine"
-        )
-    statuses = ", ".join(f"{k} {v}" for k, v in timings["status"].value_counts().items())
-    print(
-        f"reference run: {len(timings)} rows ({statuses}), {len(done) + len(incomplete)} jobs "
-        f"({len(incomplete)} incomplete), archive {archive} {size / 2**20:.2f} MiB",
-        flush=True,
-    )
-    return archive
-
-
-def finish_partial(partial: str | Path, out: str | Path) -> Path:
-    """Complete a partial archive (``partial-<study>.tar.gz``, left when the run was
-    killed) on any machine with the project's environment: collect, crossover,
-    manifest and the final archive in ``out``. The manifest's ``runner`` says where it
-    was finished; its package versions are those of the finishing machine (the rows
-    keep the measuring machine's framework, CUDA and Python versions). Raises
-    RuntimeError as :func:`finish` does, ValueError for an archive without a run."""
-    import tempfile
-
-    import yaml
-
-    from . import config as study_config
-
-    with tempfile.TemporaryDirectory(prefix="crossover-finish-") as tmp:
-        work = Path(tmp)
-        with tarfile.open(partial) as tar:
-            tar.extractall(work, filter="data")
-        records = sorted(work.glob(f"results/*/{RUNNER_RECORD}"))
-        if len(records) != 1:
-            raise ValueError(f"{partial}: no results/<study>/{RUNNER_RECORD}: not a partial run")
-        results = records[0].parent
-        config = study_config.validate_config(
-            yaml.safe_load((results / "config.resolved.yaml").read_text())
-        )
-        runner_info = json.loads(records[0].read_text())
-        runner_info["finished_from_partial"] = {
-            "archive": Path(partial).name,
-            "host": socket.gethostname(),
-            "utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-        return finish(
-            work, results.name, config, results / "config.resolved.yaml", runner_info, Path(out)
-        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,112 @@
+"""The measuring jobs of the GPU reference run (:mod:`crossover_study.reference_run`):
+their order, their files, the progress line of each point, and the table of a job the
+deadline kept from starting.
+
+Only the standard library is imported at the top (the run imports this module before
+the GPU bundle is installed); what writes a table is imported where it is used.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+#: Order of the jobs when the deadline may cut the run short: a case's accelerator and
+#: CPU jobs together (a crossover needs both), cases by what the GPU run is checked
+#: against first (s001 and s000 carry its targets), the accelerator before the CPU; the
+#: LSTM last, as its CPU job is the longest (its torch.compile point alone: 39 s to
+#: compile and 2.4 s per step against eager's 0.063 s, on 2 cores here).
+CASE_ORDER = ("s001-mlp", "s000-hjb", "s002-iris", "s004-lstm")
+DEVICE_ORDER = ("cuda", "cpu", "cuda_multi", "tpu")
+
+
+def job_order(job: tuple[str, str, str, int]) -> tuple:
+    """Sort key of a measuring job ``(case, framework, device, batch)``: torch's jobs
+    first (another framework that is not installed fails in a second anyway), then
+    :data:`CASE_ORDER`, then :data:`DEVICE_ORDER`."""
+    case, framework, device, batch = job
+    rank = {name: i for i, name in enumerate(CASE_ORDER)}
+    dev = {name: i for i, name in enumerate(DEVICE_ORDER)}
+    return (framework != "torch", rank.get(case, 9), case, dev.get(device, 9), framework, batch)
+
+
+def slug(text: str) -> str:
+    """``text`` as a lower-case file-name part: runs of other characters become ``-``."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "unknown"
+
+
+def job_files(results: Path, logs: Path, job: tuple[str, str, str, int]) -> dict[str, Path]:
+    """The files of one measuring job ``(case, framework, device, batch)``, in the
+    layout of the workflow's measure rule: ``csv``, ``probe``, ``journal``, ``log`` and
+    the Snakemake-style benchmark file ``bench``."""
+    case, framework, device, batch = job
+    stem = f"{case}/{framework}/{device}/batch-{batch}"
+    return {
+        "csv": results / "points" / f"{stem}.csv",
+        "probe": results / "points" / f"{stem}.probe.json",
+        "journal": results / "journal" / f"{stem}.jsonl",
+        "log": logs / "measure" / f"{stem}.log",
+        "bench": logs / "benchmarks" / "measure" / f"{stem}.tsv",
+    }
+
+
+#: A point's line in a job's log (runner.run_group): two spaces, the point's key, its
+#: outcome ("kept" for a point its journal already held).
+POINT_LINE = re.compile(
+    r"^  (?P<key>[^\s:]+\|[^\s:]*): (?P<what>ok|unavailable|oom|error|not_applicable|kept)\b"
+)
+
+
+class Progress:
+    """Prints one line per point of the whole run: ``[i/n elapsed] key: status ...``."""
+
+    def __init__(self, total: int, started: float, out=None):
+        self.total, self.started, self.out = total, started, out
+        self.seen: set[str] = set()
+
+    def line(self, text: str) -> None:
+        """Pass one log line of a job through; a point's outcome gets the counter."""
+        match = POINT_LINE.match(text)
+        if match:
+            self.seen.add(match["key"])
+            elapsed = time.time() - self.started
+            text = f"[{len(self.seen)}/{self.total} {elapsed:4.0f} s] {text.strip()}"
+        print(text, file=self.out or sys.stdout, flush=True)
+
+
+def write_unstarted(points, paths: dict, config_hash: str, threads: int, why: str) -> None:
+    """The table and probe record of a job the deadline kept from starting: every point
+    ``unavailable`` with ``why`` (``not_applicable`` where the variant does not exist in
+    the framework, as the runner decides), written by this process, whose probe record
+    says ``job_started: false``."""
+    from .files import write_csv_atomic
+    from .probe import probe_record, write_probe
+    from .programs import program_or_none
+    from .provenance import placement, table_columns
+    from .runner import framework_mismatch
+
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    rows = []
+    for point in points:
+        mismatch = framework_mismatch(point)
+        rows.append(
+            {
+                **point.as_row(),
+                **placement(),
+                "python_version": sys.version.split()[0],
+                "config_hash": config_hash,
+                "status": "not_applicable" if mismatch else "unavailable",
+                "message": mismatch or why,
+                "utc_time": now,
+                "program": program_or_none(
+                    point.case, point.framework, point.device, point.variant
+                ),
+            }
+        )
+    write_csv_atomic(rows, table_columns("timings"), paths["csv"])
+    first = points[0]
+    record = probe_record(first.framework, first.device, threads)
+    write_probe({**record, "job_started": False, "job_not_started_because": why}, paths["probe"])
