@@ -21,7 +21,7 @@ from crossover_study.harness import TimingPolicy
 from crossover_study.provenance import REPO_ROOT
 from crossover_study.runner import GroupSpec, Journal, run_group
 from crossover_study.spec import PointSpec
-from crossover_study.workloads import torch_cases
+from crossover_study.workloads import torch_base, torch_cases
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
 SMALL = {"batch": 8, "d_in": 16, "hidden": 8}
@@ -114,7 +114,7 @@ def test_a_framework_that_cannot_be_imported_gives_unavailable_rows_and_a_probe(
 
 
 def test_compile_without_a_compiler_is_unavailable_with_the_reason(tmp_path, monkeypatch):
-    monkeypatch.setattr(torch_cases.shutil, "which", lambda name: None)
+    monkeypatch.setattr(torch_base.shutil, "which", lambda name: None)
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.delenv("CXX", raising=False)
     assert "gcc or clang not found" in torch_cases.compile_toolchain_missing("cuda")
@@ -128,9 +128,9 @@ def test_compile_without_a_compiler_is_unavailable_with_the_reason(tmp_path, mon
 
 
 def test_compile_without_python_headers_is_unavailable(tmp_path, monkeypatch):
-    real = torch_cases.sysconfig.get_paths
+    real = torch_base.sysconfig.get_paths
     monkeypatch.setattr(
-        torch_cases.sysconfig, "get_paths", lambda: {**real(), "include": str(tmp_path)}
+        torch_base.sysconfig, "get_paths", lambda: {**real(), "include": str(tmp_path)}
     )
     assert f"{tmp_path}/Python.h is missing" in torch_cases.compile_toolchain_missing("cuda")
 

@@ -52,6 +52,7 @@ LAYERS: dict[str, int] = {
     # 2: measurement
     "device_probe": 2,
     "frameworks": 2,
+    "workloads.torch_base": 2,
     "workloads.torch_cases": 2,
     "workloads.tf_cases": 2,
     "workloads.tf_strategy": 2,
