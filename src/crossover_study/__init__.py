@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
     "frameworks": 2,
     "workloads.torch_base": 2,
     "workloads.torch_cases": 2,
+    "workloads.tf_base": 2,
     "workloads.tf_cases": 2,
     "workloads.tf_strategy": 2,
     "workloads.torch_ddp": 2,
