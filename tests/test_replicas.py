@@ -239,11 +239,11 @@ def test_snakemake_dry_run_gives_cuda_multi_jobs_their_replicas_as_gpus(tmp_path
     [
         (
             PointSpec("s001-mlp", "torch", "cpu", "mirrored", MLP, replicas=2, scaling="weak"),
-            "tensorflow replica variant",
+            "is a TensorFlow/Keras program variant",
         ),
         (
             PointSpec("s001-mlp", "tensorflow", "cpu", "ddp", MLP, replicas=2, scaling="weak"),
-            "torch replica variant",
+            "ddp is a PyTorch program variant",
         ),
         (
             PointSpec(
@@ -286,7 +286,7 @@ def test_snakemake_dry_run_gives_cuda_multi_jobs_their_replicas_as_gpus(tmp_path
                 replicas=2,
                 scaling="strong",
             ),
-            "tensorflow replica variant",
+            "is a TensorFlow/Keras program variant",
         ),
     ],
 )
