@@ -140,7 +140,7 @@ RUN_BY = {
     "keras_train_on_batch": {"tf_cases.Iris", "tf_cases.LSTM"},
     "keras_custom_step": {"tf_cases.Iris", "tf_cases.LSTM"},
     "keras_fit_repeat": {"tf_cases.Iris", "tf_cases.LSTM"},
-    "strategy_step": {"tf_strategy.StrategyWorkload"},
+    "strategy_step": {"tf_strategy_step.StrategyWorkload"},
     "ddp_step": {"torch_ddp.DDPWorkload"},
     "keras_fit_mirrored": {"tf_strategy.MirroredFitWorkload"},
     "plugin": {"plugin_torch.TorchPluginWorkload", "plugin_tf.TFPluginWorkload"},

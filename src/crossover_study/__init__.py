@@ -56,6 +56,7 @@ LAYERS: dict[str, int] = {
     "workloads.torch_cases": 2,
     "workloads.tf_base": 2,
     "workloads.tf_cases": 2,
+    "workloads.tf_strategy_step": 2,
     "workloads.tf_strategy": 2,
     "workloads.torch_ddp": 2,
     "workloads.plugins": 2,
