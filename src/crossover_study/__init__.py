@@ -58,6 +58,7 @@ LAYERS: dict[str, int] = {
     "workloads.tf_cases": 2,
     "workloads.tf_strategy_step": 2,
     "workloads.tf_strategy": 2,
+    "workloads.ddp_rank": 2,
     "workloads.torch_ddp": 2,
     "workloads.plugins": 2,
     "workloads.plugin_torch": 2,
