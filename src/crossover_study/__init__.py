@@ -86,6 +86,7 @@ LAYERS: dict[str, int] = {
     "browser": 4,
     # 5: provenance and audit
     "manifest": 5,
+    "crate_files": 5,
     "crate": 5,
     "crate_validation": 5,
     "paper": 5,

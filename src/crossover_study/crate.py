@@ -41,32 +41,50 @@ Everything is read from the study's manifest (:mod:`crossover_study.manifest`):
   ``timings.csv`` is based on the per-job tables, ``crossover.csv`` on
   ``timings.csv``.
 
-:mod:`crossover_study.crate_validation` checks a crate with ``roc-validator``.
+Which files lie inside the crate, the ids of those outside and the copy of the
+workflow's definition are :mod:`crossover_study.crate_files`'s (importable from here
+too). :mod:`crossover_study.crate_validation` checks a crate with ``roc-validator``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import subprocess
 from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from . import cases as case_registry
-from .files import sha256_file
+from .crate_files import (
+    CODE_DIR,
+    WORKFLOW_FILES,
+    copy_workflow,
+    crate_path,
+    outside_id,
+    outside_where,
+)
 from .manifest import file_record, write_json
 from .provenance import REPO_ROOT
+
+#: The public names, those of :mod:`crossover_study.crate_files` included (callers
+#: import them from here).
+__all__ = [
+    "CODE_DIR",
+    "CRATE_NAME",
+    "PROFILES",
+    "SOFTWARE_URLS",
+    "WORKFLOW_FILES",
+    "build_crate",
+    "copy_workflow",
+    "crate_path",
+    "outside_id",
+    "write_crate",
+]
 
 CRATE_NAME = "ro-crate-metadata.json"
 PROFILES: tuple[tuple[str, str, str], ...] = (
     ("https://w3id.org/ro/wfrun/process/0.6", "Process Run Crate", "0.6"),
     ("https://w3id.org/ro/wfrun/workflow/0.6", "Workflow Run Crate", "0.6"),
 )
-#: Folder of the crate that holds the copy of the workflow's definition.
-CODE_DIR = "code"
-#: Code files (repository paths) copied into the crate: the Snakefile and its rules.
-WORKFLOW_FILES = re.compile(r"^(Snakefile|workflow/rules/[^/]+\.smk)$")
 #: Home pages of the software a run names (RO-Crate 1.2+: a SoftwareApplication has a
 #: ``url``); unknown names get PyPI's page.
 SOFTWARE_URLS = {
@@ -91,79 +109,6 @@ _FORMATS = {
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", str(text)).strip("-").lower() or "unknown"
-
-
-def crate_path(record: Mapping, results_dir: str) -> str | None:
-    """Path of a manifest file record relative to the crate's root (the results folder
-    ``results_dir``, relative to the working directory), or None when the file lies
-    outside the folder."""
-    if record["root"] != "workdir":
-        return None
-    try:
-        return PurePosixPath(record["path"]).relative_to(results_dir).as_posix()
-    except ValueError:
-        return None
-
-
-def outside_id(record: Mapping) -> str:
-    """The ``@id`` of a file outside the crate (see the module docstring):
-    ``#workdir:reports/s/report.html``, ``#repo:config/config.yaml``,
-    ``#package:scikit-learn==1.9.1:sklearn/datasets/data/iris.csv`` or
-    ``#outside:my-study.yaml``."""
-    if record["root"] == "package":
-        return f"#package:{record['package']}=={record['package_version']}:{record['path']}"
-    return f"#{record['root']}:{record['path']}"
-
-
-def _where(record: Mapping) -> str:
-    """Where an outside file lies, in words (the description of its entity)."""
-    root = record["root"]
-    if root == "package":
-        return (
-            f"inside the installed distribution {record['package']} "
-            f"{record['package_version']}, at {record['path']} (its RECORD path)"
-        )
-    return {
-        "workdir": f"at {record['path']}, relative to the working directory of the run",
-        "repo": f"at {record['path']}, relative to the repository root",
-    }.get(root, f"outside the working directory and repository (file {record['path']})")
-
-
-def _workflow_bytes(record: Mapping, repo: Path, commit: str | None) -> bytes:
-    """The bytes of a recorded code file: the working tree's when they still hash as
-    recorded, else the recorded git commit's. Raises ValueError when neither does."""
-    path = repo / record["path"]
-    if path.is_file() and sha256_file(path) == record["sha256"]:
-        return path.read_bytes()
-    if commit:
-        shown = subprocess.run(
-            ["git", "-C", str(repo), "show", f"{commit}:{record['path']}"],
-            capture_output=True,
-            check=False,
-        )
-        if shown.returncode == 0 and hashlib.sha256(shown.stdout).hexdigest() == record["sha256"]:
-            return shown.stdout
-    raise ValueError(
-        f"{record['path']}: the workflow file the manifest recorded (sha256 "
-        f"{record['sha256'][:12]}...) is neither in {repo} nor at git commit {commit}"
-    )
-
-
-def copy_workflow(manifest: Mapping, crate_dir: str | Path, repo: str | Path = REPO_ROOT):
-    """Copy the workflow's definition the manifest recorded (:data:`WORKFLOW_FILES`) into
-    ``<crate_dir>/code/`` under its repository paths; returns the copies' paths relative
-    to ``crate_dir``. Raises ValueError when a recorded file cannot be found with its
-    recorded hash (see :func:`_workflow_bytes`)."""
-    crate_dir, repo = Path(crate_dir), Path(repo)
-    commit = manifest.get("git", {}).get("commit")
-    written = []
-    for record in manifest["code"]:
-        if record["root"] == "repo" and WORKFLOW_FILES.match(record["path"]):
-            target = crate_dir / CODE_DIR / record["path"]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(_workflow_bytes(record, repo, commit))
-            written.append(f"{CODE_DIR}/{record['path']}")
-    return written
 
 
 def build_crate(
@@ -207,7 +152,10 @@ def build_crate(
             entity = crate.add_file(dest_path=inside, properties=props)
         else:
             props.update(
-                {"@type": "CreativeWork", "description": f"not in this crate: {_where(record)}"}
+                {
+                    "@type": "CreativeWork",
+                    "description": f"not in this crate: {outside_where(record)}",
+                }
             )
             entity = crate.add(ContextEntity(crate, outside_id(record), properties=props))
         for key, value in extra.items():  # links: entities become {"@id": ...}
