@@ -243,6 +243,19 @@ def test_garbage_collector_is_off_inside_blocks_and_restored_after():
     assert gc.isenabled()
 
 
+def test_no_full_collection_pauses_the_steps_before_the_warm_up(monkeypatch):
+    """A gc.collect() between the first step and the warm-up paused TensorFlow's steps
+    for 0.5 s, after which they ran slower than the loop reference's (timer agreement
+    1.05-1.12 at TF s001-mlp H=128 on the 2-core VM); timeit does not collect either."""
+    import gc
+
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collections.append(a) or 0)
+    clock = FakeClock()
+    measure(QueuedWorkload(clock), TimingPolicy(min_block_s=0.01, n_blocks=3), clock)
+    assert collections == []
+
+
 # ------------------------------------------------------------- host load and causes
 def test_host_load_is_read_just_outside_the_timed_blocks(monkeypatch):
     from crossover_study import harness

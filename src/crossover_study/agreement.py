@@ -40,6 +40,15 @@ the order rotated over 16 rounds (load 3.4-3.8), four ways of timing that point 
 to: the harness 592.8 us/step, the harness with the collector left on 604.2, the loop
 reference 591.2, the reference on the harness's k 609.9 (harness / loop 1.003).
 
+A pause before the timed blocks. Until 2026-12-02 the harness ran a full
+``gc.collect()`` before its warm-up; with TensorFlow loaded it took 0.52 s on the 2-core
+VM, and TF's eager s001-mlp steps ran about 10 % slower for some 0.4 s after it, longer
+than a round's warm-up of :data:`ROUND_WARMUP_S`. A sleep or a busy loop of the same
+length before the loop reference slowed its blocks alike (H=128, 40 rounds: +10 % and
++9 %), switching the collector off without collecting did not (+0 %). That pause was
+the harness's excess over the reference at TF s001-mlp (1.059 and 1.057 at H=128, 1.088
+at H=512, in runs of 40 rounds); the harness no longer collects (as ``timeit`` does not).
+
 The null comparison. ``agreement(..., against_itself=True)`` runs the same protocol
 with the reference on both sides of every round (an A/A test). Its ratio can differ
 from 1 only through the machine's noise, so the spread of the A/A ratios over points and

@@ -61,9 +61,11 @@ class TimingPolicy:
         least 2 blocks' worth.
     synced: False times the anti-pattern on purpose (clock read without a device
         sync); never the default.
-    disable_gc: Python's garbage collector is collected once and switched off during
-        warm-up and timed blocks, as ``timeit`` (and so ``torch.utils.benchmark``) does;
-        autograd's many small objects otherwise trigger collections inside blocks.
+    disable_gc: Python's garbage collector is switched off during warm-up and timed
+        blocks, as ``timeit`` (and so ``torch.utils.benchmark``) does, without a full
+        collection first (neither does ``timeit``: with a framework loaded it pauses the
+        steps for about half a second, and the steps after a pause run slower); autograd's
+        many small objects otherwise trigger collections inside blocks.
     """
 
     min_block_s: float = 0.05
@@ -371,7 +373,10 @@ def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Me
     overhead_s = timer_overhead(workload, clock)
     min_block_s = max(policy.min_block_s, 100.0 * overhead_s)
     if policy.disable_gc:
-        gc.collect()
+        # Switched off, not collected first, as timeit does: with TensorFlow loaded a
+        # full gc.collect() took 0.52 s on the 2-core VM, a pause after which TF's eager
+        # s001-mlp steps ran ~10 % slower for some 0.4 s (a sleep or a busy loop of the
+        # same length did the same), longer than a short warm-up (2026-12-02).
         gc.disable()
 
     # Calibrate the block length as blocked_autorange does: double until a block lasts
