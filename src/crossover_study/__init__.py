@@ -5,16 +5,18 @@ the layers below it, never from above, and the imports form no cycle (counting t
 inside functions; ``tests/test_layers.py`` checks both). :data:`LAYERS` lists every
 module, bottom first:
 
-0. **leaves**: paths, files and hashing, errors, where a number came from
-   (``provenance``), the plug-in contract, the timing harness, float precision, the
-   GPU's state, the per-point deadline, the seed cases' data;
+0. **leaves**: paths, files and hashing, figure files and the sources they record
+   (``figure_files``), errors, where a number came from (``provenance``), the plug-in
+   contract, the timing harness, float precision, the GPU's state, the per-point
+   deadline, the seed cases' data;
 1. **study**: the case registry, the point spec, which program runs where (the
    ``workloads`` package's applicability checks and ``programs``), the study config;
 2. **measurement**: the frameworks' set-up, the workloads, the probe record, the
    runner and the measuring job, the timer agreement, the GPU bundle;
 3. **analysis**: repeats, the timings table, environments, the crossover, the answers,
    two runs compared;
-4. **presentation**: the report's figures, the browser check;
+4. **presentation**: the report's figures (their tidy data in pandas, their style, their
+   drawing with seaborn), the browser check;
 5. **provenance and audit**: the manifest, the RO-Crate, the paper figures from the
    committed reference runs, the audit, freezing a run into the reference set, the GPU
    reference run and its import, its rehearsal;
@@ -33,6 +35,7 @@ LAYERS: dict[str, int] = {
     "": 0,
     "paths": 0,
     "files": 0,
+    "figure_files": 0,
     "errors": 0,
     "provenance": 0,
     "plugin": 0,
@@ -82,6 +85,11 @@ LAYERS: dict[str, int] = {
     "answers": 3,
     "repeat": 3,
     # 4: presentation
+    "figure_data": 4,
+    "figure_grid": 4,
+    "figure_scaling": 4,
+    "figure_style": 4,
+    "figure_draw": 4,
     "figures": 4,
     "browser": 4,
     # 5: provenance and audit
