@@ -9,7 +9,7 @@
   file's record; :func:`plugin_files`);
 - outputs: ``timings.csv``, ``crossover.csv``, ``wall.json``, the report (HTML and
   executed notebook) and every figure (PNG, SVG, PDF) with the table hashes each figure
-  says it was drawn from (see :func:`crossover_study.figures.figure_sources`);
+  says it was drawn from (see :func:`crossover_study.figure_files.figure_sources`);
 - reference tables: the committed reference runs' ``timings.csv`` the report drew
   beside this study (its cross-machine figures), keyed by the name a figure records
   for them (:func:`reference_source_name`: ``reference/<run>/timings.csv``);
@@ -51,6 +51,7 @@ import pandas as pd
 
 from . import cases
 from .config import measurement_hash
+from .figure_files import FIGURE_FORMATS, figure_sources
 from .files import MANIFEST_NAME, sha256_file
 from .gpu_bundle import pins
 from .paths import REPO_ROOT
@@ -317,8 +318,6 @@ def build_manifest(
     keys are added as they are (the reference run records its runner there). Raises
     OSError when a named file is missing.
     """
-    from .figures import FIGURE_FORMATS, figure_sources
-
     workdir = Path(workdir).resolve()
     results = Path(results_dir)
     results_abs = results if results.is_absolute() else workdir / results
