@@ -75,7 +75,7 @@ def _check_figures(report: AuditReport, layout: Layout, manifest: dict) -> None:
     """The report stage's figures: hash, every recorded source a recorded table (the
     study's or a recorded reference table) with the recorded sha256, shown in the
     report. They are not drawn again (the report notebook draws them)."""
-    from .figures import FIGURE_FORMATS, figure_sources
+    from .figure_files import FIGURE_FORMATS, figure_sources
 
     # A figure may be drawn from the study's tables (recorded by file name) and, for the
     # cross-machine figures, from reference runs' tables (reference/<run>/timings.csv).
@@ -173,7 +173,7 @@ def _audit_study(report: AuditReport, target: Path, manifest: dict, strict: bool
 
 def _audit_paper(report: AuditReport, target: Path, manifest: dict, regenerate: bool) -> None:
     """Paper figures: hashes, sources = reference tables, redrawn byte for byte."""
-    from .figures import figure_sources
+    from .figure_files import figure_sources
 
     report.title = f"paper figures, manifest of {manifest['created_utc']}"
     check_portable(report, target / MANIFEST_NAME, manifest, "manifest")
