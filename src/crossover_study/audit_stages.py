@@ -286,14 +286,21 @@ def check_rows(report: AuditReport, layout: Layout, manifest: dict, timings: Pat
     """The rows of timings.csv (``timings``) as recorded: each carries the manifest's
     config hash (its case's own, or the whole config's for rows measured before case
     hashes), and no curve mixes environments unless the run's ``merge_environments``.
-    FAILs ``other config`` and ``mixed environments`` naming the rows."""
+    FAILs ``other config`` and ``mixed environments`` naming the rows, and ``schema``
+    when the table breaks its schema (read by :func:`tables.read_timings`, which
+    upgrades an older format; a column the run did not record is not checked)."""
     import pandas as pd
 
     from .environments import describe_conflicts, environment_conflicts
+    from .tables import TableError, read_timings
 
-    df = pd.read_csv(timings)
+    try:
+        df = read_timings(timings)
+    except TableError as error:
+        report.add("FAIL", "schema", layout.shown(timings), str(error))
+        return
     expected = manifest["config"]["hash"]
-    if "config_hash" in df:
+    if "config_hash" in pd.read_csv(timings, nrows=0).columns:
         # Rows carry their case's own hash (manifests since case_hashes); rows measured
         # before that (kept from a journal) carry the hash of the whole config.
         per_case = manifest["config"].get("case_hashes") or {}

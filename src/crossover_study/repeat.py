@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .spec import POINT_COLUMNS, size_columns
+from .tables import TableError, read_crossover, read_timings
 
 #: Two runs' step times agree when b/a is within 1 +- this (STUDY.md's noise threshold).
 AGREE = 0.1
@@ -220,11 +221,14 @@ def compare_runs(
     return RepeatSummary(points, crossovers, tuple(sizes))
 
 
-def _read(path: Path) -> pd.DataFrame | None:
+def _read(path: Path, reader) -> pd.DataFrame | None:
+    """``path`` read by ``reader`` (:func:`tables.read_timings` or ``read_crossover``);
+    None for a missing file or an empty table."""
     try:
-        return pd.read_csv(path)
-    except (FileNotFoundError, pd.errors.EmptyDataError):
+        table = reader(path)
+    except FileNotFoundError:
         return None
+    return None if table.empty else table
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -242,14 +246,21 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     for run in (args.run_a, args.run_b):
         if not run.is_dir():
             parser.error(f"{run}: no such folder")
-        timings = _read(run / "timings.csv")
+        try:
+            timings = _read(run / "timings.csv", read_timings)
+        except TableError as error:
+            parser.error(f"{run}: {error}")
         if timings is None:
             parser.error(f"{run}: no timings.csv in this folder, or it is empty")
         tables.append(timings)
     try:
         summary = compare_runs(
-            *tables, _read(args.run_a / "crossover.csv"), _read(args.run_b / "crossover.csv")
+            *tables,
+            _read(args.run_a / "crossover.csv", read_crossover),
+            _read(args.run_b / "crossover.csv", read_crossover),
         )
+    except TableError as error:
+        parser.error(str(error))
     except KeyError as missing:
         parser.error(f"a table lacks the column {missing}: is it a timings.csv of this study?")
     print("\n".join(summary.lines()))

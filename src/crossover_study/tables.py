@@ -1,4 +1,7 @@
-"""The tidy timings table: collect per-job tables, validate them, summarise wall time."""
+"""The tidy tables: collect per-job tables, validate them, summarise wall time, and the
+one way into ``timings.csv`` and ``crossover.csv`` (:func:`read_timings`,
+:func:`read_crossover`): read, upgrade an older format (:func:`upgrade`), validate
+against the schema, return typed columns."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -13,7 +17,12 @@ from .files import write_csv_atomic
 from .harness import TimingPolicy
 from .point_runs import merge_repeats
 from .provenance import SCHEMAS, table_columns
-from .spec import timings_columns, undocumented_axes
+from .spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
+
+#: Format of the tables this version writes (column ``format_version`` of
+#: ``timings.csv`` and ``crossover.csv``): 2 since cases are plug-ins (size columns
+#: named by ``axes``). A table, or a row, without the column is format 1.
+FORMAT_VERSION = TIMINGS_FORMAT
 
 
 class TableError(ValueError):
@@ -40,6 +49,23 @@ def validate_timings(df: pd.DataFrame, source: str = "timings") -> None:
                 "whole size"
             )
     schema = {**schema, "properties": {**schema["properties"], **{a: {} for a in axes}}}
+    _validate_rows(df, schema, source)
+
+
+def validate_crossover(df: pd.DataFrame, source: str = "crossover") -> None:
+    """Check every row of ``df`` against ``workflow/schemas/crossover.schema.yaml`` and
+    that no undocumented column is present. Raises :class:`TableError` naming
+    ``source``, the row (0-based, header not counted) and the column."""
+    schema = yaml.safe_load((SCHEMAS / "crossover.schema.yaml").read_text())
+    extra = set(df.columns) - set(schema["properties"])
+    if extra:
+        raise TableError(f"{source}: undocumented column(s) {sorted(extra)}")
+    _validate_rows(df, schema, source)
+
+
+def _validate_rows(df: pd.DataFrame, schema: dict, source: str) -> None:
+    """Each row of ``df`` against the JSON schema ``schema`` (empty cells as null);
+    raises :class:`TableError` at the first row that breaks it."""
     validator = jsonschema.Draft202012Validator(schema)
     records = df.astype(object).where(df.notna(), None).to_dict("records")
     for i, record in enumerate(records):
@@ -49,10 +75,12 @@ def validate_timings(df: pd.DataFrame, source: str = "timings") -> None:
             raise TableError(f"{source}: row {i}, column {col}: {error.message}")
 
 
-def _typed(df: pd.DataFrame) -> pd.DataFrame:
-    """Columns as their schema types: numbers as floats, booleans as True/False/None
-    (pandas would turn a boolean column with gaps into 0.0/1.0), text as text."""
-    schema = yaml.safe_load((SCHEMAS / "timings.schema.yaml").read_text())
+def _typed(df: pd.DataFrame, table: str = "timings") -> pd.DataFrame:
+    """Columns as their schema types (``table``: timings or crossover): numbers as
+    floats, booleans as True/False/None (pandas would turn a boolean column with gaps
+    into 0.0/1.0), text as text. Raises ValueError for a number column holding text
+    (:func:`read_timings` names the cell first)."""
+    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
     out = df.copy()
     for axis in undocumented_axes(out):
         out[axis] = pd.to_numeric(out[axis], errors="raise")
@@ -65,7 +93,7 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
             out[column] = values.map(
                 lambda v: None if pd.isna(v) else str(v).strip().lower() in ("true", "1", "1.0")
             ).astype(object)
-        elif "number" in types:
+        elif "number" in types or "integer" in types:
             out[column] = pd.to_numeric(values, errors="raise")
     return out
 
@@ -81,6 +109,158 @@ def text_columns(table: str) -> tuple[str, ...]:
         if "string" in types and not types & {"number", "integer", "boolean"}:
             names.append(name)
     return tuple(names)
+
+
+#: The tables :func:`read_table` reads (their schemas: ``workflow/schemas/<table>.schema.yaml``).
+TABLES = ("timings", "crossover")
+
+
+def format_versions(df: pd.DataFrame) -> pd.Series:
+    """The format of each row of a timings or crossover table (ints, indexed as
+    ``df``): its ``format_version`` where set, else 1 (a table, or a row kept from a
+    table, written before the column existed)."""
+    if "format_version" not in df:
+        return pd.Series(1, index=df.index, dtype=int)
+    values = pd.to_numeric(df["format_version"], errors="coerce")
+    return values.fillna(1).astype(int)
+
+
+def upgrade(df: pd.DataFrame, table: str) -> pd.DataFrame:
+    """``df`` (a timings or crossover table, ``table``, as read) in the current format
+    (:data:`FORMAT_VERSION`): the one place where older formats are read.
+
+    Format 1 (no ``format_version``; every older run, the committed reference runs
+    included): the documented columns the table lacks are added empty (NaN: the
+    schema's "empty in tables written before the column existed"); of a timings table,
+    rows of format 1 get ``axes`` from the case registry (their case's axes; empty for a
+    case it does not know), every row with an empty ``replicas`` gets 1 (one process,
+    one device: replicas did not exist) and one with an empty ``timing`` gets ``synced``
+    (the only timing before unsynced rows existed); the rows' ``format_version`` becomes
+    :data:`FORMAT_VERSION`. Columns come in schema order, then the rest (a plug-in
+    case's size axes) in the order they had. A table in the current format is returned
+    as a copy, columns ordered. Raises ValueError for a ``table`` other than
+    :data:`TABLES` and :class:`TableError` for a format newer than this code reads.
+    """
+    if table not in TABLES:
+        raise ValueError(f"table must be one of {TABLES}, got {table!r}")
+    out = df.copy()
+    versions = format_versions(out)
+    if (versions > FORMAT_VERSION).any():
+        raise TableError(
+            f"{table}: format_version {int(versions.max())} is newer than this code reads "
+            f"({FORMAT_VERSION})"
+        )
+    old = versions < FORMAT_VERSION
+    documented = list(table_columns(table))
+    text = set(text_columns(table))
+    for column in documented:
+        if column not in out:  # text columns as objects: filling them in stays valid
+            out[column] = (
+                pd.Series(None, index=out.index, dtype=object) if column in text else np.nan
+            )
+    if table == "timings":
+        empty = out["axes"].isna() | (out["axes"].astype(str).str.strip() == "")
+        fill = old & empty
+        if fill.any():
+            out["axes"] = out["axes"].astype(object)
+            out.loc[fill, "axes"] = out.loc[fill, "case"].map(_registered_axes)
+        for column, value in (("replicas", 1), ("timing", "synced")):
+            blank = out[column].isna() | (out[column].astype(str).str.strip() == "")
+            if blank.any():
+                out[column] = out[column].astype(object)
+                out.loc[blank, column] = value
+    if old.any():
+        out["format_version"] = out["format_version"].astype(object)
+        out.loc[old, "format_version"] = FORMAT_VERSION
+    return out[[*documented, *[c for c in out.columns if c not in set(documented)]]]
+
+
+def _registered_axes(case) -> str | None:
+    """A format-1 row's ``axes``: its case's registered axes, comma-joined; None for a
+    case the registry does not know."""
+    try:
+        return ",".join(case_axes(str(case)))
+    except KeyError:
+        return None
+
+
+def _check_cells(df: pd.DataFrame, table: str, source: str) -> None:
+    """Every number and boolean cell of ``df`` (text as read) is one: raises
+    :class:`TableError` naming ``source``, the row (0-based, header not counted), the
+    column and the value, before :func:`_typed` would fail without saying where."""
+    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+    kinds = {}
+    for column, spec in schema["properties"].items():
+        types = spec.get("type", [])
+        types = [types] if isinstance(types, str) else types
+        if "boolean" in types:
+            kinds[column] = "boolean"
+        elif "number" in types or "integer" in types:
+            kinds[column] = "number"
+    if table == "timings":
+        kinds.update({axis: "number" for axis in undocumented_axes(df)})
+    for column, kind in kinds.items():
+        if column not in df:
+            continue
+        values = df[column]
+        if kind == "number":
+            bad = values.notna() & pd.to_numeric(values, errors="coerce").isna()
+        else:
+            text = values.map(lambda v: str(v).strip().lower())
+            bad = values.notna() & ~text.isin(("true", "false", "1", "0", "1.0", "0.0"))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise TableError(
+                f"{source}: row {i}, column {column}: {values.iloc[i]!r} is not a {kind}"
+            )
+
+
+def read_table(source: str | Path | pd.DataFrame, table: str) -> pd.DataFrame:
+    """The one way into ``timings.csv`` and ``crossover.csv`` (``table``: timings or
+    crossover): read ``source`` (a path; or a DataFrame already read, whose text
+    columns holding numbers, as pandas guesses them, become text), upgrade an older
+    format (:func:`upgrade`), check every cell and row against the schema and return
+    the table with typed columns (:func:`_typed`: numbers as floats or ints, booleans as
+    True/False/None, text as text; seconds stay seconds). An empty file is an empty
+    table with the schema's columns.
+
+    Raises FileNotFoundError for a missing file and :class:`TableError` naming the file,
+    row and column of a cell or row that breaks the schema (an undocumented column, a
+    number column holding text, a value outside its enum).
+    """
+    if table not in TABLES:
+        raise ValueError(f"table must be one of {TABLES}, got {table!r}")
+    if isinstance(source, pd.DataFrame):
+        name = f"{table} table"
+        df = source.copy()
+        for column in set(text_columns(table)) & set(df.columns):
+            df[column] = df[column].map(lambda v: v if pd.isna(v) else str(v)).astype(object)
+    else:
+        name = str(source)
+        try:
+            df = pd.read_csv(source, dtype=str)
+        except pd.errors.EmptyDataError:
+            df = pd.DataFrame(columns=list(table_columns(table)))
+    df = upgrade(df, table)
+    _check_cells(df, table, name)
+    df = _typed(df, table)
+    (validate_timings if table == "timings" else validate_crossover)(df, source=name)
+    return df
+
+
+def read_timings(source: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """A ``timings.csv`` (path or DataFrame) upgraded, validated and typed: one row per
+    measured point, the schema's columns in schema order and then a plug-in case's size
+    axes (:func:`read_table`). Raises FileNotFoundError and :class:`TableError`."""
+    return read_table(source, "timings")
+
+
+def read_crossover(source: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """A ``crossover.csv`` (path or DataFrame) upgraded, validated and typed: one row per
+    case x framework x variant x accelerator x axis, the schema's columns
+    (:func:`read_table`); an empty file gives an empty table. Raises
+    FileNotFoundError and :class:`TableError`."""
+    return read_table(source, "crossover")
 
 
 def read_job_tables(
