@@ -18,7 +18,7 @@ from crossover_study.answer_format import (
     format_seconds,
 )
 from crossover_study.answer_rows import flag_text, seed_rows, to_number
-from crossover_study.spec import ACCELERATORS, FRAMEWORKS, without_replicas
+from crossover_study.spec import ACCELERATORS, FRAMEWORKS
 
 #: A variant must be this much faster than eager to be called a remedy: the noise
 #: threshold of STUDY.md item 4 (IQR/median 0.1), so noise is not sold as a speed-up.
@@ -39,7 +39,7 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
     eager (20.8 ms)". Says so when no variant beats eager by more than ``MARGIN`` or
     none was measured.
     """
-    rows = seed_rows(without_replicas(timings), case)
+    rows = seed_rows(timings, case)  # replicated rows left out (spec.select_rows)
     if "timing" in rows:
         rows = rows[rows["timing"].fillna("synced") == "synced"]
     parts = []

@@ -2,7 +2,8 @@
 
 The answers (:mod:`crossover_study.answers`, :mod:`crossover_study.answer_remedies`,
 :mod:`crossover_study.answer_replicas`) select their rows here: the ok rows of a case
-at the seed's size, its failed points there, the flags a quoted timing carries, the
+at the seed's size, its failed points there (both :func:`spec.select_rows`, the
+selection the figures and the crossover make too), the flags a quoted timing carries, the
 crossover table's verdict at the seed's size and the replicas' step times. Nothing is
 estimated: values are read from ``timings.csv``, ``crossover.csv`` or the scaling
 table and converted to floats.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study.spec import seed_sizes, truthy
+from crossover_study.spec import select_rows, truthy
 
 
 def to_number(value) -> float | None:
@@ -27,23 +28,19 @@ def first_number(series: pd.Series) -> float | None:
     return float(values.iloc[0]) if len(values) else None
 
 
-def seed_rows(timings: pd.DataFrame, case: str) -> pd.DataFrame:
+def seed_rows(timings: pd.DataFrame, case: str, replicas: bool = False) -> pd.DataFrame:
     """ok rows of ``case`` with every axis at the seed's size (:func:`spec.seed_sizes`),
-    a slice of ``timings`` (one row per measured point, ``timings.csv``'s columns).
-    Raises KeyError when ``timings`` lacks a column of the seed's axes."""
-    df = timings[(timings["case"] == case) & (timings["status"] == "ok")]
-    for axis, value in seed_sizes(case).items():
-        df = df[pd.to_numeric(df[axis], errors="coerce") == value]
-    return df
+    a slice of ``timings`` (one row per measured point, ``timings.csv``'s columns):
+    :func:`spec.select_rows`, whose rule for replicated rows applies (left out unless
+    ``replicas``). Raises KeyError when ``timings`` lacks a column of the seed's axes."""
+    return select_rows(timings, case, replicas=replicas)
 
 
 def failed_at_seed(timings: pd.DataFrame, case: str, device: str) -> str | None:
     """The messages of ``case``'s ``error``/``oom`` rows on ``device`` at the seed's size
-    (the eager program's first, distinct ones joined with "; "), or None."""
-    rows = timings[(timings["case"] == case) & (timings["device"] == device)]
-    rows = rows[rows["status"].isin(["error", "oom"])]
-    for axis, value in seed_sizes(case).items():
-        rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
+    (the eager program's first, distinct ones joined with "; "), or None. Replicated
+    rows are left out (:func:`spec.select_rows`)."""
+    rows = select_rows(timings, case, status=("error", "oom"), device=device)
     if rows.empty:
         return None
     rows = rows.sort_values("variant", key=lambda v: v != "eager", kind="stable")

@@ -44,7 +44,13 @@ from crossover_study.answer_rows import (
 )
 from crossover_study.programs import PROGRAMS, program_column, program_of_rows
 from crossover_study.programs import cpu_rows as same_program_cpu_rows
-from crossover_study.spec import ACCELERATORS, FRAMEWORKS, seed_sizes, without_replicas
+from crossover_study.spec import (
+    ACCELERATORS,
+    FRAMEWORKS,
+    seed_sizes,
+    select_rows,
+    without_replicas,
+)
 
 __all__ = [
     "ANTI_PATTERNS",
@@ -317,8 +323,10 @@ def program_legend(timings: pd.DataFrame, case: str) -> str:
     """'Programs measured: keras_fit (Keras Model.fit as the seed calls it ...); ...':
     one line per training program with an ok row of ``case`` in ``timings`` (its
     ``program`` column, else the program table), described as ``programs.PROGRAMS``
-    does; empty when there is none."""
-    rows = timings[(timings["case"] == case) & (timings["status"] == "ok")]
+    does; empty when there is none. Replicated rows are asked for
+    (:func:`spec.select_rows`): the legend names the programs of the case's whole
+    section, its scaling figure's ``ddp_step`` and ``strategy_step`` included."""
+    rows = select_rows(timings, case, at_seed=False, replicas=True)
     if rows.empty:
         return ""
     found = [p for p in dict.fromkeys(program_column(rows)) if isinstance(p, str)]

@@ -27,8 +27,8 @@ program as the user runs it on the CPU today, and one that also speeds the CPU u
 (e.g. ``strategy_step`` on tpu without its CPU rows, or ``train_on_batch``, another
 program than eager's ``fit``), there is no comparison (outcome ``no_cpu_program``, with
 the reason). :func:`remedy_shift` then sets each variant's crossover and N* beside
-eager's. Columns ``precision`` and ``cpu_precision`` name the float precision
-of each side (``tf32`` on the GPU is compared with the CPU's fp32 program).
+eager's. Columns ``precision`` and ``cpu_precision`` name the float precision of each
+side (``tf32`` on the GPU is compared with the CPU's fp32 program).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ from .files import write_csv_atomic
 from .point_runs import resample_medians, row_runs
 from .programs import cpu_rows, no_cpu_program_reason, program_column, program_of_rows
 from .provenance import table_columns
-from .spec import ACCELERATORS, case_axes, seed_sizes, without_replicas
+from .spec import ACCELERATORS, case_axes, seed_sizes, select_rows, without_replicas
+from .tables import FORMAT_VERSION, read_timings
 
 #: Percentiles of every bootstrap interval here: the two-sided 95% percentile interval.
 PERCENTILES = (2.5, 97.5)
@@ -274,17 +275,14 @@ def n_star(cpu: pd.Series | dict, acc: pd.Series | dict) -> float | None:
 
 
 def _axis_slice(df: pd.DataFrame, case: str, axis: str) -> pd.DataFrame:
-    """Rows of ``case`` whose axes other than ``axis`` are at the seed's size."""
-    seed = seed_sizes(case)
-    mask = pd.Series(True, index=df.index)
-    for other, value in seed.items():
-        if other != axis:
-            mask &= df[other] == value
-    return df[mask]
+    """Rows of ``case`` whose axes other than ``axis`` are at the seed's size, of every
+    status (:func:`spec.select_rows`; replicated rows left out)."""
+    return select_rows(df, case, status=None, except_axes=(axis,))
 
 
 def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """One row per case × framework × variant × accelerator × axis (crossover schema).
+    """One row per case × framework × variant × accelerator × axis (crossover schema,
+    ``format_version`` :data:`tables.FORMAT_VERSION`).
 
     ``timings`` is the tidy table of ``timings.csv``; rows timed without a device sync
     (``timing == "unsynced"``) are left out. Accelerators are every device class other
@@ -311,7 +309,8 @@ def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
                 rows.append(
                     _one_row(sub, mine, case, framework, variant, acc_name, axis, n_boot, seed)
                 )
-    return pd.DataFrame(rows, columns=list(table_columns("crossover")))
+    columns = list(table_columns("crossover"))
+    return pd.DataFrame(rows, columns=columns).assign(format_version=FORMAT_VERSION)
 
 
 def cpu_side(
@@ -486,11 +485,12 @@ def write_crossover(
     seed: int = 0,
     columns: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """The crossover step of a study: :func:`crossover_table` of the ``timings`` CSV,
-    written to ``out`` atomically (the crossover schema's columns, or those of them in
-    ``columns``: the audit computes a run recorded before columns were added again
-    under that run's own header). Returns the whole table."""
-    table = crossover_table(pd.read_csv(timings), n_boot=n_boot, seed=seed)
+    """The crossover step: :func:`crossover_table` of the ``timings`` CSV (read by
+    :func:`tables.read_timings`) written to ``out`` atomically, the schema's columns or
+    those of them in ``columns`` (the audit recomputes an older run under its own header,
+    without ``format_version`` if it had none). Returns the whole table. Raises
+    :class:`tables.TableError` for a timings table that breaks its schema."""
+    table = crossover_table(read_timings(timings), n_boot=n_boot, seed=seed)
     kept = table.columns if columns is None else [c for c in table.columns if c in set(columns)]
     write_csv_atomic(table.to_dict("records"), kept, out)
     return table

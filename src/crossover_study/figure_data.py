@@ -20,6 +20,7 @@ from crossover_study.spec import (
     FRAMEWORKS,
     case_axes,
     seed_sizes,
+    select_rows,
     truthy,
     without_replicas,
 )
@@ -89,21 +90,18 @@ def order(values: Iterable, preferred: Iterable) -> list:
 
 
 def ok_rows(timings: pd.DataFrame, case: str) -> pd.DataFrame:
-    """Rows of ``case`` with ``status == "ok"`` and a numeric step time (replicated rows
-    left out: the scaling figure draws them); a copy with the columns of ``timings``."""
-    timings = without_replicas(timings)
-    df = timings[(timings["case"] == case) & (timings["status"] == "ok")]
+    """Rows of ``case`` with ``status == "ok"`` and a numeric step time, every size
+    (:func:`spec.select_rows`: replicated rows left out, the scaling figure draws them);
+    a copy with the columns of ``timings``."""
+    df = select_rows(timings, case, at_seed=False)
     return df[pd.to_numeric(df["step_time_s"], errors="coerce").notna()].copy()
 
 
 def at_seed(df: pd.DataFrame, case: str, except_axes: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Rows whose size axes (all but ``except_axes``) are at the seed's own size
-    (``spec.seed_sizes``). Raises KeyError for an unknown case."""
-    mask = pd.Series(True, index=df.index)
-    for axis, value in seed_sizes(case).items():
-        if axis not in except_axes:
-            mask &= pd.to_numeric(df[axis], errors="coerce") == value
-    return df[mask]
+    """Rows of ``case`` in ``df`` whose size axes (all but ``except_axes``) are at the
+    seed's own size (:func:`spec.select_rows`, every status; the rows ``df`` holds,
+    replicated ones included). Raises KeyError for an unknown case."""
+    return select_rows(df, case, status=None, except_axes=except_axes, replicas=True)
 
 
 def curve_label(device: str, framework: str, variant: str, several_variants: bool) -> str:

@@ -74,23 +74,29 @@ def reference_dirs(root: str | Path = REFERENCE_DIR) -> list[Path]:
 
 
 def load_reference(path: str | Path) -> ReferenceRun:
-    """Read one reference run's ``timings.csv`` and ``crossover.csv`` (an empty
-    crossover table when the file is empty). Raises FileNotFoundError when
-    ``timings.csv`` is missing."""
+    """Read one reference run's ``timings.csv`` and ``crossover.csv`` through
+    :func:`tables.read_timings` and ``read_crossover`` (older formats upgraded, typed; an
+    empty crossover table when the file is empty or missing). Raises FileNotFoundError
+    when ``timings.csv`` is missing, :class:`tables.TableError` for a broken table."""
     import pandas as pd
 
+    from .tables import read_crossover, read_timings
+
     path = Path(path)
-    timings = pd.read_csv(path / "timings.csv")
+    timings = read_timings(path / "timings.csv")
     try:
-        crossover = pd.read_csv(path / "crossover.csv")
-    except (FileNotFoundError, pd.errors.EmptyDataError):
-        crossover = pd.DataFrame(columns=["case", "framework", "variant", "axis", "outcome"])
+        crossover = read_crossover(path / "crossover.csv")
+    except FileNotFoundError:
+        crossover = read_crossover(pd.DataFrame())
     return ReferenceRun(path.name, path, timings, crossover)
 
 
 def _ok(run: ReferenceRun, case: str):
-    t = run.timings
-    return t[(t["case"] == case) & (t["status"] == "ok")]
+    """ok rows of ``case`` in ``run``, every size (:func:`spec.select_rows`: replicated
+    rows left out, as the figures drawn from them leave them out)."""
+    from .spec import select_rows
+
+    return select_rows(run.timings, case, at_seed=False)
 
 
 def _grid(n: int, panel: tuple[float, float], max_cols: int):

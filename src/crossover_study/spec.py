@@ -198,6 +198,49 @@ def without_replicas(timings):
     return timings[~timings["variant"].isin(tuple(REPLICA_VARIANTS))]
 
 
+def select_rows(
+    timings,
+    case: str,
+    *,
+    status: str | tuple[str, ...] | None = "ok",
+    at_seed: bool = True,
+    except_axes: tuple[str, ...] = (),
+    device: str | tuple[str, ...] | None = None,
+    replicas: bool = False,
+):
+    """Rows of ``case`` in a timings DataFrame (one row per measured point): the one
+    selection the answers, the figures, the crossover and the audit make ("ok rows of
+    this case at the seed's size" and its relatives). A slice of ``timings``, its
+    columns and index.
+
+    ``status``: a status, several, or None for every status. ``at_seed``: only rows
+    whose size axes, all but ``except_axes`` (the axes a curve or grid sweeps), are at
+    the seed's own size (:func:`seed_sizes`; sizes compared as numbers). ``device``: a
+    device class, several, or None for all. ``replicas``: the rule for replicated rows
+    (the rows of a replica variant of :data:`REPLICA_VARIANTS`, ``ddp``, ``mirrored``
+    and ``mirrored_fit``, their one-replica scaling baseline included): left out
+    (False, the default), since the ordinary answers, the size sweeps, the variant
+    comparison and the crossover compare programs on one device; kept (True) where a
+    caller asks for them (the replica answers, the scaling table, the program legend).
+
+    Raises KeyError for a case the registry does not know (``at_seed``) or when
+    ``timings`` lacks a seed axis's column.
+    """
+    import pandas as pd
+
+    df = timings if replicas else without_replicas(timings)
+    df = df[df["case"] == case]
+    if status is not None:
+        df = df[df["status"].isin((status,) if isinstance(status, str) else tuple(status))]
+    if device is not None:
+        df = df[df["device"].isin((device,) if isinstance(device, str) else tuple(device))]
+    if at_seed:
+        for axis, value in seed_sizes(case).items():
+            if axis not in except_axes:
+                df = df[pd.to_numeric(df[axis], errors="coerce") == value]
+    return df
+
+
 def truthy(series):
     """A column of CSV booleans (True/False/empty, or their text) as bools; missing
     values are False. ``series``: a pandas Series."""
