@@ -9,17 +9,21 @@ module, bottom first:
    (``figure_files``), errors, where a number came from (``provenance``), the plug-in
    contract, the timing harness, float precision, the GPU's state, the per-point
    deadline, the seed cases' data;
-1. **study**: the case registry, the point spec, which program runs where (the
-   ``workloads`` package's applicability checks and ``programs``), the study config;
-2. **measurement**: the frameworks' set-up, the workloads, the probe record, the
-   runner and the measuring job, the timer agreement, the GPU bundle;
-3. **analysis**: repeats, the timings table, environments, the crossover, the answers,
-   two runs compared;
+1. **study**: the case registry, the point spec and the one selection of its rows
+   (``spec.select_rows``), which variant applies where (one table: ``applicability``)
+   and which program runs (``programs``), the study config and its points;
+2. **measurement**: the frameworks' set-up and device probes, the workloads, the probe
+   record, the journal, one point's measurement, the runner and the measuring job, the
+   timer agreement, the GPU bundle;
+3. **analysis**: repeats, the timings table and its one reader (``tables``), environments,
+   the crossover, the answers (their rows, formats, remedies, replicas), two runs
+   compared;
 4. **presentation**: the report's figures (their tidy data in pandas, their style, their
    drawing with seaborn), the browser check;
 5. **provenance and audit**: the manifest, the RO-Crate, the paper figures from the
-   committed reference runs, the audit, freezing a run into the reference set, the GPU
-   reference run and its import, its rehearsal;
+   committed reference runs, the audit (its report model, its hash checks, one check per
+   stage that calls the stage's own function), freezing a run into the reference set, the
+   GPU reference run and its import, its rehearsal;
 6. **entry points**: the command line (``crossover-study``).
 
 An import inside a function is there for a heavy package (a framework, matplotlib) or
