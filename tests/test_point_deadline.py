@@ -136,7 +136,7 @@ pts = tuple(
     for h in (128, 256)
 )
 policy = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1)
-group = GroupSpec("s001-mlp", "torch", "cpu", pts, 1, policy, "skip", "h", 1.0)
+group = GroupSpec("s001-mlp", "torch", "cpu", pts, 1, policy, "skip", "h", 5.0)
 with open(sys.argv[4], "a") as log:
     say = lambda text: print(text, file=log, flush=True)
     run_group(group, sys.argv[1], sys.argv[2], log=say, stacks=log)
@@ -146,6 +146,8 @@ with open(sys.argv[4], "a") as log:
 def test_a_wait_in_c_holding_the_gil_ends_the_process_and_the_rerun_measures_the_rest(
     tmp_path,
 ):
+    # A 5 s deadline, not 1 s: the rerun measures the other point under the same
+    # deadline, and on a loaded 2-core VM its cold start and first step alone passed 1 s.
     script = tmp_path / "holds.py"
     script.write_text(HOLDS_THE_GIL.format(src=str(REPO_ROOT / "src")))
     journal, out, log = tmp_path / "j.jsonl", tmp_path / "o.csv", tmp_path / "job.log"
@@ -159,9 +161,9 @@ def test_a_wait_in_c_holding_the_gil_ends_the_process_and_the_rerun_measures_the
     assert not out.exists()  # no half-written table
     assert (
         "watchdog: s001-mlp|torch|cpu|eager|" in text
-        and "still running 3 s after it started" in text
+        and "still running 7 s after it started" in text
     )
-    assert "timing.point_deadline_s=1 s" in text
+    assert "timing.point_deadline_s=5 s" in text
     # faulthandler's C-level dump of every thread, the stuck call's frame among them
     assert "Current thread" in text and 'holds.py", line' in text and "in run" in text
     assert "journaled as status=error" in text
@@ -176,10 +178,10 @@ def test_a_wait_in_c_holding_the_gil_ends_the_process_and_the_rerun_measures_the
     )
     entries = [json.loads(line) for line in journal.read_text().splitlines()]
     done = [e for e in entries if e["event"] == "done"]
-    assert len(done) == 1 and done[0]["point_deadline_s"] == 1
+    assert len(done) == 1 and done[0]["point_deadline_s"] == 5
     row = done[0]["row"]
     assert row["status"] == "error" and row["hidden"] == 128 and row["utc_time"]
-    assert row["message"].startswith("point exceeded timing.point_deadline_s=1 s and did not stop")
+    assert row["message"].startswith("point exceeded timing.point_deadline_s=5 s and did not stop")
     # The rerun keeps the error row and measures only the missing point.
     subprocess.run([*cmd, "stuck", str(log)], check=True, timeout=120)
     table = pd.read_csv(out)
