@@ -77,6 +77,7 @@ LAYERS: dict[str, int] = {
     "runner": 2,
     "measure_job": 2,
     "agreement": 2,
+    "step_counts": 2,
     # 3: analysis
     "point_runs": 3,
     "tables": 3,
@@ -88,6 +89,7 @@ LAYERS: dict[str, int] = {
     "answer_replicas": 3,
     "answers": 3,
     "repeat": 3,
+    "step_model": 3,
     # 4: presentation
     "figure_data": 4,
     "figure_grid": 4,
