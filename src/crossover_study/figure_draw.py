@@ -61,6 +61,23 @@ def empty_axes(ax: Axes, text: str, title: str) -> Axes:
     return decorate(ax, title=title, grid=False)
 
 
+def curve_semantics(column: str, names: list[str], looks: dict) -> tuple[dict, dict]:
+    """seaborn's semantic keywords that draw one line per value of ``column``, in the
+    order of ``names``, each in its own look: ``looks[name]`` is a tuple whose first
+    three items are the colour, the dashes and the marker. Returns ``(keywords,
+    dashes)``: ``hue``, ``hue_order``, ``palette``, ``style``, ``style_order`` and
+    ``markers``, which ``lineplot`` and ``scatterplot`` both take, and the ``dashes``
+    map apart, which only ``lineplot`` takes."""
+    return dict(
+        hue=column,
+        hue_order=names,
+        palette={n: looks[n][0] for n in names},
+        style=column,
+        style_order=names,
+        markers={n: looks[n][2] for n in names},
+    ), {n: looks[n][1] for n in names}
+
+
 def seaborn_lines(ax: Axes, before: int, labels: list[str], gid: str) -> list:
     """The lines seaborn's ``lineplot`` added to ``ax`` after its first ``before``
     ones, one per label of ``labels`` (its ``hue_order``, the order it draws them in),
@@ -265,18 +282,14 @@ def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) ->
         )
         for k in keys.itertuples(index=False)
     }
+    semantics, dashes = curve_semantics("line", names, looks)
     before = len(ax.get_lines())
     sns.lineplot(
         lines,
         x="replicas",
         y="samples_per_s",
-        hue="line",
-        hue_order=names,
-        palette={n: looks[n][0] for n in names},
-        style="line",
-        style_order=names,
-        dashes={n: looks[n][1] for n in names},
-        markers={n: looks[n][2] for n in names},
+        **semantics,
+        dashes=dashes,
         estimator=None,
         errorbar=None,
         markersize=7,

@@ -37,6 +37,7 @@ from crossover_study.figure_data import (
     time_to_train_frame,
 )
 from crossover_study.figure_draw import (
+    curve_semantics,
     empty_axes,
     new_ax,
     replica_scaling,
@@ -125,18 +126,9 @@ def _draw_step_curves(ax: Axes, frame: pd.DataFrame, looks: dict, size: float) -
     axis), and a black x on points whose block-length check failed (gid
     ``"sync-check-failed"``)."""
     curves = list(dict.fromkeys(frame["curve"]))
-    semantics = dict(
-        hue="curve",
-        hue_order=curves,
-        palette={c: looks[c][0] for c in curves},
-        style="curve",
-        style_order=curves,
-        markers={c: looks[c][2] for c in curves},
-        legend=False,
-        ax=ax,
-    )
+    semantics, dashes = curve_semantics("curve", curves, looks)
+    semantics.update(legend=False, ax=ax)
     before = len(ax.get_lines())
-    dashes = {c: looks[c][1] for c in curves}
     sns.lineplot(
         frame,
         x="size",
@@ -390,18 +382,14 @@ def time_to_train(
         )
         for c, d, f, v in keys.itertuples(index=False)
     }
+    semantics, dashes = curve_semantics("curve", curves, looks)
     before = len(ax.get_lines())
     sns.lineplot(
         frame,
         x="steps",
         y="time_s",
-        hue="curve",
-        hue_order=curves,
-        palette={c: looks[c][0] for c in curves},
-        style="curve",
-        style_order=curves,
-        dashes={c: looks[c][1] for c in curves},
-        markers={c: looks[c][2] for c in curves},
+        **semantics,
+        dashes=dashes,
         estimator=None,
         errorbar=None,
         legend=False,
