@@ -72,7 +72,6 @@ def count_torch_step(step: Callable[[], object]) -> StepCounts:
     more), so call it outside the timed blocks; it is slower while counted. Exceptions
     from the step propagate.
     """
-    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -90,8 +89,6 @@ def count_torch_step(step: Callable[[], object]) -> StepCounts:
     flop_counter = FlopCounterMode(display=False)
     with flop_counter, _Ops() as ops:
         step()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
     return StepCounts(
         ops=ops.count,
         flops=float(flop_counter.get_total_flops()),

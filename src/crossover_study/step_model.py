@@ -27,7 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-REGIMES = ("launch-bound", "compute-bound", "transfer-bound")
+#: The regime named by the model's largest term (:func:`terms`).
+REGIME_OF_TERM = {
+    "launch": "launch-bound",
+    "compute": "compute-bound",
+    "transfer": "transfer-bound",
+}
+REGIMES = tuple(REGIME_OF_TERM.values())
 
 
 @dataclass(frozen=True)
@@ -76,8 +82,7 @@ def predict_step_s(ops: float, flops: float, rates: Rates, bytes_: float = 0.0) 
 def regime(ops: float, flops: float, rates: Rates, bytes_: float = 0.0) -> str:
     """The largest of the model's terms, named: one of :data:`REGIMES`."""
     t = terms(ops, flops, rates, bytes_)
-    name = max(t, key=t.get)
-    return {"launch": "launch-bound", "compute": "compute-bound"}.get(name, "transfer-bound")
+    return REGIME_OF_TERM[max(t, key=t.get)]
 
 
 def fit_rates(ops: Sequence[float], flops: Sequence[float], step_s: Sequence[float]) -> Rates:
