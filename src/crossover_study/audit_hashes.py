@@ -118,20 +118,14 @@ def check_inputs(report: AuditReport, layout: Layout, manifest: dict, strict: bo
             report.files_checked += 1
             if sha256_file(path) != record["sha256"]:
                 changed.append(record["path"])
-        if changed:
-            report.add(
-                level,
-                f"{group} changed since the run",
-                f"{len(changed)} file(s)",
-                ", ".join(changed[:MAX_ROWS]) + (" ..." if len(changed) > MAX_ROWS else ""),
-            )
-        if missing:
-            report.add(
-                level,
-                f"{group} not found",
-                f"{len(missing)} file(s)",
-                ", ".join(missing[:MAX_ROWS]) + (" ..." if len(missing) > MAX_ROWS else ""),
-            )
+        for what, paths in (("changed since the run", changed), ("not found", missing)):
+            if paths:
+                report.add(
+                    level,
+                    f"{group} {what}",
+                    f"{len(paths)} file(s)",
+                    ", ".join(paths[:MAX_ROWS]) + (" ..." if len(paths) > MAX_ROWS else ""),
+                )
 
 
 def check_records(report: AuditReport, layout: Layout, manifest: dict) -> list[Path]:
