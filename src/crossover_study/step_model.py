@@ -1,23 +1,36 @@
 """A step-time model from counts: a roofline with a launch floor.
 
-One training step of ``ops`` operations and ``flops`` FLOPs, moving ``bytes`` between
-host and device, is modelled as
+One training step is counted (:mod:`crossover_study.step_counts`, the measuring job's
+``step_*`` columns) and priced by rates the job measured on its own device (its
+``rate_*`` columns). The model's four terms, in seconds per step:
 
-    t_step ≈ max(ops × t_launch, flops / R) + bytes / B
+    ops     = (step_ops − step_graph_ops) × rate_eager_op_s
+              + step_graph_ops × (rate_graph_op_s, else rate_eager_op_s)
+    compute = step_flops / rate_flop_per_s
+    memory  = step_mem_bytes / rate_mem_bytes_per_s
+    copy    = step_copy_bytes / rate_copy_bytes_per_s      (0 without bytes)
 
-with ``t_launch`` the cost of one minimal operation (a kernel launch on a GPU, a
-dispatch on the CPU), ``R`` the achieved FLOP/s of a dense step and ``B`` the host–device
-bandwidth. The first term is the larger of the two floors the device cannot go under:
-issuing the operations, and doing their arithmetic; the copy is added, as a synchronous
-copy does not overlap the step. Source: the roofline model (S. Williams, A. Waterman,
-D. Patterson, "Roofline: an insightful visual performance model for multicore
-architectures", CACM 52(4), 2009), with its memory-bandwidth roof replaced by the
-per-operation overhead floor that dominates small steps (H. He, "Making Deep Learning Go
-Brrrr From First Principles", 2022: the overhead-bound regime).
+combined by how the device runs a step:
 
-The regime of a step is the term that wins: ``launch-bound`` (the step costs its
-operations, not its arithmetic: fewer or fused operations help, a faster device does
-not), ``compute-bound`` or ``transfer-bound``.
+- **synchronous** (``cpu``): the host issues an operation and waits for its arithmetic,
+  so the terms add: t = ops + compute + memory + copy;
+- **asynchronous** (``cuda``, ``cuda_multi``, ``tpu``): the launch queue overlaps issuing
+  operations with the device's work, so the larger of the two wins:
+  t = max(ops, compute + memory) + copy (a synchronous host–device copy overlaps
+  nothing).
+
+Source: the roofline model, whose compute and memory roofs are the ``compute`` and
+``memory`` terms (S. Williams, A. Waterman, D. Patterson, "Roofline: an insightful
+visual performance model for multicore architectures", CACM 52(4), 2009), with the
+per-operation overhead floor that dominates small steps as the ``ops`` term (H. He,
+"Making Deep Learning Go Brrrr From First Principles", 2022: the overhead-bound regime).
+
+The regime of a step is its largest term (one vocabulary for every device):
+``launch-bound`` (the step costs its operations, kernel launches on an accelerator and
+dispatches on the CPU, not its arithmetic: fewer or fused operations help, a faster
+device does not), ``compute-bound``, ``memory-bound`` or ``transfer-bound``.
+:func:`model_columns` adds the model to every row of a timings table that has its
+inputs; a row without them gets empty model columns, never invented ones.
 """
 
 from __future__ import annotations
@@ -26,68 +39,143 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 #: The regime named by the model's largest term (:func:`terms`).
 REGIME_OF_TERM = {
     "launch": "launch-bound",
     "compute": "compute-bound",
+    "memory": "memory-bound",
     "transfer": "transfer-bound",
 }
 REGIMES = tuple(REGIME_OF_TERM.values())
+
+#: Whether a device class runs a step synchronously (the host waits for each
+#: operation's arithmetic: the terms add) or asynchronously (a launch queue: the ops
+#: term overlaps compute + memory). A device class not listed gets no model.
+SYNCHRONOUS = {"cpu": True, "cuda": False, "cuda_multi": False, "tpu": False}
+
+#: The model's columns of a timings table (:func:`model_columns`), and the term of
+#: :func:`terms` each ``model_*_s`` column holds.
+TERM_COLUMNS = {
+    "launch": "model_ops_s",
+    "compute": "model_compute_s",
+    "memory": "model_memory_s",
+    "transfer": "model_copy_s",
+}
+MODEL_COLUMNS = ("model_step_s", *TERM_COLUMNS.values(), "model_regime", "model_share")
 
 
 @dataclass(frozen=True)
 class Rates:
     """What one device costs per unit of work.
 
-    launch_s: seconds per operation (kernel launch or dispatch); > 0.
+    launch_s: seconds per eagerly dispatched operation (a kernel launch on an
+        accelerator, a dispatch on the CPU); > 0.
     flop_per_s: achieved FLOP/s of a dense step; > 0.
-    bytes_per_s: host–device bytes per second; None where nothing is copied (the CPU).
+    bytes_per_s: host–device copy bytes per second; None where nothing is copied (the
+        CPU).
+    graph_op_s: seconds per operation inside a compiled graph (a tf.function body);
+        None: priced as ``launch_s``.
+    mem_bytes_per_s: bytes per second of a large element-wise operation (the memory
+        roof); None: not measured (a step with memory bytes then has no model).
+    Raises ValueError for a rate that is not positive.
     """
 
     launch_s: float
     flop_per_s: float
     bytes_per_s: float | None = None
+    graph_op_s: float | None = None
+    mem_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.launch_s > 0:
-            raise ValueError(f"launch_s must be positive, got {self.launch_s}")
-        if not self.flop_per_s > 0:
-            raise ValueError(f"flop_per_s must be positive, got {self.flop_per_s}")
-        if self.bytes_per_s is not None and not self.bytes_per_s > 0:
-            raise ValueError(f"bytes_per_s must be positive or None, got {self.bytes_per_s}")
+        for name in ("launch_s", "flop_per_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("bytes_per_s", "graph_op_s", "mem_bytes_per_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive or None, got {value}")
 
 
-def terms(ops: float, flops: float, rates: Rates, bytes_: float = 0.0) -> dict[str, float]:
-    """The model's three terms in seconds per step: ``launch`` = ops × launch_s,
-    ``compute`` = flops / flop_per_s, ``transfer`` = bytes / bytes_per_s (0 without a
-    bandwidth or without bytes). Raises ValueError for a negative count."""
-    for name, value in (("ops", ops), ("flops", flops), ("bytes", bytes_)):
+def terms(
+    ops: float,
+    flops: float,
+    rates: Rates,
+    bytes_: float = 0.0,
+    *,
+    graph_ops: float = 0.0,
+    mem_bytes: float = 0.0,
+) -> dict[str, float]:
+    """The model's four terms in seconds per step (module docstring): ``launch`` =
+    (ops − graph_ops) × launch_s + graph_ops × (graph_op_s or launch_s), ``compute`` =
+    flops / flop_per_s, ``memory`` = mem_bytes / mem_bytes_per_s, ``transfer`` = bytes_ /
+    bytes_per_s (each 0 without its count; ``transfer`` also 0 without a bandwidth).
+    Counts per step: ``ops`` operations of which ``graph_ops`` run inside a compiled
+    graph, ``flops`` FLOPs, ``mem_bytes`` bytes moved by the non-matmul operations,
+    ``bytes_`` bytes copied host <-> device. Raises ValueError for a negative count,
+    graph_ops above ops, or memory bytes without a memory rate."""
+    counts = (("ops", ops), ("flops", flops), ("bytes", bytes_))
+    for name, value in (*counts, ("graph_ops", graph_ops), ("mem_bytes", mem_bytes)):
         if value < 0:
             raise ValueError(f"{name} must not be negative, got {value}")
+    if graph_ops > ops:
+        raise ValueError(f"graph_ops ({graph_ops}) must not exceed ops ({ops})")
+    if mem_bytes and rates.mem_bytes_per_s is None:
+        raise ValueError("mem_bytes needs rates.mem_bytes_per_s")
+    graph_s = rates.graph_op_s if rates.graph_op_s is not None else rates.launch_s
     transfer = bytes_ / rates.bytes_per_s if bytes_ and rates.bytes_per_s else 0.0
     return {
-        "launch": ops * rates.launch_s,
+        "launch": (ops - graph_ops) * rates.launch_s + graph_ops * graph_s,
         "compute": flops / rates.flop_per_s,
+        "memory": mem_bytes / rates.mem_bytes_per_s if mem_bytes else 0.0,
         "transfer": transfer,
     }
 
 
-def predict_step_s(ops: float, flops: float, rates: Rates, bytes_: float = 0.0) -> float:
-    """Predicted seconds per step: max(launch, compute) + transfer (module docstring)."""
-    t = terms(ops, flops, rates, bytes_)
-    return max(t["launch"], t["compute"]) + t["transfer"]
+def combine(t: dict[str, float], synchronous: bool = False) -> float:
+    """Seconds per step from the terms of :func:`terms`: their sum on a synchronous
+    device, max(launch, compute + memory) + transfer on an asynchronous one."""
+    if synchronous:
+        return t["launch"] + t["compute"] + t["memory"] + t["transfer"]
+    return max(t["launch"], t["compute"] + t["memory"]) + t["transfer"]
 
 
-def regime(ops: float, flops: float, rates: Rates, bytes_: float = 0.0) -> str:
-    """The largest of the model's terms, named: one of :data:`REGIMES`."""
-    t = terms(ops, flops, rates, bytes_)
+def predict_step_s(
+    ops: float,
+    flops: float,
+    rates: Rates,
+    bytes_: float = 0.0,
+    *,
+    graph_ops: float = 0.0,
+    mem_bytes: float = 0.0,
+    synchronous: bool = False,
+) -> float:
+    """Predicted seconds per step (:func:`terms` combined by :func:`combine`; the
+    default, asynchronous, is an accelerator's form). Raises as :func:`terms`."""
+    t = terms(ops, flops, rates, bytes_, graph_ops=graph_ops, mem_bytes=mem_bytes)
+    return combine(t, synchronous)
+
+
+def regime(
+    ops: float,
+    flops: float,
+    rates: Rates,
+    bytes_: float = 0.0,
+    *,
+    graph_ops: float = 0.0,
+    mem_bytes: float = 0.0,
+) -> str:
+    """The largest of the model's terms, named: one of :data:`REGIMES` (the same on
+    either kind of device: the combination does not change which term is largest)."""
+    t = terms(ops, flops, rates, bytes_, graph_ops=graph_ops, mem_bytes=mem_bytes)
     return REGIME_OF_TERM[max(t, key=t.get)]
 
 
 def fit_rates(ops: Sequence[float], flops: Sequence[float], step_s: Sequence[float]) -> Rates:
-    """The launch cost and FLOP rate that best explain measured steps of one device:
-    least squares on log(step_s) against log(max(ops × launch_s, flops / flop_per_s))
+    """The launch cost and FLOP rate that best explain measured steps of one device
+    from their counts alone (the asynchronous form without memory or copy terms, for a
+    device whose rates were not measured in the job): least squares on log(step_s) against log(max(ops × launch_s, flops / flop_per_s))
     over the points (``scipy.optimize.least_squares``, soft-L1 loss so that a noisy point
     pulls less), starting from the fastest point's launch cost and the best point's FLOP
     rate. Needs points on both sides of the bend (some launch-bound, some compute-bound)
@@ -124,3 +212,73 @@ def explained_share(predicted_s: float, measured_s: float) -> float:
     if not measured_s > 0:
         raise ValueError(f"measured_s must be positive, got {measured_s}")
     return predicted_s / measured_s
+
+
+def _term(count: pd.Series, rate: pd.Series, per_unit: bool) -> pd.Series:
+    """One term per row: count × rate (``per_unit``: rate in seconds per unit) or
+    count / rate (rate in units per second); 0 where the count is 0 (whatever the
+    rate), NaN where the count is missing or a non-zero count has no positive rate."""
+    rate = rate.where(rate > 0)
+    value = count * rate if per_unit else count / rate
+    return value.where(count != 0, 0.0).where(count.notna())
+
+
+def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
+    """``timings`` (a timings table, one row per point) with the model's columns
+    :data:`MODEL_COLUMNS` set on every ok row that has the model's inputs, in seconds
+    per step (module docstring):
+
+    - ``model_ops_s`` = (step_ops − step_graph_ops) × rate_eager_op_s + step_graph_ops
+      × rate_graph_op_s (rate_eager_op_s where rate_graph_op_s is empty);
+    - ``model_compute_s`` = step_flops / rate_flop_per_s;
+    - ``model_memory_s`` = step_mem_bytes / rate_mem_bytes_per_s;
+    - ``model_copy_s`` = step_copy_bytes / rate_copy_bytes_per_s, 0 where no bytes are
+      copied (and on the cpu, where nothing is);
+    - ``model_step_s``: their sum on a synchronous device (cpu), max(ops, compute +
+      memory) + copy on an asynchronous one (cuda, cuda_multi, tpu; :data:`SYNCHRONOUS`);
+    - ``model_regime``: the largest term named (:data:`REGIME_OF_TERM`);
+    - ``model_share`` = model_step_s / step_time_s (dimensionless).
+
+    A term whose count is 0 is 0; a row missing a count, a rate a non-zero count needs,
+    ``step_time_s``, or a device class of :data:`SYNCHRONOUS`, or a row not ok, gets
+    empty model columns (NaN, regime None), never invented ones; so does every row of a
+    table without the input columns (a table written before they existed). Returns a
+    copy, the model's columns replaced where present and appended where not; the input
+    is not changed. Deterministic: the audit re-collects and compares.
+    """
+    out = timings.copy()
+
+    def number(column: str) -> pd.Series:
+        if column not in out:
+            return pd.Series(np.nan, index=out.index, dtype=float)
+        return pd.to_numeric(out[column], errors="coerce").astype(float)
+
+    ops, graph = number("step_ops"), number("step_graph_ops")
+    eager_rate = number("rate_eager_op_s")
+    graph_rate = number("rate_graph_op_s").fillna(eager_rate)
+    on_cpu = out["device"] == "cpu" if "device" in out else pd.Series(False, index=out.index)
+    copy_bytes = number("step_copy_bytes").mask(on_cpu, 0.0)
+    t = {
+        "launch": _term(ops - graph, eager_rate, True) + _term(graph, graph_rate, True),
+        "compute": _term(number("step_flops"), number("rate_flop_per_s"), False),
+        "memory": _term(number("step_mem_bytes"), number("rate_mem_bytes_per_s"), False),
+        "transfer": _term(copy_bytes, number("rate_copy_bytes_per_s"), False),
+    }
+    sync = out["device"].map(SYNCHRONOUS) if "device" in out else pd.Series(np.nan)
+    sync = sync.reindex(out.index)
+    summed = t["launch"] + t["compute"] + t["memory"] + t["transfer"]
+    overlapped = np.fmax(t["launch"], t["compute"] + t["memory"]) + t["transfer"]
+    step = summed.where(sync.eq(True), overlapped).where(sync.notna())
+    measured = number("step_time_s")
+    ok = out["status"] == "ok" if "status" in out else pd.Series(True, index=out.index)
+    valid = ok & step.notna() & (ops >= graph) & (measured > 0)
+    for term in t.values():
+        valid &= term.notna() & (term >= 0)
+    out["model_step_s"] = step.where(valid)
+    for name, column in TERM_COLUMNS.items():
+        out[column] = t[name].where(valid)
+    frame = pd.DataFrame({name: t[name] for name in REGIME_OF_TERM}, index=out.index)
+    largest = frame.fillna(-1.0).idxmax(axis=1).map(REGIME_OF_TERM)
+    out["model_regime"] = largest.where(valid, None).astype(object)
+    out["model_share"] = (step / measured).where(valid)
+    return out

@@ -18,6 +18,7 @@ from .harness import TimingPolicy
 from .point_runs import merge_repeats
 from .provenance import SCHEMAS, table_columns
 from .spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
+from .step_model import model_columns
 
 #: Format of the tables this version writes (column ``format_version`` of
 #: ``timings.csv`` and ``crossover.csv``): 2 since cases are plug-ins (size columns
@@ -286,8 +287,9 @@ def collect_timings(
 ) -> pd.DataFrame:
     """Concatenate per-job CSVs into the study's timings table (atomically written).
 
-    Rows of one point measured in several runs (``timing.repeats``, column ``repeat``)
-    become one row (:func:`point_runs.merge_repeats`, which flags a merged point noisy
+    The step-time model's columns (``model_*``) are set from each row's counts and rates
+    (:func:`step_model.model_columns`; empty without them). Rows of one point measured
+    in several runs (``timing.repeats``, column ``repeat``) become one row (:func:`point_runs.merge_repeats`, which flags a merged point noisy
     against ``noise_threshold``, the config's ``timing.noise_threshold``); a table
     without the column (written before runs existed) is kept as it is. ``runs``: the
     frame :func:`read_job_tables` already read from ``csvs`` (not read again).
@@ -300,6 +302,9 @@ def collect_timings(
     if "repeat" in df.columns:
         df = merge_repeats(df, noise_threshold)
     columns = list(df.columns)
+    # The step-time model's columns, derived here from the row's counts and rates (a
+    # deterministic function of them); kept only where the header has them.
+    df = model_columns(df)[columns]
     validate_timings(df, source=str(out))
     write_csv_atomic(df.to_dict("records"), columns, Path(out))
     return df

@@ -1,0 +1,182 @@
+"""The step-time model on timings rows: its form, regimes, empty inputs, the crossover
+it predicts and the prediction for a machine of a reference run (synthetic tables)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crossover_study import step_model
+from crossover_study.step_model import Rates
+
+#: Rates of a synthetic CPU and a synthetic GPU (seconds per op, FLOP/s, bytes/s).
+CPU_RATES = {
+    "rate_eager_op_s": 10e-6,
+    "rate_graph_op_s": np.nan,
+    "rate_flop_per_s": 1e11,
+    "rate_mem_bytes_per_s": 1e10,
+    "rate_copy_bytes_per_s": np.nan,
+}
+GPU_RATES = {
+    "rate_eager_op_s": 5e-6,
+    "rate_graph_op_s": np.nan,
+    "rate_flop_per_s": 1e13,
+    "rate_mem_bytes_per_s": 1e12,
+    "rate_copy_bytes_per_s": 1e10,
+}
+
+
+def _row(device, step_time_s, ops=100, flops=1e6, mem=1e5, copy=0.0, graph=0.0, **kw):
+    rates = CPU_RATES if device == "cpu" else GPU_RATES
+    return {
+        "case": "s001-mlp",
+        "framework": "torch",
+        "variant": "eager",
+        "device": device,
+        "status": "ok",
+        "timing": "synced",
+        "batch": 64,
+        "d_in": 1024,
+        "hidden": 128,
+        "step_time_s": step_time_s,
+        "step_ops": ops,
+        "step_ops_kind": "aten_ops" if device == "cpu" else "cuda_kernels",
+        "step_graph_ops": graph,
+        "step_flops": flops,
+        "step_mem_bytes": mem,
+        "step_copy_bytes": copy,
+        **rates,
+        **kw,
+    }
+
+
+def test_cpu_terms_add_and_accelerator_terms_overlap():
+    # CPU: 100 ops x 10 us = 1 ms, 1e9 FLOP / 1e11 = 10 ms, 1e8 B / 1e10 = 10 ms
+    # GPU: 100 x 5 us = 0.5 ms, 1e9 / 1e13 = 0.1 ms, 1e8 / 1e12 = 0.1 ms, 1e6 B copy / 1e10
+    # = 0.1 ms: max(0.5, 0.2) + 0.1 = 0.6 ms
+    df = pd.DataFrame(
+        [_row("cpu", 25e-3, flops=1e9, mem=1e8), _row("cuda", 1.2e-3, flops=1e9, mem=1e8, copy=1e6)]
+    )
+    out = step_model.model_columns(df)
+    cpu, gpu = out.iloc[0], out.iloc[1]
+    assert cpu["model_ops_s"] == pytest.approx(1e-3)
+    assert cpu["model_compute_s"] == pytest.approx(10e-3)
+    assert cpu["model_memory_s"] == pytest.approx(10e-3)
+    assert cpu["model_copy_s"] == 0.0
+    assert cpu["model_step_s"] == pytest.approx(21e-3)  # the sum
+    assert cpu["model_share"] == pytest.approx(21 / 25)
+    assert cpu["model_regime"] == "compute-bound"  # 10 ms compute wins the tie by order
+    assert gpu["model_step_s"] == pytest.approx(0.6e-3)  # max, then the copy
+    assert gpu["model_regime"] == "launch-bound"
+    assert gpu["model_share"] == pytest.approx(0.5)
+    assert "model_step_s" not in df  # the input is not changed
+
+
+def test_graph_ops_are_priced_at_the_graph_rate_else_the_eager_rate():
+    kw = {"ops": 300, "graph": 200, "flops": 0.0, "mem": 0.0}
+    row = _row("cpu", 1e-3, framework="tensorflow", step_ops_kind="tf_ops", **kw)
+    out = step_model.model_columns(pd.DataFrame([row, {**row, "rate_graph_op_s": 1e-6}]))
+    # 100 eager x 10 us + 200 graph x 10 us (no graph rate) = 3 ms; with 1 us: 1.2 ms
+    assert list(out["model_ops_s"]) == pytest.approx([3e-3, 1.2e-3])
+    assert list(out["model_regime"]) == ["launch-bound", "launch-bound"]
+
+
+@pytest.mark.parametrize(
+    ("device", "counts", "regime"),
+    [
+        ("cuda", {"ops": 10, "flops": 1e3, "mem": 1e10}, "memory-bound"),
+        ("cuda", {"ops": 10, "flops": 1e3, "mem": 0.0, "copy": 1e9}, "transfer-bound"),
+        ("cuda", {"ops": 10, "flops": 1e12, "mem": 0.0}, "compute-bound"),
+        ("cpu", {"ops": 1000, "flops": 1e3, "mem": 0.0}, "launch-bound"),
+    ],
+)
+def test_the_regime_is_the_largest_term(device, counts, regime):
+    out = step_model.model_columns(pd.DataFrame([_row(device, 1.0, **counts)]))
+    assert out["model_regime"].iloc[0] == regime
+
+
+def test_missing_inputs_give_empty_model_columns_never_invented_ones():
+    rows = [
+        _row("cpu", 1e-3, ops=np.nan),  # not counted
+        _row("cuda", 1e-3, copy=1e6, rate_copy_bytes_per_s=np.nan),  # copy with no rate
+        _row("cpu", 1e-3, status="error"),  # not ok
+        _row("cpu", np.nan),  # no measured time
+        _row("tpu_v9", 1e-3),  # device class the model does not know
+        _row("cuda", 1e-3, copy=np.nan),  # copy bytes not counted on an accelerator
+        _row("cpu", 1e-3, copy=np.nan),  # on the CPU nothing is copied: modelled
+    ]
+    out = step_model.model_columns(pd.DataFrame(rows))
+    for column in step_model.MODEL_COLUMNS:
+        assert out[column].iloc[:6].isna().all(), column
+    assert out["model_step_s"].iloc[6] == pytest.approx(100 * 10e-6 + 1e-5 + 1e-5)
+    # a table written before the counts existed: every model column empty
+    old = pd.DataFrame([{"case": "s001-mlp", "device": "cpu", "status": "ok", "step_time_s": 1.0}])
+    out = step_model.model_columns(old)
+    assert list(out.columns[-len(step_model.MODEL_COLUMNS) :]) == list(step_model.MODEL_COLUMNS)
+    assert out[list(step_model.MODEL_COLUMNS)].isna().all().all()
+    empty = step_model.model_columns(pd.DataFrame(columns=["device", "status", "step_time_s"]))
+    assert empty.empty and set(step_model.MODEL_COLUMNS) <= set(empty.columns)
+
+
+def test_rates_and_terms_refuse_what_they_cannot_price():
+    rates = Rates(launch_s=5e-6, flop_per_s=1e12)
+    with pytest.raises(ValueError, match="mem_bytes"):
+        step_model.terms(1, 1, rates, mem_bytes=10)
+    with pytest.raises(ValueError, match="graph_ops"):
+        step_model.terms(1, 1, rates, graph_ops=2)
+    with pytest.raises(ValueError, match="graph_op_s"):
+        Rates(launch_s=1e-6, flop_per_s=1e9, graph_op_s=0.0)
+    full = Rates(5e-6, 1e12, bytes_per_s=1e10, graph_op_s=1e-6, mem_bytes_per_s=1e11)
+    t = step_model.terms(100, 1e9, full, 1e6, graph_ops=50, mem_bytes=1e8)
+    assert t == pytest.approx(
+        {"launch": 50 * 5e-6 + 50 * 1e-6, "compute": 1e-3, "memory": 1e-3, "transfer": 1e-4}
+    )
+    assert step_model.combine(t, synchronous=True) == pytest.approx(sum(t.values()))
+    assert step_model.combine(t) == pytest.approx(2e-3 + 1e-4)
+    assert step_model.regime(100, 1e9, full, 1e6, graph_ops=50, mem_bytes=1e9) == "memory-bound"
+    assert math.isclose(
+        step_model.predict_step_s(
+            100, 1e9, full, 1e6, graph_ops=50, mem_bytes=1e8, synchronous=True
+        ),
+        sum(t.values()),
+    )
+
+
+def test_collect_writes_the_model_columns_and_is_deterministic(tmp_path):
+    from crossover_study.provenance import table_columns
+    from crossover_study.tables import collect_timings, read_timings
+
+    documented = list(table_columns("timings"))
+    assert set(step_model.MODEL_COLUMNS) <= set(documented)
+    inputs = ["step_ops", "step_flops", "step_mem_bytes", "rate_eager_op_s"]
+    counted = set(inputs) <= set(documented)
+    row = _row("cpu", 2e-3, ops=100, flops=1e8, mem=1e6)
+    row = {k: v for k, v in row.items() if k in documented}  # the schema's columns only
+    part = tmp_path / "job.csv"
+    pd.DataFrame([row], columns=documented).to_csv(part, index=False)
+    first = collect_timings([part], tmp_path / "a.csv")
+    again = collect_timings([part], tmp_path / "b.csv")
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    back = read_timings(tmp_path / "a.csv")
+    if not counted:  # the measuring side's columns are not in the schema yet
+        assert back["model_step_s"].isna().all()
+        pytest.skip("the contract's step_*/rate_* columns are not in the schema yet")
+    # 100 x 10 us + 1e8 / 1e11 + 1e6 / 1e10 = 1 ms + 1 ms + 0.1 ms
+    assert first["model_step_s"].iloc[0] == pytest.approx(2.1e-3)
+    assert back["model_regime"].iloc[0] == "launch-bound"
+    assert back["model_share"].iloc[0] == pytest.approx(2.1 / 2)
+    assert again["model_step_s"].iloc[0] == first["model_step_s"].iloc[0]
+
+
+def test_collect_under_an_older_header_adds_no_model_columns(tmp_path):
+    from crossover_study.provenance import table_columns
+    from crossover_study.tables import collect_timings
+
+    old = [c for c in table_columns("timings") if not c.startswith("model_")]
+    part = tmp_path / "job.csv"
+    row = {k: v for k, v in _row("cpu", 2e-3).items() if k in old}
+    pd.DataFrame([row], columns=old).to_csv(part, index=False)
+    df = collect_timings([part], tmp_path / "t.csv", columns=old)
+    assert list(df.columns) == old
+    assert list(pd.read_csv(tmp_path / "t.csv").columns) == old
