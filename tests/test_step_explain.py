@@ -180,3 +180,112 @@ def test_collect_under_an_older_header_adds_no_model_columns(tmp_path):
     df = collect_timings([part], tmp_path / "t.csv", columns=old)
     assert list(df.columns) == old
     assert list(pd.read_csv(tmp_path / "t.csv").columns) == old
+
+
+HIDDEN = (32, 128, 512, 2048)
+
+
+def _sweep(cpu_extra=1.05, gpu_extra=1.0):
+    """s001-mlp along hidden, both devices with counts and rates: the CPU pays 40 ops x
+    10 us + 262144 H FLOPs at 1e11 FLOP/s; CUDA 200 kernels x 5 us = 1 ms (its 1e13
+    FLOP/s keeps compute below the launches): the model's curves cross where
+    0.4 ms + 262144 H / 1e11 = 1 ms, H = 228.9 (interpolated between 128 and 512)."""
+    from conftest import s001_rows
+
+    rows = []
+    for device, ops, extra in (("cpu", 40, cpu_extra), ("cuda", 200, gpu_extra)):
+        rates = CPU_RATES if device == "cpu" else GPU_RATES
+        for h, row in zip(HIDDEN, s001_rows(device, HIDDEN, [1.0] * 4), strict=True):
+            flops = 262144.0 * h
+            model = ops * 10e-6 + flops / 1e11 if device == "cpu" else max(ops * 5e-6, flops / 1e13)
+            row.update(
+                timing="synced",
+                step_time_s=model * extra,
+                step_ops=ops,
+                step_ops_kind="aten_ops" if device == "cpu" else "cuda_kernels",
+                step_graph_ops=0.0,
+                step_flops=flops,
+                step_mem_bytes=0.0,
+                step_copy_bytes=0.0,
+                **rates,
+            )
+            rows.append(row)
+    return step_model.model_columns(pd.DataFrame(rows))
+
+
+def test_model_crossover_lies_where_the_modelled_curves_cross():
+    from crossover_study.answer_regime import model_crossover, model_crossover_text
+
+    df = _sweep()
+    outcome, size = model_crossover(df, "s001-mlp", "torch", "eager", "cuda", "hidden")
+    assert outcome == "crossover"
+    assert 128 < size < 512
+    assert size == pytest.approx(228.9, rel=0.25)  # log-log interpolation of a line
+    # batch and d_in were not swept: no model crossover there
+    assert model_crossover(df, "s001-mlp", "torch", "eager", "cuda", "batch") is None
+    text = model_crossover_text(df, "s001-mlp", "torch", "eager", "cuda", ("batch", "hidden"))
+    assert text.startswith("the model predicts the crossover at hidden ≈ 2")
+    # without the model's columns: nothing
+    plain = df.drop(columns=list(step_model.MODEL_COLUMNS))
+    assert model_crossover(plain, "s001-mlp", "torch", "eager", "cuda", "hidden") is None
+    faster = df.assign(step_ops=np.where(df["device"] == "cuda", 1, df["step_ops"]))
+    outcome, _ = model_crossover(
+        step_model.model_columns(faster), "s001-mlp", "torch", "eager", "cuda", "hidden"
+    )
+    assert outcome == "accelerator_faster_throughout"
+
+
+def test_the_answer_names_each_devices_regime_and_the_models_crossover():
+    from crossover_study.answers import answer_sentence
+
+    df = _sweep()
+    text = answer_sentence(df, None, "s001-mlp")
+    # at H = 128: CPU 400 us launches + 335.5 us compute, measured 5 % more
+    assert (
+        "why (step-time model): with torch, on the CPU the step is launch-bound: "
+        "40 ops \u00d7 10 µs ≈ 400 µs of 772 µs measured (the model explains 95 %)" in text
+    )
+    assert "on CUDA it is launch-bound: 200 kernels \u00d7 5 µs ≈ 1 ms of 1 ms measured" in text
+    assert "(the model explains 100 %)" in text
+    assert "the model predicts the crossover at hidden ≈ " in text
+    assert text.endswith(".")
+    # the same table without the model's columns: the sentence without the additions
+    plain = answer_sentence(df.drop(columns=list(step_model.MODEL_COLUMNS)), None, "s001-mlp")
+    assert "model" not in plain and "why" not in plain
+    import re
+
+    stripped = re.sub(r"; the model predicts [^;]*", "", text.split("; why")[0])
+    assert stripped == plain[:-1]
+
+
+def test_regime_wording_for_compute_memory_and_graph_ops():
+    from crossover_study.answer_regime import device_regime_text, fmt_si
+
+    assert fmt_si(33972224, "FLOP") == "34 MFLOP"
+    assert fmt_si(1.2e12, "FLOP/s") == "1.2 TFLOP/s"
+    assert fmt_si(512, "B") == "512 B"
+    out = step_model.model_columns(
+        pd.DataFrame(
+            [
+                _row("cuda", 2e-3, ops=10, flops=1e10, mem=0.0),
+                _row("cuda", 2e-3, ops=10, flops=1e3, mem=1e9),
+                _row(
+                    "cpu",
+                    1e-3,
+                    ops=300,
+                    graph=200,
+                    flops=0,
+                    mem=0,
+                    step_ops_kind="tf_ops",
+                    rate_graph_op_s=1e-6,
+                ),
+            ]
+        )
+    )
+    compute = device_regime_text(out.iloc[0])
+    assert compute.startswith("on CUDA the step is compute-bound: 10 GFLOP at 10 TFLOP/s ≈ 1 ms")
+    assert "(the model explains 50 %)" in compute
+    memory = device_regime_text(out.iloc[1], first=False)
+    assert memory.startswith("on CUDA it is memory-bound: 1 GB moved at 1 TB/s ≈ 1 ms")
+    graph = device_regime_text(out.iloc[2])
+    assert "100 eager TensorFlow ops \u00d7 10 µs + 200 in a compiled graph \u00d7 1 µs" in graph

@@ -87,6 +87,7 @@ LAYERS: dict[str, int] = {
     "answer_rows": 3,
     "answer_remedies": 3,
     "answer_replicas": 3,
+    "answer_regime": 3,
     "answers": 3,
     "repeat": 3,
     "step_model": 3,

@@ -22,6 +22,7 @@ from crossover_study.answer_format import (
     fmt_size,
     format_seconds,
 )
+from crossover_study.answer_regime import model_crossover_text, regime_clause
 from crossover_study.answer_remedies import (
     ANTI_PATTERNS,
     MARGIN,
@@ -47,6 +48,7 @@ from crossover_study.programs import cpu_rows as same_program_cpu_rows
 from crossover_study.spec import (
     ACCELERATORS,
     FRAMEWORKS,
+    case_axes,
     seed_sizes,
     select_rows,
     without_replicas,
@@ -90,9 +92,12 @@ def _measured_clause(
     rows: pd.DataFrame,
     speedup: float | None,
     ran: str | None = None,
+    model: str = "",
 ) -> str:
     """'with torch, CUDA is 1.7x slower at the seed's size; it overtakes ...; both ran
-    torch_step' (``ran``: the training program both devices ran, ``programs.PROGRAMS``)."""
+    torch_step' (``ran``: the training program both devices ran, ``programs.PROGRAMS``;
+    ``model``: the crossover the step-time model predicts, set after the measured one,
+    :func:`answer_regime.model_crossover_text`)."""
     parts = []
     seed_verdict = verdict_at_seed(rows)
     if speedup is None:
@@ -131,6 +136,8 @@ def _measured_clause(
         crossings.append(text)
     if crossings:
         parts.append("it overtakes the CPU at " + " and at ".join(crossings))
+    if model:
+        parts.append(model)
     for _, row in rows[rows["outcome"] == "accelerator_faster_in_part"].iterrows():
         faster = [
             fmt_size(size) for size, v in size_verdicts(row.get("size_verdicts")) if v == "faster"
@@ -189,6 +196,12 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
     none, the clause says so instead of comparing two programs.
     When the accelerator's rows are all ``unavailable`` the sentence says "no CUDA
     device was visible on this machine (<message>), so no crossover was measured here".
+
+    Where the table carries the step-time model's columns (``model_*``, set by collect),
+    each accelerator's clause adds the crossover the model predicts
+    (:func:`answer_regime.model_crossover_text`) and the sentence ends with the regime
+    each device's step is in at the seed's size and the share the model explains
+    (:func:`answer_regime.regime_clause`); without them nothing is added.
     """
     crossover = crossover if crossover is not None else pd.DataFrame()
     timings = without_replicas(timings)  # replicated rows have their own section
@@ -315,7 +328,11 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
                 speedup = (
                     float(cpu / fast) if pd.notna(cpu) and pd.notna(fast) and fast > 0 else None
                 )
-            clauses.append(_measured_clause(name, program, rows, speedup, ran))
+            model = model_crossover_text(timings, case, framework, variant, acc, case_axes(case))
+            clauses.append(_measured_clause(name, program, rows, speedup, ran, model))
+    why = regime_clause(timings, case)
+    if why:
+        clauses.append(why)
     return head + ("; " + "; ".join(clauses) if clauses else "") + "."
 
 

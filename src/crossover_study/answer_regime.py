@@ -1,0 +1,167 @@
+"""Why the accelerator is slower or faster, in the answer's words: the regime the
+step-time model (:mod:`crossover_study.step_model`) names on each device at the seed's
+size, with the share of the measured step it explains, and the crossover the model
+predicts beside the measured one.
+
+Every number is read from the ``model_*``, ``step_*`` and ``rate_*`` columns of
+``timings.csv`` (set by collect, :func:`step_model.model_columns`) and only rounded for
+display. A table without the model's columns (written before they existed) gets no
+clause: the functions here return empty text or None, never an estimate of their own.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_size, format_seconds
+from crossover_study.answer_rows import seed_rows, to_number
+from crossover_study.crossover import cpu_side, crossover_size
+from crossover_study.spec import ACCELERATORS, select_rows
+from crossover_study.step_model import TERM_COLUMNS
+
+#: Devices in the order a "why" clause names them.
+DEVICE_ORDER = ("cpu", *ACCELERATORS)
+#: What one counted operation is called, by ``step_ops_kind``.
+OP_WORDS = {"aten_ops": "ops", "cuda_kernels": "kernels", "tf_ops": "TensorFlow ops"}
+#: The regime of each term (:data:`step_model.REGIME_OF_TERM`, keyed by column).
+_TERM_OF_COLUMN = {column: term for term, column in TERM_COLUMNS.items()}
+
+
+def fmt_si(value: float, unit: str) -> str:
+    """``value`` with an SI prefix and 3 significant digits: ``34 MFLOP``,
+    ``1.2 TFLOP/s``, ``512 kB``."""
+    value = float(value)
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def _has_model(rows: pd.DataFrame) -> bool:
+    return "model_step_s" in rows and pd.to_numeric(rows["model_step_s"]).notna().any()
+
+
+def _term_detail(row: pd.Series, term: str) -> str:
+    """How the model's largest term ``term`` of ``row`` is made: '183 kernels × 5 µs'."""
+    if term == "launch":
+        ops, graph = to_number(row.get("step_ops")) or 0.0, to_number(row.get("step_graph_ops"))
+        word = OP_WORDS.get(str(row.get("step_ops_kind")), "ops")
+        eager = to_number(row.get("rate_eager_op_s"))
+        if graph:
+            rate = to_number(row.get("rate_graph_op_s")) or eager
+            return (
+                f"{round(ops - graph)} eager {word} {TIMES} {format_seconds(eager)} + "
+                f"{round(graph)} in a compiled graph {TIMES} {format_seconds(rate)}"
+            )
+        return f"{round(ops)} {word} {TIMES} {format_seconds(eager)}"
+    if term == "compute":
+        rate = to_number(row.get("rate_flop_per_s"))
+        return f"{fmt_si(row['step_flops'], 'FLOP')} at {fmt_si(rate, 'FLOP/s')}"
+    if term == "memory":
+        rate = to_number(row.get("rate_mem_bytes_per_s"))
+        return f"{fmt_si(row['step_mem_bytes'], 'B')} moved at {fmt_si(rate, 'B/s')}"
+    rate = to_number(row.get("rate_copy_bytes_per_s"))
+    return f"{fmt_si(row['step_copy_bytes'], 'B')} copied at {fmt_si(rate, 'B/s')}"
+
+
+def device_regime_text(row: pd.Series, first: bool = True) -> str:
+    """One device's part of the clause, from one timings row with its model columns:
+    'on the CPU the step is launch-bound: 291 ops × 10 µs ≈ 2.91 ms of 3 ms measured
+    (the model explains 97 %)', 'on CUDA it is ...' (``first``: later devices say 'it
+    is'). The share is
+    ``model_share`` (model_step_s / step_time_s); the term shown is the largest."""
+    name = DEVICE_NAMES.get(row["device"], str(row["device"]).upper())
+    name = "the CPU" if row["device"] == "cpu" else name
+    terms = {c: to_number(row.get(c)) or 0.0 for c in TERM_COLUMNS.values()}
+    largest = max(terms, key=terms.get)
+    subject = "the step is" if first else "it is"
+    share = to_number(row.get("model_share"))
+    return (
+        f"on {name} {subject} {row['model_regime']}: "
+        f"{_term_detail(row, _TERM_OF_COLUMN[largest])} ≈ {format_seconds(terms[largest])} "
+        f"of {format_seconds(row['step_time_s'])} measured "
+        f"(the model explains {round(100 * share)} %)"
+    )
+
+
+def regime_clause(timings: pd.DataFrame, case: str) -> str:
+    """'why (step-time model): with torch, on the CPU the step is launch-bound: ...; on
+    CUDA it is launch-bound: ...': per program (framework and variant, eager first) with
+    model columns at the seed's size, each device's regime (:func:`device_regime_text`;
+    the first row of a device where several are). Empty text when no row of ``case``
+    at the seed's size has ``model_step_s`` (a table without the model)."""
+    if not _has_model(timings):
+        return ""
+    rows = seed_rows(timings, case)
+    rows = rows[pd.to_numeric(rows["model_step_s"]).notna()]
+    if rows.empty:
+        return ""
+    programs = list(
+        dict.fromkeys(
+            zip(
+                rows["framework"],
+                rows["variant"],
+                strict=True,
+            )
+        )
+    )
+    programs.sort(key=lambda p: (p[1] != "eager", p[0], p[1]))
+    parts = []
+    for framework, variant in programs:
+        mine = rows[(rows["framework"] == framework) & (rows["variant"] == variant)]
+        texts = []
+        for device in [d for d in DEVICE_ORDER if d in set(mine["device"])]:
+            row = mine[mine["device"] == device].iloc[0]
+            texts.append(device_regime_text(row, first=not texts))
+        label = framework if variant == "eager" else f"{framework}/{variant}"
+        parts.append(f"with {label}, " + "; ".join(texts))
+    return "why (step-time model): " + "; ".join(parts)
+
+
+def model_crossover(
+    timings: pd.DataFrame, case: str, framework: str, variant: str, accelerator: str, axis: str
+) -> tuple[str, float | None] | None:
+    """Where the model's predicted step times of ``accelerator`` and the CPU cross along
+    ``axis`` (other axes at the seed's size): :func:`crossover.crossover_size` of the
+    ``model_step_s`` of the same rows the measured crossover uses (synced ok rows;
+    the CPU side of the same program, :func:`crossover.cpu_side`), at the sizes where
+    both devices have a model. Returns ``(outcome, size)`` as ``crossover_size`` does
+    (size in the axis's units, None unless ``crossover``), or None when fewer than 2
+    sizes have a model on both devices."""
+    if not _has_model(timings):
+        return None
+    if "timing" in timings:
+        timings = timings[timings["timing"].fillna("synced") == "synced"]
+    mine = timings[(timings["case"] == case) & (timings["framework"] == framework)]
+    cpu, _, _ = cpu_side(mine, case, framework, variant, accelerator, axis)
+    sub = mine[mine["variant"] == variant]
+    acc = select_rows(sub, case, except_axes=(axis,), device=accelerator).set_index(axis)
+    t_cpu = pd.to_numeric(cpu["model_step_s"]).dropna().groupby(level=0).median()
+    t_acc = pd.to_numeric(acc["model_step_s"]).dropna().groupby(level=0).median()
+    common = sorted(set(t_cpu.index) & set(t_acc.index))
+    if len(common) < 2:
+        return None
+    return crossover_size(common, t_cpu.loc[common].tolist(), t_acc.loc[common].tolist())
+
+
+def model_crossover_text(
+    timings: pd.DataFrame, case: str, framework: str, variant: str, accelerator: str, axes
+) -> str:
+    """'the model predicts the crossover at hidden ≈ 1900' (or 'no crossover on hidden',
+    'the accelerator faster throughout hidden') per axis of ``axes`` with a model
+    crossover (:func:`model_crossover`), joined with 'and'; empty text when none has."""
+    texts = []
+    for axis in axes:
+        found = model_crossover(timings, case, framework, variant, accelerator, axis)
+        if found is None:
+            continue
+        outcome, size = found
+        if outcome == "crossover" and size is not None:
+            texts.append(f"the crossover at {axis} ≈ {fmt_size(size)}")
+        elif outcome == "accelerator_faster_throughout":
+            texts.append(f"it faster over the whole range of {axis}")
+        elif outcome == "no_crossover":
+            texts.append(f"no crossover on {axis}")
+        else:
+            texts.append(f"{outcome.replace('_', ' ')} on {axis}")
+    return "the model predicts " + " and ".join(texts) if texts else ""
