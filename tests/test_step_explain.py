@@ -101,15 +101,18 @@ def test_missing_inputs_give_empty_model_columns_never_invented_ones():
         _row("cpu", 1e-3, ops=np.nan),  # not counted
         _row("cuda", 1e-3, copy=1e6, rate_copy_bytes_per_s=np.nan),  # copy with no rate
         _row("cpu", 1e-3, status="error"),  # not ok
-        _row("cpu", np.nan),  # no measured time
         _row("tpu_v9", 1e-3),  # device class the model does not know
         _row("cuda", 1e-3, copy=np.nan),  # copy bytes not counted on an accelerator
         _row("cpu", 1e-3, copy=np.nan),  # on the CPU nothing is copied: modelled
     ]
     out = step_model.model_columns(pd.DataFrame(rows))
     for column in step_model.MODEL_COLUMNS:
-        assert out[column].iloc[:6].isna().all(), column
-    assert out["model_step_s"].iloc[6] == pytest.approx(100 * 10e-6 + 1e-5 + 1e-5)
+        assert out[column].iloc[:5].isna().all(), column
+    assert out["model_step_s"].iloc[5] == pytest.approx(100 * 10e-6 + 1e-5 + 1e-5)
+    # no measured time (a prediction): the model, but no share of a measurement
+    unmeasured = step_model.model_columns(pd.DataFrame([_row("cuda", np.nan)])).iloc[0]
+    assert unmeasured["model_step_s"] == pytest.approx(100 * 5e-6)
+    assert unmeasured["model_regime"] == "launch-bound" and pd.isna(unmeasured["model_share"])
     # a table written before the counts existed: every model column empty
     old = pd.DataFrame([{"case": "s001-mlp", "device": "cpu", "status": "ok", "step_time_s": 1.0}])
     out = step_model.model_columns(old)
@@ -289,3 +292,82 @@ def test_regime_wording_for_compute_memory_and_graph_ops():
     assert memory.startswith("on CUDA it is memory-bound: 1 GB moved at 1 TB/s ≈ 1 ms")
     graph = device_regime_text(out.iloc[2])
     assert "100 eager TensorFlow ops \u00d7 10 µs + 200 in a compiled graph \u00d7 1 µs" in graph
+
+
+def _synthetic_reference():
+    """A SYNTHETIC reference run's table (built here, never a result): torch on a made-up
+    GPU at two rates per point (medians 5 us per kernel, 1e13 FLOP/s), its cpu rows
+    and a tensorflow row without rates (no prediction from them)."""
+    rows = []
+    for eager_s, flop_s in ((4e-6, 0.9e13), (6e-6, 1.1e13)):
+        rows.append(
+            _row(
+                "cuda",
+                1e-3,
+                device_name="Synthetic GPU X1",
+                rate_eager_op_s=eager_s,
+                rate_flop_per_s=flop_s,
+            )
+        )
+    rows.append(_row("cpu", 1e-3, device_name="Synthetic CPU"))
+    rows.append(_row("cuda", 1e-3, framework="tensorflow", **{c: np.nan for c in GPU_RATES}))
+    return pd.DataFrame(rows)
+
+
+def test_a_cpu_only_study_is_predicted_on_the_reference_accelerator():
+    from crossover_study import step_reference
+    from crossover_study.answers import answer_sentence
+
+    study = _sweep()
+    study = study[study["device"] == "cpu"]  # a CPU-only study with its counts
+    predicted = step_reference.predict_on_reference(study, _synthetic_reference(), "ref-x")
+    assert len(predicted) == len(HIDDEN)  # torch only: tensorflow has no rates
+    assert set(predicted["device"]) == {"cuda"}
+    assert set(predicted["device_name"]) == {"Synthetic GPU X1"}
+    assert set(predicted["reference"]) == {"ref-x"} and set(predicted["kind"]) == {"prediction"}
+    assert list(predicted["hidden"]) == list(HIDDEN)
+    # 40 CPU ops x 5 us (median) = 200 us against 262144 H / 1e13 at most 54 us
+    assert list(predicted["predicted_step_s"]) == pytest.approx([200e-6] * 4)
+    assert set(predicted["regime"]) == {"launch-bound"}
+    assert list(predicted["cpu_step_time_s"]) == list(study["step_time_s"])
+    text = answer_sentence(study, None, "s001-mlp", predictions=predicted)
+    assert (
+        "predicted on Synthetic GPU X1 from reference ref-x (a prediction from this study's "
+        "counts and the reference's measured rates, not a measurement): with torch 200 µs per "
+        "step, launch-bound (the CPU measured 772 µs)" in text
+    )
+    assert answer_sentence(study, None, "s001-mlp", predictions=predicted.iloc[0:0]) == (
+        answer_sentence(study, None, "s001-mlp")
+    )
+
+
+def test_no_prediction_without_rates_or_counts():
+    from crossover_study import step_reference
+
+    study = _sweep()
+    cpu_only = _synthetic_reference()
+    cpu_only = cpu_only[cpu_only["device"] == "cpu"]
+    assert step_reference.predict_on_reference(study, cpu_only, "r").empty
+    uncounted = study.assign(step_ops=np.nan)
+    assert step_reference.predict_on_reference(uncounted, _synthetic_reference(), "r").empty
+    old = study.drop(columns=["step_ops"])
+    assert step_reference.predict_on_reference(old, _synthetic_reference(), "r").empty
+    no_rates = _synthetic_reference().drop(columns=list(GPU_RATES))
+    assert step_reference.reference_rates(no_rates).empty
+
+
+def test_read_reference_names_the_folder(tmp_path):
+    from crossover_study import step_reference
+    from crossover_study.provenance import table_columns
+
+    documented = list(table_columns("timings"))
+    if "rate_eager_op_s" not in documented:
+        pytest.skip("the contract's rate_* columns are not in the schema yet")
+    folder = tmp_path / "synthetic-gpu-ref"
+    folder.mkdir()
+    table = _synthetic_reference()
+    table[[c for c in table.columns if c in documented]].to_csv(folder / "timings.csv", index=False)
+    reference, name = step_reference.read_reference(folder)
+    assert name == "synthetic-gpu-ref"
+    rates = step_reference.reference_rates(reference)
+    assert rates.loc[0, "rate_eager_op_s"] == pytest.approx(5e-6)

@@ -91,6 +91,7 @@ LAYERS: dict[str, int] = {
     "answers": 3,
     "repeat": 3,
     "step_model": 3,
+    "step_reference": 3,
     # 4: presentation
     "figure_data": 4,
     "figure_grid": 4,

@@ -53,6 +53,7 @@ from crossover_study.spec import (
     select_rows,
     without_replicas,
 )
+from crossover_study.step_reference import prediction_text
 
 __all__ = [
     "ANTI_PATTERNS",
@@ -179,7 +180,12 @@ def _measured_clause(
     return "; ".join(parts)
 
 
-def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case: str) -> str:
+def answer_sentence(
+    timings: pd.DataFrame,
+    crossover: pd.DataFrame | None,
+    case: str,
+    predictions: pd.DataFrame | None = None,
+) -> str:
     """One sentence answering the seed question of ``case`` with measured numbers.
 
     Says the CPU's median step time at the seed's own size per framework (µs, ms or
@@ -202,6 +208,10 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
     (:func:`answer_regime.model_crossover_text`) and the sentence ends with the regime
     each device's step is in at the seed's size and the share the model explains
     (:func:`answer_regime.regime_clause`); without them nothing is added.
+    ``predictions``: :func:`step_reference.predict_on_reference`'s table (this study's
+    counts priced at a committed reference run's rates); its rows at the seed's size end
+    the sentence, labelled as a prediction naming the reference and its device
+    (:func:`step_reference.prediction_text`).
     """
     crossover = crossover if crossover is not None else pd.DataFrame()
     timings = without_replicas(timings)  # replicated rows have their own section
@@ -333,6 +343,10 @@ def answer_sentence(timings: pd.DataFrame, crossover: pd.DataFrame | None, case:
     why = regime_clause(timings, case)
     if why:
         clauses.append(why)
+    if predictions is not None:
+        predicted = prediction_text(predictions, case)
+        if predicted:
+            clauses.append(predicted)
     return head + ("; " + "; ".join(clauses) if clauses else "") + "."
 
 

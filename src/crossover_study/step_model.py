@@ -237,11 +237,11 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     - ``model_step_s``: their sum on a synchronous device (cpu), max(ops, compute +
       memory) + copy on an asynchronous one (cuda, cuda_multi, tpu; :data:`SYNCHRONOUS`);
     - ``model_regime``: the largest term named (:data:`REGIME_OF_TERM`);
-    - ``model_share`` = model_step_s / step_time_s (dimensionless).
+    - ``model_share`` = model_step_s / step_time_s (dimensionless; empty without a
+      positive ``step_time_s``, the other columns set: a prediction has no measurement).
 
     A term whose count is 0 is 0; a row missing a count, a rate a non-zero count needs,
-    ``step_time_s``, or a device class of :data:`SYNCHRONOUS`, or a row not ok, gets
-    empty model columns (NaN, regime None), never invented ones; so does every row of a
+    or a device class of :data:`SYNCHRONOUS`, or a row not ok, gets empty model columns (NaN, regime None), never invented ones; so does every row of a
     table without the input columns (a table written before they existed). Returns a
     copy, the model's columns replaced where present and appended where not; the input
     is not changed. Deterministic: the audit re-collects and compares.
@@ -271,7 +271,7 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     step = summed.where(sync.eq(True), overlapped).where(sync.notna())
     measured = number("step_time_s")
     ok = out["status"] == "ok" if "status" in out else pd.Series(True, index=out.index)
-    valid = ok & step.notna() & (ops >= graph) & (measured > 0)
+    valid = ok & step.notna() & (ops >= graph)
     for term in t.values():
         valid &= term.notna() & (term >= 0)
     out["model_step_s"] = step.where(valid)
@@ -280,5 +280,5 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame({name: t[name] for name in REGIME_OF_TERM}, index=out.index)
     largest = frame.fillna(-1.0).idxmax(axis=1).map(REGIME_OF_TERM)
     out["model_regime"] = largest.where(valid, None).astype(object)
-    out["model_share"] = (step / measured).where(valid)
+    out["model_share"] = (step / measured.where(measured > 0)).where(valid)
     return out

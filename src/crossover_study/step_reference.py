@@ -1,0 +1,181 @@
+"""A prediction for a machine you do not have: this study's step counts priced at the
+rates a committed reference run measured on its accelerator.
+
+A CPU-only study still counts each step (``step_ops``, ``step_graph_ops``,
+``step_flops``, ``step_mem_bytes``, ``step_copy_bytes``). A reference run
+(``results/reference/<name>/timings.csv``) measured on an accelerator carries that
+device's rates (``rate_*``) in its rows. :func:`predict_on_reference` prices each of the
+study's CPU points with the reference's median rates per framework and accelerator, by
+the step-time model's asynchronous form (:mod:`crossover_study.step_model`:
+max(ops, compute + memory) + copy). The result is a **prediction**, labelled with the
+reference's folder name and its device's name, never a measurement.
+
+What it assumes, stated where it is shown: the step on the accelerator issues as many
+operations as the CPU counted (ATen ops on the CPU stand in for kernels: a view
+launches none, some ops launch several; TensorFlow's traced ops are the same on either
+device), the same FLOPs and element-wise bytes, and copies what the CPU row counts
+(0: a program that copies its batch to the device every step pays more than predicted).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from crossover_study.answer_format import format_seconds
+from crossover_study.spec import seed_sizes, size_columns
+from crossover_study.step_model import MODEL_COLUMNS, TERM_COLUMNS, model_columns
+from crossover_study.tables import read_timings
+
+#: The reference's measured rates (per framework and accelerator, their medians).
+RATE_COLUMNS = (
+    "rate_eager_op_s",
+    "rate_graph_op_s",
+    "rate_flop_per_s",
+    "rate_mem_bytes_per_s",
+    "rate_copy_bytes_per_s",
+)
+#: The study's counts a prediction uses (from its own CPU rows).
+COUNT_COLUMNS = (
+    "step_ops",
+    "step_graph_ops",
+    "step_ops_kind",
+    "step_flops",
+    "step_mem_bytes",
+    "step_copy_bytes",
+)
+#: Columns of :func:`predict_on_reference`'s table besides the size axes.
+PREDICTION_COLUMNS = (
+    "case",
+    "framework",
+    "variant",
+    "device",
+    "device_name",
+    "reference",
+    "kind",
+    "predicted_step_s",
+    *TERM_COLUMNS.values(),
+    "regime",
+    "cpu_step_time_s",
+)
+
+
+def reference_rates(reference: pd.DataFrame) -> pd.DataFrame:
+    """One row per framework × accelerator of a reference run's timings table: the
+    median of each of :data:`RATE_COLUMNS` over its ok rows on that device (not the
+    cpu; an empty rate stays empty) and its ``device_name`` (the most frequent). Empty
+    (with those columns) when the table has no ok accelerator row with a rate."""
+    columns = ["framework", "device", "device_name", *RATE_COLUMNS]
+    if not set(RATE_COLUMNS) & set(reference.columns):
+        return pd.DataFrame(columns=columns)
+    rows = reference[(reference["status"] == "ok") & (reference["device"] != "cpu")]
+    rates = rows.reindex(columns=[*RATE_COLUMNS]).apply(pd.to_numeric, errors="coerce")
+    rows = rows[rates.notna().any(axis=1)]
+    out = []
+    for (framework, device), group in rows.groupby(["framework", "device"], sort=True):
+        names = group["device_name"].dropna() if "device_name" in group else pd.Series()
+        medians = group.reindex(columns=list(RATE_COLUMNS)).apply(pd.to_numeric, errors="coerce")
+        out.append(
+            {
+                "framework": framework,
+                "device": device,
+                "device_name": names.mode().iloc[0] if len(names) else None,
+                **medians.median().to_dict(),
+            }
+        )
+    return pd.DataFrame(out, columns=columns)
+
+
+def predict_on_reference(timings: pd.DataFrame, reference: pd.DataFrame, name: str) -> pd.DataFrame:
+    """Each ok CPU point of ``timings`` (synced rows with counts) predicted on every
+    accelerator of ``reference`` (a reference run's timings table, folder ``name``)
+    that ran the point's framework: the point's counts (:data:`COUNT_COLUMNS`) priced at
+    :func:`reference_rates` by :func:`step_model.model_columns` on that device class
+    (asynchronous). One row per point × accelerator, columns
+    :data:`PREDICTION_COLUMNS` and the size axes after ``case``: ``predicted_step_s``
+    and its terms in seconds per step, ``regime`` the largest term named,
+    ``kind`` "prediction", ``reference`` the folder name, ``device_name`` the
+    reference's device, ``cpu_step_time_s`` the point's measured CPU step. A point
+    whose counts or the reference's needed rates are empty gets no row (never an
+    invented number); no accelerator rates in ``reference``: an empty table."""
+    axes = list(size_columns(timings))
+    columns = [*PREDICTION_COLUMNS[:1], *axes, *PREDICTION_COLUMNS[1:]]
+    rates = reference_rates(reference)
+    if rates.empty or "step_ops" not in timings:
+        return pd.DataFrame(columns=columns)
+    cpu = timings[(timings["device"] == "cpu") & (timings["status"] == "ok")]
+    if "timing" in cpu:
+        cpu = cpu[cpu["timing"].fillna("synced") == "synced"]
+    keep = ["case", "framework", "variant", *axes, "step_time_s", *COUNT_COLUMNS]
+    points = cpu.reindex(columns=keep).rename(columns={"step_time_s": "cpu_step_time_s"})
+    frames = []
+    for _, acc in rates.iterrows():
+        mine = points[points["framework"] == acc["framework"]]
+        if mine.empty:
+            continue
+        priced = mine.assign(
+            device=acc["device"],
+            device_name=acc["device_name"],
+            status="ok",
+            step_time_s=float("nan"),
+            **{c: acc[c] for c in RATE_COLUMNS},
+        )
+        frames.append(model_columns(priced))
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    out = pd.concat(frames, ignore_index=True)
+    out = out[out["model_step_s"].notna()]
+    out = out.rename(columns={"model_step_s": "predicted_step_s", "model_regime": "regime"})
+    out = out.assign(reference=name, kind="prediction")
+    dropped = set(MODEL_COLUMNS) - set(TERM_COLUMNS.values())
+    return out.drop(columns=[c for c in dropped if c in out]).reindex(columns=columns)
+
+
+def read_reference(folder: str | Path) -> tuple[pd.DataFrame, str]:
+    """A committed reference run's timings (``<folder>/timings.csv``, read by
+    :func:`tables.read_timings`) and its name (the folder's). Raises FileNotFoundError
+    and :class:`tables.TableError`."""
+    folder = Path(folder)
+    return read_timings(folder / "timings.csv"), folder.name
+
+
+def prediction_text(predictions: pd.DataFrame, case: str) -> str:
+    """'predicted on NVIDIA H200 from reference <name> (a prediction from this study's
+    counts and the reference's measured rates, not a measurement): with torch 912 µs
+    per step, launch-bound (the CPU measured 3 ms)' for the rows of ``case`` at the
+    seed's size in :func:`predict_on_reference`'s table, eager first; empty text when
+    there are none."""
+    if predictions.empty:
+        return ""
+    rows = predictions[predictions["case"] == case]
+    for axis, value in seed_sizes(case).items():
+        if axis in rows:
+            rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
+    if rows.empty:
+        return ""
+    rows = rows.sort_values(["variant"], key=lambda v: v != "eager", kind="stable")
+    parts = []
+    for (reference, device_name), group in rows.groupby(
+        ["reference", "device_name"], sort=False, dropna=False
+    ):
+        machine = device_name if isinstance(device_name, str) else group["device"].iloc[0]
+        texts = []
+        for _, row in group.iterrows():
+            label = (
+                row["framework"]
+                if row["variant"] == "eager"
+                else (f"{row['framework']}/{row['variant']}")
+            )
+            measured = row["cpu_step_time_s"]
+            cpu = f" (the CPU measured {format_seconds(measured)})" if pd.notna(measured) else ""
+            texts.append(
+                f"with {label} {format_seconds(row['predicted_step_s'])} per step, "
+                f"{row['regime']}{cpu}"
+            )
+        parts.append(
+            f"predicted on {machine} from reference {reference} (a prediction from this "
+            "study's counts and the reference's measured rates, not a measurement): "
+            + "; ".join(texts)
+        )
+    return "; ".join(parts)
