@@ -78,6 +78,7 @@ LAYERS: dict[str, int] = {
     "measure_job": 2,
     "agreement": 2,
     "step_counts": 2,
+    "step_rates": 2,
     # 3: analysis
     "point_runs": 3,
     "tables": 3,

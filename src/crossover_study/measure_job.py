@@ -95,6 +95,7 @@ def measure_job(
             # which must not disturb the thread pinning or the import time. Written even
             # when the job fails, and copied to the log (a failed job's outputs go).
             record = probe_record(framework, device, threads, gpu_start=job.get("gpu_start"))
+            record["rates"] = job.get("rates")  # the step-time model's (step_rates)
             write_probe(record, out_probe)
             say(f"probe: {json.dumps(record, sort_keys=True)}")
             if record["threads_equal_cpus_given"] is False:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from . import cases, frameworks, gpu_state, precision
+from . import cases, frameworks, gpu_state, precision, step_rates
 from .config import logical_cpus
 from .files import write_csv_atomic
 from .harness import TimingPolicy
@@ -210,6 +210,7 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
     if probe.available and (deadline is None or time.time() <= deadline):
         frameworks.initialise_device(group.framework, group.device, lstm=cases.get(group.case).lstm)
         device_init_s = time.perf_counter() - init_start
+        job["rates"] = _job_rates(group, log)
     journal = Journal(journal_path, group.settings())
     commit, dirty = git_state()
     common = {
@@ -225,6 +226,7 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
         "run_id": uuid.uuid4().hex[:12],
         **placement(),
         **cases.workload_provenance(group.case, group.framework),
+        **step_rates.row_columns(job.get("rates")),
     }
     log(f"{group.case}/{group.framework}/{group.device}: {probe.visible}; import {import_s:.2f} s")
 
@@ -247,6 +249,20 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
         rows = [_run_point(job_state, point) for point in group.points]
     write_csv_atomic(rows, timings_columns(rows), out_csv)
     return rows
+
+
+def _job_rates(group: GroupSpec, log) -> dict | None:
+    """The device's rates for the step-time model (:func:`step_rates.measure_rates`),
+    measured once per job after the device is initialised and before any point, so they
+    disturb no timed block; None, with a line in the log, when they cannot be measured
+    (the rows' ``rate_*`` columns stay empty; the points are still measured)."""
+    try:
+        rates = step_rates.measure_rates(group.framework, group.device)
+    except Exception as exc:  # noqa: BLE001 - a probe must never cost the job its points
+        log(f"rates: not measured ({type(exc).__name__}: {exc})")
+        return None
+    log(f"rates: {step_rates.row_columns(rates)} ({rates['seconds']:.2f} s)")
+    return rates
 
 
 def _measure_again_after_deadline(journal: Journal, key: str, now: float | None) -> float | None:

@@ -1,46 +1,89 @@
-"""What one training step does, counted rather than timed: operations dispatched and
-floating-point operations (FLOPs) per step.
+"""What one training step does, counted rather than timed: operations dispatched,
+floating-point operations (FLOPs), bytes its element-wise operations touch and bytes
+copied between host and device.
 
-The answers say *when* the accelerator overtakes the CPU; these counts are the start of
-*why*: a step of a few hundred small operations costs a few hundred kernel launches on a
-GPU whatever its FLOPs, so it stays launch-bound until its FLOPs outweigh the launches
-(:mod:`crossover_study.step_model`). Counting runs one step outside any timed block
-(the counters slow the step they watch) and changes nothing the harness times.
+The answers say *when* the accelerator overtakes the CPU; these counts say *why*: a step
+of a few hundred small operations costs a few hundred kernel launches on a GPU whatever
+its FLOPs, so it stays launch-bound until its FLOPs outweigh the launches
+(:mod:`crossover_study.step_model`). Counting runs one call of the training program
+after the timed blocks (the counters slow the step they watch) and changes nothing the
+harness timed (:func:`count_point`).
 
 What is counted, and how:
 
-- **ops** (PyTorch): the ATen operators the step dispatches, counted by a
+- **ops**: PyTorch on the CPU: the ATen operators the step dispatches, counted by a
   ``TorchDispatchMode`` (every call that reaches the dispatcher below autograd, the
-  backward's included). On the CPU each one is a dispatch; on CUDA most are one kernel
-  launch each (a few launch none, such as views; some launch several).
-- **flops** (PyTorch): ``torch.utils.flop_counter.FlopCounterMode``, which counts the
-  matrix products and convolutions (forward and backward) by their shapes, 2 FLOPs per
-  multiply-add; element-wise work (activations, the loss, the SGD update) is not counted,
-  which for a step of dense layers is a small share.
+  backward's included; the profiler's ``record_function`` markers left out). PyTorch
+  on CUDA: the device activities (kernels, memory copies and sets) the profiler
+  records (``torch.profiler``, ``ProfilerActivity.CUDA``). TensorFlow: the operations
+  executed, counted by an op callback (``tensorflow.python.framework.op_callbacks``,
+  the hook ``tf.debugging.enable_check_numerics`` uses) while ``tf.function`` bodies run
+  eagerly (``tf.config.run_functions_eagerly``), so that the ops inside a traced
+  function, a while loop's iterations included, are seen with their shapes; a second
+  call with functions left as they are tells how many of them run inside a compiled
+  graph (``graph_ops``) rather than one by one from Python.
+- **flops**: PyTorch: the shape formulas of ``torch.utils.flop_counter`` (matrix
+  products, convolutions, attention; forward and backward; 2 FLOPs per multiply-add),
+  plus the LSTM layers the counter does not reach (oneDNN's ``mkldnn_rnn_layer`` on the
+  CPU, cuDNN's ``_cudnn_rnn``): 2 FLOPs per multiply-add of their gate matrices,
+  2·T·B·(4H·(I + H)) forward per layer, twice that backward. TensorFlow: ``MatMul`` and
+  ``BatchMatMul`` ops, 2·m·k·n each from their shapes (Keras's LSTM runs its gates as
+  MatMuls, so they are included). Element-wise work is not FLOPs here: it is counted
+  as bytes.
+- **mem_bytes**: bytes read and written by the operations that are not FLOP-counted
+  (element-wise, reductions, copies; views and scalar reads left out), the sizes of
+  their tensor inputs and outputs: the memory traffic of the roofline's memory roof.
+- **copy_bytes**: bytes copied between host memory and a device (PyTorch: ``_to_copy``
+  and ``copy_`` across devices, ``item()`` of a device tensor; TensorFlow: inputs an op
+  got from another device type than its output's). 0 on the CPU.
 
-For s001-mlp the closed form :func:`mlp_matmul_flops` gives the same number, which the
+For s001-mlp the closed form :func:`mlp_matmul_flops` gives the same FLOPs, which the
 tests check.
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+
+#: TensorFlow ops whose FLOPs are counted (2·m·k·n from their shapes).
+TF_MATMUL_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
+
+#: TensorFlow ops that move no tensor data (aliases, shapes, constants): no mem_bytes.
+TF_NO_DATA_OPS = frozenset(
+    {"Identity", "ReadVariableOp", "Reshape", "Const", "NoOp", "Shape", "ExpandDims", "Squeeze"}
+)
 
 
 @dataclass(frozen=True)
 class StepCounts:
-    """Counts of one training step.
+    """Counts of one training step (a call's counts divided by its steps).
 
-    ops: ATen operators dispatched in the step (dimensionless; None: not counted).
-    flops: floating-point operations of its matrix products and convolutions, forward
-        and backward (FLOPs, 2 per multiply-add; None: not counted).
-    source: how they were counted (``"torch dispatch + FlopCounterMode"``).
+    ops: operations per step (dimensionless; see ``ops_kind``).
+    ops_kind: ``aten_ops`` (PyTorch, dispatcher), ``cuda_kernels`` (PyTorch on CUDA,
+        the profiler's device activities) or ``tf_ops`` (TensorFlow, op callback).
+    graph_ops: of ``ops``, those run inside a compiled graph (TensorFlow functions);
+        the rest are dispatched one by one from Python. 0 for PyTorch.
+    flops: FLOPs of matrix products and LSTM gates, forward and backward (2 per
+        multiply-add).
+    flops_source: how ``flops`` was counted.
+    mem_bytes: bytes read and written by the other operations (bytes).
+    copy_bytes: bytes copied between host and device (bytes).
     """
 
-    ops: int | None
+    ops: float
+    ops_kind: str
+    graph_ops: float
     flops: float | None
-    source: str
+    flops_source: str
+    mem_bytes: float | None
+    copy_bytes: float
+
+    def columns(self) -> dict:
+        """The timings table's columns (``step_ops``, ``step_ops_kind``, ...)."""
+        return {f"step_{name}": value for name, value in asdict(self).items()}
 
 
 def mlp_matmul_flops(batch: int, d_in: int, hidden: int, d_out: int = 8) -> int:
@@ -65,32 +108,274 @@ def mlp_matmul_flops(batch: int, d_in: int, hidden: int, d_out: int = 8) -> int:
     return 2 * n * (2 * d * h + 3 * h * o + 3 * o * o)
 
 
-def count_torch_step(step: Callable[[], object]) -> StepCounts:
-    """Run ``step()`` once (one training step of a built PyTorch workload, e.g.
-    ``lambda: workload.run(1)``) under an operator counter and ``FlopCounterMode``, and
-    return its :class:`StepCounts`. The step really runs (its update is applied once
-    more), so call it outside the timed blocks; it is slower while counted. Exceptions
-    from the step propagate.
-    """
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import FlopCounterMode
+def lstm_gate_flops(steps_x_batch: int, weights) -> float:
+    """FLOPs of an LSTM layer's gate products over a sequence, forward: 2 per
+    multiply-add of every input with the 2-D weight matrices ``weights`` (shapes
+    (4H × I) and (4H × H)), i.e. 2·T·B·4H·(I + H) for ``steps_x_batch`` = T·B; biases and
+    the element-wise gate arithmetic are not FLOPs here. Source: the LSTM equations
+    (Hochreiter and Schmidhuber 1997; torch.nn.LSTM's documentation)."""
+    return 2.0 * steps_x_batch * sum(math.prod(w.shape) for w in weights if w.dim() == 2)
 
-    class _Ops(TorchDispatchMode):
+
+def _torch_rnn_flops(packet_name: str, args) -> float | None:
+    """FLOPs of the LSTM ops :mod:`torch.utils.flop_counter` does not count, else None.
+
+    ``mkldnn_rnn_layer(input, w0, w1, ...)`` (oneDNN on the CPU: one layer, w0 the
+    input-to-gates and w1 the hidden-to-gates matrix; input (T, B, I) or batch first),
+    ``_cudnn_rnn(input, weights, ...)`` (every layer's matrices in one list); their
+    backward ops cost twice their forward (gradients of the inputs and the weights).
+    """
+    if packet_name in ("aten.mkldnn_rnn_layer", "aten.mkldnn_rnn_layer_backward"):
+        x, weights = args[0], (args[1], args[2])
+        forward = lstm_gate_flops(x.numel() // x.shape[-1], weights)
+        return forward if packet_name == "aten.mkldnn_rnn_layer" else 2.0 * forward
+    if packet_name in ("aten._cudnn_rnn", "aten._cudnn_rnn_backward"):
+        x, weights = args[0], args[1]
+        forward = lstm_gate_flops(x.numel() // x.shape[-1], weights)
+        return forward if packet_name == "aten._cudnn_rnn" else 2.0 * forward
+    return None
+
+
+def _torch_counter():
+    """A ``TorchDispatchMode`` that counts ops, FLOPs, memory and copy bytes."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.flop_counter import flop_registry
+
+    copies = {"aten._to_copy", "aten.copy_", "aten._local_scalar_dense"}
+
+    def tensors(tree):
+        return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+    class Counter(TorchDispatchMode):
         """Counts every ATen operator call that reaches the dispatcher."""
 
         def __init__(self) -> None:
             super().__init__()
-            self.count = 0
+            self.ops = 0
+            self.flops = 0.0
+            self.mem_bytes = 0.0
+            self.copy_bytes = 0.0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.count += 1
-            return func(*args, **(kwargs or {}))
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            packet = func._overloadpacket
+            name = str(packet)
+            if name.startswith("profiler."):  # record_function markers, not operations
+                return out
+            self.ops += 1
+            rnn = _torch_rnn_flops(name, args)
+            if packet in flop_registry:
+                self.flops += flop_registry[packet](*args, **kwargs, out_val=out)
+            elif rnn is not None:
+                self.flops += rnn
+            elif not func.is_view and name != "aten._local_scalar_dense":
+                self.mem_bytes += sum(t.numel() * t.element_size() for t in tensors((args, out)))
+            if name in copies:
+                ins, outs = tensors(args), tensors(out)
+                devices = {t.device.type for t in ins} | {t.device.type for t in outs}
+                if len(devices) > 1 or (
+                    name == "aten._local_scalar_dense" and "cpu" not in devices
+                ):
+                    self.copy_bytes += sum(t.numel() * t.element_size() for t in ins[-1:])
+            return out
 
-    flop_counter = FlopCounterMode(display=False)
-    with flop_counter, _Ops() as ops:
+    return Counter()
+
+
+def _cuda_kernels(step: Callable[[], object]) -> int:
+    """Device activities (kernels, memory copies and sets) the PyTorch profiler
+    records on CUDA while ``step()`` runs, the device synchronised after it."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step()
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    return sum(1 for event in prof.events() if event.device_type == cuda)
+
+
+def count_torch_step(step: Callable[[], object], steps: int = 1, device: str = "cpu") -> StepCounts:
+    """Run ``step()`` (``steps`` training steps of a built PyTorch workload, e.g.
+    ``lambda: workload.run(workload.steps_per_call)``) under the operator counter and
+    return the :class:`StepCounts` of one step. On ``cuda`` the step runs once more
+    under the profiler, whose device activities are ``ops``. The step really runs (its
+    update is applied), so call it outside the timed blocks; it is slower while
+    counted. Exceptions from the step propagate; ValueError for ``steps`` below 1.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    counter = _torch_counter()
+    with counter:
+        step()
+    ops, kind = counter.ops, "aten_ops"
+    if device.startswith("cuda"):
+        ops, kind = _cuda_kernels(step), "cuda_kernels"
     return StepCounts(
-        ops=ops.count,
-        flops=float(flop_counter.get_total_flops()),
-        source="torch dispatch + FlopCounterMode",
+        ops=ops / steps,
+        ops_kind=kind,
+        graph_ops=0.0,
+        flops=float(counter.flops) / steps,
+        flops_source="torch.utils.flop_counter shapes + LSTM gates",
+        mem_bytes=counter.mem_bytes / steps,
+        copy_bytes=counter.copy_bytes / steps,
     )
+
+
+def _tf_callback(state: dict):
+    """An op callback that counts the eager ops it sees into ``state``."""
+
+    def callback(op_type, inputs, attrs, outputs, op_name=None, graph=None):
+        if graph is not None:  # an op being traced into a graph, not executed
+            return None
+        state["ops"] += 1
+        if isinstance(op_type, bytes):
+            op_type = op_type.decode()
+        if op_type.startswith("__inference_") or op_type.startswith("__forward_"):
+            state["calls"] += 1  # a call of a traced function: one eager op
+            state["names"].append(op_type)
+            return None
+        sizes = [t for t in list(inputs) + list(outputs or []) if hasattr(t, "shape")]
+        if op_type in TF_MATMUL_OPS and inputs and outputs:
+            names = dict(zip(attrs[::2], attrs[1::2], strict=False)) if attrs else {}
+            a = inputs[0]
+            k = a.shape[-2] if (names.get("transpose_a") or names.get("adj_x")) else a.shape[-1]
+            state["flops"] += 2.0 * math.prod(outputs[0].shape) * int(k)
+        elif op_type not in TF_NO_DATA_OPS:
+            state["mem_bytes"] += sum(_tf_nbytes(t) for t in sizes)
+        if outputs:
+            out_device = _device_type(outputs[0])
+            state["copy_bytes"] += sum(
+                _tf_nbytes(t) for t in inputs if _device_type(t) not in (None, out_device)
+            )
+        return None
+
+    return callback
+
+
+def _tf_function_ops(name: str, seen: dict | None = None) -> int:
+    """Operations in the definition of the traced TensorFlow function ``name`` (its
+    ``FunctionDef`` in the eager context), the functions it calls (attributes naming a
+    function: calls, loop bodies, branches) expanded once each; constants, identities
+    and no-ops left out. A static count: a loop body counts once."""
+    from tensorflow.python.eager import context
+
+    seen = {} if seen is None else seen
+    if name in seen:
+        return seen[name]
+    seen[name] = 0
+    total = 0
+    for node in context.context().get_function_def(name).node_def:
+        called = [v.func.name for v in node.attr.values() if v.func.name]
+        if called:
+            total += sum(_tf_function_ops(f, seen) for f in called)
+        elif node.op not in TF_NO_DATA_OPS:
+            total += 1
+    seen[name] = total
+    return total
+
+
+def _device_type(tensor) -> str | None:
+    """``CPU``, ``GPU`` or ``TPU`` of an eager tensor's device, None when unknown."""
+    device = getattr(tensor, "device", None) or ""
+    parts = device.upper().split("DEVICE:")
+    return parts[-1].split(":")[0] if len(parts) > 1 else None
+
+
+def _tf_nbytes(tensor) -> int:
+    """Bytes of an eager tensor (0 for an unknown shape or a string)."""
+    try:
+        return int(math.prod(tensor.shape)) * tensor.dtype.size
+    except (TypeError, ValueError, AttributeError):
+        return 0
+
+
+def count_tf_step(step: Callable[[], object], steps: int = 1) -> StepCounts:
+    """Run ``step()`` (``steps`` training steps of a built TensorFlow workload) twice
+    under an op callback and return the :class:`StepCounts` of one step: once as the
+    program runs (its eager ops, a traced function's call counted as one), once with
+    ``tf.function`` bodies run eagerly (every op executed, with its shapes: ``ops``,
+    ``flops``, ``mem_bytes``, ``copy_bytes``). ``graph_ops`` = ops of the second call
+    minus the eager ops of the first that were not function calls. The steps really
+    run (twice), so call it outside the timed blocks. Exceptions from the step
+    propagate; ValueError for ``steps`` below 1.
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework import op_callbacks
+
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+
+    def run(functions_eagerly: bool) -> dict:
+        state = {
+            "ops": 0,
+            "calls": 0,
+            "names": [],
+            "flops": 0.0,
+            "mem_bytes": 0.0,
+            "copy_bytes": 0.0,
+        }
+        callback = _tf_callback(state)
+        was = tf.config.functions_run_eagerly()
+        tf.config.run_functions_eagerly(functions_eagerly)
+        op_callbacks.add_op_callback(callback)
+        try:
+            step()
+        finally:
+            op_callbacks.remove_op_callback(callback)
+            tf.config.run_functions_eagerly(was)
+        return state
+
+    as_run = run(False)
+    eager = as_run["ops"] - as_run["calls"]
+    try:
+        every = run(True)
+    except Exception:  # noqa: BLE001 - a function that only runs traced (tf.gradients)
+        # Its ops from the traced functions' definitions instead, without shapes.
+        graph_ops = sum(_tf_function_ops(name) for name in as_run["names"])
+        return StepCounts(
+            ops=(eager + graph_ops) / steps,
+            ops_kind="tf_ops",
+            graph_ops=graph_ops / steps,
+            flops=None,
+            flops_source="not counted: the step's tf.function cannot run eagerly",
+            mem_bytes=None,
+            copy_bytes=as_run["copy_bytes"] / steps,
+        )
+    return StepCounts(
+        ops=every["ops"] / steps,
+        ops_kind="tf_ops",
+        graph_ops=max(0, every["ops"] - eager) / steps,
+        flops=every["flops"] / steps,
+        flops_source="MatMul shapes of the ops executed",
+        mem_bytes=every["mem_bytes"] / steps,
+        copy_bytes=every["copy_bytes"] / steps,
+    )
+
+
+def count_point(workload, framework: str, device: str) -> dict:
+    """The ``step_*`` columns of a measured point: one call of its training program
+    (``workload.steps_per_call`` steps) counted by :func:`count_torch_step` or
+    :func:`count_tf_step`, after the timed blocks and the loss read back (the counted
+    steps are applied to the model but are never timed). Never raises: a program the
+    counters cannot follow gives empty columns and a line on stderr (the job log)
+    saying why.
+    """
+    steps = int(workload.steps_per_call)
+
+    def step() -> None:
+        workload.run(steps)
+        workload.sync()
+
+    try:
+        if framework == "torch":
+            counts = count_torch_step(step, steps, device)
+        else:
+            counts = count_tf_step(step, steps)
+    except Exception as exc:  # noqa: BLE001 - counting must never lose a measured row
+        print(f"step counts: not counted ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return {}
+    return counts.columns()

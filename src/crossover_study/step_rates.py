@@ -1,0 +1,191 @@
+"""What one device costs per unit of work, measured in the job that measures the points:
+the rates of the step-time model (:mod:`crossover_study.step_model`).
+
+Measured once per job, after the device is initialised and before the first point, each
+as the median over blocks with the blocks' interquartile range (its spread):
+
+- ``eager_op_s``: seconds per operation of a minimal training step dispatched from
+  Python (one 1 × 1 dense layer: forward, loss, gradients, SGD update), the step's time
+  divided by its operations as :mod:`crossover_study.step_counts` counts them. Not a
+  bare ``add``: an operation of a training step also pays autograd's bookkeeping and the
+  Python around it, which a lone ``torch.add`` does not (1.9 µs for ``torch.add`` against
+  about 14 µs per op of s001-mlp's step on the 2-core VM, 2026-12-02).
+- ``graph_op_s`` (TensorFlow): the same step inside one ``tf.function``: seconds per
+  operation of a compiled graph.
+- ``flop_per_s``: the achieved FLOP/s of dense matrix products in the job's float
+  precision (square products of :data:`MATMUL_SIZE` for the device class,
+  2·n³ FLOPs each).
+- ``mem_bytes_per_s``: bytes per second of a large element-wise addition (two inputs
+  read, one output written: 3 × 4 bytes per element of :data:`STREAM_ELEMENTS`, the
+  STREAM "add" kernel's count; J. McCalpin, STREAM, 1995).
+- ``copy_bytes_per_s`` (accelerators): host-to-device bytes per second of one copy of
+  :data:`STREAM_ELEMENTS` float32 from pageable host memory.
+
+Everything is synchronised before each clock read (the device's own sync).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+#: Side of the square float32 matrix product that measures ``flop_per_s``, per device
+#: class: large enough to be compute-bound there, small enough to take well under 1 s.
+MATMUL_SIZE = {"cpu": 512, "cuda": 8192, "cuda_multi": 8192, "tpu": 8192}
+
+#: Elements (float32) of the element-wise and copy measurements: 64 MiB, larger than
+#: any CPU cache.
+STREAM_ELEMENTS = 2**24
+
+#: Timed blocks per rate (median and IQR over them).
+BLOCKS = 5
+
+
+def _blocks(run: Callable[[int], None], sync: Callable[[], None], units: float, n: int) -> dict:
+    """Time ``BLOCKS`` blocks of ``run(n)`` (synchronised) after one untimed block;
+    ``units`` per call of the work (seconds per unit: ``per``). Returns
+    ``{"median": s, "iqr": s, "blocks": BLOCKS}`` in seconds per unit."""
+    run(n)
+    sync()
+    per = []
+    for _ in range(BLOCKS):
+        start = time.perf_counter()
+        run(n)
+        sync()
+        per.append((time.perf_counter() - start) / (n * units))
+    q = statistics.quantiles(per, n=4)
+    return {"median": statistics.median(per), "iqr": q[2] - q[0], "blocks": BLOCKS}
+
+
+def _inverse(rate: dict, units_name: str) -> dict:
+    """Seconds per unit turned into units per second (median and IQR of the blocks'
+    rates, from :func:`_blocks`' result, approximated by the reciprocal of the median
+    and the relative spread)."""
+    median = 1.0 / rate["median"]
+    return {
+        "median": median,
+        "iqr": rate["iqr"] / rate["median"] * median,
+        "blocks": rate["blocks"],
+        "unit": units_name,
+    }
+
+
+def _torch_rates(device: str) -> dict:
+    import torch
+
+    from .step_counts import count_torch_step
+
+    target = "cuda" if device.startswith("cuda") else "cpu"
+
+    def sync() -> None:
+        if target == "cuda":
+            torch.cuda.synchronize()
+
+    w = torch.zeros(1, 1, device=target, requires_grad=True)
+    x = torch.ones(1, 1, device=target)
+
+    def step(n: int = 1) -> None:
+        for _ in range(n):
+            loss = ((x @ w - 1.0) ** 2).mean()
+            (grad,) = torch.autograd.grad(loss, (w,))
+            with torch.no_grad():
+                w.sub_(0.01 * grad)
+
+    ops = count_torch_step(step).ops if target == "cpu" else count_torch_step(step, 1, target).ops
+    rates = {"eager_op_s": _blocks(step, sync, ops, 200)}
+    size = MATMUL_SIZE.get(device, 512)
+    a = torch.randn(size, size, device=target)
+    rates["flop_per_s"] = _inverse(
+        _blocks(lambda n: [a @ a for _ in range(n)], sync, 2.0 * size**3, 3), "FLOP/s"
+    )
+    big, other = (
+        torch.ones(STREAM_ELEMENTS, device=target),
+        torch.ones(STREAM_ELEMENTS, device=target),
+    )
+    out = torch.empty_like(big)
+    add = lambda n: [torch.add(big, other, out=out) for _ in range(n)]  # noqa: E731
+    rates["mem_bytes_per_s"] = _inverse(_blocks(add, sync, 12.0 * STREAM_ELEMENTS, 3), "B/s")
+    if target == "cuda":
+        host = torch.ones(STREAM_ELEMENTS)
+        copy = lambda n: [host.to(target) for _ in range(n)]  # noqa: E731
+        rates["copy_bytes_per_s"] = _inverse(_blocks(copy, sync, 4.0 * STREAM_ELEMENTS, 3), "B/s")
+    return rates
+
+
+def _tf_rates(device: str) -> dict:
+    import tensorflow as tf
+
+    from .step_counts import count_tf_step
+
+    name = {"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")
+    with tf.device(name):
+        w = tf.Variable(tf.zeros((1, 1)))
+        x = tf.ones((1, 1))
+
+        def one() -> None:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((x @ w - 1.0) ** 2)
+            w.assign_sub(0.01 * tape.gradient(loss, w))
+
+        graph = tf.function(one)
+
+        def sync() -> None:
+            w.read_value().numpy()
+
+        eager_ops = count_tf_step(one).ops
+        graph_ops = count_tf_step(graph).ops
+        rates = {
+            "eager_op_s": _blocks(lambda n: [one() for _ in range(n)], sync, eager_ops, 100),
+            "graph_op_s": _blocks(lambda n: [graph() for _ in range(n)], sync, graph_ops, 100),
+        }
+        size = MATMUL_SIZE.get(device, 512)
+        a = tf.random.normal((size, size))
+        box = {}
+
+        def matmuls(n: int) -> None:
+            for _ in range(n):
+                box["y"] = a @ a
+
+        def sync_y() -> None:
+            if "y" in box:
+                tf.reshape(box["y"], [-1])[0].numpy()
+
+        rates["flop_per_s"] = _inverse(_blocks(matmuls, sync_y, 2.0 * size**3, 3), "FLOP/s")
+        big, other = tf.ones(STREAM_ELEMENTS), tf.ones(STREAM_ELEMENTS) * 2.0
+
+        def adds(n: int) -> None:
+            for _ in range(n):
+                box["y"] = big + other
+
+        rates["mem_bytes_per_s"] = _inverse(_blocks(adds, sync_y, 12.0 * STREAM_ELEMENTS, 3), "B/s")
+    return rates
+
+
+def measure_rates(framework: str, device: str) -> dict:
+    """The job's rates (module docstring) for ``framework`` (``torch`` or
+    ``tensorflow``) on ``device``, as ``{name: {"median", "iqr", "blocks"[, "unit"]}}``
+    (``*_op_s`` in seconds per operation, ``flop_per_s`` in FLOP/s, ``*_bytes_per_s``
+    in bytes per second), plus ``"seconds"``: how long measuring them took. Call it
+    after the framework is imported and the device initialised. Exceptions from the
+    framework propagate (the runner records none then)."""
+    started = time.perf_counter()
+    rates = _torch_rates(device) if framework == "torch" else _tf_rates(device)
+    return {**rates, "seconds": time.perf_counter() - started}
+
+
+#: Rate names and the timings table's column each one's median goes to.
+RATE_COLUMNS = {
+    "eager_op_s": "rate_eager_op_s",
+    "graph_op_s": "rate_graph_op_s",
+    "flop_per_s": "rate_flop_per_s",
+    "mem_bytes_per_s": "rate_mem_bytes_per_s",
+    "copy_bytes_per_s": "rate_copy_bytes_per_s",
+}
+
+
+def row_columns(rates: dict | None) -> dict:
+    """The ``rate_*`` columns of every row of a job from :func:`measure_rates`' result
+    (medians; None for a rate not measured or without rates)."""
+    rates = rates or {}
+    return {column: (rates.get(name) or {}).get("median") for name, column in RATE_COLUMNS.items()}

@@ -1,0 +1,124 @@
+"""Counting a training step (step_counts) and the job's rates (step_rates): the counts
+match closed forms, counting happens after the timed blocks, and a program the counters
+cannot follow loses its counts, never its row."""
+
+from __future__ import annotations
+
+import pytest
+
+from crossover_study import step_counts, step_rates
+from crossover_study.spec import PointSpec
+
+
+def _built(framework: str, case: str, sizes: dict, variant: str = "eager"):
+    from crossover_study import frameworks
+
+    frameworks.import_framework(framework, "cpu", 1)
+    workload = frameworks.make_workload(PointSpec(case, framework, "cpu", variant, sizes), 1)
+    workload.setup()
+    workload.run(workload.steps_per_call)
+    workload.sync()
+    return workload
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_s001_counts_match_the_closed_form(framework):
+    sizes = {"batch": 16, "d_in": 32, "hidden": 24}
+    columns = step_counts.count_point(_built(framework, "s001-mlp", sizes), framework, "cpu")
+    assert columns["step_flops"] == step_counts.mlp_matmul_flops(16, 32, 24)
+    assert columns["step_ops"] >= 20  # a few dozen small operations per step
+    assert columns["step_ops_kind"] == ("aten_ops" if framework == "torch" else "tf_ops")
+    assert columns["step_copy_bytes"] == 0  # nothing crosses to a device on the CPU
+    assert columns["step_mem_bytes"] > 0
+
+
+def test_torch_lstm_gates_are_counted():
+    """oneDNN's LSTM layer ops are outside torch's FLOP counter: counted from their
+    gate matrices, 2 T B 4H (I + H) per layer forward, twice that backward."""
+    sizes = {"batch": 4, "units": 6, "seq_len": 5}
+    import torch
+
+    workload = _built("torch", "s004-lstm", sizes)
+    columns = step_counts.count_point(workload, "torch", "cpu")
+    modules = [m for m in vars(workload).values() if isinstance(m, torch.nn.Module)]
+    lstms = [m for root in modules for m in root.modules() if isinstance(m, torch.nn.LSTM)]
+    assert lstms
+    matrices = [p for lstm in lstms for p in lstm.parameters() if p.dim() == 2]
+    forward = 2 * 5 * 4 * sum(p.numel() for p in matrices)  # 2 T B (4H (I + H)) per layer
+    dense = 2 * 4 * 6 * 1 * 3  # the output Dense layer (6 units -> 1), forward + backward
+    assert 3 * forward <= columns["step_flops"] <= 3 * forward + 10 * dense
+
+
+def test_tf_keras_fit_ops_run_inside_its_graph():
+    columns = step_counts.count_point(
+        _built("tensorflow", "s002-iris", {"batch": 20, "hidden": 32}), "tensorflow", "cpu"
+    )
+    assert 0 < columns["step_graph_ops"] <= columns["step_ops"]
+    assert columns["step_graph_ops"] > 0.8 * columns["step_ops"]  # Keras fit: a tf.function
+
+
+def test_torch_copy_bytes_count_a_copy_across_devices():
+    import torch
+
+    host = torch.ones(10, 10)
+    counts = step_counts.count_torch_step(lambda: host.to("meta"))
+    assert counts.copy_bytes == 400
+    assert step_counts.count_torch_step(lambda: host.clone()).copy_bytes == 0
+
+
+def test_a_program_the_counters_cannot_follow_keeps_its_row(capsys):
+    class Broken:
+        steps_per_call = 1
+
+        def run(self, n):
+            raise RuntimeError("no")
+
+        def sync(self):
+            pass
+
+    assert step_counts.count_point(Broken(), "torch", "cpu") == {}
+    assert "not counted (RuntimeError: no)" in capsys.readouterr().err
+
+
+def test_counting_runs_after_the_timed_blocks(monkeypatch):
+    """measure_point counts only once the harness has returned its measurement."""
+    from crossover_study import point_measure
+    from crossover_study.harness import TimingPolicy
+
+    events = []
+    real_measure = point_measure.measure
+
+    def measure(*args, **kwargs):
+        result = real_measure(*args, **kwargs)
+        events.append("measured")
+        return result
+
+    def count_point(workload, framework, device):
+        events.append("counted")
+        return {"step_ops": 1.0}
+
+    monkeypatch.setattr(point_measure, "measure", measure)
+    monkeypatch.setattr(point_measure.step_counts, "count_point", count_point)
+    from crossover_study import frameworks
+
+    frameworks.import_framework("torch", "cpu", 1)
+    point = PointSpec("s001-mlp", "torch", "cpu", "eager", {"batch": 8, "d_in": 8, "hidden": 8})
+    policy = TimingPolicy(min_block_s=0.001, n_blocks=3, max_warmup_s=0.05, sync_check_s=0)
+    row = point_measure.measure_point(point, policy, import_s=0.0, device_init_s=0.0)
+    assert row["status"] == "ok" and row["step_ops"] == 1.0
+    assert events == ["measured", "counted"]
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_rates_are_measured_with_their_spread(framework):
+    from crossover_study import frameworks
+
+    frameworks.import_framework(framework, "cpu", 1)
+    rates = step_rates.measure_rates(framework, "cpu")
+    columns = step_rates.row_columns(rates)
+    assert columns["rate_eager_op_s"] > 0 and columns["rate_flop_per_s"] > 1e8
+    assert columns["rate_mem_bytes_per_s"] > 1e8
+    assert columns["rate_copy_bytes_per_s"] is None  # nothing to copy to on the CPU
+    assert (columns["rate_graph_op_s"] is None) == (framework == "torch")
+    assert all(rates[name]["iqr"] >= 0 for name in ("eager_op_s", "flop_per_s"))
+    assert step_rates.row_columns(None) == dict.fromkeys(step_rates.RATE_COLUMNS.values())
