@@ -371,3 +371,27 @@ def test_read_reference_names_the_folder(tmp_path):
     assert name == "synthetic-gpu-ref"
     rates = step_reference.reference_rates(reference)
     assert rates.loc[0, "rate_eager_op_s"] == pytest.approx(5e-6)
+
+
+def test_predict_references_skips_measured_devices_and_old_references(tmp_path):
+    from crossover_study import step_reference
+    from crossover_study.provenance import table_columns
+
+    documented = list(table_columns("timings"))
+    if "rate_eager_op_s" not in documented:
+        pytest.skip("the contract's rate_* columns are not in the schema yet")
+    paths = []
+    for name, table in (
+        ("synthetic-gpu", _synthetic_reference()),
+        ("old-cpu", _synthetic_reference().drop(columns=list(GPU_RATES)).iloc[2:3]),
+    ):
+        (tmp_path / name).mkdir()
+        paths.append(tmp_path / name / "timings.csv")
+        table[[c for c in table.columns if c in documented]].to_csv(paths[-1], index=False)
+    study = _sweep()
+    cpu_only = study[study["device"] == "cpu"]
+    predicted = step_reference.predict_references(cpu_only, paths)
+    assert set(predicted["reference"]) == {"synthetic-gpu"} and len(predicted) == len(HIDDEN)
+    assert step_reference.predict_references(study, paths).empty  # cuda measured here
+    assert step_reference.predict_references(cpu_only, []).empty
+    assert "predicted_step_s" in step_reference.predict_references(cpu_only, []).columns

@@ -179,3 +179,22 @@ def prediction_text(predictions: pd.DataFrame, case: str) -> str:
             + "; ".join(texts)
         )
     return "; ".join(parts)
+
+
+def predict_references(timings: pd.DataFrame, reference_timings: list[str | Path]) -> pd.DataFrame:
+    """:func:`predict_on_reference` of ``timings`` on every reference run of
+    ``reference_timings`` (paths of ``results/reference/<name>/timings.csv``; the name
+    is the folder's), concatenated, keeping only accelerators ``timings`` has no ok row
+    on (a device the study measured needs no prediction). An empty table, with
+    :func:`predict_on_reference`'s columns, when no reference has accelerator rates
+    (every reference run committed before the rates existed). Raises
+    :class:`tables.TableError` for a reference table that breaks its schema."""
+    measured = set(timings.loc[timings["status"] == "ok", "device"])
+    frames = []
+    for path in reference_timings:
+        reference, name = read_reference(Path(path).parent)
+        predicted = predict_on_reference(timings, reference, name)
+        frames.append(predicted[~predicted["device"].isin(measured)])
+    if not frames:
+        return predict_on_reference(timings, pd.DataFrame(columns=["status"]), "")
+    return pd.concat(frames, ignore_index=True)
