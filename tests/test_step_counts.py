@@ -122,3 +122,17 @@ def test_rates_are_measured_with_their_spread(framework):
     assert (columns["rate_graph_op_s"] is None) == (framework == "torch")
     assert all(rates[name]["iqr"] >= 0 for name in ("eager_op_s", "flop_per_s"))
     assert step_rates.row_columns(None) == dict.fromkeys(step_rates.RATE_COLUMNS.values())
+
+
+def test_tf_step_that_only_runs_traced_is_counted_from_a_fresh_trace():
+    """s000-hjb's step calls tf.gradients, which cannot run eagerly: its ops and FLOPs
+    come from its tf.function traced afresh, so they scale with the batch."""
+    counted = [
+        step_counts.count_point(
+            _built("tensorflow", "s000-hjb", {"batch": batch, "width": 8}), "tensorflow", "cpu"
+        )
+        for batch in (10, 20)
+    ]
+    assert all("traced afresh" in c["step_flops_source"] for c in counted)
+    assert counted[1]["step_flops"] == 2 * counted[0]["step_flops"] > 0
+    assert counted[0]["step_ops"] == counted[1]["step_ops"] > 200  # a few hundred ops

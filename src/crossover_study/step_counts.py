@@ -225,28 +225,37 @@ def count_torch_step(step: Callable[[], object], steps: int = 1, device: str = "
     )
 
 
-def _tf_callback(state: dict):
-    """An op callback that counts the eager ops it sees into ``state``."""
+def _tf_callback(state: dict, traced: bool = False):
+    """An op callback that counts into ``state`` the ops it sees executed eagerly or,
+    with ``traced``, the ops created while a function is traced (symbolic tensors with
+    static shapes; inputs, constants and aliases left out)."""
 
     def callback(op_type, inputs, attrs, outputs, op_name=None, graph=None):
-        if graph is not None:  # an op being traced into a graph, not executed
+        if (graph is not None) != traced:
             return None
-        state["ops"] += 1
         if isinstance(op_type, bytes):
             op_type = op_type.decode()
+        if traced and op_type in TF_NO_DATA_OPS | {"Placeholder"}:
+            return None
+        state["ops"] += 1
         if op_type.startswith("__inference_") or op_type.startswith("__forward_"):
             state["calls"] += 1  # a call of a traced function: one eager op
             state["names"].append(op_type)
             return None
         sizes = [t for t in list(inputs) + list(outputs or []) if hasattr(t, "shape")]
         if op_type in TF_MATMUL_OPS and inputs and outputs:
+            # Eager attrs are Python values; traced ones AttrValue protos (their .b).
             names = dict(zip(attrs[::2], attrs[1::2], strict=False)) if attrs else {}
+            flag = {key: getattr(value, "b", value) for key, value in names.items()}
             a = inputs[0]
-            k = a.shape[-2] if (names.get("transpose_a") or names.get("adj_x")) else a.shape[-1]
-            state["flops"] += 2.0 * math.prod(outputs[0].shape) * int(k)
+            k = a.shape[-2] if (flag.get("transpose_a") or flag.get("adj_x")) else a.shape[-1]
+            try:
+                state["flops"] += 2.0 * math.prod(outputs[0].shape) * int(k)
+            except TypeError:  # a dimension unknown at trace time
+                state["unknown"] += 1
         elif op_type not in TF_NO_DATA_OPS:
             state["mem_bytes"] += sum(_tf_nbytes(t) for t in sizes)
-        if outputs:
+        if outputs and not traced:
             out_device = _device_type(outputs[0])
             state["copy_bytes"] += sum(
                 _tf_nbytes(t) for t in inputs if _device_type(t) not in (None, out_device)
@@ -254,6 +263,55 @@ def _tf_callback(state: dict):
         return None
 
     return callback
+
+
+def _new_state() -> dict:
+    return {
+        "ops": 0,
+        "calls": 0,
+        "names": [],
+        "flops": 0.0,
+        "mem_bytes": 0.0,
+        "copy_bytes": 0.0,
+        "unknown": 0,
+    }
+
+
+def _tf_retraced(functions, names: list[str]) -> dict | None:
+    """Counts of the calls ``names`` (traced functions' names, one per call) made to
+    the ``tf.function`` objects ``functions``, each traced afresh from its Python
+    function under the op callback with the input signature it was called with, its
+    ops times its calls; None when some call is not of one of them. A loop inside a
+    function counts its body once."""
+    import tensorflow as tf
+    from tensorflow.python.framework import op_callbacks
+
+    per_name = {}
+    for fn in functions:
+        try:
+            concretes = fn._list_all_concrete_functions()  # noqa: SLF001 - no public list
+        except AttributeError:
+            return None
+        for concrete in concretes:
+            name = concrete.name.decode() if isinstance(concrete.name, bytes) else concrete.name
+            if name not in names or name in per_name:
+                continue
+            state = _new_state()
+            callback = _tf_callback(state, traced=True)
+            args, kwargs = concrete.structured_input_signature
+            op_callbacks.add_op_callback(callback)
+            try:
+                tf.function(fn.python_function).get_concrete_function(*args, **kwargs)
+            finally:
+                op_callbacks.remove_op_callback(callback)
+            per_name[name] = state
+    if not names or any(name not in per_name for name in names):
+        return None
+    total = _new_state()
+    for name in names:
+        for key in ("ops", "flops", "mem_bytes", "unknown"):
+            total[key] += per_name[name][key]
+    return total
 
 
 def _tf_function_ops(name: str, seen: dict | None = None) -> int:
@@ -293,14 +351,21 @@ def _tf_nbytes(tensor) -> int:
         return 0
 
 
-def count_tf_step(step: Callable[[], object], steps: int = 1) -> StepCounts:
+def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> StepCounts:
     """Run ``step()`` (``steps`` training steps of a built TensorFlow workload) twice
     under an op callback and return the :class:`StepCounts` of one step: once as the
     program runs (its eager ops, a traced function's call counted as one), once with
     ``tf.function`` bodies run eagerly (every op executed, with its shapes: ``ops``,
     ``flops``, ``mem_bytes``, ``copy_bytes``). ``graph_ops`` = ops of the second call
-    minus the eager ops of the first that were not function calls. The steps really
-    run (twice), so call it outside the timed blocks. Exceptions from the step
+    minus the eager ops of the first that were not function calls.
+
+    A function that cannot run eagerly (s000-hjb's step calls ``tf.gradients``) is
+    counted from its trace instead: each of ``functions`` (the workload's
+    ``tf.function`` objects) traced afresh under the callback with the signature it was
+    called with, its ops and static shapes times its calls (a loop body once); failing
+    that, the ops of the traced functions' definitions, without FLOPs or bytes.
+
+    The steps really run, so call it outside the timed blocks. Exceptions from the step
     propagate; ValueError for ``steps`` below 1.
     """
     import tensorflow as tf
@@ -310,14 +375,7 @@ def count_tf_step(step: Callable[[], object], steps: int = 1) -> StepCounts:
         raise ValueError(f"steps must be at least 1, got {steps}")
 
     def run(functions_eagerly: bool) -> dict:
-        state = {
-            "ops": 0,
-            "calls": 0,
-            "names": [],
-            "flops": 0.0,
-            "mem_bytes": 0.0,
-            "copy_bytes": 0.0,
-        }
+        state = _new_state()
         callback = _tf_callback(state)
         was = tf.config.functions_run_eagerly()
         tf.config.run_functions_eagerly(functions_eagerly)
@@ -331,26 +389,33 @@ def count_tf_step(step: Callable[[], object], steps: int = 1) -> StepCounts:
 
     as_run = run(False)
     eager = as_run["ops"] - as_run["calls"]
+    source = "MatMul shapes of the ops executed"
     try:
         every = run(True)
+        graph_ops = max(0, every["ops"] - eager)
     except Exception:  # noqa: BLE001 - a function that only runs traced (tf.gradients)
-        # Its ops from the traced functions' definitions instead, without shapes.
-        graph_ops = sum(_tf_function_ops(name) for name in as_run["names"])
-        return StepCounts(
-            ops=(eager + graph_ops) / steps,
-            ops_kind="tf_ops",
-            graph_ops=graph_ops / steps,
-            flops=None,
-            flops_source="not counted: the step's tf.function cannot run eagerly",
-            mem_bytes=None,
-            copy_bytes=as_run["copy_bytes"] / steps,
-        )
+        every = _tf_retraced(functions, as_run["names"])
+        if every is None:  # the definitions' ops, without shapes
+            graph_ops = sum(_tf_function_ops(name) for name in as_run["names"])
+            return StepCounts(
+                ops=(eager + graph_ops) / steps,
+                ops_kind="tf_ops",
+                graph_ops=graph_ops / steps,
+                flops=None,
+                flops_source="not counted: the step's tf.function cannot run eagerly",
+                mem_bytes=None,
+                copy_bytes=as_run["copy_bytes"] / steps,
+            )
+        graph_ops = every["ops"]
+        every["ops"] += eager
+        every["copy_bytes"] = as_run["copy_bytes"]
+        source = "MatMul shapes of the step's tf.function traced afresh (a loop body once)"
     return StepCounts(
         ops=every["ops"] / steps,
         ops_kind="tf_ops",
-        graph_ops=max(0, every["ops"] - eager) / steps,
+        graph_ops=graph_ops / steps,
         flops=every["flops"] / steps,
-        flops_source="MatMul shapes of the ops executed",
+        flops_source=source,
         mem_bytes=every["mem_bytes"] / steps,
         copy_bytes=every["copy_bytes"] / steps,
     )
@@ -374,7 +439,14 @@ def count_point(workload, framework: str, device: str) -> dict:
         if framework == "torch":
             counts = count_torch_step(step, steps, device)
         else:
-            counts = count_tf_step(step, steps)
+            import tensorflow as tf
+
+            functions = [
+                v
+                for v in vars(workload).values()
+                if isinstance(v, tf.types.experimental.GenericFunction)
+            ]
+            counts = count_tf_step(step, steps, functions)
     except Exception as exc:  # noqa: BLE001 - counting must never lose a measured row
         print(f"step counts: not counted ({type(exc).__name__}: {exc})", file=sys.stderr)
         return {}
