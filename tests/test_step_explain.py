@@ -395,3 +395,102 @@ def test_predict_references_skips_measured_devices_and_old_references(tmp_path):
     assert step_reference.predict_references(study, paths).empty  # cuda measured here
     assert step_reference.predict_references(cpu_only, []).empty
     assert "predicted_step_s" in step_reference.predict_references(cpu_only, []).columns
+
+
+def test_model_agreement_counts_the_cpu_points_within_30_percent():
+    from crossover_study.answer_regime import model_agreement, model_agreement_sentence
+
+    df = _sweep(cpu_extra=1.05)
+    # one CPU point measured 2x slower than modelled: share 0.5, outside 30 %
+    far = (df["device"] == "cpu") & (df["hidden"] == 512)
+    df.loc[far, "step_time_s"] = df.loc[far, "step_time_s"] * 2 / 1.05
+    df = step_model.model_columns(df)
+    rows = model_agreement(df)
+    assert len(rows) == 4 and rows["within"].sum() == 3
+    assert rows.iloc[0]["hidden"] == 512  # worst first
+    text = model_agreement_sentence(df, worst=1)
+    assert text == (
+        "The step-time model's step on the CPU is within 30 % of the measured one at 3 of 4 "
+        "points (75 %); the farthest: s001-mlp torch/eager at batch=64, d_in=1024, hidden=512 "
+        "(model 0.50\u00d7 measured)."
+    )
+    assert model_agreement_sentence(df.drop(columns=list(step_model.MODEL_COLUMNS))) == ""
+
+
+def test_the_prediction_is_drawn_dashed_and_labelled_as_a_prediction():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from crossover_study import figures, step_reference
+
+    study = _sweep()
+    cpu_only = study[study["device"] == "cpu"]
+    predicted = step_reference.predict_on_reference(cpu_only, _synthetic_reference(), "ref-x")
+    curves = step_reference.prediction_curves(predicted)
+    assert [label for label, _ in curves] == ["predicted (reference: ref-x, Synthetic GPU X1)"]
+    assert step_reference.prediction_curves(predicted.iloc[0:0]) == []
+    fig, ax = plt.subplots()
+    try:
+        figures.cross_machine_step_time(
+            [("this study", cpu_only), *curves], "s001-mlp", "hidden", ax
+        )
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        label = "predicted (reference: ref-x, Synthetic GPU X1): cuda (Synthetic GPU X1)"
+        assert label in lines, sorted(lines)
+        assert lines[label].get_linestyle() != "-"  # dashed: never drawn as the study's own
+        assert list(lines[label].get_ydata()) == pytest.approx([200e-6] * 4)
+    finally:
+        plt.close(fig)
+
+
+def test_the_report_predicts_the_reference_accelerator_for_a_cpu_only_study(tmp_path, monkeypatch):
+    """The report notebook on a CPU-only study with counts and a SYNTHETIC reference run
+    whose GPU rows carry rates: the answer quotes the prediction, labelled as one, the
+    model's agreement is stated, and the cross-machine figure is drawn."""
+    papermill = pytest.importorskip("papermill")
+    from conftest import synthetic_reference_gpu
+    from test_figures import REPO, make_crossover, make_timings, run_report_notebook
+
+    results = tmp_path / "results" / "fixture"
+    results.mkdir(parents=True)
+    study = make_timings("unavailable")
+    ok_cpu = (study["device"] == "cpu") & (study["status"] == "ok")
+    counts = {"step_ops": 40, "step_ops_kind": "aten_ops", "step_graph_ops": 0.0}
+    counts |= {"step_flops": 1e6, "step_mem_bytes": 0.0, "step_copy_bytes": 0.0}
+    for column, value in {**counts, **CPU_RATES}.items():
+        study[column] = np.nan if column != "step_ops_kind" else None
+        study.loc[ok_cpu, column] = value
+    step_model.model_columns(study).to_csv(results / "timings.csv", index=False)
+    make_crossover("unavailable").to_csv(results / "crossover.csv", index=False)
+    reference_csv = synthetic_reference_gpu(tmp_path / "elsewhere")
+    reference = pd.read_csv(reference_csv)
+    ok_gpu = (reference["device"] == "cuda") & (reference["status"] == "ok")
+    for column, value in GPU_RATES.items():
+        reference[column] = np.nan
+        reference.loc[ok_gpu, column] = value
+    reference.to_csv(reference_csv, index=False)
+    gpu_name = reference.loc[ok_gpu, "device_name"].mode().iloc[0]
+    monkeypatch.setenv("CROSSOVER_STUDY_SRC", str(REPO / "src"))
+    out = run_report_notebook(
+        papermill,
+        tmp_path,
+        results,
+        tmp_path / "figures",
+        reference_dir=str(tmp_path / "elsewhere"),
+    )
+    import nbformat
+
+    nb = nbformat.read(out, as_version=4)
+    text = "\n".join(
+        o.get("data", {}).get("text/markdown", "") + o.get("text", "")
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+    )
+    # 40 ops x 5 us = 200 us on the reference's GPU (1 MFLOP at 1e13 FLOP/s: 0.1 us)
+    assert f"predicted on {gpu_name} from reference reference-gpu (a prediction" in text
+    assert "with torch 200 µs per step, launch-bound" in text
+    assert "**The step-time model.** The step-time model's step on the CPU is within" in text
+    assert (tmp_path / "figures" / "s001-mlp-cross-machine-hidden.png").exists()

@@ -11,12 +11,13 @@ clause: the functions here return empty text or None, never an estimate of their
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_size, format_seconds
 from crossover_study.answer_rows import seed_rows, to_number
 from crossover_study.crossover import cpu_side, crossover_size
-from crossover_study.spec import ACCELERATORS, select_rows
+from crossover_study.spec import ACCELERATORS, row_axes, select_rows
 from crossover_study.step_model import TERM_COLUMNS
 
 #: Devices in the order a "why" clause names them.
@@ -165,3 +166,52 @@ def model_crossover_text(
         else:
             texts.append(f"{outcome.replace('_', ' ')} on {axis}")
     return "the model predicts " + " and ".join(texts) if texts else ""
+
+
+#: How far the model's CPU step may be from the measured one and still "agree" (issue
+#: 18's closing criterion: within 30 % at 80 % of the CPU points or more).
+AGREEMENT_TOLERANCE = 0.30
+
+
+def model_agreement(timings: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
+    """The synced ok rows of ``device`` with a model share (``model_share``), one per point,
+    with ``within`` (True where |model_share − 1| ≤ :data:`AGREEMENT_TOLERANCE`), sorted
+    worst first (by |log model_share|). Empty without the model's columns."""
+    if not _has_model(timings) or "model_share" not in timings:
+        return timings.iloc[0:0].assign(within=pd.Series(dtype=bool))
+    rows = timings[(timings["device"] == device) & (timings["status"] == "ok")]
+    if "timing" in rows:  # an unsynchronised row times the anti-pattern, not the step
+        rows = rows[rows["timing"].fillna("synced") == "synced"]
+    share = pd.to_numeric(rows["model_share"], errors="coerce")
+    rows = rows[share.notna() & (share > 0)].copy()
+    share = pd.to_numeric(rows["model_share"])
+    rows["within"] = (share - 1).abs() <= AGREEMENT_TOLERANCE
+    order = np.abs(np.log(share.astype(float))).sort_values(ascending=False, kind="stable")
+    return rows.loc[order.index]
+
+
+def model_agreement_sentence(timings: pd.DataFrame, device: str = "cpu", worst: int = 3) -> str:
+    """'The step-time model's CPU step is within 30 % of the measured one at 41 of 48
+    points (85 %); the worst: s004-lstm torch/eager at units=512 (model 0.42 × measured),
+    ...' from :func:`model_agreement` (the ``worst`` farthest points, with their sizes);
+    empty text where no point has a model share."""
+    rows = model_agreement(timings, device)
+    if rows.empty:
+        return ""
+    name = "the CPU" if device == "cpu" else DEVICE_NAMES.get(device, device.upper())
+    n, k = len(rows), int(rows["within"].sum())
+    texts = []
+    for _, row in rows.head(worst).iterrows():
+        sizes = ", ".join(
+            f"{a}={fmt_size(row[a])}" for a in row_axes(row) if a in row and pd.notna(row[a])
+        )
+        texts.append(
+            f"{row['case']} {row['framework']}/{row['variant']} at {sizes} "
+            f"(model {row['model_share']:.2f}{TIMES} measured)"
+        )
+    return (
+        f"The step-time model's step on {name} is within {round(100 * AGREEMENT_TOLERANCE)} % "
+        f"of the measured one at {k} of {n} points ({round(100 * k / n)} %); the farthest: "
+        + "; ".join(texts)
+        + "."
+    )

@@ -198,3 +198,24 @@ def predict_references(timings: pd.DataFrame, reference_timings: list[str | Path
     if not frames:
         return predict_on_reference(timings, pd.DataFrame(columns=["status"]), "")
     return pd.concat(frames, ignore_index=True)
+
+
+def prediction_curves(predictions: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """:func:`predict_on_reference`'s rows as curves for the cross-machine figure
+    (``figures.cross_machine_step_time``): one ``(label, timings-like table)`` per
+    reference and accelerator, labelled ``"predicted (reference: <name>,
+    <device_name>)"`` so that the legend never shows a prediction as a measurement; the
+    table's ``step_time_s`` is ``predicted_step_s`` (ok, synced rows of the naive
+    program). Drawn after the study's own machine, such a curve is dashed
+    (``figure_style.MACHINE_STYLES``: only the first machine is solid)."""
+    curves = []
+    if predictions.empty:
+        return curves
+    keys = ["reference", "device", "device_name"]
+    for (reference, _, device_name), group in predictions.groupby(keys, sort=False, dropna=False):
+        name = device_name if isinstance(device_name, str) else group["device"].iloc[0]
+        table = group.drop(columns=["step_time_s"], errors="ignore").assign(
+            status="ok", timing="synced", step_time_s=group["predicted_step_s"]
+        )
+        curves.append((f"predicted (reference: {reference}, {name})", table))
+    return curves
