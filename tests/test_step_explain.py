@@ -9,6 +9,7 @@ import pytest
 
 from crossover_study import step_model
 from crossover_study.step_model import Rates
+from crossover_study.step_reference import COUNT_COLUMNS
 
 #: Rates of a synthetic CPU and a synthetic GPU (seconds per op, FLOP/s, bytes/s).
 CPU_RATES = {
@@ -152,8 +153,8 @@ def test_collect_writes_the_model_columns_and_is_deterministic(tmp_path):
 
     documented = list(table_columns("timings"))
     assert set(step_model.MODEL_COLUMNS) <= set(documented)
-    inputs = ["step_ops", "step_flops", "step_mem_bytes", "rate_eager_op_s"]
-    counted = set(inputs) <= set(documented)
+    inputs = [*COUNT_COLUMNS, *CPU_RATES]
+    assert set(inputs) <= set(documented)  # the contract's columns, in the schema
     row = _row("cpu", 2e-3, ops=100, flops=1e8, mem=1e6)
     row = {k: v for k, v in row.items() if k in documented}  # the schema's columns only
     part = tmp_path / "job.csv"
@@ -162,9 +163,6 @@ def test_collect_writes_the_model_columns_and_is_deterministic(tmp_path):
     again = collect_timings([part], tmp_path / "b.csv")
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
     back = read_timings(tmp_path / "a.csv")
-    if not counted:  # the measuring side's columns are not in the schema yet
-        assert back["model_step_s"].isna().all()
-        pytest.skip("the contract's step_*/rate_* columns are not in the schema yet")
     # 100 x 10 us + 1e8 / 1e11 + 1e6 / 1e10 = 1 ms + 1 ms + 0.1 ms
     assert first["model_step_s"].iloc[0] == pytest.approx(2.1e-3)
     assert back["model_regime"].iloc[0] == "launch-bound"
@@ -361,8 +359,6 @@ def test_read_reference_names_the_folder(tmp_path):
     from crossover_study.provenance import table_columns
 
     documented = list(table_columns("timings"))
-    if "rate_eager_op_s" not in documented:
-        pytest.skip("the contract's rate_* columns are not in the schema yet")
     folder = tmp_path / "synthetic-gpu-ref"
     folder.mkdir()
     table = _synthetic_reference()
@@ -378,8 +374,6 @@ def test_predict_references_skips_measured_devices_and_old_references(tmp_path):
     from crossover_study.provenance import table_columns
 
     documented = list(table_columns("timings"))
-    if "rate_eager_op_s" not in documented:
-        pytest.skip("the contract's rate_* columns are not in the schema yet")
     paths = []
     for name, table in (
         ("synthetic-gpu", _synthetic_reference()),
