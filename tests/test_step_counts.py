@@ -119,7 +119,9 @@ def test_rates_are_measured_with_their_spread(framework):
     assert columns["rate_eager_op_s"] > 0 and columns["rate_flop_per_s"] > 1e8
     assert columns["rate_mem_bytes_per_s"] > 1e8
     assert columns["rate_copy_bytes_per_s"] is None  # nothing to copy to on the CPU
-    assert (columns["rate_graph_op_s"] is None) == (framework == "torch")
+    tf_only = ("rate_graph_op_s", "rate_function_call_s", "rate_fit_call_s", "rate_fit_step_s")
+    for column in tf_only:
+        assert (columns[column] is None) == (framework == "torch")
     assert all(rates[name]["iqr"] >= 0 for name in ("eager_op_s", "flop_per_s"))
     assert step_rates.row_columns(None) == dict.fromkeys(step_rates.RATE_COLUMNS.values())
 
@@ -136,3 +138,17 @@ def test_tf_step_that_only_runs_traced_is_counted_from_a_fresh_trace():
     assert all("traced afresh" in c["step_flops_source"] for c in counted)
     assert counted[1]["step_flops"] == 2 * counted[0]["step_flops"] > 0
     assert counted[0]["step_ops"] == counted[1]["step_ops"] > 200  # a few hundred ops
+
+
+def test_keras_fit_counted_over_a_window_of_steps_matches_the_whole_call(monkeypatch):
+    """Counting a Keras fit call stops after WINDOW_STEPS steps (marked by its batch
+    fetches): per step it gives what counting the whole call gives."""
+    sizes = {"batch": 8, "units": 4, "seq_len": 3}
+    workload = _built("tensorflow", "s004-lstm", sizes)
+    assert workload.steps_per_call > step_counts.WINDOW_STEPS
+    windowed = step_counts.count_point(workload, "tensorflow", "cpu")
+    monkeypatch.setattr(step_counts, "WINDOW_STEPS", 10**6)
+    whole = step_counts.count_point(workload, "tensorflow", "cpu")
+    assert windowed["step_flops"] == pytest.approx(whole["step_flops"], rel=0.02)
+    assert windowed["step_ops"] == pytest.approx(whole["step_ops"], rel=0.05)
+    assert windowed["step_function_calls"] == whole["step_function_calls"] > 0

@@ -488,3 +488,38 @@ def test_the_report_predicts_the_reference_accelerator_for_a_cpu_only_study(tmp_
     assert "with torch 200 µs per step, launch-bound" in text
     assert "**The step-time model.** The step-time model's step on the CPU is within" in text
     assert (tmp_path / "figures" / "s001-mlp-cross-machine-hidden.png").exists()
+
+
+def test_function_calls_and_keras_fit_overheads_are_priced():
+    """TensorFlow's traced-function calls cost rate_function_call_s each; a Keras fit
+    program pays fit's own cost per call (over steps_per_call) and per step instead of
+    its eager ops and calls."""
+    import pandas as pd
+
+    from crossover_study.step_model import model_columns
+
+    base = {
+        "status": "ok",
+        "device": "cpu",
+        "framework": "tensorflow",
+        "step_time_s": 0.01,
+        "step_ops": 110.0,
+        "step_graph_ops": 100.0,
+        "step_function_calls": 2.0,
+        "step_flops": 0.0,
+        "step_mem_bytes": 0.0,
+        "step_copy_bytes": 0.0,
+        "rate_eager_op_s": 1e-4,
+        "rate_graph_op_s": 1e-6,
+        "rate_function_call_s": 2e-4,
+        "rate_fit_call_s": 0.05,
+        "rate_fit_step_s": 0.003,
+        "rate_flop_per_s": 1e10,
+        "rate_mem_bytes_per_s": 1e10,
+        "steps_per_call": 10,
+    }
+    rows = pd.DataFrame([{**base, "program": "tf_step"}, {**base, "program": "keras_fit"}])
+    out = model_columns(rows)
+    own = 10 * 1e-4 + 2 * 2e-4 + 100 * 1e-6
+    fit = 0.05 / 10 + 0.003 + 100 * 1e-6
+    assert out["model_ops_s"].tolist() == pytest.approx([own, fit])

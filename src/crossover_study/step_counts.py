@@ -71,6 +71,9 @@ class StepCounts:
     flops_source: how ``flops`` was counted.
     mem_bytes: bytes read and written by the other operations (bytes).
     copy_bytes: bytes copied between host and device (bytes).
+    function_calls: calls of traced functions (TensorFlow ``tf.function``, Keras's
+        train function) per step, each one eager op besides the ops it runs; 0 for
+        PyTorch.
     """
 
     ops: float
@@ -80,6 +83,7 @@ class StepCounts:
     flops_source: str
     mem_bytes: float | None
     copy_bytes: float
+    function_calls: float = 0.0
 
     def columns(self) -> dict:
         """The timings table's columns (``step_ops``, ``step_ops_kind``, ...)."""
@@ -237,6 +241,8 @@ def _tf_callback(state: dict, traced: bool = False):
             op_type = op_type.decode()
         if traced and op_type in TF_NO_DATA_OPS | {"Placeholder"}:
             return None
+        if op_type in TF_NEXT_BATCH_OPS and not traced:
+            _window(state)
         state["ops"] += 1
         if op_type.startswith("__inference_") or op_type.startswith("__forward_"):
             state["calls"] += 1  # a call of a traced function: one eager op
@@ -265,8 +271,38 @@ def _tf_callback(state: dict, traced: bool = False):
     return callback
 
 
-def _new_state() -> dict:
+#: TensorFlow ops that fetch a step's batch from a dataset iterator: one per step of
+#: Keras fit (its train function starts with one), so they mark the steps while a
+#: function runs eagerly.
+TF_NEXT_BATCH_OPS = frozenset({"IteratorGetNext", "IteratorGetNextAsOptional"})
+
+#: Steps counted between batch fetches when a program fetches its batches from an
+#: iterator: a call of Keras fit runs an epoch of identical steps, of which these are
+#: enough (s004-lstm's 38 to 150 steps per call took 50 s to count whole).
+WINDOW_STEPS = 2
+
+_COUNTED = ("ops", "flops", "mem_bytes", "copy_bytes")
+
+
+class _WindowFull(Exception):
+    """Raised from the op callback once :data:`WINDOW_STEPS` steps are counted."""
+
+
+def _window(state: dict) -> None:
+    """At a batch fetch: the first opens the window (counts so far kept aside), the
+    one after :data:`WINDOW_STEPS` more steps closes it and stops the step."""
+    state["fetches"] += 1
+    if state["fetches"] == 1:
+        state["before"] = {key: state[key] for key in _COUNTED}
+    elif state["fetches"] == WINDOW_STEPS + 1 and state["windowed"]:
+        raise _WindowFull
+
+
+def _new_state(windowed: bool = False) -> dict:
     return {
+        "fetches": 0,
+        "windowed": windowed,
+        "before": None,
         "ops": 0,
         "calls": 0,
         "names": [],
@@ -375,13 +411,16 @@ def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> S
         raise ValueError(f"steps must be at least 1, got {steps}")
 
     def run(functions_eagerly: bool) -> dict:
-        state = _new_state()
+        state = _new_state(windowed=functions_eagerly and steps > WINDOW_STEPS)
         callback = _tf_callback(state)
         was = tf.config.functions_run_eagerly()
         tf.config.run_functions_eagerly(functions_eagerly)
         op_callbacks.add_op_callback(callback)
         try:
             step()
+        except _WindowFull:  # enough identical steps seen: per step from the window
+            for key in _COUNTED:
+                state[key] = (state[key] - state["before"][key]) * steps / WINDOW_STEPS
         finally:
             op_callbacks.remove_op_callback(callback)
             tf.config.run_functions_eagerly(was)
@@ -405,6 +444,7 @@ def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> S
                 flops_source="not counted: the step's tf.function cannot run eagerly",
                 mem_bytes=None,
                 copy_bytes=as_run["copy_bytes"] / steps,
+                function_calls=as_run["calls"] / steps,
             )
         graph_ops = every["ops"]
         every["ops"] += eager
@@ -418,6 +458,7 @@ def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> S
         flops_source=source,
         mem_bytes=every["mem_bytes"] / steps,
         copy_bytes=every["copy_bytes"] / steps,
+        function_calls=as_run["calls"] / steps,
     )
 
 

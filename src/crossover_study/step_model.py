@@ -6,6 +6,9 @@ One training step is counted (:mod:`crossover_study.step_counts`, the measuring 
 
     ops     = (step_ops − step_graph_ops) × rate_eager_op_s
               + step_graph_ops × (rate_graph_op_s, else rate_eager_op_s)
+              + step_function_calls × rate_function_call_s
+              (Keras fit: rate_fit_call_s / steps_per_call + rate_fit_step_s in place
+              of the eager ops and the calls, which fit's loop makes)
     compute = step_flops / rate_flop_per_s
     memory  = step_mem_bytes / rate_mem_bytes_per_s
     copy    = step_copy_bytes / rate_copy_bytes_per_s      (0 without bytes)
@@ -40,6 +43,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+#: Programs (the timings table's ``program`` column) that run Keras ``fit``, whose own
+#: cost per call and per step the job measures (``rate_fit_call_s``, ``rate_fit_step_s``).
+KERAS_FIT_PROGRAMS = ("keras_fit", "keras_fit_repeat", "keras_fit_mirrored")
 
 #: The regime named by the model's largest term (:func:`terms`).
 REGIME_OF_TERM = {
@@ -229,7 +236,12 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     per step (module docstring):
 
     - ``model_ops_s`` = (step_ops − step_graph_ops) × rate_eager_op_s + step_graph_ops
-      × rate_graph_op_s (rate_eager_op_s where rate_graph_op_s is empty);
+      × rate_graph_op_s (rate_eager_op_s where rate_graph_op_s is empty) +
+      step_function_calls × rate_function_call_s (TensorFlow: each call of a traced
+      function costs a call besides its ops; 0 without calls); for a Keras ``fit``
+      program (:data:`KERAS_FIT_PROGRAMS`) fit's own cost replaces the eager ops and the
+      calls, which its loop makes: rate_fit_call_s / steps_per_call + rate_fit_step_s,
+      plus the graph ops;
     - ``model_compute_s`` = step_flops / rate_flop_per_s;
     - ``model_memory_s`` = step_mem_bytes / rate_mem_bytes_per_s;
     - ``model_copy_s`` = step_copy_bytes / rate_copy_bytes_per_s, 0 where no bytes are
@@ -258,8 +270,15 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     graph_rate = number("rate_graph_op_s").fillna(eager_rate)
     on_cpu = out["device"] == "cpu" if "device" in out else pd.Series(False, index=out.index)
     copy_bytes = number("step_copy_bytes").mask(on_cpu, 0.0)
+    calls = number("step_function_calls")
+    fit = out["program"].isin(KERAS_FIT_PROGRAMS) if "program" in out else on_cpu & False
+    per_call = number("rate_fit_call_s") / number("steps_per_call")
+    fit_host = per_call + number("rate_fit_step_s")
+    own_host = _term(ops - graph, eager_rate, True) + _term(
+        calls, number("rate_function_call_s"), True
+    )
     t = {
-        "launch": _term(ops - graph, eager_rate, True) + _term(graph, graph_rate, True),
+        "launch": own_host.mask(fit, fit_host) + _term(graph, graph_rate, True),
         "compute": _term(number("step_flops"), number("rate_flop_per_s"), False),
         "memory": _term(number("step_mem_bytes"), number("rate_mem_bytes_per_s"), False),
         "transfer": _term(copy_bytes, number("rate_copy_bytes_per_s"), False),

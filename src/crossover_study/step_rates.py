@@ -71,6 +71,18 @@ def _inverse(rate: dict, units_name: str) -> dict:
     }
 
 
+#: Hidden layers of the minimal training step (width 1, tanh): few enough that its
+#: arithmetic is nothing, enough that its operations mix forward, backward and update
+#: as a real step's do. A one-layer step with torch.autograd.grad cost 10.4 µs per op,
+#: this one 6.5 µs, s000-hjb's and s001-mlp's steps about 5 to 8 µs per op once their
+#: arithmetic is taken off (2-core VM, 2026-12-02).
+DEPTH = 3
+
+#: Layers of the deeper graph whose extra operations give the per-op cost inside a
+#: graph (the slope between DEPTH and DEEP layers; the intercept is the call's cost).
+DEEP = 12
+
+
 def _torch_rates(device: str) -> dict:
     import torch
 
@@ -82,28 +94,29 @@ def _torch_rates(device: str) -> dict:
         if target == "cuda":
             torch.cuda.synchronize()
 
-    w = torch.zeros(1, 1, device=target, requires_grad=True)
-    x = torch.ones(1, 1, device=target)
+    layers = []
+    for _ in range(DEPTH):
+        layers += [torch.nn.Linear(1, 1), torch.nn.Tanh()]
+    model = torch.nn.Sequential(*layers).to(target)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.ones(1, 1, device=target), torch.zeros(1, 1, device=target)
 
     def step(n: int = 1) -> None:
         for _ in range(n):
-            loss = ((x @ w - 1.0) ** 2).mean()
-            (grad,) = torch.autograd.grad(loss, (w,))
-            with torch.no_grad():
-                w.sub_(0.01 * grad)
+            optimizer.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            optimizer.step()
 
-    ops = count_torch_step(step).ops if target == "cpu" else count_torch_step(step, 1, target).ops
+    step(5)  # lazy initialisation (optimizer state, autograd) before counting and timing
+    ops = count_torch_step(step, 1, target).ops
     rates = {"eager_op_s": _blocks(step, sync, ops, 200)}
     size = MATMUL_SIZE.get(device, 512)
     a = torch.randn(size, size, device=target)
-    rates["flop_per_s"] = _inverse(
-        _blocks(lambda n: [a @ a for _ in range(n)], sync, 2.0 * size**3, 3), "FLOP/s"
-    )
-    big, other = (
-        torch.ones(STREAM_ELEMENTS, device=target),
-        torch.ones(STREAM_ELEMENTS, device=target),
-    )
-    out = torch.empty_like(big)
+    matmuls = lambda n: [a @ a for _ in range(n)]  # noqa: E731
+    rates["flop_per_s"] = _inverse(_blocks(matmuls, sync, 2.0 * size**3, 3), "FLOP/s")
+    big = torch.ones(STREAM_ELEMENTS, device=target)
+    other, out = torch.ones_like(big), torch.empty_like(big)
     add = lambda n: [torch.add(big, other, out=out) for _ in range(n)]  # noqa: E731
     rates["mem_bytes_per_s"] = _inverse(_blocks(add, sync, 12.0 * STREAM_ELEMENTS, 3), "B/s")
     if target == "cuda":
@@ -113,46 +126,68 @@ def _torch_rates(device: str) -> dict:
     return rates
 
 
+def _tf_chain_step(tf, depth: int):
+    """A TensorFlow training step of ``depth`` tanh layers of width 1 (GradientTape,
+    SGD by assign_sub) and a function reading its first weight back (the sync)."""
+    weights = [tf.Variable(tf.fill((1, 1), 0.1)) for _ in range(depth)]
+    x = tf.ones((1, 1))
+
+    def step() -> None:
+        with tf.GradientTape() as tape:
+            h = x
+            for w in weights:
+                h = tf.tanh(h @ w)
+            loss = tf.reduce_mean(h**2)
+        for w, g in zip(weights, tape.gradient(loss, weights), strict=True):
+            w.assign_sub(0.01 * g)
+
+    return step, lambda: weights[0].numpy()
+
+
 def _tf_rates(device: str) -> dict:
     import tensorflow as tf
 
     from .step_counts import count_tf_step
 
-    name = {"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")
-    with tf.device(name):
-        w = tf.Variable(tf.zeros((1, 1)))
-        x = tf.ones((1, 1))
-
-        def one() -> None:
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean((x @ w - 1.0) ** 2)
-            w.assign_sub(0.01 * tape.gradient(loss, w))
-
-        graph = tf.function(one)
-
-        def sync() -> None:
-            w.read_value().numpy()
-
+    with tf.device({"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")):
+        one, sync = _tf_chain_step(tf, DEPTH)
         eager_ops = count_tf_step(one).ops
-        graph_ops = count_tf_step(graph).ops
-        rates = {
-            "eager_op_s": _blocks(lambda n: [one() for _ in range(n)], sync, eager_ops, 100),
-            "graph_op_s": _blocks(lambda n: [graph() for _ in range(n)], sync, graph_ops, 100),
+        rates = {"eager_op_s": _blocks(lambda n: [one() for _ in range(n)], sync, eager_ops, 50)}
+        # Inside a graph: per call = call + ops x per-op; two depths give both.
+        per_call = {}
+        for depth in (DEPTH, DEEP):
+            chain, chain_sync = _tf_chain_step(tf, depth)
+            graph = tf.function(chain)
+            ops = count_tf_step(graph).ops
+            timed = _blocks(lambda n, g=graph: [g() for _ in range(n)], chain_sync, 1.0, 100)
+            per_call[depth] = (ops, timed)
+        (ops_a, a), (ops_b, b) = per_call[DEPTH], per_call[DEEP]
+        slope = max((b["median"] - a["median"]) / (ops_b - ops_a), 1e-9)
+        rates["graph_op_s"] = {
+            "median": slope,
+            "iqr": (a["iqr"] + b["iqr"]) / (ops_b - ops_a),
+            "blocks": a["blocks"],
         }
+        rates["function_call_s"] = {
+            "median": max(a["median"] - ops_a * slope, 0.0),
+            "iqr": a["iqr"],
+            "blocks": a["blocks"],
+        }
+        rates.update(_keras_fit_rates(sync))
         size = MATMUL_SIZE.get(device, 512)
-        a = tf.random.normal((size, size))
+        m = tf.random.normal((size, size))
         box = {}
 
         def matmuls(n: int) -> None:
             for _ in range(n):
-                box["y"] = a @ a
+                box["y"] = m @ m
 
         def sync_y() -> None:
             if "y" in box:
                 tf.reshape(box["y"], [-1])[0].numpy()
 
         rates["flop_per_s"] = _inverse(_blocks(matmuls, sync_y, 2.0 * size**3, 3), "FLOP/s")
-        big, other = tf.ones(STREAM_ELEMENTS), tf.ones(STREAM_ELEMENTS) * 2.0
+        big, other = tf.ones(STREAM_ELEMENTS), tf.fill((STREAM_ELEMENTS,), 2.0)
 
         def adds(n: int) -> None:
             for _ in range(n):
@@ -160,6 +195,39 @@ def _tf_rates(device: str) -> dict:
 
         rates["mem_bytes_per_s"] = _inverse(_blocks(adds, sync_y, 12.0 * STREAM_ELEMENTS, 3), "B/s")
     return rates
+
+
+def _keras_fit_rates(sync) -> dict:
+    """Keras ``fit``'s own cost, beyond the operations of its train function: per call
+    (callbacks, data adapter, epoch set-up) and per step (its Python loop, the logs
+    read back, the train function's call), from one epoch of a 1-unit Dense model over
+    8 rows at 1 step (batch 8) and at 8 steps (batch 1): the slope is per step, the
+    intercept per call."""
+    import keras
+    import numpy as np
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = np.ones((8, 1), "float32"), np.zeros((8, 1), "float32")
+    timed = {}
+    for steps in (1, 8):
+        fit = lambda n, b=8 // steps: [  # noqa: E731
+            model.fit(x, y, batch_size=b, epochs=1, verbose=0) for _ in range(n)
+        ]
+        timed[steps] = _blocks(fit, lambda: None, 1.0, 2)
+    slope = max((timed[8]["median"] - timed[1]["median"]) / 7, 0.0)
+    return {
+        "fit_step_s": {
+            "median": slope,
+            "iqr": (timed[1]["iqr"] + timed[8]["iqr"]) / 7,
+            "blocks": BLOCKS,
+        },
+        "fit_call_s": {
+            "median": max(timed[1]["median"] - slope, 0.0),
+            "iqr": timed[1]["iqr"],
+            "blocks": BLOCKS,
+        },
+    }
 
 
 def measure_rates(framework: str, device: str) -> dict:
@@ -178,6 +246,9 @@ def measure_rates(framework: str, device: str) -> dict:
 RATE_COLUMNS = {
     "eager_op_s": "rate_eager_op_s",
     "graph_op_s": "rate_graph_op_s",
+    "function_call_s": "rate_function_call_s",
+    "fit_call_s": "rate_fit_call_s",
+    "fit_step_s": "rate_fit_step_s",
     "flop_per_s": "rate_flop_per_s",
     "mem_bytes_per_s": "rate_mem_bytes_per_s",
     "copy_bytes_per_s": "rate_copy_bytes_per_s",
