@@ -44,6 +44,7 @@ def _row(device, step_time_s, ops=100, flops=1e6, mem=1e5, copy=0.0, graph=0.0, 
         "step_ops": ops,
         "step_ops_kind": "aten_ops" if device == "cpu" else "cuda_kernels",
         "step_graph_ops": graph,
+        "step_function_calls": 0.0,  # what the counter writes for torch
         "step_flops": flops,
         "step_mem_bytes": mem,
         "step_copy_bytes": copy,
@@ -523,3 +524,13 @@ def test_function_calls_and_keras_fit_overheads_are_priced():
     own = 10 * 1e-4 + 2 * 2e-4 + 100 * 1e-6
     fit = 0.05 / 10 + 0.003 + 100 * 1e-6
     assert out["model_ops_s"].tolist() == pytest.approx([own, fit])
+
+
+def test_a_tensorflow_row_without_its_call_count_gets_no_model():
+    from crossover_study.step_model import model_columns
+
+    row = _row("cpu", 1e-3)
+    row.update(framework="tensorflow", step_function_calls=np.nan)
+    assert np.isnan(model_columns(pd.DataFrame([row]))["model_step_s"].iloc[0])
+    row.update(step_function_calls=1.0, rate_function_call_s=1e-4)
+    assert model_columns(pd.DataFrame([row]))["model_step_s"].iloc[0] > 0

@@ -270,7 +270,10 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     graph_rate = number("rate_graph_op_s").fillna(eager_rate)
     on_cpu = out["device"] == "cpu" if "device" in out else pd.Series(False, index=out.index)
     copy_bytes = number("step_copy_bytes").mask(on_cpu, 0.0)
-    calls = number("step_function_calls")
+    # Only TensorFlow calls traced functions: 0 for other frameworks' rows (and tables
+    # counted before the column existed); a TensorFlow row without it stays empty.
+    tf_rows = out["framework"].eq("tensorflow") if "framework" in out else on_cpu & False
+    calls = number("step_function_calls").mask(~tf_rows, number("step_function_calls").fillna(0.0))
     fit = out["program"].isin(KERAS_FIT_PROGRAMS) if "program" in out else on_cpu & False
     per_call = number("rate_fit_call_s") / number("steps_per_call")
     fit_host = per_call + number("rate_fit_step_s")
