@@ -4,6 +4,8 @@ cannot follow loses its counts, never its row."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from crossover_study import step_counts, step_rates
@@ -123,7 +125,12 @@ def test_rates_are_measured_with_their_spread(framework):
     for column in tf_only:
         assert (columns[column] is None) == (framework == "torch")
     assert all(rates[name]["iqr"] >= 0 for name in ("eager_op_s", "flop_per_s"))
-    assert step_rates.row_columns(None) == dict.fromkeys(step_rates.RATE_COLUMNS.values())
+    assert step_rates.row_columns(None) == dict.fromkeys(
+        [*step_rates.RATE_COLUMNS.values(), "rate_mem_curve", "rate_flop_curve"]
+    )
+    for column in ("rate_mem_curve", "rate_flop_curve"):
+        curve = json.loads(columns[column])
+        assert len(curve) >= 2 and all(size > 0 and rate > 0 for size, rate in curve)
 
 
 def test_tf_step_that_only_runs_traced_is_counted_from_a_fresh_trace():

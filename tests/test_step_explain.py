@@ -534,3 +534,35 @@ def test_a_tensorflow_row_without_its_call_count_gets_no_model():
     assert np.isnan(model_columns(pd.DataFrame([row]))["model_step_s"].iloc[0])
     row.update(step_function_calls=1.0, rate_function_call_s=1e-4)
     assert model_columns(pd.DataFrame([row]))["model_step_s"].iloc[0] > 0
+
+
+def test_element_wise_traffic_is_priced_at_the_bandwidth_of_its_size():
+    """The bandwidth curve: cache-sized ops get the fast end, large ones DRAM's."""
+    import json
+
+    from crossover_study.step_model import curve_rate, model_columns
+
+    curve = json.dumps([[1e4, 1e11], [1e6, 1e11], [1e8, 1e10]])
+    assert curve_rate(curve, 1e3) == pytest.approx(1e11)  # held at the small end
+    assert curve_rate(curve, 1e7) == pytest.approx(10**10.5)  # log-log midway
+    assert curve_rate(curve, 1e9) == pytest.approx(1e10)
+    assert np.isnan(curve_rate(None, 1e6)) and np.isnan(curve_rate(curve, 0))
+    small = _row("cpu", 1e-3, mem=1e6, step_mem_ops=100.0, rate_mem_curve=curve)
+    large = _row("cpu", 1e-3, mem=1e9, step_mem_ops=10.0, rate_mem_curve=curve)
+    old = _row("cpu", 1e-3, mem=1e6)  # no curve: the DRAM rate
+    out = model_columns(pd.DataFrame([small, large, old]))
+    assert out["model_memory_s"].tolist() == pytest.approx(
+        [1e6 / 1e11, 1e9 / 1e10, 1e6 / CPU_RATES["rate_mem_bytes_per_s"]]
+    )
+
+
+def test_products_are_priced_at_the_flop_rate_of_their_size():
+    import json
+
+    from crossover_study.step_model import model_columns
+
+    curve = json.dumps([[1e4, 1e9], [1e8, 1e11]])
+    small = _row("cpu", 1e-3, flops=1e6, step_flop_ops=100.0, rate_flop_curve=curve)
+    large = _row("cpu", 1e-3, flops=1e9, step_flop_ops=10.0, rate_flop_curve=curve)
+    out = model_columns(pd.DataFrame([small, large]))
+    assert out["model_compute_s"].tolist() == pytest.approx([1e6 / 1e9, 1e9 / 1e11])

@@ -71,6 +71,11 @@ class StepCounts:
     flops_source: how ``flops`` was counted.
     mem_bytes: bytes read and written by the other operations (bytes).
     copy_bytes: bytes copied between host and device (bytes).
+    mem_ops: of ``ops``, those that moved the ``mem_bytes`` (mem_bytes / mem_ops is
+        their mean traffic, which sets the bandwidth they get: cache or DRAM).
+    flop_ops: the matrix products that make ``flops`` (an LSTM layer op counts its
+        time steps' products): flops / flop_ops is their mean size, which sets the FLOP
+        rate they get.
     function_calls: calls of traced functions (TensorFlow ``tf.function``, Keras's
         train function) per step, each one eager op besides the ops it runs; 0 for
         PyTorch.
@@ -84,6 +89,8 @@ class StepCounts:
     mem_bytes: float | None
     copy_bytes: float
     function_calls: float = 0.0
+    mem_ops: float | None = None
+    flop_ops: float | None = None
 
     def columns(self) -> dict:
         """The timings table's columns (``step_ops``, ``step_ops_kind``, ...)."""
@@ -121,23 +128,35 @@ def lstm_gate_flops(steps_x_batch: int, weights) -> float:
     return 2.0 * steps_x_batch * sum(math.prod(w.shape) for w in weights if w.dim() == 2)
 
 
-def _torch_rnn_flops(packet_name: str, args) -> float | None:
-    """FLOPs of the LSTM ops :mod:`torch.utils.flop_counter` does not count, else None.
+#: PyTorch RNN ops outside torch.utils.flop_counter: (forward op, FLOP multiple, index
+#: of its ``batch_first`` argument). Backward ops cost twice their forward (gradients
+#: of the inputs and of the weights). Signatures: aten's native_functions.yaml.
+RNN_OPS = {
+    "aten.mkldnn_rnn_layer": (1.0, 14),
+    "aten.mkldnn_rnn_layer_backward": (2.0, 21),
+    "aten._cudnn_rnn": (1.0, 10),
+    "aten._cudnn_rnn_backward": (2.0, 14),
+}
 
-    ``mkldnn_rnn_layer(input, w0, w1, ...)`` (oneDNN on the CPU: one layer, w0 the
-    input-to-gates and w1 the hidden-to-gates matrix; input (T, B, I) or batch first),
-    ``_cudnn_rnn(input, weights, ...)`` (every layer's matrices in one list); their
-    backward ops cost twice their forward (gradients of the inputs and the weights).
+
+def _torch_rnn_flops(packet_name: str, args) -> tuple[float, int] | None:
+    """(FLOPs, products) of the LSTM ops :mod:`torch.utils.flop_counter` does not
+    count (:data:`RNN_OPS`), else None. ``mkldnn_rnn_layer(input, w0, w1, ...)`` (oneDNN
+    on the CPU: one layer, w0 the input-to-gates and w1 the hidden-to-gates matrix),
+    ``_cudnn_rnn(input, weights, ...)`` (every layer's matrices in one list); input
+    (T, B, I), or (B, T, I) batch first. Products: the T time steps' gate products
+    (times the FLOP multiple), each as large as 1/T of the op's FLOPs: the size the
+    device's FLOP rate depends on.
     """
-    if packet_name in ("aten.mkldnn_rnn_layer", "aten.mkldnn_rnn_layer_backward"):
-        x, weights = args[0], (args[1], args[2])
-        forward = lstm_gate_flops(x.numel() // x.shape[-1], weights)
-        return forward if packet_name == "aten.mkldnn_rnn_layer" else 2.0 * forward
-    if packet_name in ("aten._cudnn_rnn", "aten._cudnn_rnn_backward"):
-        x, weights = args[0], args[1]
-        forward = lstm_gate_flops(x.numel() // x.shape[-1], weights)
-        return forward if packet_name == "aten._cudnn_rnn" else 2.0 * forward
-    return None
+    if packet_name not in RNN_OPS:
+        return None
+    multiple, batch_first_at = RNN_OPS[packet_name]
+    x = args[0]
+    weights = (args[1], args[2]) if "mkldnn" in packet_name else args[1]
+    forward = lstm_gate_flops(x.numel() // x.shape[-1], weights)
+    batch_first = len(args) > batch_first_at and args[batch_first_at] is True
+    steps = int(x.shape[1] if batch_first and x.dim() == 3 else x.shape[0])
+    return multiple * forward, int(multiple * steps)
 
 
 def _torch_counter():
@@ -159,7 +178,9 @@ def _torch_counter():
             super().__init__()
             self.ops = 0
             self.flops = 0.0
+            self.flop_ops = 0
             self.mem_bytes = 0.0
+            self.mem_ops = 0
             self.copy_bytes = 0.0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -173,10 +194,14 @@ def _torch_counter():
             rnn = _torch_rnn_flops(name, args)
             if packet in flop_registry:
                 self.flops += flop_registry[packet](*args, **kwargs, out_val=out)
+                self.flop_ops += 1
             elif rnn is not None:
-                self.flops += rnn
+                self.flops += rnn[0]
+                self.flop_ops += rnn[1]
             elif not func.is_view and name != "aten._local_scalar_dense":
-                self.mem_bytes += sum(t.numel() * t.element_size() for t in tensors((args, out)))
+                moved = sum(t.numel() * t.element_size() for t in tensors((args, out)))
+                self.mem_bytes += moved
+                self.mem_ops += moved > 0
             if name in copies:
                 ins, outs = tensors(args), tensors(out)
                 devices = {t.device.type for t in ins} | {t.device.type for t in outs}
@@ -225,6 +250,8 @@ def count_torch_step(step: Callable[[], object], steps: int = 1, device: str = "
         flops=float(counter.flops) / steps,
         flops_source="torch.utils.flop_counter shapes + LSTM gates",
         mem_bytes=counter.mem_bytes / steps,
+        mem_ops=counter.mem_ops / steps,
+        flop_ops=counter.flop_ops / steps,
         copy_bytes=counter.copy_bytes / steps,
     )
 
@@ -257,10 +284,13 @@ def _tf_callback(state: dict, traced: bool = False):
             k = a.shape[-2] if (flag.get("transpose_a") or flag.get("adj_x")) else a.shape[-1]
             try:
                 state["flops"] += 2.0 * math.prod(outputs[0].shape) * int(k)
+                state["flop_ops"] += 1
             except TypeError:  # a dimension unknown at trace time
                 state["unknown"] += 1
         elif op_type not in TF_NO_DATA_OPS:
-            state["mem_bytes"] += sum(_tf_nbytes(t) for t in sizes)
+            moved = sum(_tf_nbytes(t) for t in sizes)
+            state["mem_bytes"] += moved
+            state["mem_ops"] += moved > 0
         if outputs and not traced:
             out_device = _device_type(outputs[0])
             state["copy_bytes"] += sum(
@@ -281,7 +311,7 @@ TF_NEXT_BATCH_OPS = frozenset({"IteratorGetNext", "IteratorGetNextAsOptional"})
 #: enough (s004-lstm's 38 to 150 steps per call took 50 s to count whole).
 WINDOW_STEPS = 2
 
-_COUNTED = ("ops", "flops", "mem_bytes", "copy_bytes")
+_COUNTED = ("ops", "flops", "flop_ops", "mem_bytes", "mem_ops", "copy_bytes")
 
 
 class _WindowFull(Exception):
@@ -307,7 +337,9 @@ def _new_state(windowed: bool = False) -> dict:
         "calls": 0,
         "names": [],
         "flops": 0.0,
+        "flop_ops": 0,
         "mem_bytes": 0.0,
+        "mem_ops": 0,
         "copy_bytes": 0.0,
         "unknown": 0,
     }
@@ -345,7 +377,7 @@ def _tf_retraced(functions, names: list[str]) -> dict | None:
         return None
     total = _new_state()
     for name in names:
-        for key in ("ops", "flops", "mem_bytes", "unknown"):
+        for key in ("ops", "flops", "flop_ops", "mem_bytes", "mem_ops", "unknown"):
             total[key] += per_name[name][key]
     return total
 
@@ -457,6 +489,8 @@ def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> S
         flops=every["flops"] / steps,
         flops_source=source,
         mem_bytes=every["mem_bytes"] / steps,
+        mem_ops=every["mem_ops"] / steps,
+        flop_ops=every["flop_ops"] / steps,
         copy_bytes=every["copy_bytes"] / steps,
         function_calls=as_run["calls"] / steps,
     )

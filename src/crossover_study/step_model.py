@@ -38,6 +38,7 @@ inputs; a row without them gets empty model columns, never invented ones.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -230,6 +231,45 @@ def _term(count: pd.Series, rate: pd.Series, per_unit: bool) -> pd.Series:
     return value.where(count != 0, 0.0).where(count.notna())
 
 
+def curve_rate(curve_json, per_op: float) -> float:
+    """The rate a curve gives at ``per_op`` units per operation: ``curve_json`` is JSON
+    ``[[units per op, units/s], ...]`` (step_rates' ``rate_mem_curve``), interpolated
+    linearly in log-log between its points and held at its ends. NaN for a missing or
+    empty curve or a non-positive ``per_op``."""
+    if not isinstance(curve_json, str) or not per_op > 0:
+        return float("nan")
+    pairs = sorted(json.loads(curve_json))
+    if not pairs:
+        return float("nan")
+    x, y = np.log([p[0] for p in pairs]), np.log([p[1] for p in pairs])
+    return float(np.exp(np.interp(np.log(per_op), x, y)))
+
+
+def _from_curve(out: pd.DataFrame, number, amount: str, ops: str, curve: str, rate: str):
+    """Each row's rate read off its job's ``curve`` column at ``amount`` / ``ops`` per
+    op (:func:`curve_rate`), else the single ``rate`` column (a row counted or measured
+    before the curves)."""
+    per_op = number(amount) / number(ops)
+    curves = out[curve] if curve in out else pd.Series(None, index=out.index)
+    read = [curve_rate(c, p) for c, p in zip(curves, per_op, strict=True)]
+    return pd.Series(read, index=out.index, dtype=float).fillna(number(rate))
+
+
+def _bandwidth(out: pd.DataFrame, number) -> pd.Series:
+    """Bytes/s each row's element-wise traffic gets: the job's bandwidth curve at the
+    row's mean bytes per element-wise op (step_mem_bytes / step_mem_ops), else the
+    DRAM rate ``rate_mem_bytes_per_s``."""
+    args = ("step_mem_bytes", "step_mem_ops", "rate_mem_curve", "rate_mem_bytes_per_s")
+    return _from_curve(out, number, *args)
+
+
+def _flop_rate(out: pd.DataFrame, number) -> pd.Series:
+    """FLOP/s each row's products get: the job's FLOP-rate curve at the row's mean
+    FLOPs per product (step_flops / step_flop_ops), else ``rate_flop_per_s``."""
+    args = ("step_flops", "step_flop_ops", "rate_flop_curve", "rate_flop_per_s")
+    return _from_curve(out, number, *args)
+
+
 def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     """``timings`` (a timings table, one row per point) with the model's columns
     :data:`MODEL_COLUMNS` set on every ok row that has the model's inputs, in seconds
@@ -242,8 +282,12 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
       program (:data:`KERAS_FIT_PROGRAMS`) fit's own cost replaces the eager ops and the
       calls, which its loop makes: rate_fit_call_s / steps_per_call + rate_fit_step_s,
       plus the graph ops;
-    - ``model_compute_s`` = step_flops / rate_flop_per_s;
-    - ``model_memory_s`` = step_mem_bytes / rate_mem_bytes_per_s;
+    - ``model_compute_s`` = step_flops / FLOP rate, the rate read off the job's curve
+      (``rate_flop_curve``) at step_flops / step_flop_ops FLOPs per product, else
+      rate_flop_per_s;
+    - ``model_memory_s`` = step_mem_bytes / bandwidth, the bandwidth read off the job's
+      curve (``rate_mem_curve``, :func:`curve_rate`) at step_mem_bytes / step_mem_ops
+      bytes per op, else rate_mem_bytes_per_s;
     - ``model_copy_s`` = step_copy_bytes / rate_copy_bytes_per_s, 0 where no bytes are
       copied (and on the cpu, where nothing is);
     - ``model_step_s``: their sum on a synchronous device (cpu), max(ops, compute +
@@ -282,8 +326,8 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     )
     t = {
         "launch": own_host.mask(fit, fit_host) + _term(graph, graph_rate, True),
-        "compute": _term(number("step_flops"), number("rate_flop_per_s"), False),
-        "memory": _term(number("step_mem_bytes"), number("rate_mem_bytes_per_s"), False),
+        "compute": _term(number("step_flops"), _flop_rate(out, number), False),
+        "memory": _term(number("step_mem_bytes"), _bandwidth(out, number), False),
         "transfer": _term(copy_bytes, number("rate_copy_bytes_per_s"), False),
     }
     sync = out["device"].map(SYNCHRONOUS) if "device" in out else pd.Series(np.nan)

@@ -14,10 +14,16 @@ as the median over blocks with the blocks' interquartile range (its spread):
   operation of a compiled graph.
 - ``flop_per_s``: the achieved FLOP/s of dense matrix products in the job's float
   precision (square products of :data:`MATMUL_SIZE` for the device class,
-  2·n³ FLOPs each).
-- ``mem_bytes_per_s``: bytes per second of a large element-wise addition (two inputs
-  read, one output written: 3 × 4 bytes per element of :data:`STREAM_ELEMENTS`, the
-  STREAM "add" kernel's count; J. McCalpin, STREAM, 1995).
+  2·n³ FLOPs each), and ``flop_curve``: the same at the sides :data:`CURVE_SIDES`, net
+  of a 1 × 1 product's dispatch, at which the model prices a step's products by their
+  mean size.
+- ``mem_curve`` and ``mem_bytes_per_s``: bytes per second of element-wise additions
+  that allocate their output, from 16 KiB to 64 MiB per tensor (two inputs read, one
+  output written: 3 × 4 bytes per element, the STREAM "add" kernel's count; J.
+  McCalpin, STREAM, 1995), net of the addition's dispatch; small tensors stay in cache
+  and move faster than DRAM allows, so the model prices a step's element-wise traffic
+  at the bandwidth of its mean size (a cache-aware roofline: A. Ilic, F. Pratas, L.
+  Sousa, IEEE CAL 13(1), 2014). ``mem_bytes_per_s`` is the largest size's (DRAM).
 - ``copy_bytes_per_s`` (accelerators): host-to-device bytes per second of one copy of
   :data:`STREAM_ELEMENTS` float32 from pageable host memory.
 
@@ -26,6 +32,7 @@ Everything is synchronised before each clock read (the device's own sync).
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -83,6 +90,69 @@ DEPTH = 3
 DEEP = 12
 
 
+#: Elements (float32) of the element-wise additions that measure the bandwidth curve:
+#: 16 KiB to 64 MiB per tensor, from cache-resident activations to a large layer's
+#: weights. A step's element-wise op gets the bandwidth of its mean traffic.
+CURVE_ELEMENTS = (2**12, 2**15, 2**18, 2**21, STREAM_ELEMENTS)
+
+#: Additions chained in one TensorFlow graph call when measuring the curve.
+CHAIN = 20
+
+
+def _mem_curve(adds, sync, per_call: int = 1) -> dict:
+    """Bytes per second of an element-wise addition that allocates its output, as a
+    step's operations do, at each size of :data:`CURVE_ELEMENTS` (12 bytes per element:
+    two inputs read, one output written; STREAM's "add"), net of the same addition's
+    cost at one element (its dispatch, priced by the ops term), so that the curve
+    measures the memory traffic alone. ``adds(elements)`` returns ``run(n)``, which
+    makes n calls of ``per_call`` additions each. Returns ``mem_bytes_per_s`` (the
+    largest size: DRAM) and ``mem_curve`` ({"bytes_per_op": [...], "bytes_per_s":
+    [...]}, sizes where the traffic took under a fifth of the time dropped)."""
+    floor = _blocks(adds(1), sync, per_call, 50)["median"]
+    curve = {"bytes_per_op": [], "bytes_per_s": []}
+    largest = None
+    for elements in CURVE_ELEMENTS:
+        traffic = 12.0 * elements
+        calls = max(3, int(2e8 / (traffic * per_call)))
+        timed = _blocks(adds(elements), sync, per_call, calls)
+        net = timed["median"] - floor
+        if net > 0.2 * timed["median"]:
+            curve["bytes_per_op"].append(traffic)
+            curve["bytes_per_s"].append(traffic / net)
+        largest = {
+            "median": traffic / max(net, 1e-12),
+            "iqr": timed["iqr"] / max(net, 1e-12) * traffic / max(net, 1e-12),
+            "blocks": timed["blocks"],
+            "unit": "B/s",
+        }
+    return {"mem_bytes_per_s": largest, "mem_curve": curve}
+
+
+#: Sides of the square float32 products of the FLOP-rate curve: a step's products are
+#: mostly small (s000-hjb's 100 x 8 x 8), and a small product runs far below the
+#: large one's rate.
+CURVE_SIDES = (16, 32, 64, 128, 256, 512)
+
+
+def _flop_curve(products, sync, per_call: int = 1) -> dict:
+    """FLOP/s of square products at each side of :data:`CURVE_SIDES` (2·n³ FLOPs each;
+    the output allocated), net of a 1 × 1 product's cost (its dispatch, priced by the
+    ops term). ``products(side)`` returns ``run(n)``, n calls of ``per_call`` products.
+    Returns ``flop_curve`` ({"flops_per_op": [...], "flop_per_s": [...]}, sides whose
+    arithmetic took under a fifth of the time dropped)."""
+    floor = _blocks(products(1), sync, per_call, 50)["median"]
+    curve = {"flops_per_op": [], "flop_per_s": []}
+    for side in CURVE_SIDES:
+        flops = 2.0 * side**3
+        calls = max(3, int(2e8 / (flops * per_call)))
+        timed = _blocks(products(side), sync, per_call, min(calls, 2000))
+        net = timed["median"] - floor
+        if net > 0.2 * timed["median"]:
+            curve["flops_per_op"].append(flops)
+            curve["flop_per_s"].append(flops / net)
+    return {"flop_curve": curve}
+
+
 def _torch_rates(device: str) -> dict:
     import torch
 
@@ -115,10 +185,18 @@ def _torch_rates(device: str) -> dict:
     a = torch.randn(size, size, device=target)
     matmuls = lambda n: [a @ a for _ in range(n)]  # noqa: E731
     rates["flop_per_s"] = _inverse(_blocks(matmuls, sync, 2.0 * size**3, 3), "FLOP/s")
-    big = torch.ones(STREAM_ELEMENTS, device=target)
-    other, out = torch.ones_like(big), torch.empty_like(big)
-    add = lambda n: [torch.add(big, other, out=out) for _ in range(n)]  # noqa: E731
-    rates["mem_bytes_per_s"] = _inverse(_blocks(add, sync, 12.0 * STREAM_ELEMENTS, 3), "B/s")
+
+    def products(side: int):
+        m = torch.randn(side, side, device=target)
+        return lambda n: [m @ m for _ in range(n)]
+
+    rates.update(_flop_curve(products, sync))
+
+    def adds(elements: int):
+        a, b = torch.ones(elements, device=target), torch.ones(elements, device=target)
+        return lambda n: [torch.add(a, b) for _ in range(n)]
+
+    rates.update(_mem_curve(adds, sync))
     if target == "cuda":
         host = torch.ones(STREAM_ELEMENTS)
         copy = lambda n: [host.to(target) for _ in range(n)]  # noqa: E731
@@ -187,13 +265,46 @@ def _tf_rates(device: str) -> dict:
                 tf.reshape(box["y"], [-1])[0].numpy()
 
         rates["flop_per_s"] = _inverse(_blocks(matmuls, sync_y, 2.0 * size**3, 3), "FLOP/s")
-        big, other = tf.ones(STREAM_ELEMENTS), tf.fill((STREAM_ELEMENTS,), 2.0)
 
-        def adds(n: int) -> None:
-            for _ in range(n):
-                box["y"] = big + other
+        def products(side: int):
+            # Chained in one graph call, as the additions below.
+            q = tf.eye(side)
 
-        rates["mem_bytes_per_s"] = _inverse(_blocks(adds, sync_y, 12.0 * STREAM_ELEMENTS, 3), "B/s")
+            @tf.function
+            def chain():
+                y = q
+                for _ in range(CHAIN):
+                    y = y @ q
+                return y
+
+            def run(n: int) -> None:
+                for _ in range(n):
+                    box["y"] = chain()
+
+            return run
+
+        rates.update(_flop_curve(products, sync_y, per_call=CHAIN))
+
+        def adds(elements: int):
+            # Inside a graph, CHAIN adds per call: the eager call's cost (tens of µs)
+            # would otherwise swamp a small add's memory traffic.
+            # Products, not sums: Grappler rewrites a chain of adds into one AddN.
+            a, b = tf.ones(elements), tf.fill((elements,), 1.0001)
+
+            @tf.function
+            def chain():
+                y = a
+                for _ in range(CHAIN):
+                    y = y * b
+                return y
+
+            def run(n: int) -> None:
+                for _ in range(n):
+                    box["y"] = chain()
+
+            return run
+
+        rates.update(_mem_curve(adds, sync_y, per_call=CHAIN))
     return rates
 
 
@@ -257,6 +368,18 @@ RATE_COLUMNS = {
 
 def row_columns(rates: dict | None) -> dict:
     """The ``rate_*`` columns of every row of a job from :func:`measure_rates`' result
-    (medians; None for a rate not measured or without rates)."""
+    (medians; None for a rate not measured or without rates), and the curves as JSON
+    ``rate_mem_curve`` ``[[bytes per op, bytes/s], ...]`` and ``rate_flop_curve``
+    ``[[FLOPs per product, FLOP/s], ...]`` (None without one)."""
     rates = rates or {}
-    return {column: (rates.get(name) or {}).get("median") for name, column in RATE_COLUMNS.items()}
+    columns = {
+        column: (rates.get(name) or {}).get("median") for name, column in RATE_COLUMNS.items()
+    }
+    for column, name, per_op, rate in (
+        ("rate_mem_curve", "mem_curve", "bytes_per_op", "bytes_per_s"),
+        ("rate_flop_curve", "flop_curve", "flops_per_op", "flop_per_s"),
+    ):
+        curve = rates.get(name) or {}
+        pairs = list(zip(curve.get(per_op, []), curve.get(rate, []), strict=True))
+        columns[column] = json.dumps(pairs) if pairs else None
+    return columns
