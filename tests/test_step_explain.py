@@ -290,7 +290,7 @@ def test_regime_wording_for_compute_memory_and_graph_ops():
     memory = device_regime_text(out.iloc[1], first=False)
     assert memory.startswith("on CUDA it is memory-bound: 1 GB moved at 1 TB/s ≈ 1 ms")
     graph = device_regime_text(out.iloc[2])
-    assert "100 eager TensorFlow ops \u00d7 10 µs + 200 in a compiled graph \u00d7 1 µs" in graph
+    assert "100 eager TensorFlow ops \u00d7 10 µs + 200 TensorFlow ops in a compiled graph \u00d7 1 µs" in graph
 
 
 def _synthetic_reference():
@@ -566,3 +566,25 @@ def test_products_are_priced_at_the_flop_rate_of_their_size():
     large = _row("cpu", 1e-3, flops=1e9, step_flop_ops=10.0, rate_flop_curve=curve)
     out = model_columns(pd.DataFrame([small, large]))
     assert out["model_compute_s"].tolist() == pytest.approx([1e6 / 1e9, 1e9 / 1e11])
+
+
+def test_keras_fit_wording_names_fit_s_own_cost():
+    from crossover_study.answer_regime import _term_detail
+
+    row = pd.Series(
+        {
+            "program": "keras_fit",
+            "step_ops": 30.0,
+            "step_graph_ops": 20.0,
+            "step_function_calls": 1.0,
+            "step_ops_kind": "tf_ops",
+            "steps_per_call": 4,
+            "rate_eager_op_s": 1e-4,
+            "rate_graph_op_s": 1e-6,
+            "rate_fit_call_s": 0.05,
+            "rate_fit_step_s": 0.002,
+        }
+    )
+    text = _term_detail(row, "launch")
+    assert text.startswith("Keras fit's own 50 ms per call / 4 steps + 2 ms per step")
+    assert "eager" not in text and "20 TensorFlow ops in a compiled graph" in text

@@ -18,7 +18,7 @@ from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_size, format_
 from crossover_study.answer_rows import seed_rows, to_number
 from crossover_study.crossover import cpu_side, crossover_size
 from crossover_study.spec import ACCELERATORS, row_axes, select_rows
-from crossover_study.step_model import TERM_COLUMNS
+from crossover_study.step_model import KERAS_FIT_PROGRAMS, TERM_COLUMNS
 
 #: Devices in the order a "why" clause names them.
 DEVICE_ORDER = ("cpu", *ACCELERATORS)
@@ -42,24 +42,51 @@ def _has_model(rows: pd.DataFrame) -> bool:
     return "model_step_s" in rows and pd.to_numeric(rows["model_step_s"]).notna().any()
 
 
-def _term_detail(row: pd.Series, term: str) -> str:
-    """How the model's largest term ``term`` of ``row`` is made: '183 kernels × 5 µs'."""
-    if term == "launch":
-        ops, graph = to_number(row.get("step_ops")) or 0.0, to_number(row.get("step_graph_ops"))
-        word = OP_WORDS.get(str(row.get("step_ops_kind")), "ops")
-        eager = to_number(row.get("rate_eager_op_s"))
-        if graph:
-            rate = to_number(row.get("rate_graph_op_s")) or eager
-            return (
-                f"{round(ops - graph)} eager {word} {TIMES} {format_seconds(eager)} + "
-                f"{round(graph)} in a compiled graph {TIMES} {format_seconds(rate)}"
+def _launch_parts(row: pd.Series) -> list[str]:
+    """The ops term's parts as the model prices them (step_model.model_columns): eager
+    ops, graph ops, traced-function calls, or Keras fit's own cost per call and step."""
+    ops, graph = to_number(row.get("step_ops")) or 0.0, to_number(row.get("step_graph_ops")) or 0.0
+    calls = to_number(row.get("step_function_calls")) or 0.0
+    word = OP_WORDS.get(str(row.get("step_ops_kind")), "ops")
+    eager = to_number(row.get("rate_eager_op_s"))
+    parts = []
+    if row.get("program") in KERAS_FIT_PROGRAMS:
+        per_call, per_step = (
+            to_number(row.get("rate_fit_call_s")),
+            to_number(row.get("rate_fit_step_s")),
+        )
+        steps = to_number(row.get("steps_per_call")) or 1.0
+        parts.append(
+            f"Keras fit's own {format_seconds(per_call)} per call / {round(steps)} steps + "
+            f"{format_seconds(per_step)} per step"
+        )
+    else:
+        if ops - graph > 0 or not graph:
+            parts.append(
+                f"{round(ops - graph)} {'eager ' if graph else ''}{word} {TIMES} {format_seconds(eager)}"
             )
-        return f"{round(ops)} {word} {TIMES} {format_seconds(eager)}"
+        if calls:
+            call = to_number(row.get("rate_function_call_s"))
+            parts.append(
+                f"{calls:g} traced-function call{'' if calls == 1 else 's'} {TIMES} {format_seconds(call)}"
+            )
+    if graph:
+        rate = to_number(row.get("rate_graph_op_s")) or eager
+        parts.append(f"{round(graph)} {word} in a compiled graph {TIMES} {format_seconds(rate)}")
+    return parts
+
+
+def _term_detail(row: pd.Series, term: str) -> str:
+    """How the model's largest term ``term`` of ``row`` is made: '183 kernels × 5 µs';
+    the compute and memory rates are those the model used (read off the job's curves
+    at the step's mean size per op: the count over the term)."""
+    if term == "launch":
+        return " + ".join(_launch_parts(row))
     if term == "compute":
-        rate = to_number(row.get("rate_flop_per_s"))
+        rate = to_number(row["step_flops"]) / to_number(row["model_compute_s"])
         return f"{fmt_si(row['step_flops'], 'FLOP')} at {fmt_si(rate, 'FLOP/s')}"
     if term == "memory":
-        rate = to_number(row.get("rate_mem_bytes_per_s"))
+        rate = to_number(row["step_mem_bytes"]) / to_number(row["model_memory_s"])
         return f"{fmt_si(row['step_mem_bytes'], 'B')} moved at {fmt_si(rate, 'B/s')}"
     rate = to_number(row.get("rate_copy_bytes_per_s"))
     return f"{fmt_si(row['step_copy_bytes'], 'B')} copied at {fmt_si(rate, 'B/s')}"
