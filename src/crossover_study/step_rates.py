@@ -99,33 +99,38 @@ CURVE_ELEMENTS = (2**12, 2**15, 2**18, 2**21, STREAM_ELEMENTS)
 CHAIN = 20
 
 
+def _net_curve(make, sync, per_call: int, sizes, amount) -> tuple[list, list, dict]:
+    """One op's rate at each of ``sizes``, net of its cost at size 1 (its dispatch,
+    which the ops term prices), so that the curve measures the work alone:
+    ``make(size)`` returns ``run(n)``, n calls of ``per_call`` ops; ``amount(size)`` is
+    the work per op (bytes or FLOPs). Returns (work per op, work per second) for the
+    sizes whose work took at least a fifth of the op's time, and the largest size's
+    rate as ``{"median", "iqr", "blocks"}``. Hand-rolled: a timeit of one op at a few
+    sizes, minus the floor, is all it is."""
+    floor = _blocks(make(1), sync, per_call, 50)["median"]
+    per_op, rate, largest = [], [], {}
+    for size in sizes:
+        work = amount(size)
+        calls = min(2000, max(3, int(2e8 / (work * per_call))))
+        timed = _blocks(make(size), sync, per_call, calls)
+        net = max(timed["median"] - floor, 1e-12)
+        if net > 0.2 * timed["median"]:
+            per_op.append(work)
+            rate.append(work / net)
+        largest = {"median": work / net, "iqr": timed["iqr"] * work / net**2, "blocks": BLOCKS}
+    return per_op, rate, largest
+
+
 def _mem_curve(adds, sync, per_call: int = 1) -> dict:
     """Bytes per second of an element-wise addition that allocates its output, as a
     step's operations do, at each size of :data:`CURVE_ELEMENTS` (12 bytes per element:
-    two inputs read, one output written; STREAM's "add"), net of the same addition's
-    cost at one element (its dispatch, priced by the ops term), so that the curve
-    measures the memory traffic alone. ``adds(elements)`` returns ``run(n)``, which
-    makes n calls of ``per_call`` additions each. Returns ``mem_bytes_per_s`` (the
-    largest size: DRAM) and ``mem_curve`` ({"bytes_per_op": [...], "bytes_per_s":
-    [...]}, sizes where the traffic took under a fifth of the time dropped)."""
-    floor = _blocks(adds(1), sync, per_call, 50)["median"]
-    curve = {"bytes_per_op": [], "bytes_per_s": []}
-    largest = None
-    for elements in CURVE_ELEMENTS:
-        traffic = 12.0 * elements
-        calls = max(3, int(2e8 / (traffic * per_call)))
-        timed = _blocks(adds(elements), sync, per_call, calls)
-        net = timed["median"] - floor
-        if net > 0.2 * timed["median"]:
-            curve["bytes_per_op"].append(traffic)
-            curve["bytes_per_s"].append(traffic / net)
-        largest = {
-            "median": traffic / max(net, 1e-12),
-            "iqr": timed["iqr"] / max(net, 1e-12) * traffic / max(net, 1e-12),
-            "blocks": timed["blocks"],
-            "unit": "B/s",
-        }
-    return {"mem_bytes_per_s": largest, "mem_curve": curve}
+    two inputs read, one output written; STREAM's "add"), net of the addition's
+    dispatch (:func:`_net_curve`). ``adds(elements)`` returns ``run(n)``. Returns
+    ``mem_bytes_per_s`` (the largest size: DRAM) and ``mem_curve`` ({"bytes_per_op":
+    [...], "bytes_per_s": [...]})."""
+    per_op, rate, largest = _net_curve(adds, sync, per_call, CURVE_ELEMENTS, lambda n: 12.0 * n)
+    curve = {"bytes_per_op": per_op, "bytes_per_s": rate}
+    return {"mem_bytes_per_s": {**largest, "unit": "B/s"}, "mem_curve": curve}
 
 
 #: Sides of the square float32 products of the FLOP-rate curve: a step's products are
@@ -136,21 +141,11 @@ CURVE_SIDES = (16, 32, 64, 128, 256, 512)
 
 def _flop_curve(products, sync, per_call: int = 1) -> dict:
     """FLOP/s of square products at each side of :data:`CURVE_SIDES` (2·n³ FLOPs each;
-    the output allocated), net of a 1 × 1 product's cost (its dispatch, priced by the
-    ops term). ``products(side)`` returns ``run(n)``, n calls of ``per_call`` products.
-    Returns ``flop_curve`` ({"flops_per_op": [...], "flop_per_s": [...]}, sides whose
-    arithmetic took under a fifth of the time dropped)."""
-    floor = _blocks(products(1), sync, per_call, 50)["median"]
-    curve = {"flops_per_op": [], "flop_per_s": []}
-    for side in CURVE_SIDES:
-        flops = 2.0 * side**3
-        calls = max(3, int(2e8 / (flops * per_call)))
-        timed = _blocks(products(side), sync, per_call, min(calls, 2000))
-        net = timed["median"] - floor
-        if net > 0.2 * timed["median"]:
-            curve["flops_per_op"].append(flops)
-            curve["flop_per_s"].append(flops / net)
-    return {"flop_curve": curve}
+    the output allocated), net of a 1 × 1 product's dispatch (:func:`_net_curve`).
+    ``products(side)`` returns ``run(n)``. Returns ``flop_curve`` ({"flops_per_op":
+    [...], "flop_per_s": [...]})."""
+    per_op, rate, _ = _net_curve(products, sync, per_call, CURVE_SIDES, lambda n: 2.0 * n**3)
+    return {"flop_curve": {"flops_per_op": per_op, "flop_per_s": rate}}
 
 
 def _torch_rates(device: str) -> dict:
