@@ -290,7 +290,10 @@ def test_regime_wording_for_compute_memory_and_graph_ops():
     memory = device_regime_text(out.iloc[1], first=False)
     assert memory.startswith("on CUDA it is memory-bound: 1 GB moved at 1 TB/s ≈ 1 ms")
     graph = device_regime_text(out.iloc[2])
-    assert "100 eager TensorFlow ops \u00d7 10 µs + 200 TensorFlow ops in a compiled graph \u00d7 1 µs" in graph
+    assert (
+        "100 eager TensorFlow ops \u00d7 10 µs + 200 TensorFlow ops in a compiled graph \u00d7 1 µs"
+        in graph
+    )
 
 
 def _synthetic_reference():
