@@ -245,9 +245,12 @@ def test_the_answer_names_each_devices_regime_and_the_models_crossover():
     # at H = 128: CPU 400 us launches + 335.5 us compute, measured 5 % more
     assert (
         "why (step-time model): with torch, on the CPU the step is launch-bound: "
-        "40 ops \u00d7 10 µs ≈ 400 µs of 772 µs measured (the model explains 95 %)" in text
+        "40 ops \u00d7 10 µs ≈ 400 µs; the model's whole step 736 µs of 772 µs measured "
+        "(the model explains 95 %)" in text
     )
-    assert "on CUDA it is launch-bound: 200 kernels \u00d7 5 µs ≈ 1 ms of 1 ms measured" in text
+    assert (
+        "on CUDA it is launch-bound: 200 kernels \u00d7 5 µs ≈ 1 ms; the model's whole step" in text
+    )
     assert "(the model explains 100 %)" in text
     assert "the model predicts the crossover at hidden ≈ " in text
     assert text.endswith(".")
