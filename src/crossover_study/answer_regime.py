@@ -17,7 +17,7 @@ import pandas as pd
 from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_size, format_seconds
 from crossover_study.answer_rows import seed_rows, to_number
 from crossover_study.crossover import cpu_side, crossover_size
-from crossover_study.spec import ACCELERATORS, row_axes, select_rows
+from crossover_study.spec import ACCELERATORS, row_axes, select_rows, synced
 from crossover_study.step_model import KERAS_FIT_PROGRAMS, TERM_COLUMNS
 
 #: Devices in the order a "why" clause names them.
@@ -158,8 +158,7 @@ def model_crossover(
     sizes have a model on both devices."""
     if not _has_model(timings):
         return None
-    if "timing" in timings:
-        timings = timings[timings["timing"].fillna("synced") == "synced"]
+    timings = synced(timings)
     mine = timings[(timings["case"] == case) & (timings["framework"] == framework)]
     cpu, _, _ = cpu_side(mine, case, framework, variant, accelerator, axis)
     sub = mine[mine["variant"] == variant]
@@ -207,8 +206,7 @@ def model_agreement(timings: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
     if not _has_model(timings) or "model_share" not in timings:
         return timings.iloc[0:0].assign(within=pd.Series(dtype=bool))
     rows = timings[(timings["device"] == device) & (timings["status"] == "ok")]
-    if "timing" in rows:  # an unsynchronised row times the anti-pattern, not the step
-        rows = rows[rows["timing"].fillna("synced") == "synced"]
+    rows = synced(rows)  # an unsynchronised row times the anti-pattern, not the step
     share = pd.to_numeric(rows["model_share"], errors="coerce")
     rows = rows[share.notna() & (share > 0)].copy()
     share = pd.to_numeric(rows["model_share"])

@@ -18,7 +18,7 @@ from crossover_study.answer_format import (
     format_seconds,
 )
 from crossover_study.answer_rows import flag_text, seed_rows, to_number
-from crossover_study.spec import ACCELERATORS, FRAMEWORKS
+from crossover_study.spec import ACCELERATORS, FRAMEWORKS, synced
 
 #: A variant must be this much faster than eager to be called a remedy: the noise
 #: threshold of STUDY.md item 4 (IQR/median 0.1), so noise is not sold as a speed-up.
@@ -40,8 +40,7 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
     none was measured.
     """
     rows = seed_rows(timings, case)  # replicated rows left out (spec.select_rows)
-    if "timing" in rows:
-        rows = rows[rows["timing"].fillna("synced") == "synced"]
+    rows = synced(rows)
     parts = []
     for device in [d for d in ("cpu", *ACCELERATORS) if d in set(rows["device"])]:
         on_device = rows[rows["device"] == device]

@@ -45,7 +45,7 @@ from .files import write_csv_atomic
 from .point_runs import resample_medians, row_runs
 from .programs import cpu_rows, no_cpu_program_reason, program_column, program_of_rows
 from .provenance import table_columns
-from .spec import ACCELERATORS, case_axes, seed_sizes, select_rows, without_replicas
+from .spec import ACCELERATORS, case_axes, seed_sizes, select_rows, synced, without_replicas
 from .tables import FORMAT_VERSION, read_timings
 
 #: Percentiles of every bootstrap interval here: the two-sided 95% percentile interval.
@@ -291,8 +291,7 @@ def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
     ``mirrored``) are left out: they are measured at the seed's size only.
     """
     timings = without_replicas(timings)  # replicated rows: the scaling figure's
-    if "timing" in timings:  # unsynchronised rows are the anti-pattern, never estimated
-        timings = timings[timings["timing"].fillna("synced") == "synced"]
+    timings = synced(timings)  # unsynchronised rows are the anti-pattern, never estimated
     # The program every row ran (its own column, or the program table for old tables).
     timings = timings.assign(program=program_column(timings))
     rows = []

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.figure_data import at_seed
-from crossover_study.spec import REPLICA_VARIANTS, truthy
+from crossover_study.spec import REPLICA_VARIANTS, synced, truthy
 
 __all__ = ["ideal_scaling", "scaling_lines", "scaling_table"]
 
@@ -67,8 +67,7 @@ def scaling_table(timings: pd.DataFrame, case: str | None = None) -> pd.DataFram
         "noisy",
     ]
     df = timings[timings["status"] == "ok"].copy()
-    if "timing" in df:
-        df = df[df["timing"].fillna("synced") == "synced"]
+    df = synced(df)
     if case is not None:
         df = df[df["case"] == case]
     batch = pd.to_numeric(df["batch"], errors="coerce")

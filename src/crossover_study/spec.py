@@ -198,6 +198,16 @@ def without_replicas(timings):
     return timings[~timings["variant"].isin(tuple(REPLICA_VARIANTS))]
 
 
+def synced(timings):
+    """Rows of a timings DataFrame timed correctly (``timing`` synced): unsynchronised
+    rows time the no-sync anti-pattern, never the device's speed. A row with the column
+    empty, and every row of a table without it (written before unsynced timing existed),
+    is synced."""
+    if "timing" not in timings:
+        return timings
+    return timings[timings["timing"].fillna("synced") == "synced"]
+
+
 def select_rows(
     timings,
     case: str,

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from crossover_study.answer_format import format_seconds
-from crossover_study.spec import seed_sizes, size_columns
+from crossover_study.spec import seed_sizes, size_columns, synced
 from crossover_study.step_model import MODEL_COLUMNS, TERM_COLUMNS, model_columns
 from crossover_study.tables import read_timings
 
@@ -105,8 +105,7 @@ def predict_on_reference(timings: pd.DataFrame, reference: pd.DataFrame, name: s
     if rates.empty or "step_ops" not in timings:
         return pd.DataFrame(columns=columns)
     cpu = timings[(timings["device"] == "cpu") & (timings["status"] == "ok")]
-    if "timing" in cpu:
-        cpu = cpu[cpu["timing"].fillna("synced") == "synced"]
+    cpu = synced(cpu)
     keep = ["case", "framework", "variant", *axes, "step_time_s", *COUNT_COLUMNS]
     points = cpu.reindex(columns=keep).rename(columns={"step_time_s": "cpu_step_time_s"})
     frames = []
