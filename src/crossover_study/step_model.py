@@ -141,12 +141,14 @@ def terms(
     }
 
 
-def combine(t: dict[str, float], synchronous: bool = False) -> float:
-    """Seconds per step from the terms of :func:`terms`: their sum on a synchronous
-    device, max(launch, compute + memory) + transfer on an asynchronous one."""
+def combine(t: dict, synchronous: bool = False):
+    """Seconds per step from the terms of :func:`terms` (floats) or of
+    :func:`model_columns` (one Series per term, a value per row): their sum on a
+    synchronous device, max(launch, compute + memory) + transfer on an asynchronous
+    one (``numpy.fmax``: element-wise, a missing term left to the caller's check)."""
     if synchronous:
         return t["launch"] + t["compute"] + t["memory"] + t["transfer"]
-    return max(t["launch"], t["compute"] + t["memory"]) + t["transfer"]
+    return np.fmax(t["launch"], t["compute"] + t["memory"]) + t["transfer"]
 
 
 def predict_step_s(
@@ -162,7 +164,7 @@ def predict_step_s(
     """Predicted seconds per step (:func:`terms` combined by :func:`combine`; the
     default, asynchronous, is an accelerator's form). Raises as :func:`terms`."""
     t = terms(ops, flops, rates, bytes_, graph_ops=graph_ops, mem_bytes=mem_bytes)
-    return combine(t, synchronous)
+    return float(combine(t, synchronous))
 
 
 def regime(
@@ -332,9 +334,7 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     }
     sync = out["device"].map(SYNCHRONOUS) if "device" in out else pd.Series(np.nan)
     sync = sync.reindex(out.index)
-    summed = t["launch"] + t["compute"] + t["memory"] + t["transfer"]
-    overlapped = np.fmax(t["launch"], t["compute"] + t["memory"]) + t["transfer"]
-    step = summed.where(sync.eq(True), overlapped).where(sync.notna())
+    step = combine(t, True).where(sync.eq(True), combine(t, False)).where(sync.notna())
     measured = number("step_time_s")
     ok = out["status"] == "ok" if "status" in out else pd.Series(True, index=out.index)
     valid = ok & step.notna() & (ops >= graph)
