@@ -594,3 +594,54 @@ def test_keras_fit_wording_names_fit_s_own_cost():
     text = _term_detail(row, "launch")
     assert text.startswith("Keras fit's own 50 ms per call / 4 steps + 2 ms per step")
     assert "eager" not in text and "20 TensorFlow ops in a compiled graph" in text
+
+
+def test_a_keras_fit_point_is_predicted_with_the_references_fit_and_curve_rates():
+    """The prediction carries every count and rate the model prices: a TensorFlow Keras
+    fit point needs its traced-function calls, its program and steps per call, and the
+    reference's fit rates; the reference's curves price its products by size."""
+    import json
+
+    from crossover_study import step_reference
+
+    counts = {
+        "step_ops": 30.0,
+        "step_graph_ops": 20.0,
+        "step_function_calls": 1.0,
+        "step_flops": 1e6,
+        "step_flop_ops": 10.0,
+        "step_mem_bytes": 0.0,
+        "step_copy_bytes": 0.0,
+    }
+    study = pd.DataFrame(
+        [
+            _row(
+                "cpu",
+                0.02,
+                framework="tensorflow",
+                program="keras_fit",
+                steps_per_call=4,
+                **counts,
+            )
+        ]
+    )
+    curve = json.dumps([[1e3, 1e9], [1e7, 1e12]])
+    gpu = _row(
+        "cuda",
+        1e-3,
+        framework="tensorflow",
+        device_name="Synthetic GPU X1",
+        rate_graph_op_s=1e-6,
+        rate_function_call_s=1e-4,
+        rate_fit_call_s=0.04,
+        rate_fit_step_s=1e-3,
+        rate_flop_curve=curve,
+    )
+    predicted = step_reference.predict_on_reference(study, pd.DataFrame([gpu]), "ref-x")
+    assert len(predicted) == 1
+    # fit: 40 ms / 4 steps + 1 ms + 20 graph ops x 1 us; products of 1e5 FLOPs, halfway
+    # (in logs) along the curve: 10^10.5 FLOP/s
+    ops = 0.04 / 4 + 1e-3 + 20 * 1e-6
+    assert predicted["model_ops_s"].iloc[0] == pytest.approx(ops)
+    assert predicted["model_compute_s"].iloc[0] == pytest.approx(1e6 / 10**10.5)
+    assert predicted["predicted_step_s"].iloc[0] == pytest.approx(ops)

@@ -361,6 +361,13 @@ RATE_COLUMNS = {
 }
 
 
+#: The timings table's curve columns: each one's rate name and its two lists.
+CURVE_COLUMNS = {
+    "rate_mem_curve": ("mem_curve", "bytes_per_op", "bytes_per_s"),
+    "rate_flop_curve": ("flop_curve", "flops_per_op", "flop_per_s"),
+}
+
+
 def row_columns(rates: dict | None) -> dict:
     """The ``rate_*`` columns of every row of a job from :func:`measure_rates`' result
     (medians; None for a rate not measured or without rates), and the curves as JSON
@@ -370,10 +377,7 @@ def row_columns(rates: dict | None) -> dict:
     columns = {
         column: (rates.get(name) or {}).get("median") for name, column in RATE_COLUMNS.items()
     }
-    for column, name, per_op, rate in (
-        ("rate_mem_curve", "mem_curve", "bytes_per_op", "bytes_per_s"),
-        ("rate_flop_curve", "flop_curve", "flops_per_op", "flop_per_s"),
-    ):
+    for column, (name, per_op, rate) in CURVE_COLUMNS.items():
         curve = rates.get(name) or {}
         pairs = list(zip(curve.get(per_op, []), curve.get(rate, []), strict=True))
         columns[column] = json.dumps(pairs) if pairs else None

@@ -19,31 +19,30 @@ device), the same FLOPs and element-wise bytes, and copies what the CPU row coun
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
 
+from crossover_study import step_counts, step_rates
 from crossover_study.answer_format import format_seconds
 from crossover_study.spec import seed_sizes, size_columns, synced
 from crossover_study.step_model import MODEL_COLUMNS, TERM_COLUMNS, model_columns
 from crossover_study.tables import read_timings
 
-#: The reference's measured rates (per framework and accelerator, their medians).
-RATE_COLUMNS = (
-    "rate_eager_op_s",
-    "rate_graph_op_s",
-    "rate_flop_per_s",
-    "rate_mem_bytes_per_s",
-    "rate_copy_bytes_per_s",
-)
-#: The study's counts a prediction uses (from its own CPU rows).
+#: The reference's measured rates (per framework and accelerator, their medians): every
+#: rate a job writes (:data:`step_rates.RATE_COLUMNS`).
+RATE_COLUMNS = tuple(step_rates.RATE_COLUMNS.values())
+#: The reference's rate curves (JSON, :data:`step_rates.CURVE_COLUMNS`): one job's each,
+#: as a median of curves measured at different sizes is not a curve.
+CURVE_COLUMNS = tuple(step_rates.CURVE_COLUMNS)
+#: The study's counts a prediction uses (from its own CPU rows): every column a count
+#: writes (:meth:`step_counts.StepCounts.columns`), and the program and its steps per
+#: call, which price a Keras fit program's own cost.
 COUNT_COLUMNS = (
-    "step_ops",
-    "step_graph_ops",
-    "step_ops_kind",
-    "step_flops",
-    "step_mem_bytes",
-    "step_copy_bytes",
+    *(f"step_{field.name}" for field in dataclasses.fields(step_counts.StepCounts)),
+    "program",
+    "steps_per_call",
 )
 #: Columns of :func:`predict_on_reference`'s table besides the size axes.
 PREDICTION_COLUMNS = (
@@ -64,9 +63,10 @@ PREDICTION_COLUMNS = (
 def reference_rates(reference: pd.DataFrame) -> pd.DataFrame:
     """One row per framework × accelerator of a reference run's timings table: the
     median of each of :data:`RATE_COLUMNS` over its ok rows on that device (not the
-    cpu; an empty rate stays empty) and its ``device_name`` (the most frequent). Empty
-    (with those columns) when the table has no ok accelerator row with a rate."""
-    columns = ["framework", "device", "device_name", *RATE_COLUMNS]
+    cpu; an empty rate stays empty), the first of its rows' :data:`CURVE_COLUMNS` (empty
+    where none has one) and its ``device_name`` (the most frequent). Empty (with those
+    columns) when the table has no ok accelerator row with a rate."""
+    columns = ["framework", "device", "device_name", *RATE_COLUMNS, *CURVE_COLUMNS]
     if not set(RATE_COLUMNS) & set(reference.columns):
         return pd.DataFrame(columns=columns)
     rows = reference[(reference["status"] == "ok") & (reference["device"] != "cpu")]
@@ -76,12 +76,14 @@ def reference_rates(reference: pd.DataFrame) -> pd.DataFrame:
     for (framework, device), group in rows.groupby(["framework", "device"], sort=True):
         names = group["device_name"].dropna() if "device_name" in group else pd.Series()
         medians = group.reindex(columns=list(RATE_COLUMNS)).apply(pd.to_numeric, errors="coerce")
+        curves = group.reindex(columns=list(CURVE_COLUMNS))
         out.append(
             {
                 "framework": framework,
                 "device": device,
                 "device_name": names.mode().iloc[0] if len(names) else None,
                 **medians.median().to_dict(),
+                **{c: next(iter(curves[c].dropna()), None) for c in CURVE_COLUMNS},
             }
         )
     return pd.DataFrame(out, columns=columns)
@@ -118,7 +120,7 @@ def predict_on_reference(timings: pd.DataFrame, reference: pd.DataFrame, name: s
             device_name=acc["device_name"],
             status="ok",
             step_time_s=float("nan"),
-            **{c: acc[c] for c in RATE_COLUMNS},
+            **{c: acc[c] for c in (*RATE_COLUMNS, *CURVE_COLUMNS)},
         )
         frames.append(model_columns(priced))
     if not frames:
