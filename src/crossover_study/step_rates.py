@@ -5,13 +5,17 @@ Measured once per job, after the device is initialised and before the first poin
 as the median over blocks with the blocks' interquartile range (its spread):
 
 - ``eager_op_s``: seconds per operation of a minimal training step dispatched from
-  Python (one 1 × 1 dense layer: forward, loss, gradients, SGD update), the step's time
-  divided by its operations as :mod:`crossover_study.step_counts` counts them. Not a
-  bare ``add``: an operation of a training step also pays autograd's bookkeeping and the
-  Python around it, which a lone ``torch.add`` does not (1.9 µs for ``torch.add`` against
-  about 14 µs per op of s001-mlp's step on the 2-core VM, 2026-12-02).
-- ``graph_op_s`` (TensorFlow): the same step inside one ``tf.function``: seconds per
-  operation of a compiled graph.
+  Python (:data:`DEPTH` tanh layers of width 1: forward, loss, gradients, SGD update),
+  the step's time divided by its operations as :mod:`crossover_study.step_counts`
+  counts them. Not a bare ``add``: an operation of a training step also pays autograd's
+  bookkeeping and the Python around it, which a lone ``torch.add`` does not (1.9 µs for
+  ``torch.add`` against about 5 to 9 µs per op of the seeds' torch steps on the 2-core
+  VM, 2026-12-02).
+- ``graph_op_s`` and ``function_call_s`` (TensorFlow): the same step inside one
+  ``tf.function`` at :data:`DEPTH` and :data:`DEEP` layers; the slope of its time
+  against its ops is the cost of an op inside a graph, the intercept that of the call.
+- ``fit_call_s`` and ``fit_step_s`` (TensorFlow): Keras ``fit``'s own cost per call
+  and per step, the intercept and slope of one epoch at 1 and 8 steps.
 - ``flop_per_s``: the achieved FLOP/s of dense matrix products in the job's float
   precision (square products of :data:`MATMUL_SIZE` for the device class,
   2·n³ FLOPs each), and ``flop_curve``: the same at the sides :data:`CURVE_SIDES`, net
@@ -199,6 +203,19 @@ def _torch_rates(device: str) -> dict:
     return rates
 
 
+def _line(x_a: float, a: dict, x_b: float, b: dict, min_slope: float) -> tuple[dict, dict]:
+    """The line through two timings (:func:`_blocks` results ``a`` and ``b``, seconds
+    per call at ``x_a`` and ``x_b`` units of work per call): its slope (seconds per
+    unit, at least ``min_slope``) and its intercept (seconds per call beyond the work,
+    at least 0), each as ``{"median", "iqr", "blocks"}``; the slope's spread is the two
+    IQRs over the distance between the points, the intercept's the first point's IQR."""
+    slope = max((b["median"] - a["median"]) / (x_b - x_a), min_slope)
+    return (
+        {"median": slope, "iqr": (a["iqr"] + b["iqr"]) / (x_b - x_a), "blocks": a["blocks"]},
+        {"median": max(a["median"] - x_a * slope, 0.0), "iqr": a["iqr"], "blocks": a["blocks"]},
+    )
+
+
 def _tf_chain_step(tf, depth: int):
     """A TensorFlow training step of ``depth`` tanh layers of width 1 (GradientTape,
     SGD by assign_sub) and a function reading its first weight back (the sync)."""
@@ -215,6 +232,26 @@ def _tf_chain_step(tf, depth: int):
             w.assign_sub(0.01 * g)
 
     return step, lambda: weights[0].numpy()
+
+
+def _tf_chain(tf, box: dict, first, op):
+    """``run(n)`` for the curves: n calls of one ``tf.function`` applying ``op`` to
+    ``first`` :data:`CHAIN` times in a row (each op's output the next one's input), the
+    last result kept in ``box["y"]`` for the sync. Chained inside a graph: the eager
+    call's cost (tens of µs) would otherwise swamp a small op's work."""
+
+    @tf.function
+    def chain():
+        y = first
+        for _ in range(CHAIN):
+            y = op(y)
+        return y
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            box["y"] = chain()
+
+    return run
 
 
 def _tf_rates(device: str) -> dict:
@@ -234,18 +271,9 @@ def _tf_rates(device: str) -> dict:
             ops = count_tf_step(graph).ops
             timed = _blocks(lambda n, g=graph: [g() for _ in range(n)], chain_sync, 1.0, 100)
             per_call[depth] = (ops, timed)
-        (ops_a, a), (ops_b, b) = per_call[DEPTH], per_call[DEEP]
-        slope = max((b["median"] - a["median"]) / (ops_b - ops_a), 1e-9)
-        rates["graph_op_s"] = {
-            "median": slope,
-            "iqr": (a["iqr"] + b["iqr"]) / (ops_b - ops_a),
-            "blocks": a["blocks"],
-        }
-        rates["function_call_s"] = {
-            "median": max(a["median"] - ops_a * slope, 0.0),
-            "iqr": a["iqr"],
-            "blocks": a["blocks"],
-        }
+        rates["graph_op_s"], rates["function_call_s"] = _line(
+            *per_call[DEPTH], *per_call[DEEP], min_slope=1e-9
+        )
         rates.update(_keras_fit_rates(sync))
         size = MATMUL_SIZE.get(device, 512)
         m = tf.random.normal((size, size))
@@ -262,42 +290,15 @@ def _tf_rates(device: str) -> dict:
         rates["flop_per_s"] = _inverse(_blocks(matmuls, sync_y, 2.0 * size**3, 3), "FLOP/s")
 
         def products(side: int):
-            # Chained in one graph call, as the additions below.
             q = tf.eye(side)
-
-            @tf.function
-            def chain():
-                y = q
-                for _ in range(CHAIN):
-                    y = y @ q
-                return y
-
-            def run(n: int) -> None:
-                for _ in range(n):
-                    box["y"] = chain()
-
-            return run
+            return _tf_chain(tf, box, q, lambda y: y @ q)
 
         rates.update(_flop_curve(products, sync_y, per_call=CHAIN))
 
         def adds(elements: int):
-            # Inside a graph, CHAIN adds per call: the eager call's cost (tens of µs)
-            # would otherwise swamp a small add's memory traffic.
             # Products, not sums: Grappler rewrites a chain of adds into one AddN.
-            a, b = tf.ones(elements), tf.fill((elements,), 1.0001)
-
-            @tf.function
-            def chain():
-                y = a
-                for _ in range(CHAIN):
-                    y = y * b
-                return y
-
-            def run(n: int) -> None:
-                for _ in range(n):
-                    box["y"] = chain()
-
-            return run
+            b = tf.fill((elements,), 1.0001)
+            return _tf_chain(tf, box, tf.ones(elements), lambda y: y * b)
 
         rates.update(_mem_curve(adds, sync_y, per_call=CHAIN))
     return rates
@@ -321,19 +322,8 @@ def _keras_fit_rates(sync) -> dict:
             model.fit(x, y, batch_size=b, epochs=1, verbose=0) for _ in range(n)
         ]
         timed[steps] = _blocks(fit, lambda: None, 1.0, 2)
-    slope = max((timed[8]["median"] - timed[1]["median"]) / 7, 0.0)
-    return {
-        "fit_step_s": {
-            "median": slope,
-            "iqr": (timed[1]["iqr"] + timed[8]["iqr"]) / 7,
-            "blocks": BLOCKS,
-        },
-        "fit_call_s": {
-            "median": max(timed[1]["median"] - slope, 0.0),
-            "iqr": timed[1]["iqr"],
-            "blocks": BLOCKS,
-        },
-    }
+    per_step, per_call = _line(1, timed[1], 8, timed[8], min_slope=0.0)
+    return {"fit_step_s": per_step, "fit_call_s": per_call}
 
 
 def measure_rates(framework: str, device: str) -> dict:
