@@ -285,8 +285,8 @@ def _tf_callback(state: dict, traced: bool = False):
             try:
                 state["flops"] += 2.0 * math.prod(outputs[0].shape) * int(k)
                 state["flop_ops"] += 1
-            except TypeError:  # a dimension unknown at trace time
-                state["unknown"] += 1
+            except TypeError:  # a dimension unknown at trace time: the product left out
+                pass
         elif op_type not in TF_NO_DATA_OPS:
             moved = sum(_tf_nbytes(t) for t in sizes)
             state["mem_bytes"] += moved
@@ -341,7 +341,6 @@ def _new_state(windowed: bool = False) -> dict:
         "mem_bytes": 0.0,
         "mem_ops": 0,
         "copy_bytes": 0.0,
-        "unknown": 0,
     }
 
 
@@ -377,7 +376,7 @@ def _tf_retraced(functions, names: list[str]) -> dict | None:
         return None
     total = _new_state()
     for name in names:
-        for key in ("ops", "flops", "flop_ops", "mem_bytes", "mem_ops", "unknown"):
+        for key in _COUNTED:
             total[key] += per_name[name][key]
     return total
 
