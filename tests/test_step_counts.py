@@ -25,13 +25,20 @@ def _built(framework: str, case: str, sizes: dict, variant: str = "eager"):
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
 def test_s001_counts_match_the_closed_form(framework):
-    sizes = {"batch": 16, "d_in": 32, "hidden": 24}
+    sizes = {"batch": 64, "d_in": 256, "hidden": 128}
     columns = step_counts.count_point(_built(framework, "s001-mlp", sizes), framework, "cpu")
-    assert columns["step_flops"] == step_counts.mlp_matmul_flops(16, 32, 24)
+    assert columns["step_flops"] == step_counts.mlp_matmul_flops(64, 256, 128)
     assert columns["step_ops"] >= 20  # a few dozen small operations per step
     assert columns["step_ops_kind"] == ("aten_ops" if framework == "torch" else "tf_ops")
     assert columns["step_copy_bytes"] == 0  # nothing crosses to a device on the CPU
     assert columns["step_mem_bytes"] > 0
+    # The products by shape make the same FLOPs; the first layer's x (64 × 256) · w1
+    # (256 × 128) is one of them; all of them were replayed.
+    products = json.loads(columns["step_products"])
+    assert step_counts.product_flops(products) == columns["step_flops"]
+    assert any(p[:4] == [1, 64, 256, 128] for p in products)
+    assert columns["step_products_flops"] == columns["step_flops"]
+    assert columns["step_products_s"] > 0
 
 
 def test_torch_lstm_gates_are_counted():
@@ -49,6 +56,16 @@ def test_torch_lstm_gates_are_counted():
     forward = 2 * 5 * 4 * sum(p.numel() for p in matrices)  # 2 T B (4H (I + H)) per layer
     dense = 2 * 4 * 6 * 1 * 3  # the output Dense layer (6 units -> 1), forward + backward
     assert 3 * forward <= columns["step_flops"] <= 3 * forward + 10 * dense
+    # As oneDNN runs them: per layer one hidden-state product (B × H)·(H × 4H) per time
+    # step forward and one (B × 4H)·(4H × H) backward, B = 4 and T = 5 whichever way
+    # the batch-first input reaches the op (3 layers: 15 of each per step).
+    products = {tuple(p[:6]): p[6] for p in json.loads(columns["step_products"])}
+    assert products[(1, 4, 6, 24, False, True)] == 15
+    assert products[(1, 4, 24, 6, False, False)] == 15
+    assert step_counts.product_flops(json.loads(columns["step_products"])) == pytest.approx(
+        columns["step_flops"]
+    )
+    assert columns["step_flop_ops"] == sum(products.values())  # the Dense's among them
 
 
 def test_tf_keras_fit_ops_run_inside_its_graph():
@@ -144,6 +161,8 @@ def test_tf_step_that_only_runs_traced_is_counted_from_a_fresh_trace():
     ]
     assert all("traced afresh" in c["step_flops_source"] for c in counted)
     assert counted[1]["step_flops"] == 2 * counted[0]["step_flops"] > 0
+    for c in counted:  # the traced products, with their static shapes
+        assert step_counts.product_flops(json.loads(c["step_products"])) == c["step_flops"]
     assert counted[0]["step_ops"] == counted[1]["step_ops"] > 200  # a few hundred ops
 
 
@@ -159,3 +178,36 @@ def test_keras_fit_counted_over_a_window_of_steps_matches_the_whole_call(monkeyp
     assert windowed["step_flops"] == pytest.approx(whole["step_flops"], rel=0.02)
     assert windowed["step_ops"] == pytest.approx(whole["step_ops"], rel=0.05)
     assert windowed["step_function_calls"] == whole["step_function_calls"] > 0
+    windowed_flops = step_counts.product_flops(json.loads(windowed["step_products"]))
+    assert windowed_flops == pytest.approx(windowed["step_flops"])
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_products_are_replayed_one_shape_at_a_time(framework):
+    """replay_products times each shape alone on the job's device: the FLOPs it covers
+    are the shapes' FLOPs times their counts per step, and a product that does work
+    takes time beyond the 1 × 1 product's dispatch."""
+    from crossover_study import frameworks
+
+    frameworks.import_framework(framework, "cpu", 1)
+    products = [(1, 96, 96, 96, False, True, 3.0), (4, 8, 16, 8, True, False, 0.5)]
+    replay = step_rates.replay_products(framework, "cpu", products)
+    assert replay["products_flops"] == 3 * 2 * 96**3 + 0.5 * 2 * 4 * 8 * 16 * 8
+    assert replay["products_s"] > 0 and replay["seconds"] > 0
+
+
+def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):
+    def broken(*args):
+        raise RuntimeError("no device")
+
+    monkeypatch.setattr(step_rates, "replay_products", broken)
+    columns = step_counts.count_point(
+        _built("torch", "s001-mlp", {"batch": 4, "d_in": 4, "hidden": 4}), "torch", "cpu"
+    )
+    assert columns["step_flops"] > 0 and columns["step_products"]
+    assert columns["step_products_s"] is None and columns["step_products_flops"] is None
+    assert "not replayed (RuntimeError: no device)" in capsys.readouterr().err
+    assert step_counts._replayed((), "torch", "cpu") == {  # noqa: SLF001
+        "step_products_s": None,
+        "step_products_flops": None,
+    }

@@ -325,6 +325,8 @@ def test_a_cpu_only_study_is_predicted_on_the_reference_accelerator():
 
     study = _sweep()
     study = study[study["device"] == "cpu"]  # a CPU-only study with its counts
+    # Its products' replay timed the CPU: never a price on the reference accelerator.
+    study = study.assign(step_products_s=1.0, step_products_flops=study["step_flops"])
     predicted = step_reference.predict_on_reference(study, _synthetic_reference(), "ref-x")
     assert len(predicted) == len(HIDDEN)  # torch only: tensorflow has no rates
     assert set(predicted["device"]) == {"cuda"}
@@ -572,6 +574,23 @@ def test_products_are_priced_at_the_flop_rate_of_their_size():
     large = _row("cpu", 1e-3, flops=1e9, step_flop_ops=10.0, rate_flop_curve=curve)
     out = model_columns(pd.DataFrame([small, large]))
     assert out["model_compute_s"].tolist() == pytest.approx([1e6 / 1e9, 1e9 / 1e11])
+
+
+def test_replayed_products_set_the_compute_term():
+    """With its products replayed the compute term is their time plus the FLOPs they
+    do not cover at the FLOP rate; without a replay all FLOPs are priced at the rate;
+    the answer says the products were timed alone."""
+    from crossover_study.answer_regime import _term_detail
+    from crossover_study.step_model import model_columns
+
+    rate = CPU_RATES["rate_flop_per_s"]
+    replayed = _row("cpu", 1e-2, flops=1e9, step_products_s=5e-3, step_products_flops=8e8)
+    whole = _row("cpu", 1e-2, flops=1e9, step_products_s=5e-3, step_products_flops=1e9)
+    not_replayed = _row("cpu", 1e-2, flops=1e9)
+    out = model_columns(pd.DataFrame([replayed, whole, not_replayed]))
+    assert out["model_compute_s"].tolist() == pytest.approx([5e-3 + 2e8 / rate, 5e-3, 1e9 / rate])
+    assert "(its products timed alone)" in _term_detail(out.iloc[0], "compute")
+    assert "timed alone" not in _term_detail(out.iloc[2], "compute")
 
 
 def test_keras_fit_wording_names_fit_s_own_cost():

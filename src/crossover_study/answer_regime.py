@@ -78,13 +78,15 @@ def _launch_parts(row: pd.Series) -> list[str]:
 
 def _term_detail(row: pd.Series, term: str) -> str:
     """How the model's largest term ``term`` of ``row`` is made: '183 kernels × 5 µs';
-    the compute and memory rates are those the model used (read off the job's curves
-    at the step's mean size per op: the count over the term)."""
+    the compute and memory rates are those the model used (the count over the term:
+    read off the job's curves at the step's mean size per op, or, for compute, the
+    rate its products ran at when replayed alone)."""
     if term == "launch":
         return " + ".join(_launch_parts(row))
     if term == "compute":
         rate = to_number(row["step_flops"]) / to_number(row["model_compute_s"])
-        return f"{fmt_si(row['step_flops'], 'FLOP')} at {fmt_si(rate, 'FLOP/s')}"
+        how = " (its products timed alone)" if to_number(row.get("step_products_s")) else ""
+        return f"{fmt_si(row['step_flops'], 'FLOP')} at {fmt_si(rate, 'FLOP/s')}{how}"
     if term == "memory":
         rate = to_number(row["step_mem_bytes"]) / to_number(row["model_memory_s"])
         return f"{fmt_si(row['step_mem_bytes'], 'B')} moved at {fmt_si(rate, 'B/s')}"

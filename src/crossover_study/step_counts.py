@@ -30,6 +30,13 @@ What is counted, and how:
   ``BatchMatMul`` ops, 2·m·k·n each from their shapes (Keras's LSTM runs its gates as
   MatMuls, so they are included). Element-wise work is not FLOPs here: it is counted
   as bytes.
+- **products**: the matrix products behind ``flops``, by shape and layout
+  (:attr:`StepCounts.products`; an LSTM layer's as :func:`lstm_products` decomposes
+  them), which the measuring job then times one shape at a time
+  (:func:`crossover_study.step_rates.replay_products`): a product's speed depends on
+  its shape, not only its size (on the 2-core VM a 32 × 180 · 180 × 720 gate product
+  ran at 58 GFLOP/s, a square product of the same FLOPs at 108, a 2000 × 4 · 4 × 2048
+  one at 6; 2026-12-02).
 - **mem_bytes**: bytes read and written by the operations that are not FLOP-counted
   (element-wise, reductions, copies; views and scalar reads left out), the sizes of
   their tensor inputs and outputs: the memory traffic of the roofline's memory roof.
@@ -43,8 +50,10 @@ tests check.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -79,6 +88,12 @@ class StepCounts:
     function_calls: calls of traced functions (TensorFlow ``tf.function``, Keras's
         train function) per step, each one eager op besides the ops it runs; 0 for
         PyTorch.
+    products: the step's matrix products by shape, ``((batch, m, k, n, trans_a,
+        trans_b, per_step), ...)``: ``per_step`` products of (m × k)·(k × n), ``batch``
+        of them at once, an operand stored transposed where its flag is set (the layout
+        changes the speed); what :func:`crossover_study.step_rates.replay_products`
+        times one shape at a time. Products whose shapes are not known (a convolution,
+        attention, a dimension unknown at trace time) are in ``flops`` but not here.
     """
 
     ops: float
@@ -91,10 +106,22 @@ class StepCounts:
     function_calls: float = 0.0
     mem_ops: float | None = None
     flop_ops: float | None = None
+    products: tuple = ()
 
     def columns(self) -> dict:
-        """The timings table's columns (``step_ops``, ``step_ops_kind``, ...)."""
-        return {f"step_{name}": value for name, value in asdict(self).items()}
+        """The timings table's columns (``step_ops``, ``step_ops_kind``, ...);
+        ``step_products`` as JSON ``[[batch, m, k, n, trans_a, trans_b, per_step],
+        ...]`` (None without products)."""
+        columns = {f"step_{name}": value for name, value in asdict(self).items()}
+        products = [list(product) for product in self.products]
+        columns["step_products"] = json.dumps(products) if products else None
+        return columns
+
+
+def _per_step(products: Counter, steps: float) -> tuple:
+    """``products`` (a Counter of (batch, m, k, n, trans_a, trans_b) -> products in
+    ``steps`` steps) as :attr:`StepCounts.products`, sorted."""
+    return tuple((*key, count / steps) for key, count in sorted(products.items()) if count > 0)
 
 
 def mlp_matmul_flops(batch: int, d_in: int, hidden: int, d_out: int = 8) -> int:
@@ -119,44 +146,93 @@ def mlp_matmul_flops(batch: int, d_in: int, hidden: int, d_out: int = 8) -> int:
     return 2 * n * (2 * d * h + 3 * h * o + 3 * o * o)
 
 
-def lstm_gate_flops(steps_x_batch: int, weights) -> float:
-    """FLOPs of an LSTM layer's gate products over a sequence, forward: 2 per
-    multiply-add of every input with the 2-D weight matrices ``weights`` (shapes
-    (4H × I) and (4H × H)), i.e. 2·T·B·4H·(I + H) for ``steps_x_batch`` = T·B; biases and
-    the element-wise gate arithmetic are not FLOPs here. Source: the LSTM equations
-    (Hochreiter and Schmidhuber 1997; torch.nn.LSTM's documentation)."""
-    return 2.0 * steps_x_batch * sum(math.prod(w.shape) for w in weights if w.dim() == 2)
-
-
-#: PyTorch RNN ops outside torch.utils.flop_counter: (forward op, FLOP multiple, index
-#: of its ``batch_first`` argument). Backward ops cost twice their forward (gradients
-#: of the inputs and of the weights). Signatures: aten's native_functions.yaml.
+#: PyTorch RNN ops outside torch.utils.flop_counter: op -> (its backward?, index of
+#: its ``hx`` argument, whose second-to-last dimension is the batch). Signatures:
+#: aten's native_functions.yaml (``mkldnn_rnn_layer(input, weight0, weight1, weight2,
+#: weight3, hx_, ...)``, ``_cudnn_rnn(input, weight[], weight_stride0, weight_buf, hx,
+#: ...)``, their backwards likewise).
 RNN_OPS = {
-    "aten.mkldnn_rnn_layer": (1.0, 14),
-    "aten.mkldnn_rnn_layer_backward": (2.0, 21),
-    "aten._cudnn_rnn": (1.0, 10),
-    "aten._cudnn_rnn_backward": (2.0, 14),
+    "aten.mkldnn_rnn_layer": (False, 5),
+    "aten.mkldnn_rnn_layer_backward": (True, 5),
+    "aten._cudnn_rnn": (False, 4),
+    "aten._cudnn_rnn_backward": (True, 4),
 }
 
 
-def _torch_rnn_flops(packet_name: str, args) -> tuple[float, int] | None:
-    """(FLOPs, products) of the LSTM ops :mod:`torch.utils.flop_counter` does not
-    count (:data:`RNN_OPS`), else None. ``mkldnn_rnn_layer(input, w0, w1, ...)`` (oneDNN
-    on the CPU: one layer, w0 the input-to-gates and w1 the hidden-to-gates matrix),
-    ``_cudnn_rnn(input, weights, ...)`` (every layer's matrices in one list); input
-    (T, B, I), or (B, T, I) batch first. Products: the T time steps' gate products
-    (times the FLOP multiple), each as large as 1/T of the op's FLOPs: the size the
-    device's FLOP rate depends on.
-    """
+def lstm_products(steps: int, batch: int, layers, backward: bool) -> Counter:
+    """The gate products of LSTM layers over a sequence, as oneDNN and cuDNN run them
+    (oneDNN's RNN primitive: one "layer" GEMM of the input over all time steps, one
+    "iteration" GEMM of the hidden state per step; the weight gradients over all
+    steps at once): ``layers`` is one (input-to-gates (4H × I), hidden-to-gates
+    (4H × H)) pair of 2-D weights per layer, ``steps`` = T, ``batch`` = B.
+
+    Forward, per layer: (T·B × I)·(I × 4H) once and (B × H)·(H × 4H) T times;
+    2·T·B·4H·(I + H) FLOPs (the LSTM equations: Hochreiter and Schmidhuber 1997;
+    torch.nn.LSTM's documentation). Backward: the input gradient (T·B × 4H)·(4H × I),
+    the weight gradients (4H × T·B)·(T·B × I) and (4H × T·B)·(T·B × H), and the hidden
+    state's gradient (B × 4H)·(4H × H) T times: twice the forward FLOPs. Biases and the
+    element-wise gate arithmetic are not products. Returns a Counter of (batch, m, k,
+    n, trans_a, trans_b) -> products."""
+    products = Counter()
+    rows = steps * batch
+    for ih, hh in layers:
+        gates, inputs = ih.shape
+        hidden = hh.shape[1]
+        if not backward:
+            products[(1, rows, inputs, gates, False, True)] += 1
+            products[(1, batch, hidden, gates, False, True)] += steps
+        else:
+            products[(1, rows, gates, inputs, False, False)] += 1
+            products[(1, gates, rows, inputs, True, False)] += 1
+            products[(1, gates, rows, hidden, True, False)] += 1
+            products[(1, batch, gates, hidden, False, False)] += steps
+    return products
+
+
+def product_flops(products) -> float:
+    """FLOPs of ``products`` (a Counter of (batch, m, k, n, ...) -> count, or
+    :attr:`StepCounts.products` rows ending in their count): 2·batch·m·k·n each
+    (2 FLOPs per multiply-add)."""
+    rows = products.items() if isinstance(products, dict) else ((p[:6], p[6]) for p in products)
+    return sum(2.0 * b * m * k * n * count for (b, m, k, n, *_), count in rows)
+
+
+def _torch_rnn_products(packet_name: str, args) -> Counter | None:
+    """The gate products (:func:`lstm_products`) of an LSTM op that
+    :mod:`torch.utils.flop_counter` does not count (:data:`RNN_OPS`), else None.
+    ``mkldnn_rnn_layer`` (oneDNN on the CPU) is one layer: w0 and w1 its input- and
+    hidden-to-gates matrices; ``_cudnn_rnn`` holds every layer's matrices in one list,
+    two 2-D matrices per layer. T·B is the input's rows (its layout, time- or batch-
+    first, does not matter), B the batch dimension of ``hx``."""
     if packet_name not in RNN_OPS:
         return None
-    multiple, batch_first_at = RNN_OPS[packet_name]
-    x = args[0]
-    weights = (args[1], args[2]) if "mkldnn" in packet_name else args[1]
-    forward = lstm_gate_flops(x.numel() // x.shape[-1], weights)
-    batch_first = len(args) > batch_first_at and args[batch_first_at] is True
-    steps = int(x.shape[1] if batch_first and x.dim() == 3 else x.shape[0])
-    return multiple * forward, int(multiple * steps)
+    backward, hx_at = RNN_OPS[packet_name]
+    x, hx = args[0], args[hx_at]
+    matrices = [args[1], args[2]] if "mkldnn" in packet_name else args[1]
+    matrices = [w for w in matrices if w.dim() == 2]
+    batch = int(hx.shape[-2])
+    steps = (x.numel() // x.shape[-1]) // batch
+    layers = list(zip(matrices[::2], matrices[1::2], strict=True))
+    return lstm_products(steps, batch, layers, backward)
+
+
+def _torch_product(name: str, args) -> tuple | None:
+    """(batch, m, k, n, trans_a, trans_b) of a PyTorch matrix product op (``mm``,
+    ``addmm``, ``bmm``, ``baddbmm``), an operand transposed when stored column-major;
+    None for another op."""
+    if name in ("aten.mm", "aten.bmm"):
+        a, b = args[0], args[1]
+    elif name in ("aten.addmm", "aten.baddbmm"):
+        a, b = args[1], args[2]
+    else:
+        return None
+
+    def transposed(t) -> bool:
+        return t.shape[-1] > 1 and t.stride(-2) == 1 and t.stride(-1) != 1
+
+    batch = int(a.shape[0]) if a.dim() == 3 else 1
+    m, k, n = (int(v) for v in (a.shape[-2], a.shape[-1], b.shape[-1]))
+    return (batch, m, k, n, transposed(a), transposed(b))
 
 
 def _torch_counter():
@@ -171,7 +247,7 @@ def _torch_counter():
     def tensors(tree):
         return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
 
-    class Counter(TorchDispatchMode):
+    class OpCounter(TorchDispatchMode):
         """Counts every ATen operator call that reaches the dispatcher."""
 
         def __init__(self) -> None:
@@ -182,6 +258,7 @@ def _torch_counter():
             self.mem_bytes = 0.0
             self.mem_ops = 0
             self.copy_bytes = 0.0
+            self.products = Counter()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -191,13 +268,17 @@ def _torch_counter():
             if name.startswith("profiler."):  # record_function markers, not operations
                 return out
             self.ops += 1
-            rnn = _torch_rnn_flops(name, args)
+            rnn = _torch_rnn_products(name, args)
             if packet in flop_registry:
                 self.flops += flop_registry[packet](*args, **kwargs, out_val=out)
                 self.flop_ops += 1
+                product = _torch_product(name, args)
+                if product is not None:
+                    self.products[product] += 1
             elif rnn is not None:
-                self.flops += rnn[0]
-                self.flop_ops += rnn[1]
+                self.flops += product_flops(rnn)
+                self.flop_ops += sum(rnn.values())
+                self.products.update(rnn)
             elif not func.is_view and name != "aten._local_scalar_dense":
                 moved = sum(t.numel() * t.element_size() for t in tensors((args, out)))
                 self.mem_bytes += moved
@@ -211,7 +292,7 @@ def _torch_counter():
                     self.copy_bytes += sum(t.numel() * t.element_size() for t in ins[-1:])
             return out
 
-    return Counter()
+    return OpCounter()
 
 
 def _cuda_kernels(step: Callable[[], object]) -> int:
@@ -253,6 +334,7 @@ def count_torch_step(step: Callable[[], object], steps: int = 1, device: str = "
         mem_ops=counter.mem_ops / steps,
         flop_ops=counter.flop_ops / steps,
         copy_bytes=counter.copy_bytes / steps,
+        products=_per_step(counter.products, steps),
     )
 
 
@@ -281,10 +363,15 @@ def _tf_callback(state: dict, traced: bool = False):
             names = dict(zip(attrs[::2], attrs[1::2], strict=False)) if attrs else {}
             flag = {key: getattr(value, "b", value) for key, value in names.items()}
             a = inputs[0]
-            k = a.shape[-2] if (flag.get("transpose_a") or flag.get("adj_x")) else a.shape[-1]
+            trans_a = bool(flag.get("transpose_a") or flag.get("adj_x"))
+            trans_b = bool(flag.get("transpose_b") or flag.get("adj_y"))
+            k = a.shape[-2] if trans_a else a.shape[-1]
             try:
                 state["flops"] += 2.0 * math.prod(outputs[0].shape) * int(k)
                 state["flop_ops"] += 1
+                out = [int(d) for d in outputs[0].shape]
+                product = (math.prod(out[:-2]), out[-2], int(k), out[-1], trans_a, trans_b)
+                state["products"][product] += 1
             except TypeError:  # a dimension unknown at trace time: the product left out
                 pass
         elif op_type not in TF_NO_DATA_OPS:
@@ -324,6 +411,7 @@ def _window(state: dict) -> None:
     state["fetches"] += 1
     if state["fetches"] == 1:
         state["before"] = {key: state[key] for key in _COUNTED}
+        state["before"]["products"] = Counter(state["products"])
     elif state["fetches"] == WINDOW_STEPS + 1 and state["windowed"]:
         raise _WindowFull
 
@@ -341,6 +429,7 @@ def _new_state(windowed: bool = False) -> dict:
         "mem_bytes": 0.0,
         "mem_ops": 0,
         "copy_bytes": 0.0,
+        "products": Counter(),
     }
 
 
@@ -378,6 +467,7 @@ def _tf_retraced(functions, names: list[str]) -> dict | None:
     for name in names:
         for key in _COUNTED:
             total[key] += per_name[name][key]
+        total["products"].update(per_name[name]["products"])
     return total
 
 
@@ -452,6 +542,10 @@ def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> S
         except _WindowFull:  # enough identical steps seen: per step from the window
             for key in _COUNTED:
                 state[key] = (state[key] - state["before"][key]) * steps / WINDOW_STEPS
+            window = state["products"] - state["before"]["products"]
+            state["products"] = Counter(
+                {key: count * steps / WINDOW_STEPS for key, count in window.items()}
+            )
         finally:
             op_callbacks.remove_op_callback(callback)
             tf.config.run_functions_eagerly(was)
@@ -492,6 +586,7 @@ def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> S
         flop_ops=every["flop_ops"] / steps,
         copy_bytes=every["copy_bytes"] / steps,
         function_calls=as_run["calls"] / steps,
+        products=_per_step(every["products"], steps),
     )
 
 
@@ -499,9 +594,10 @@ def count_point(workload, framework: str, device: str) -> dict:
     """The ``step_*`` columns of a measured point: one call of its training program
     (``workload.steps_per_call`` steps) counted by :func:`count_torch_step` or
     :func:`count_tf_step`, after the timed blocks and the loss read back (the counted
-    steps are applied to the model but are never timed). Never raises: a program the
-    counters cannot follow gives empty columns and a line on stderr (the job log)
-    saying why.
+    steps are applied to the model but are never timed), then its products replayed
+    (:func:`_replayed`: ``step_products_s``, ``step_products_flops``). Never raises: a
+    program the counters cannot follow gives empty columns and a line on stderr (the
+    job log) saying why.
     """
     steps = int(workload.steps_per_call)
 
@@ -524,4 +620,23 @@ def count_point(workload, framework: str, device: str) -> dict:
     except Exception as exc:  # noqa: BLE001 - counting must never lose a measured row
         print(f"step counts: not counted ({type(exc).__name__}: {exc})", file=sys.stderr)
         return {}
-    return counts.columns()
+    return {**counts.columns(), **_replayed(counts.products, framework, device)}
+
+
+def _replayed(products, framework: str, device: str) -> dict:
+    """``step_products_s`` and ``step_products_flops`` of a counted step: its products
+    timed alone (:func:`crossover_study.step_rates.replay_products`); both None
+    without products, or with a line on stderr (the job log) when the replay fails."""
+    from .step_rates import replay_products
+
+    if not products:
+        return {"step_products_s": None, "step_products_flops": None}
+    try:
+        replay = replay_products(framework, device, products)
+    except Exception as exc:  # noqa: BLE001 - the replay must never lose the counts
+        print(f"step products: not replayed ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return {"step_products_s": None, "step_products_flops": None}
+    return {
+        "step_products_s": replay["products_s"],
+        "step_products_flops": replay["products_flops"],
+    }

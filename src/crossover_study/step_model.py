@@ -9,7 +9,9 @@ One training step is counted (:mod:`crossover_study.step_counts`, the measuring 
               + step_function_calls × rate_function_call_s
               (Keras fit: rate_fit_call_s / steps_per_call + rate_fit_step_s in place
               of the eager ops and the calls, which fit's loop makes)
-    compute = step_flops / rate_flop_per_s
+    compute = step_products_s + (step_flops − step_products_flops) / rate_flop_per_s
+              (the step's products replayed alone, shape by shape; without a replay,
+              step_flops / rate_flop_per_s)
     memory  = step_mem_bytes / rate_mem_bytes_per_s
     copy    = step_copy_bytes / rate_copy_bytes_per_s      (0 without bytes)
 
@@ -272,6 +274,19 @@ def _flop_rate(out: pd.DataFrame, number) -> pd.Series:
     return _from_curve(out, number, *args)
 
 
+def _compute(out: pd.DataFrame, number) -> pd.Series:
+    """Each row's compute term: its products replayed (``step_products_s``) plus the
+    FLOPs the replay did not cover (``step_flops`` − ``step_products_flops``: a
+    convolution, a product of unknown shape) at the FLOP-rate curve; a row without a
+    replay prices all its FLOPs at the curve (:func:`_flop_rate`)."""
+    flops = number("step_flops")
+    curve = _term(flops, _flop_rate(out, number), False)
+    replayed = number("step_products_s")
+    rest = (flops - number("step_products_flops")).clip(lower=0.0)
+    rest_s = _term(rest, _flop_rate(out, number), False)
+    return (replayed + rest_s).where(replayed.notna() & flops.notna(), curve)
+
+
 def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     """``timings`` (a timings table, one row per point) with the model's columns
     :data:`MODEL_COLUMNS` set on every ok row that has the model's inputs, in seconds
@@ -284,7 +299,10 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
       program (:data:`KERAS_FIT_PROGRAMS`) fit's own cost replaces the eager ops and the
       calls, which its loop makes: rate_fit_call_s / steps_per_call + rate_fit_step_s,
       plus the graph ops;
-    - ``model_compute_s`` = step_flops / FLOP rate, the rate read off the job's curve
+    - ``model_compute_s`` = step_products_s (the step's products timed alone, shape by
+      shape, right after the point: step_rates.replay_products) + the FLOPs they do
+      not cover (step_flops − step_products_flops) at the FLOP rate; a row without
+      the replay: step_flops / FLOP rate, the rate read off the job's curve
       (``rate_flop_curve``) at step_flops / step_flop_ops FLOPs per product, else
       rate_flop_per_s;
     - ``model_memory_s`` = step_mem_bytes / bandwidth, the bandwidth read off the job's
@@ -328,7 +346,7 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     )
     t = {
         "launch": own_host.mask(fit, fit_host) + _term(graph, graph_rate, True),
-        "compute": _term(number("step_flops"), _flop_rate(out, number), False),
+        "compute": _compute(out, number),
         "memory": _term(number("step_mem_bytes"), _bandwidth(out, number), False),
         "transfer": _term(copy_bytes, number("rate_copy_bytes_per_s"), False),
     }

@@ -338,6 +338,105 @@ def measure_rates(framework: str, device: str) -> dict:
     return {**rates, "seconds": time.perf_counter() - started}
 
 
+#: FLOPs of work per timed block of :func:`replay_products` (a product's repetitions per
+#: block: this over its FLOPs, 1 to :data:`REPLAY_REPS`): about a millisecond on the
+#: 2-core VM, so that a small product's block is not all clock reads.
+REPLAY_FLOPS = 5e7
+REPLAY_REPS = 200
+
+
+def _torch_product_maker(device: str):
+    """``(make, sync)`` for :func:`replay_products` in PyTorch on ``device``."""
+    import torch
+
+    target = "cuda" if device.startswith("cuda") else "cpu"
+
+    def sync() -> None:
+        if target == "cuda":
+            torch.cuda.synchronize()
+
+    def operand(batch: int, rows: int, cols: int, transposed: bool):
+        stored = (batch, cols, rows) if transposed else (batch, rows, cols)
+        t = torch.randn(*stored, device=target)
+        t = t.transpose(-1, -2) if transposed else t
+        return t[0] if batch == 1 else t
+
+    def make(batch, m, k, n, trans_a, trans_b):
+        a, b = operand(batch, m, k, trans_a), operand(batch, k, n, trans_b)
+        return lambda reps: [a @ b for _ in range(reps)]
+
+    return make, sync
+
+
+def _tf_product_maker(device: str):
+    """``(make, sync)`` for :func:`replay_products` in TensorFlow on ``device``."""
+    import tensorflow as tf
+
+    name = {"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")
+    box = {}
+
+    def sync() -> None:
+        if "y" in box:
+            tf.reshape(box["y"], [-1])[0].numpy()
+
+    def make(batch, m, k, n, trans_a, trans_b):
+        lead = (batch,) if batch > 1 else ()
+        with tf.device(name):
+            a = tf.random.normal((*lead, *((k, m) if trans_a else (m, k))))
+            b = tf.random.normal((*lead, *((n, k) if trans_b else (k, n))))
+
+        def run(reps: int) -> None:
+            with tf.device(name):
+                for _ in range(reps):
+                    box["y"] = tf.linalg.matmul(a, b, transpose_a=trans_a, transpose_b=trans_b)
+
+        return run
+
+    return make, sync
+
+
+def replay_products(framework: str, device: str, products) -> dict:
+    """The step's matrix products timed alone, one shape at a time, on the device and
+    with the threads of the job that measured the step: ``products`` is
+    :attr:`crossover_study.step_counts.StepCounts.products` (rows ``(batch, m, k, n,
+    trans_a, trans_b, per_step)``). Each shape's operands (random, float32, stored
+    transposed where flagged) are multiplied in :data:`BLOCKS` blocks
+    (:func:`_blocks`, about :data:`REPLAY_FLOPS` FLOPs each); its time is the median
+    block's per product, net of a 1 × 1 product's (the dispatch, which the model's ops
+    term prices), never below 0.
+
+    Why a replay and not the FLOP-rate curve: a product's speed depends on its shape,
+    not only its FLOPs (a thin product moves more bytes per FLOP, a transposed operand
+    takes another kernel), and the step's products are timed on the machine as it is
+    just after the step was (a shared VM's speed drifts within a job). Operation-level
+    timing is how Habitat predicts a step (G. X. Yu et al., "Habitat: A Runtime-Based
+    Computational Performance Predictor for Deep Neural Network Training", USENIX ATC
+    2021).
+
+    Returns ``{"products_s": seconds per step (the per-step counts times each shape's
+    net seconds), "products_flops": the FLOPs per step they cover, "seconds": how long
+    the replay took}``. Exceptions from the framework propagate. Hand-rolled: a timeit
+    per shape is all it is.
+    """
+    started = time.perf_counter()
+    maker = _torch_product_maker if framework == "torch" else _tf_product_maker
+    make, sync = maker(device)
+    floor = _blocks(make(1, 1, 1, 1, False, False), sync, 1.0, 50)["median"]
+    seconds = flops = 0.0
+    for *shape, per_step in products:
+        batch, m, k, n = shape[:4]
+        work = 2.0 * batch * m * k * n
+        reps = max(1, min(REPLAY_REPS, int(REPLAY_FLOPS / max(work, 1.0))))
+        timed = _blocks(make(*shape), sync, 1.0, reps)["median"]
+        seconds += per_step * max(timed - floor, 0.0)
+        flops += per_step * work
+    return {
+        "products_s": seconds,
+        "products_flops": flops,
+        "seconds": time.perf_counter() - started,
+    }
+
+
 #: Rate names and the timings table's column each one's median goes to.
 RATE_COLUMNS = {
     "eager_op_s": "rate_eager_op_s",
