@@ -593,6 +593,24 @@ def test_replayed_products_set_the_compute_term():
     assert "timed alone" not in _term_detail(out.iloc[2], "compute")
 
 
+def test_a_replicated_row_pays_its_all_reduce():
+    """Replicas' all-reduce is part of the transfer term (replicated rows only); a
+    replicated row that lacks it gets no model rather than a step without it."""
+    from crossover_study.answer_regime import _term_detail
+    from crossover_study.step_model import model_columns
+
+    one = _row("cpu", 1e-2, replicas=1, allreduce_s=5e-3)
+    two = _row("cpu", 1e-2, replicas=2, allreduce_s=5e-3)
+    unmeasured = _row("cpu", 1e-2, replicas=2, allreduce_s=np.nan)
+    out = model_columns(pd.DataFrame([one, two, unmeasured]))
+    assert out["model_copy_s"].iloc[0] == 0 and out["model_copy_s"].iloc[1] == 5e-3
+    assert out["model_step_s"].iloc[1] == pytest.approx(out["model_step_s"].iloc[0] + 5e-3)
+    assert out["model_regime"].iloc[1] == "transfer-bound"
+    assert np.isnan(out["model_step_s"].iloc[2])
+    text = _term_detail(out.iloc[1], "transfer")
+    assert text == "one all-reduce of the gradients over 2 replicas 5 ms"
+
+
 def test_keras_fit_wording_names_fit_s_own_cost():
     from crossover_study.answer_regime import _term_detail
 

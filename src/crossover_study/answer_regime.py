@@ -90,8 +90,19 @@ def _term_detail(row: pd.Series, term: str) -> str:
     if term == "memory":
         rate = to_number(row["step_mem_bytes"]) / to_number(row["model_memory_s"])
         return f"{fmt_si(row['step_mem_bytes'], 'B')} moved at {fmt_si(rate, 'B/s')}"
-    rate = to_number(row.get("rate_copy_bytes_per_s"))
-    return f"{fmt_si(row['step_copy_bytes'], 'B')} copied at {fmt_si(rate, 'B/s')}"
+    parts = []
+    if to_number(row.get("step_copy_bytes")):
+        rate = to_number(row.get("rate_copy_bytes_per_s"))
+        parts.append(f"{fmt_si(row['step_copy_bytes'], 'B')} copied at {fmt_si(rate, 'B/s')}")
+    allreduce = (
+        to_number(row.get("allreduce_s")) if (to_number(row.get("replicas")) or 1) > 1 else None
+    )
+    if allreduce:
+        replicas = round(to_number(row["replicas"]))
+        parts.append(
+            f"one all-reduce of the gradients over {replicas} replicas {format_seconds(allreduce)}"
+        )
+    return " + ".join(parts) or "nothing copied"
 
 
 def device_regime_text(row: pd.Series, first: bool = True) -> str:

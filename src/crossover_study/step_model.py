@@ -14,6 +14,7 @@ One training step is counted (:mod:`crossover_study.step_counts`, the measuring 
               step_flops / rate_flop_per_s)
     memory  = step_mem_bytes / rate_mem_bytes_per_s
     copy    = step_copy_bytes / rate_copy_bytes_per_s      (0 without bytes)
+              + allreduce_s on a replicated row (the replicas' all-reduce, measured)
 
 combined by how the device runs a step:
 
@@ -287,6 +288,17 @@ def _compute(out: pd.DataFrame, number) -> pd.Series:
     return (replayed + rest_s).where(replayed.notna() & flops.notna(), curve)
 
 
+def _allreduce(out: pd.DataFrame, number) -> pd.Series:
+    """Each row's communication between replicas, seconds per step: ``allreduce_s``
+    (one all-reduce of the step's gradients, measured alone after the point) on a row
+    with more than one replica, 0 on a row without replicas, NaN (no model) on a
+    replicated row without it. An upper bound on the exposed part: DDP and
+    MirroredStrategy can overlap it with the backward pass (the schema's
+    ``allreduce_share``)."""
+    replicated = number("replicas").fillna(1.0) > 1
+    return number("allreduce_s").where(replicated, 0.0)
+
+
 def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     """``timings`` (a timings table, one row per point) with the model's columns
     :data:`MODEL_COLUMNS` set on every ok row that has the model's inputs, in seconds
@@ -309,7 +321,8 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
       curve (``rate_mem_curve``, :func:`curve_rate`) at step_mem_bytes / step_mem_ops
       bytes per op, else rate_mem_bytes_per_s;
     - ``model_copy_s`` = step_copy_bytes / rate_copy_bytes_per_s, 0 where no bytes are
-      copied (and on the cpu, where nothing is);
+      copied (and on the cpu, where nothing is), plus on a replicated row (``replicas``
+      above 1) its ``allreduce_s``, the replicas' all-reduce of the gradients;
     - ``model_step_s``: their sum on a synchronous device (cpu), max(ops, compute +
       memory) + copy on an asynchronous one (cuda, cuda_multi, tpu; :data:`SYNCHRONOUS`);
     - ``model_regime``: the largest term named (:data:`REGIME_OF_TERM`);
@@ -348,7 +361,8 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
         "launch": own_host.mask(fit, fit_host) + _term(graph, graph_rate, True),
         "compute": _compute(out, number),
         "memory": _term(number("step_mem_bytes"), _bandwidth(out, number), False),
-        "transfer": _term(copy_bytes, number("rate_copy_bytes_per_s"), False),
+        "transfer": _term(copy_bytes, number("rate_copy_bytes_per_s"), False)
+        + _allreduce(out, number),
     }
     sync = out["device"].map(SYNCHRONOUS) if "device" in out else pd.Series(np.nan)
     sync = sync.reindex(out.index)
