@@ -39,6 +39,17 @@ def test_s001_counts_match_the_closed_form(framework):
     assert any(p[:4] == [1, 64, 256, 128] for p in products)
     assert columns["step_products_flops"] == columns["step_flops"]
     assert columns["step_products_s"] > 0
+    # Counting leaves nothing behind that could change the points timed after it.
+    if framework == "torch":
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        assert _get_current_dispatch_mode() is None
+    else:
+        import tensorflow as tf
+        from tensorflow.python.framework import op_callbacks
+
+        assert not op_callbacks.should_invoke_op_callbacks()
+        assert not tf.config.functions_run_eagerly()
 
 
 def test_torch_lstm_gates_are_counted():
@@ -59,13 +70,25 @@ def test_torch_lstm_gates_are_counted():
     # As oneDNN runs them: per layer one hidden-state product (B × H)·(H × 4H) per time
     # step forward and one (B × 4H)·(4H × H) backward, B = 4 and T = 5 whichever way
     # the batch-first input reaches the op (3 layers: 15 of each per step).
-    products = {tuple(p[:6]): p[6] for p in json.loads(columns["step_products"])}
+    products = {tuple(p[:6]): p[-1] for p in json.loads(columns["step_products"])}
     assert products[(1, 4, 6, 24, False, True)] == 15
     assert products[(1, 4, 24, 6, False, False)] == 15
     assert step_counts.product_flops(json.loads(columns["step_products"])) == pytest.approx(
         columns["step_flops"]
     )
     assert columns["step_flop_ops"] == sum(products.values())  # the Dense's among them
+
+
+def test_tf_products_say_whether_they_ran_inside_a_graph():
+    """A tf.function step's products ran inside its graph, an eager step's one by one:
+    the replay runs each the way it ran."""
+    sizes = {"batch": 8, "d_in": 16, "hidden": 8}
+    flags = {}
+    for variant in ("eager", "function"):
+        workload = _built("tensorflow", "s001-mlp", sizes, variant)
+        columns = step_counts.count_point(workload, "tensorflow", "cpu")
+        flags[variant] = {p[6] for p in json.loads(columns["step_products"])}
+    assert flags == {"eager": {False}, "function": {True}}
 
 
 def test_tf_keras_fit_ops_run_inside_its_graph():
@@ -190,9 +213,13 @@ def test_products_are_replayed_one_shape_at_a_time(framework):
     from crossover_study import frameworks
 
     frameworks.import_framework(framework, "cpu", 1)
-    products = [(1, 96, 96, 96, False, True, 3.0), (4, 8, 16, 8, True, False, 0.5)]
+    products = [(1, 96, 96, 96, False, True, False, 3.0), (4, 8, 16, 8, True, False, False, 0.5)]
+    if framework == "tensorflow":  # and one run inside a graph, as a tf.function runs it
+        products.append((1, 96, 96, 96, False, False, True, 2.0))
     replay = step_rates.replay_products(framework, "cpu", products)
-    assert replay["products_flops"] == 3 * 2 * 96**3 + 0.5 * 2 * 4 * 8 * 16 * 8
+    flops = 3 * 2 * 96**3 + 0.5 * 2 * 4 * 8 * 16 * 8
+    flops += 2 * 2 * 96**3 if framework == "tensorflow" else 0
+    assert replay["products_flops"] == flops
     assert replay["products_s"] > 0 and replay["seconds"] > 0
 
 

@@ -89,9 +89,11 @@ class StepCounts:
         train function) per step, each one eager op besides the ops it runs; 0 for
         PyTorch.
     products: the step's matrix products by shape, ``((batch, m, k, n, trans_a,
-        trans_b, per_step), ...)``: ``per_step`` products of (m × k)·(k × n), ``batch``
-        of them at once, an operand stored transposed where its flag is set (the layout
-        changes the speed); what :func:`crossover_study.step_rates.replay_products`
+        trans_b, in_graph, per_step), ...)``: ``per_step`` products of (m × k)·(k × n),
+        ``batch`` of them at once, an operand stored transposed where its flag is set
+        (the layout changes the speed), run inside a compiled TensorFlow graph where
+        ``in_graph`` is set (a graph may run a product on other kernels than eager
+        mode); what :func:`crossover_study.step_rates.replay_products`
         times one shape at a time. Products whose shapes are not known (a convolution,
         attention, a dimension unknown at trace time) are in ``flops`` but not here.
     """
@@ -110,18 +112,20 @@ class StepCounts:
 
     def columns(self) -> dict:
         """The timings table's columns (``step_ops``, ``step_ops_kind``, ...);
-        ``step_products`` as JSON ``[[batch, m, k, n, trans_a, trans_b, per_step],
-        ...]`` (None without products)."""
+        ``step_products`` as JSON ``[[batch, m, k, n, trans_a, trans_b, in_graph,
+        per_step], ...]`` (None without products)."""
         columns = {f"step_{name}": value for name, value in asdict(self).items()}
         products = [list(product) for product in self.products]
         columns["step_products"] = json.dumps(products) if products else None
         return columns
 
 
-def _per_step(products: Counter, steps: float) -> tuple:
+def _per_step(products: Counter, steps: float, in_graph: bool = False) -> tuple:
     """``products`` (a Counter of (batch, m, k, n, trans_a, trans_b) -> products in
-    ``steps`` steps) as :attr:`StepCounts.products`, sorted."""
-    return tuple((*key, count / steps) for key, count in sorted(products.items()) if count > 0)
+    ``steps`` steps) as :attr:`StepCounts.products` rows, sorted."""
+    rows = sorted(products.items())
+    # Above a millionth per step: a windowed count less a whole call's leaves rounding.
+    return tuple((*key, in_graph, count / steps) for key, count in rows if count / steps > 1e-6)
 
 
 def mlp_matmul_flops(batch: int, d_in: int, hidden: int, d_out: int = 8) -> int:
@@ -193,7 +197,7 @@ def product_flops(products) -> float:
     """FLOPs of ``products`` (a Counter of (batch, m, k, n, ...) -> count, or
     :attr:`StepCounts.products` rows ending in their count): 2·batch·m·k·n each
     (2 FLOPs per multiply-add)."""
-    rows = products.items() if isinstance(products, dict) else ((p[:6], p[6]) for p in products)
+    rows = products.items() if isinstance(products, dict) else ((p[:4], p[-1]) for p in products)
     return sum(2.0 * b * m * k * n * count for (b, m, k, n, *_), count in rows)
 
 
@@ -574,6 +578,7 @@ def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> S
         graph_ops = every["ops"]
         every["ops"] += eager
         every["copy_bytes"] = as_run["copy_bytes"]
+        every["products"] += as_run["products"]  # the traced ones and the eager ones
         source = "MatMul shapes of the step's tf.function traced afresh (a loop body once)"
     return StepCounts(
         ops=every["ops"] / steps,
@@ -586,7 +591,13 @@ def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> S
         flop_ops=every["flop_ops"] / steps,
         copy_bytes=every["copy_bytes"] / steps,
         function_calls=as_run["calls"] / steps,
-        products=_per_step(every["products"], steps),
+        # The first call saw only the products run eagerly; the rest ran in a graph.
+        products=tuple(
+            sorted(
+                _per_step(as_run["products"], steps)
+                + _per_step(every["products"] - as_run["products"], steps, in_graph=True)
+            )
+        ),
     )
 
 
