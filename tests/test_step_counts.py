@@ -27,6 +27,7 @@ def _built(framework: str, case: str, sizes: dict, variant: str = "eager"):
 def test_s001_counts_match_the_closed_form(framework):
     sizes = {"batch": 64, "d_in": 256, "hidden": 128}
     columns = step_counts.count_point(_built(framework, "s001-mlp", sizes), framework, "cpu")
+    columns.update(step_rates.replay_columns(columns, framework, "cpu"))
     assert columns["step_flops"] == step_counts.mlp_matmul_flops(64, 256, 128)
     assert columns["step_ops"] >= 20  # a few dozen small operations per step
     assert columns["step_ops_kind"] == ("aten_ops" if framework == "torch" else "tf_ops")
@@ -229,10 +230,8 @@ def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):
     columns = step_counts.count_point(
         _built("torch", "s001-mlp", {"batch": 4, "d_in": 4, "hidden": 4}), "torch", "cpu"
     )
+    replayed = step_rates.replay_columns(columns, "torch", "cpu")
     assert columns["step_flops"] > 0 and columns["step_products"]
-    assert columns["step_products_s"] is None and columns["step_products_flops"] is None
+    assert replayed == {"step_products_s": None, "step_products_flops": None}
     assert "not replayed (RuntimeError: no device)" in capsys.readouterr().err
-    assert step_counts._replayed((), "torch", "cpu") == {  # noqa: SLF001
-        "step_products_s": None,
-        "step_products_flops": None,
-    }
+    assert step_rates.replay_columns({"step_products": None}, "torch", "cpu") == replayed

@@ -14,7 +14,7 @@ import math
 import time
 import traceback
 
-from . import frameworks, precision, step_counts
+from . import frameworks, precision, step_counts, step_rates
 from .harness import TimingPolicy, measure
 from .spec import PointSpec
 from .watchdog import PointDeadlineExceeded, stopped_where
@@ -115,6 +115,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
         # After the timed blocks and the loss read back: counting never changes them.
         counts = step_counts.count_point(workload, point.framework, point.device)
+        counts.update(step_rates.replay_columns(counts, point.framework, point.device))
     except NotApplicable as reason:  # known once a plug-in's builder said what it built
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
     except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded

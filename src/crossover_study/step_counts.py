@@ -605,8 +605,8 @@ def count_point(workload, framework: str, device: str) -> dict:
     """The ``step_*`` columns of a measured point: one call of its training program
     (``workload.steps_per_call`` steps) counted by :func:`count_torch_step` or
     :func:`count_tf_step`, after the timed blocks and the loss read back (the counted
-    steps are applied to the model but are never timed), then its products replayed
-    (:func:`_replayed`: ``step_products_s``, ``step_products_flops``). Never raises: a
+    steps are applied to the model but are never timed); the measuring job then replays
+    its products (:func:`crossover_study.step_rates.replay_columns`). Never raises: a
     program the counters cannot follow gives empty columns and a line on stderr (the
     job log) saying why.
     """
@@ -631,23 +631,4 @@ def count_point(workload, framework: str, device: str) -> dict:
     except Exception as exc:  # noqa: BLE001 - counting must never lose a measured row
         print(f"step counts: not counted ({type(exc).__name__}: {exc})", file=sys.stderr)
         return {}
-    return {**counts.columns(), **_replayed(counts.products, framework, device)}
-
-
-def _replayed(products, framework: str, device: str) -> dict:
-    """``step_products_s`` and ``step_products_flops`` of a counted step: its products
-    timed alone (:func:`crossover_study.step_rates.replay_products`); both None
-    without products, or with a line on stderr (the job log) when the replay fails."""
-    from .step_rates import replay_products
-
-    if not products:
-        return {"step_products_s": None, "step_products_flops": None}
-    try:
-        replay = replay_products(framework, device, products)
-    except Exception as exc:  # noqa: BLE001 - the replay must never lose the counts
-        print(f"step products: not replayed ({type(exc).__name__}: {exc})", file=sys.stderr)
-        return {"step_products_s": None, "step_products_flops": None}
-    return {
-        "step_products_s": replay["products_s"],
-        "step_products_flops": replay["products_flops"],
-    }
+    return counts.columns()

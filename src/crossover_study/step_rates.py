@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -446,6 +447,26 @@ def replay_products(framework: str, device: str, products) -> dict:
         "products_s": seconds,
         "products_flops": flops,
         "seconds": time.perf_counter() - started,
+    }
+
+
+def replay_columns(columns: dict, framework: str, device: str) -> dict:
+    """``step_products_s`` and ``step_products_flops`` of a counted point (``columns``:
+    its ``step_*`` columns from :func:`crossover_study.step_counts.count_point`): its
+    ``step_products`` timed by :func:`replay_products`; both None without products, or
+    with a line on stderr (the job log) when the replay fails. Never raises."""
+    empty = {"step_products_s": None, "step_products_flops": None}
+    products = columns.get("step_products")
+    if not products:
+        return empty
+    try:
+        replay = replay_products(framework, device, json.loads(products))
+    except Exception as exc:  # noqa: BLE001 - the replay must never lose the counts
+        print(f"step products: not replayed ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return empty
+    return {
+        "step_products_s": replay["products_s"],
+        "step_products_flops": replay["products_flops"],
     }
 
 
