@@ -280,11 +280,11 @@ def _compute(out: pd.DataFrame, number) -> pd.Series:
     FLOPs the replay did not cover (``step_flops`` − ``step_products_flops``: a
     convolution, a product of unknown shape) at the FLOP-rate curve; a row without a
     replay prices all its FLOPs at the curve (:func:`_flop_rate`)."""
-    flops = number("step_flops")
-    curve = _term(flops, _flop_rate(out, number), False)
+    flops, rate = number("step_flops"), _flop_rate(out, number)
+    curve = _term(flops, rate, False)
     replayed = number("step_products_s")
     rest = (flops - number("step_products_flops")).clip(lower=0.0)
-    rest_s = _term(rest, _flop_rate(out, number), False)
+    rest_s = _term(rest, rate, False)
     return (replayed + rest_s).where(replayed.notna() & flops.notna(), curve)
 
 
