@@ -92,6 +92,19 @@ def test_tf_products_say_whether_they_ran_inside_a_graph():
     assert flags == {"eager": {False}, "function": {True}}
 
 
+def test_a_loop_call_is_spread_over_the_steps_of_its_block():
+    """The loop variant runs a whole timed block of k steps in one traced call: one
+    call per k steps, where a function step makes one call per step."""
+    sizes = {"batch": 8, "d_in": 16, "hidden": 8}
+    calls = {
+        variant: step_counts.count_point(
+            _built("tensorflow", "s001-mlp", sizes, variant), "tensorflow", "cpu", 8
+        )["step_function_calls"]
+        for variant in ("loop", "function")
+    }
+    assert calls == {"loop": 1 / 8, "function": 1.0}
+
+
 def test_tf_keras_fit_ops_run_inside_its_graph():
     columns = step_counts.count_point(
         _built("tensorflow", "s002-iris", {"batch": 20, "hidden": 32}), "tensorflow", "cpu"
@@ -136,7 +149,7 @@ def test_counting_runs_after_the_timed_blocks(monkeypatch):
         events.append("measured")
         return result
 
-    def count_point(workload, framework, device):
+    def count_point(workload, framework, device, steps_per_block=None):
         events.append("counted")
         return {"step_ops": 1.0}
 
@@ -172,6 +185,27 @@ def test_rates_are_measured_with_their_spread(framework):
     for column in ("rate_mem_curve", "rate_flop_curve"):
         curve = json.loads(columns[column])
         assert len(curve) >= 2 and all(size > 0 and rate > 0 for size, rate in curve)
+
+
+def test_rate_blocks_drop_each_result_at_once():
+    """A rate's calls free their outputs as a step's temporaries are freed: kept to
+    the block's end, every output was fresh memory and the bandwidth curve timed page
+    faults (step_rates._repeat)."""
+    import weakref
+
+    class Output:
+        pass
+
+    alive, made = weakref.WeakSet(), []
+
+    def call():
+        out = Output()
+        alive.add(out)
+        made.append(len(alive))
+        return out
+
+    step_rates._repeat(call)(5)
+    assert made == [1, 1, 1, 1, 1] and len(alive) == 0
 
 
 def test_tf_step_that_only_runs_traced_is_counted_from_a_fresh_trace():

@@ -527,11 +527,19 @@ def test_function_calls_and_keras_fit_overheads_are_priced():
         "rate_mem_bytes_per_s": 1e10,
         "steps_per_call": 10,
     }
-    rows = pd.DataFrame([{**base, "program": "tf_step"}, {**base, "program": "keras_fit"}])
+    rows = pd.DataFrame(
+        [
+            {**base, "program": "tf_step"},
+            {**base, "program": "keras_fit"},
+            # a repeating tf.data pipeline: one fit call per timed block of 40 steps
+            {**base, "program": "keras_fit_repeat", "steps_per_block": 40},
+        ]
+    )
     out = model_columns(rows)
     own = 10 * 1e-4 + 2 * 2e-4 + 100 * 1e-6
     fit = 0.05 / 10 + 0.003 + 100 * 1e-6
-    assert out["model_ops_s"].tolist() == pytest.approx([own, fit])
+    repeat = 0.05 / 40 + 0.003 + 100 * 1e-6
+    assert out["model_ops_s"].tolist() == pytest.approx([own, fit, repeat])
 
 
 def test_a_tensorflow_row_without_its_call_count_gets_no_model():

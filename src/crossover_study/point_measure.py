@@ -114,7 +114,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         m = measure(workload, policy)
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
         # After the timed blocks and the loss read back: counting never changes them.
-        counts = step_counts.count_point(workload, point.framework, point.device)
+        counts = step_counts.count_point(workload, point.framework, point.device, m.steps_per_block)
         counts.update(step_rates.replay_columns(counts, point.framework, point.device))
     except NotApplicable as reason:  # known once a plug-in's builder said what it built
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}

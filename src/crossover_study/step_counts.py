@@ -601,7 +601,7 @@ def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> S
     )
 
 
-def count_point(workload, framework: str, device: str) -> dict:
+def count_point(workload, framework: str, device: str, steps_per_block: int | None = None) -> dict:
     """The ``step_*`` columns of a measured point: one call of its training program
     (``workload.steps_per_call`` steps) counted by :func:`count_torch_step` or
     :func:`count_tf_step`, after the timed blocks and the loss read back (the counted
@@ -609,6 +609,13 @@ def count_point(workload, framework: str, device: str) -> dict:
     its products (:func:`crossover_study.step_rates.replay_columns`). Never raises: a
     program the counters cannot follow gives empty columns and a line on stderr (the
     job log) saying why.
+
+    A workload whose ``run(n)`` makes one traced-function call for all n steps
+    (``one_call_per_block``: TensorFlow's loop variant, a ``tf.while_loop`` of n steps)
+    is counted with one step in that call, but its timed blocks ran ``steps_per_block``
+    (the measurement's k) steps per call: ``step_function_calls`` is then the counted
+    calls over k, the call's cost spread over the block as the timing spread it (one
+    call per step overpriced s000-hjb's loop at twice its measured step).
     """
     steps = int(workload.steps_per_call)
 
@@ -631,4 +638,8 @@ def count_point(workload, framework: str, device: str) -> dict:
     except Exception as exc:  # noqa: BLE001 - counting must never lose a measured row
         print(f"step counts: not counted ({type(exc).__name__}: {exc})", file=sys.stderr)
         return {}
-    return counts.columns()
+    columns = counts.columns()
+    calls = columns.get("step_function_calls")
+    if getattr(workload, "one_call_per_block", False) and steps_per_block and calls:
+        columns["step_function_calls"] = calls * steps / steps_per_block
+    return columns

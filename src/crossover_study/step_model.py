@@ -8,7 +8,8 @@ One training step is counted (:mod:`crossover_study.step_counts`, the measuring 
               + step_graph_ops × (rate_graph_op_s, else rate_eager_op_s)
               + step_function_calls × rate_function_call_s
               (Keras fit: rate_fit_call_s / steps_per_call + rate_fit_step_s in place
-              of the eager ops and the calls, which fit's loop makes)
+              of the eager ops and the calls, which fit's loop makes; steps_per_block
+              in place of steps_per_call where fit is called once per timed block)
     compute = step_products_s + (step_flops − step_products_flops) / rate_flop_per_s
               (the step's products replayed alone, shape by shape; without a replay,
               step_flops / rate_flop_per_s)
@@ -51,6 +52,11 @@ import pandas as pd
 #: Programs (the timings table's ``program`` column) that run Keras ``fit``, whose own
 #: cost per call and per step the job measures (``rate_fit_call_s``, ``rate_fit_step_s``).
 KERAS_FIT_PROGRAMS = ("keras_fit", "keras_fit_repeat", "keras_fit_mirrored")
+
+#: Keras ``fit`` programs that make one ``fit`` call per timed block (a repeating
+#: ``tf.data`` pipeline, one long epoch of ``steps_per_block`` steps), not one per
+#: ``steps_per_call`` steps: fit's cost per call is spread over the block.
+FIT_CALL_PER_BLOCK = ("keras_fit_repeat",)
 
 #: The regime named by the model's largest term (:func:`terms`).
 REGIME_OF_TERM = {
@@ -310,7 +316,8 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
       function costs a call besides its ops; 0 without calls); for a Keras ``fit``
       program (:data:`KERAS_FIT_PROGRAMS`) fit's own cost replaces the eager ops and the
       calls, which its loop makes: rate_fit_call_s / steps_per_call + rate_fit_step_s,
-      plus the graph ops;
+      plus the graph ops (steps_per_block in place of steps_per_call for a program
+      that calls fit once per timed block, :data:`FIT_CALL_PER_BLOCK`);
     - ``model_compute_s`` = step_products_s (the step's products timed alone, shape by
       shape, right after the point: step_rates.replay_products) + the FLOPs they do
       not cover (step_flops − step_products_flops) at the FLOP rate; a row without
@@ -352,7 +359,10 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     tf_rows = out["framework"].eq("tensorflow") if "framework" in out else on_cpu & False
     calls = number("step_function_calls").mask(~tf_rows, number("step_function_calls").fillna(0.0))
     fit = out["program"].isin(KERAS_FIT_PROGRAMS) if "program" in out else on_cpu & False
-    per_call = number("rate_fit_call_s") / number("steps_per_call")
+    # Steps per fit call: a block's for a program that calls fit once per block.
+    per_block = out["program"].isin(FIT_CALL_PER_BLOCK) if "program" in out else fit
+    fit_steps = number("steps_per_call").mask(per_block, number("steps_per_block"))
+    per_call = number("rate_fit_call_s") / fit_steps
     fit_host = per_call + number("rate_fit_step_s")
     own_host = _term(ops - graph, eager_rate, True) + _term(
         calls, number("rate_function_call_s"), True

@@ -70,6 +70,24 @@ def _blocks(run: Callable[[int], None], sync: Callable[[], None], units: float, 
     return {"median": statistics.median(per), "iqr": q[2] - q[0], "blocks": BLOCKS}
 
 
+def _repeat(call: Callable[[], object]) -> Callable[[int], None]:
+    """``run(n)`` for :func:`_blocks`: ``call()`` n times, each result dropped at once,
+    as a training step drops its temporaries, so that the allocator hands the same
+    memory back to the next call. Keeping every result until the block ends (a list
+    comprehension, as the rates did until 2026-12-02) makes each call's output fresh
+    memory, and the curve then times page faults: PyTorch's element-wise additions
+    measured 6.8 GB/s at 393 KB and 6.3 GB/s at 3.1 MB per op that way, 47 and 97 GB/s
+    with each output dropped (2-core VM, 2026-12-02), so the model priced s001-mlp's
+    element-wise traffic several times too high (its CPU steps predicted at 1.3 to 2.3
+    times the measured time)."""
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            call()
+
+    return run
+
+
 def _inverse(rate: dict, units_name: str) -> dict:
     """Seconds per unit turned into units per second (median and IQR of the blocks'
     rates, from :func:`_blocks`' result, approximated by the reciprocal of the median
@@ -92,7 +110,13 @@ DEPTH = 3
 
 #: Layers of the deeper graph whose extra operations give the per-op cost inside a
 #: graph (the slope between DEPTH and DEEP layers; the intercept is the call's cost).
-DEEP = 12
+#: Deep enough that the extra ops' time stands well above the call's scatter: at 12
+#: layers (72 more ops, some 90 µs) the slope came out at 0.09 µs per op in one job of
+#: the default study, and s000-hjb's TensorFlow steps were predicted at 0.4 of their
+#: time; timed together on the 2-core VM (2026-12-02), 3, 12 and 48 layers took
+#: 425 ± 92, 517 ± 60 and 983 ± 444 µs per call (32, 104 and 392 ops): 1.55 µs per
+#: graph op between 3 and 48.
+DEEP = 48
 
 
 #: Elements (float32) of the element-wise additions that measure the bandwidth curve:
@@ -183,23 +207,24 @@ def _torch_rates(device: str) -> dict:
     rates = {"eager_op_s": _blocks(step, sync, ops, 200)}
     size = MATMUL_SIZE.get(device, 512)
     a = torch.randn(size, size, device=target)
-    matmuls = lambda n: [a @ a for _ in range(n)]  # noqa: E731
-    rates["flop_per_s"] = _inverse(_blocks(matmuls, sync, 2.0 * size**3, 3), "FLOP/s")
+    rates["flop_per_s"] = _inverse(
+        _blocks(_repeat(lambda: a @ a), sync, 2.0 * size**3, 3), "FLOP/s"
+    )
 
     def products(side: int):
         m = torch.randn(side, side, device=target)
-        return lambda n: [m @ m for _ in range(n)]
+        return _repeat(lambda: m @ m)
 
     rates.update(_flop_curve(products, sync))
 
     def adds(elements: int):
         a, b = torch.ones(elements, device=target), torch.ones(elements, device=target)
-        return lambda n: [torch.add(a, b) for _ in range(n)]
+        return _repeat(lambda: torch.add(a, b))
 
     rates.update(_mem_curve(adds, sync))
     if target == "cuda":
         host = torch.ones(STREAM_ELEMENTS)
-        copy = lambda n: [host.to(target) for _ in range(n)]  # noqa: E731
+        copy = _repeat(lambda: host.to(target))
         rates["copy_bytes_per_s"] = _inverse(_blocks(copy, sync, 4.0 * STREAM_ELEMENTS, 3), "B/s")
     return rates
 
@@ -263,14 +288,14 @@ def _tf_rates(device: str) -> dict:
     with tf.device({"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")):
         one, sync = _tf_chain_step(tf, DEPTH)
         eager_ops = count_tf_step(one).ops
-        rates = {"eager_op_s": _blocks(lambda n: [one() for _ in range(n)], sync, eager_ops, 50)}
+        rates = {"eager_op_s": _blocks(_repeat(one), sync, eager_ops, 50)}
         # Inside a graph: per call = call + ops x per-op; two depths give both.
         per_call = {}
         for depth in (DEPTH, DEEP):
             chain, chain_sync = _tf_chain_step(tf, depth)
             graph = tf.function(chain)
             ops = count_tf_step(graph).ops
-            timed = _blocks(lambda n, g=graph: [g() for _ in range(n)], chain_sync, 1.0, 100)
+            timed = _blocks(_repeat(graph), chain_sync, 1.0, 100)
             per_call[depth] = (ops, timed)
         rates["graph_op_s"], rates["function_call_s"] = _line(
             *per_call[DEPTH], *per_call[DEEP], min_slope=1e-9
@@ -364,7 +389,7 @@ def _torch_product_maker(device: str):
 
     def make(batch, m, k, n, trans_a, trans_b):
         a, b = operand(batch, m, k, trans_a), operand(batch, k, n, trans_b)
-        return lambda reps: [a @ b for _ in range(reps)]
+        return _repeat(lambda: a @ b)
 
     return make, sync
 

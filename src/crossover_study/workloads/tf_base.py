@@ -43,6 +43,9 @@ def tf_function_traces(fn, depth: int = 3) -> int | None:
 
 class _TFWorkload:
     steps_per_call = 1
+    #: True when ``run(n)`` makes one call of a traced function for all n steps (the
+    #: loop variant): the call's cost is then spread over a timed block's steps.
+    one_call_per_block = False
     min_steps_per_block = 1
     loss_read_every = 1
     keras_fit = False
@@ -98,6 +101,7 @@ class _TFWorkload:
             return tf.function(step, jit_compile=True), None
         if v == "loop":
             self.loss_read_every = 0  # read once per call, i.e. once per timed block
+            self.one_call_per_block = True
 
             @tf.function
             def loop(n, *batch):
