@@ -280,6 +280,17 @@ def _tf_chain(tf, box: dict, first, op):
     return run
 
 
+def _tf_reader(tf, box: dict) -> Callable[[], None]:
+    """TensorFlow's sync for the rates: read one element of the last result kept in
+    ``box["y"]`` back to the host (nothing before the first result)."""
+
+    def sync() -> None:
+        if "y" in box:
+            tf.reshape(box["y"], [-1])[0].numpy()
+
+    return sync
+
+
 def _tf_rates(device: str) -> dict:
     import tensorflow as tf
 
@@ -309,9 +320,7 @@ def _tf_rates(device: str) -> dict:
             for _ in range(n):
                 box["y"] = m @ m
 
-        def sync_y() -> None:
-            if "y" in box:
-                tf.reshape(box["y"], [-1])[0].numpy()
+        sync_y = _tf_reader(tf, box)
 
         rates["flop_per_s"] = _inverse(_blocks(matmuls, sync_y, 2.0 * size**3, 3), "FLOP/s")
 
@@ -400,10 +409,7 @@ def _tf_product_maker(device: str):
 
     name = {"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")
     box = {}
-
-    def sync() -> None:
-        if "y" in box:
-            tf.reshape(box["y"], [-1])[0].numpy()
+    sync = _tf_reader(tf, box)
 
     def make(batch, m, k, n, trans_a, trans_b):
         lead = (batch,) if batch > 1 else ()
