@@ -187,6 +187,45 @@ def test_rates_are_measured_with_their_spread(framework):
         assert len(curve) >= 2 and all(size > 0 and rate > 0 for size, rate in curve)
 
 
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_op_costs_are_measured_again_after_each_counted_point(framework, monkeypatch):
+    """A counted point's row carries op costs timed right after it, which replace the
+    job's (runner: the point's columns override the job's common ones)."""
+    from crossover_study import frameworks, point_measure
+    from crossover_study.harness import TimingPolicy
+
+    frameworks.import_framework(framework, "cpu", 1)
+    columns = step_rates.point_rate_columns(framework, "cpu")
+    names = {"rate_eager_op_s"}
+    if framework == "tensorflow":
+        names |= {"rate_graph_op_s", "rate_function_call_s"}
+    assert set(columns) == names and all(columns[n] > 0 for n in names)
+
+    calls = []
+    monkeypatch.setattr(
+        point_measure.step_rates,
+        "point_rate_columns",
+        lambda fw, device: calls.append((fw, device)) or {"rate_eager_op_s": 1.5e-5},
+    )
+    sizes = {"batch": 8, "d_in": 8, "hidden": 8}
+    point = PointSpec("s001-mlp", framework, "cpu", "eager", sizes)
+    policy = TimingPolicy(min_block_s=0.001, n_blocks=3, max_warmup_s=0.05, sync_check_s=0)
+    row = point_measure.measure_point(point, policy, import_s=0.0, device_init_s=0.0)
+    assert row["status"] == "ok" and row["rate_eager_op_s"] == 1.5e-5
+    assert calls == [(framework, "cpu")]
+
+
+def test_failed_op_costs_keep_the_row(monkeypatch, capsys):
+    def broken(share=1.0):
+        raise RuntimeError("no clock")
+
+    monkeypatch.setattr(step_rates, "op_costs", lambda framework, device: broken)
+    assert step_rates.point_rate_columns("torch", "cpu") == {}
+    assert "op costs: not measured after the point (RuntimeError: no clock)" in (
+        capsys.readouterr().err
+    )
+
+
 def test_rate_blocks_drop_each_result_at_once():
     """A rate's calls free their outputs as a step's temporaries are freed: kept to
     the block's end, every output was fresh memory and the bandwidth curve timed page

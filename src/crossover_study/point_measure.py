@@ -116,6 +116,8 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         # After the timed blocks and the loss read back: counting never changes them.
         counts = step_counts.count_point(workload, point.framework, point.device, m.steps_per_block)
         counts.update(step_rates.replay_columns(counts, point.framework, point.device))
+        if counts:  # a counted point is priced at the op costs of its own moment
+            counts.update(step_rates.point_rate_columns(point.framework, point.device))
     except NotApplicable as reason:  # known once a plug-in's builder said what it built
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
     except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded

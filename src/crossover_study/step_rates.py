@@ -2,7 +2,10 @@
 the rates of the step-time model (:mod:`crossover_study.step_model`).
 
 Measured once per job, after the device is initialised and before the first point, each
-as the median over blocks with the blocks' interquartile range (its spread):
+as the median over blocks with the blocks' interquartile range (its spread); the op
+costs (``eager_op_s``, ``graph_op_s``, ``function_call_s``) again right after each
+counted point, in shorter blocks (:func:`point_rate_columns`), since a shared machine's
+speed drifts within a job:
 
 - ``eager_op_s``: seconds per operation of a minimal training step dispatched from
   Python (:data:`DEPTH` tanh layers of width 1: forward, loss, gradients, SGD update),
@@ -177,7 +180,10 @@ def _flop_curve(products, sync, per_call: int = 1) -> dict:
     return {"flop_curve": {"flops_per_op": per_op, "flop_per_s": rate}}
 
 
-def _torch_rates(device: str) -> dict:
+def _torch_op_costs(device: str) -> Callable[[float], dict]:
+    """``measure(share)`` timing PyTorch's ``eager_op_s`` on ``device``: the minimal
+    training step (:data:`DEPTH` layers, SGD) built and counted once, timed in blocks
+    of ``share`` × 200 steps."""
     import torch
 
     from .step_counts import count_torch_step
@@ -204,7 +210,23 @@ def _torch_rates(device: str) -> dict:
 
     step(5)  # lazy initialisation (optimizer state, autograd) before counting and timing
     ops = count_torch_step(step, 1, target).ops
-    rates = {"eager_op_s": _blocks(step, sync, ops, 200)}
+
+    def measure(share: float = 1.0) -> dict:
+        return {"eager_op_s": _blocks(step, sync, ops, max(1, round(200 * share)))}
+
+    return measure
+
+
+def _torch_rates(device: str) -> dict:
+    import torch
+
+    target = "cuda" if device.startswith("cuda") else "cpu"
+
+    def sync() -> None:
+        if target == "cuda":
+            torch.cuda.synchronize()
+
+    rates = op_costs("torch", device)()
     size = MATMUL_SIZE.get(device, 512)
     a = torch.randn(size, size, device=target)
     rates["flop_per_s"] = _inverse(
@@ -291,27 +313,68 @@ def _tf_reader(tf, box: dict) -> Callable[[], None]:
     return sync
 
 
-def _tf_rates(device: str) -> dict:
+def _tf_op_costs(device: str) -> Callable[[float], dict]:
+    """``measure(share)`` timing TensorFlow's ``eager_op_s``, ``graph_op_s`` and
+    ``function_call_s`` on ``device``: the minimal step eager (blocks of ``share`` × 50
+    steps) and inside a ``tf.function`` at :data:`DEPTH` and :data:`DEEP` layers
+    (blocks of ``share`` × 100 calls; the slope of their time against their ops is the
+    cost of an op inside a graph, the intercept that of the call), built, counted and
+    traced once."""
     import tensorflow as tf
 
     from .step_counts import count_tf_step
 
-    with tf.device({"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")):
+    name = {"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")
+    with tf.device(name):
         one, sync = _tf_chain_step(tf, DEPTH)
         eager_ops = count_tf_step(one).ops
-        rates = {"eager_op_s": _blocks(_repeat(one), sync, eager_ops, 50)}
-        # Inside a graph: per call = call + ops x per-op; two depths give both.
-        per_call = {}
+        graphs = {}
         for depth in (DEPTH, DEEP):
             chain, chain_sync = _tf_chain_step(tf, depth)
             graph = tf.function(chain)
-            ops = count_tf_step(graph).ops
-            timed = _blocks(_repeat(graph), chain_sync, 1.0, 100)
-            per_call[depth] = (ops, timed)
+            graphs[depth] = (count_tf_step(graph).ops, graph, chain_sync)
+
+    def measure(share: float = 1.0) -> dict:
+        with tf.device(name):
+            calls = max(1, round(50 * share))
+            rates = {"eager_op_s": _blocks(_repeat(one), sync, eager_ops, calls)}
+            # Inside a graph: per call = call + ops x per-op; two depths give both.
+            per_call = {
+                depth: (ops, _blocks(_repeat(graph), graph_sync, 1.0, max(1, round(100 * share))))
+                for depth, (ops, graph, graph_sync) in graphs.items()
+            }
         rates["graph_op_s"], rates["function_call_s"] = _line(
             *per_call[DEPTH], *per_call[DEEP], min_slope=1e-9
         )
-        rates.update(_keras_fit_rates(sync))
+        return rates
+
+    return measure
+
+
+#: Each (framework, device)'s op-cost timer already built in this process
+#: (:func:`op_costs`): its minimal steps are built, counted and traced once per job.
+_OP_COSTS: dict[tuple[str, str], Callable[[float], dict]] = {}
+
+
+def op_costs(framework: str, device: str) -> Callable[[float], dict]:
+    """``measure(share=1.0)``: the per-operation rates of ``framework`` on ``device``
+    (``eager_op_s``; TensorFlow also ``graph_op_s`` and ``function_call_s``), each
+    ``{"median", "iqr", "blocks"}`` in seconds per op or per call, timed afresh at each
+    call, in blocks ``share`` times as long as the job's. Its minimal steps are built
+    the first time and kept for the process. Exceptions from the framework propagate."""
+    key = (framework, device)
+    if key not in _OP_COSTS:
+        build = _torch_op_costs if framework == "torch" else _tf_op_costs
+        _OP_COSTS[key] = build(device)
+    return _OP_COSTS[key]
+
+
+def _tf_rates(device: str) -> dict:
+    import tensorflow as tf
+
+    rates = op_costs("tensorflow", device)()
+    with tf.device({"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")):
+        rates.update(_keras_fit_rates())
         size = MATMUL_SIZE.get(device, 512)
         m = tf.random.normal((size, size))
         box = {}
@@ -339,7 +402,7 @@ def _tf_rates(device: str) -> dict:
     return rates
 
 
-def _keras_fit_rates(sync) -> dict:
+def _keras_fit_rates() -> dict:
     """Keras ``fit``'s own cost, beyond the operations of its train function: per call
     (callbacks, data adapter, epoch set-up) and per step (its Python loop, the logs
     read back, the train function's call), from one epoch of a 1-unit Dense model over
@@ -499,6 +562,32 @@ def replay_columns(columns: dict, framework: str, device: str) -> dict:
         "step_products_s": replay["products_s"],
         "step_products_flops": replay["products_flops"],
     }
+
+
+#: Blocks of the per-point op costs (:func:`point_rate_columns`) against the job's: a
+#: few tenths of a second a point on the 2-core VM (PyTorch) to about 1.5 s
+#: (TensorFlow, whose eager minimal step takes some 9 ms).
+POINT_SHARE = 0.4
+
+
+def point_rate_columns(framework: str, device: str) -> dict:
+    """The op costs of the model measured again right after a point (:func:`op_costs`
+    in blocks :data:`POINT_SHARE` as long as the job's): ``rate_eager_op_s`` and, for
+    TensorFlow, ``rate_graph_op_s`` and ``rate_function_call_s``, which replace the
+    job's in that point's row (the job's stay in its probe record). Why: a shared VM's
+    speed drifts within a job, and the ops term priced a point at the speed of the job's
+    start; the same s000-hjb point (PyTorch, batch 100, width 8) took 2.97 ms per step
+    early in a job and 1.91 ms at its end (default study, 2026-12-02), so the op cost
+    is timed as close to the point as the products' replay is. Empty (no columns, the
+    job's stay) with a line on stderr (the job log) when it fails. Never raises."""
+    try:
+        rates = op_costs(framework, device)(POINT_SHARE)
+    except Exception as exc:  # noqa: BLE001 - the op costs must never lose the row
+        print(
+            f"op costs: not measured after the point ({type(exc).__name__}: {exc})", file=sys.stderr
+        )
+        return {}
+    return {RATE_COLUMNS[name]: rate["median"] for name, rate in rates.items()}
 
 
 #: Rate names and the timings table's column each one's median goes to.
