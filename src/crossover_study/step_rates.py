@@ -302,6 +302,12 @@ def _tf_chain(tf, box: dict, first, op):
     return run
 
 
+def _tf_device(device: str) -> str:
+    """TensorFlow's device name for a device class: the host CPU for ``cpu`` (and
+    ``tpu``, whose rates are the host's here), the first GPU otherwise."""
+    return {"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")
+
+
 def _tf_reader(tf, box: dict) -> Callable[[], None]:
     """TensorFlow's sync for the rates: read one element of the last result kept in
     ``box["y"]`` back to the host (nothing before the first result)."""
@@ -324,7 +330,7 @@ def _tf_op_costs(device: str) -> Callable[[float], dict]:
 
     from .step_counts import count_tf_step
 
-    name = {"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")
+    name = _tf_device(device)
     with tf.device(name):
         one, sync = _tf_chain_step(tf, DEPTH)
         eager_ops = count_tf_step(one).ops
@@ -373,7 +379,7 @@ def _tf_rates(device: str) -> dict:
     import tensorflow as tf
 
     rates = op_costs("tensorflow", device)()
-    with tf.device({"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")):
+    with tf.device(_tf_device(device)):
         rates.update(_keras_fit_rates())
         size = MATMUL_SIZE.get(device, 512)
         m = tf.random.normal((size, size))
@@ -470,7 +476,7 @@ def _tf_product_maker(device: str):
     """``(make, sync)`` for :func:`replay_products` in TensorFlow on ``device``."""
     import tensorflow as tf
 
-    name = {"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")
+    name = _tf_device(device)
     box = {}
     sync = _tf_reader(tf, box)
 
