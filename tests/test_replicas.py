@@ -608,6 +608,14 @@ def test_mirrored_fit_on_two_logical_cpu_devices(tmp_path):
     # The gradients' all-reduce through the same strategy, timed alone.
     assert ((fit["allreduce_share"] > 0) & (fit["allreduce_share"] < 2)).all()
     assert (fit["traces_timed"] == 0).all() and np.isfinite(fit["final_loss"]).all()
+    # Counted per step over a window of whole steps (3 steps per call: windowed): the
+    # same FLOPs on 1 replica and on 2 at strong scaling, twice them at weak scaling,
+    # each replica's ops on top of the first's (a window placed by one fetch per step
+    # held set-up only at 2 replicas: no FLOPs).
+    flops, ops = fit["step_flops"].tolist(), fit["step_ops"].tolist()
+    assert flops[0] > 0 and flops[1] == pytest.approx(flops[0], rel=0.02)
+    assert flops[2] == pytest.approx(2 * flops[0], rel=0.02)
+    assert ops[1] == pytest.approx(2 * ops[0], rel=0.1)
     others = df[(df["variant"] == "mirrored_fit") & (df["status"] != "ok")]
     reasons = dict(zip(others["framework"] + "/" + others["case"], others["message"], strict=True))
     assert set(others["status"]) == {"not_applicable"}

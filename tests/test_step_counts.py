@@ -308,3 +308,13 @@ def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):
     assert replayed == {"step_products_s": None, "step_products_flops": None}
     assert "not replayed (RuntimeError: no device)" in capsys.readouterr().err
     assert step_rates.replay_columns({"step_products": None}, "torch", "cpu") == replayed
+
+
+@pytest.mark.parametrize("fetches", [(-1, 1), (0, 0)])
+def test_tf_count_refuses_a_window_it_cannot_place(fetches):
+    """The batch fetches that place the counting window (set-up, per step) must be a
+    count of at least 0 and at least 1: anything else is refused before the step runs."""
+    ran = []
+    with pytest.raises(ValueError, match="fetches must be"):
+        step_counts.count_tf_step(lambda: ran.append(1), 3, fetches=fetches)
+    assert not ran

@@ -410,19 +410,26 @@ class _WindowFull(Exception):
 
 
 def _window(state: dict) -> None:
-    """At a batch fetch: the first opens the window (counts so far kept aside), the
-    one after :data:`WINDOW_STEPS` more steps closes it and stops the step."""
+    """At a batch fetch: the first fetch of the first step (after the data set's
+    ``setup_fetches``) opens the window (counts so far kept aside), the first of the
+    step :data:`WINDOW_STEPS` steps later (``fetches_per_step`` fetches a step) closes it
+    and stops the step."""
     state["fetches"] += 1
-    if state["fetches"] == 1:
+    setup, per_step = state["setup_fetches"], state["fetches_per_step"]
+    if state["fetches"] == setup + 1:
         state["before"] = {key: state[key] for key in _COUNTED}
         state["before"]["products"] = Counter(state["products"])
-    elif state["fetches"] == WINDOW_STEPS + 1 and state["windowed"]:
+    elif state["fetches"] == setup + WINDOW_STEPS * per_step + 1 and state["windowed"]:
         raise _WindowFull
 
 
-def _new_state(windowed: bool = False) -> dict:
+def _new_state(windowed: bool = False, fetches: tuple[int, int] = (0, 1)) -> dict:
+    """A fresh count; ``fetches`` = (the data set's fetches while it is set up, fetches
+    per step), which place the window (:func:`_window`)."""
     return {
         "fetches": 0,
+        "setup_fetches": fetches[0],
+        "fetches_per_step": fetches[1],
         "windowed": windowed,
         "before": None,
         "ops": 0,
@@ -512,7 +519,9 @@ def _tf_nbytes(tensor) -> int:
         return 0
 
 
-def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> StepCounts:
+def count_tf_step(
+    step: Callable[[], object], steps: int = 1, functions=(), fetches: tuple[int, int] = (0, 1)
+) -> StepCounts:
     """Run ``step()`` (``steps`` training steps of a built TensorFlow workload) twice
     under an op callback and return the :class:`StepCounts` of one step: once as the
     program runs (its eager ops, a traced function's call counted as one), once with
@@ -526,17 +535,28 @@ def count_tf_step(step: Callable[[], object], steps: int = 1, functions=()) -> S
     called with, its ops and static shapes times its calls (a loop body once); failing
     that, the ops of the traced functions' definitions, without FLOPs or bytes.
 
+    A call of more than :data:`WINDOW_STEPS` steps that fetches its batches from an
+    iterator (Keras fit) is counted over a window of that many steps, its start and end
+    found by the batch fetches: ``fetches`` = (fetches while the data set is set up,
+    before the first step; fetches per step), (0, 1) for one device. Under
+    MirroredStrategy the distributed data set fetches once per replica at set-up and at
+    every step: (replicas, replicas); taken as (0, 1), the window of a 2-replica fit
+    held nothing but set-up (20 ops, no FLOPs per step of s004-lstm, default study of
+    2026-12-03) and a 1-replica fit's about one step, spread over two.
+
     The steps really run, so call it outside the timed blocks. Exceptions from the step
-    propagate; ValueError for ``steps`` below 1.
+    propagate; ValueError for ``steps`` below 1 or ``fetches`` not (≥ 0, ≥ 1).
     """
     import tensorflow as tf
     from tensorflow.python.framework import op_callbacks
 
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
+    if fetches[0] < 0 or fetches[1] < 1:
+        raise ValueError(f"fetches must be (>= 0, >= 1), got {fetches}")
 
     def run(functions_eagerly: bool) -> dict:
-        state = _new_state(windowed=functions_eagerly and steps > WINDOW_STEPS)
+        state = _new_state(windowed=functions_eagerly and steps > WINDOW_STEPS, fetches=fetches)
         callback = _tf_callback(state)
         was = tf.config.functions_run_eagerly()
         tf.config.run_functions_eagerly(functions_eagerly)
@@ -634,7 +654,8 @@ def count_point(workload, framework: str, device: str, steps_per_block: int | No
                 for v in vars(workload).values()
                 if isinstance(v, tf.types.experimental.GenericFunction)
             ]
-            counts = count_tf_step(step, steps, functions)
+            fetches = getattr(workload, "batch_fetches", (0, 1))
+            counts = count_tf_step(step, steps, functions, fetches)
     except Exception as exc:  # noqa: BLE001 - counting must never lose a measured row
         print(f"step counts: not counted ({type(exc).__name__}: {exc})", file=sys.stderr)
         return {}

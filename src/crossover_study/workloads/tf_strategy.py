@@ -204,6 +204,14 @@ class MirroredFitWorkload(SeedFit, StrategyWorkload):
         train_function = getattr(self.model, "train_function", None)
         return None if train_function is None else tf_function_traces(train_function)
 
+    @property
+    def batch_fetches(self) -> tuple[int, int]:
+        """(fetches while fit sets its data set up, fetches per step) of a fit call,
+        which place the op counter's window (:func:`~crossover_study.step_counts.count_tf_step`):
+        the distributed data set fetches once per replica at both (counted on 1 and 2
+        logical CPU devices, 2026-12-03)."""
+        return (self.replicas, self.replicas)
+
 
 def mirrored_fit_workload(
     case: str,
