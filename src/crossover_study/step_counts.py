@@ -402,6 +402,11 @@ TF_NEXT_BATCH_OPS = frozenset({"IteratorGetNext", "IteratorGetNextAsOptional"})
 #: enough (s004-lstm's 38 to 150 steps per call took 50 s to count whole).
 WINDOW_STEPS = 2
 
+#: A program's batch fetches (while its data set is set up, per step) on one device:
+#: none at set-up, one per step. What places the counting window (:func:`_window`)
+#: unless the workload says otherwise (its ``batch_fetches``).
+ONE_DEVICE_FETCHES = (0, 1)
+
 _COUNTED = ("ops", "flops", "flop_ops", "mem_bytes", "mem_ops", "copy_bytes")
 
 
@@ -423,7 +428,7 @@ def _window(state: dict) -> None:
         raise _WindowFull
 
 
-def _new_state(windowed: bool = False, fetches: tuple[int, int] = (0, 1)) -> dict:
+def _new_state(windowed: bool = False, fetches: tuple[int, int] = ONE_DEVICE_FETCHES) -> dict:
     """A fresh count; ``fetches`` = (the data set's fetches while it is set up, fetches
     per step), which place the window (:func:`_window`)."""
     return {
@@ -520,7 +525,10 @@ def _tf_nbytes(tensor) -> int:
 
 
 def count_tf_step(
-    step: Callable[[], object], steps: int = 1, functions=(), fetches: tuple[int, int] = (0, 1)
+    step: Callable[[], object],
+    steps: int = 1,
+    functions=(),
+    fetches: tuple[int, int] = ONE_DEVICE_FETCHES,
 ) -> StepCounts:
     """Run ``step()`` (``steps`` training steps of a built TensorFlow workload) twice
     under an op callback and return the :class:`StepCounts` of one step: once as the
@@ -538,7 +546,7 @@ def count_tf_step(
     A call of more than :data:`WINDOW_STEPS` steps that fetches its batches from an
     iterator (Keras fit) is counted over a window of that many steps, its start and end
     found by the batch fetches: ``fetches`` = (fetches while the data set is set up,
-    before the first step; fetches per step), (0, 1) for one device. Under
+    before the first step; fetches per step), :data:`ONE_DEVICE_FETCHES` for one device. Under
     MirroredStrategy the distributed data set fetches once per replica at set-up and at
     every step: (replicas, replicas); taken as (0, 1), the window of a 2-replica fit
     held nothing but set-up (20 ops, no FLOPs per step of s004-lstm, default study of
@@ -654,7 +662,7 @@ def count_point(workload, framework: str, device: str, steps_per_block: int | No
                 for v in vars(workload).values()
                 if isinstance(v, tf.types.experimental.GenericFunction)
             ]
-            fetches = getattr(workload, "batch_fetches", (0, 1))
+            fetches = getattr(workload, "batch_fetches", ONE_DEVICE_FETCHES)
             counts = count_tf_step(step, steps, functions, fetches)
     except Exception as exc:  # noqa: BLE001 - counting must never lose a measured row
         print(f"step counts: not counted ({type(exc).__name__}: {exc})", file=sys.stderr)
