@@ -95,15 +95,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sync-check-s must not be negative, got {args.sync_check_s}")
 
     from crossover_study import frameworks, step_rates
+    from crossover_study.step_model import TERM_COLUMNS
 
+    # The model's terms other than its ops term: on the CPU the terms add, so what the
+    # measured step leaves after them is what its operations cost.
+    others = [column for term, column in TERM_COLUMNS.items() if term != "launch"]
     frameworks.import_framework(args.framework, "cpu", args.threads)
     job_rates = step_rates.measure_rates(args.framework, "cpu")
     ratios: dict[str, list[float]] = {case: [] for case, _ in POINTS}
     for round_ in range(args.rounds):
         for case, sizes in POINTS:
             row = _row(args.framework, case, sizes, args.threads, job_rates, args.sync_check_s)
-            terms = ("model_compute_s", "model_memory_s", "model_copy_s")
-            rest = row["step_time_s"] - sum(row[t] for t in terms)
+            rest = row["step_time_s"] - sum(row[column] for column in others)
             ratio = rest / row["model_ops_s"]
             ratios[case].append(ratio)
             print(
