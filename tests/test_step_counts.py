@@ -55,7 +55,8 @@ def test_s001_counts_match_the_closed_form(framework):
 
 def test_torch_lstm_gates_are_counted():
     """oneDNN's LSTM layer ops are outside torch's FLOP counter: counted from their
-    gate matrices, 2 T B 4H (I + H) per layer forward, twice that backward."""
+    gate matrices, 2 T B 4H (I + H) per layer forward, twice that backward, and listed
+    as layers (which the replay times whole), not as products."""
     sizes = {"batch": 4, "units": 6, "seq_len": 5}
     import torch
 
@@ -68,16 +69,35 @@ def test_torch_lstm_gates_are_counted():
     forward = 2 * 5 * 4 * sum(p.numel() for p in matrices)  # 2 T B (4H (I + H)) per layer
     dense = 2 * 4 * 6 * 1 * 3  # the output Dense layer (6 units -> 1), forward + backward
     assert 3 * forward <= columns["step_flops"] <= 3 * forward + 10 * dense
-    # As oneDNN runs them: per layer one hidden-state product (B × H)·(H × 4H) per time
-    # step forward and one (B × 4H)·(4H × H) backward, B = 4 and T = 5 whichever way
-    # the batch-first input reaches the op (3 layers: 15 of each per step).
-    products = {tuple(p[:6]): p[-1] for p in json.loads(columns["step_products"])}
-    assert products[(1, 4, 6, 24, False, True)] == 15
-    assert products[(1, 4, 24, 6, False, False)] == 15
-    assert step_counts.product_flops(json.loads(columns["step_products"])) == pytest.approx(
-        columns["step_flops"]
-    )
-    assert columns["step_flop_ops"] == sum(products.values())  # the Dense's among them
+    # Three layers of 6 units over T = 5 steps of B = 4 sequences (whichever way the
+    # batch-first input reaches the op), each once forward and once backward a step.
+    layers = json.loads(columns["step_rnn_layers"])
+    assert {(steps, batch, hidden) for steps, batch, _, hidden, _, _ in layers} == {(5, 4, 6)}
+    passes = {backward: 0.0 for backward in (False, True)}
+    for *_, backward, per_step in layers:
+        passes[backward] += per_step
+    assert passes == {False: 3.0, True: 3.0}
+    layer_flops = sum(step_counts.lstm_layer_flops(*row[:5]) * row[5] for row in layers)
+    assert layer_flops == pytest.approx(3 * forward)
+    # The products are the Dense layer's alone; with the layers they make the FLOPs.
+    products = json.loads(columns["step_products"])
+    assert not any(24 in p[1:4] for p in products)  # no gate (4H = 24) product
+    assert step_counts.product_flops(products) + layer_flops == pytest.approx(columns["step_flops"])
+    # flop_ops: the gate products as oneDNN runs them (per layer forward 1 + T, backward
+    # 3 + T) besides the Dense's.
+    gates = 3 * ((1 + 5) + (3 + 5))
+    assert columns["step_flop_ops"] == gates + sum(p[-1] for p in products)
+
+
+def test_lstm_products_as_onednn_runs_them():
+    """Per layer one hidden-state product (B × H)·(H × 4H) per time step forward and
+    one (B × 4H)·(4H × H) backward, the input's over all steps at once."""
+    forward = step_counts.lstm_products(5, 4, [(3, 6)], backward=False)
+    backward = step_counts.lstm_products(5, 4, [(3, 6)], backward=True)
+    assert forward == {(1, 20, 3, 24, False, True): 1, (1, 4, 6, 24, False, True): 5}
+    assert backward[(1, 4, 24, 6, False, False)] == 5
+    assert step_counts.product_flops(forward) == 2 * 5 * 4 * 24 * (3 + 6)
+    assert step_counts.lstm_layer_flops(5, 4, 3, 6, True) == 2 * step_counts.product_flops(forward)
 
 
 def test_tf_products_say_whether_they_ran_inside_a_graph():
@@ -293,6 +313,27 @@ def test_products_are_replayed_one_shape_at_a_time(framework):
     replay = step_rates.replay_products(framework, "cpu", products)
     assert replay["products_flops"] == 3 * 2 * 96**3 + 0.5 * 2 * 4 * 8 * 16 * 8
     assert replay["products_s"] > 0 and replay["seconds"] > 0
+
+
+def test_lstm_layers_are_replayed_whole():
+    """replay_rnn_layers times a layer's forward and its backward pass: each covers its
+    gate products' FLOPs and takes time beyond the one-unit layer's; replay_columns adds
+    them to the products' replay."""
+    from crossover_study import frameworks
+
+    frameworks.import_framework("torch", "cpu", 1)
+    layers = [(20, 16, 8, 32, False, 2.0), (20, 16, 8, 32, True, 2.0)]
+    replay = step_rates.replay_rnn_layers("cpu", layers)
+    flops = 2 * (step_counts.lstm_layer_flops(20, 16, 8, 32, False))
+    flops += 2 * step_counts.lstm_layer_flops(20, 16, 8, 32, True)
+    assert replay["products_flops"] == pytest.approx(flops)
+    assert replay["products_s"] > 0
+    products = [(1, 96, 96, 96, False, True, False, 1.0)]
+    columns = {"step_products": json.dumps(products), "step_rnn_layers": json.dumps(layers)}
+    both = step_rates.replay_columns(columns, "torch", "cpu")
+    assert both["step_products_flops"] == pytest.approx(flops + 2 * 96**3)
+    alone = step_rates.replay_columns({"step_rnn_layers": json.dumps(layers)}, "torch", "cpu")
+    assert alone["step_products_flops"] == pytest.approx(flops)
 
 
 def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):

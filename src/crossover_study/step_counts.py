@@ -31,12 +31,17 @@ What is counted, and how:
   MatMuls, so they are included). Element-wise work is not FLOPs here: it is counted
   as bytes.
 - **products**: the matrix products behind ``flops``, by shape and layout
-  (:attr:`StepCounts.products`; an LSTM layer's as :func:`lstm_products` decomposes
-  them), which the measuring job then times one shape at a time
-  (:func:`crossover_study.step_rates.replay_products`): a product's speed depends on
-  its shape, not only its size (on the 2-core VM a 32 × 180 · 180 × 720 gate product
+  (:attr:`StepCounts.products`), which the measuring job then times one shape at a
+  time (:func:`crossover_study.step_rates.replay_products`): a product's speed depends
+  on its shape, not only its size (on the 2-core VM a 32 × 180 · 180 × 720 gate product
   ran at 58 GFLOP/s, a square product of the same FLOPs at 108, a 2000 × 4 · 4 × 2048
   one at 6; 2026-12-02).
+- **rnn_layers**: PyTorch's LSTM layer ops by shape (:attr:`StepCounts.rnn_layers`),
+  which the job times whole, a one-layer ``torch.nn.LSTM`` of the same shape, rather
+  than as the gate products :func:`lstm_products` decomposes them into: a oneDNN layer
+  is more than its products (the gates' element-wise arithmetic, the per-time-step
+  loop); s004-lstm's three layers at 45 units took 17 ms forward and backward where
+  their gate products replayed alone took 11.7 ms (2-core VM, 2026-12-02).
 - **mem_bytes**: bytes read and written by the operations that are not FLOP-counted
   (element-wise, reductions, copies; views and scalar reads left out), the sizes of
   their tensor inputs and outputs: the memory traffic of the roofline's memory roof.
@@ -83,8 +88,8 @@ class StepCounts:
     mem_ops: of ``ops``, those that moved the ``mem_bytes`` (mem_bytes / mem_ops is
         their mean traffic, which sets the bandwidth they get: cache or DRAM).
     flop_ops: the matrix products that make ``flops`` (an LSTM layer op counts its
-        time steps' products): flops / flop_ops is their mean size, which sets the FLOP
-        rate they get.
+        gate products, :func:`lstm_products`): flops / flop_ops is their mean size,
+        which sets the FLOP rate they get.
     function_calls: calls of traced functions (TensorFlow ``tf.function``, Keras's
         train function) per step, each one eager op besides the ops it runs; 0 for
         PyTorch.
@@ -95,7 +100,16 @@ class StepCounts:
         ``in_graph`` is set (a graph may run a product on other kernels than eager
         mode); what :func:`crossover_study.step_rates.replay_products`
         times one shape at a time. Products whose shapes are not known (a convolution,
-        attention, a dimension unknown at trace time) are in ``flops`` but not here.
+        attention, a dimension unknown at trace time) are in ``flops`` but not here,
+        nor are an LSTM layer op's gate products (they are in ``rnn_layers``).
+    rnn_layers: the step's LSTM layers as PyTorch ran them (one oneDNN
+        ``mkldnn_rnn_layer`` op per layer on the CPU; a cuDNN ``_cudnn_rnn`` op's
+        layers one by one), ``((steps, batch, inputs, hidden, backward, per_step),
+        ...)``: ``per_step`` forward (``backward`` false) or backward passes of a layer
+        of ``hidden`` units over ``steps`` time steps of ``batch`` sequences of
+        ``inputs`` features, which
+        :func:`crossover_study.step_rates.replay_products` times whole. Their FLOPs
+        (:func:`lstm_layer_flops`) are in ``flops``.
     """
 
     ops: float
@@ -109,23 +123,28 @@ class StepCounts:
     mem_ops: float | None = None
     flop_ops: float | None = None
     products: tuple = ()
+    rnn_layers: tuple = ()
 
     def columns(self) -> dict:
         """The timings table's columns (``step_ops``, ``step_ops_kind``, ...);
         ``step_products`` as JSON ``[[batch, m, k, n, trans_a, trans_b, in_graph,
-        per_step], ...]`` (None without products)."""
+        per_step], ...]`` and ``step_rnn_layers`` as JSON ``[[steps, batch, inputs,
+        hidden, backward, per_step], ...]`` (each None when empty)."""
         columns = {f"step_{name}": value for name, value in asdict(self).items()}
-        products = [list(product) for product in self.products]
-        columns["step_products"] = json.dumps(products) if products else None
+        for name in ("products", "rnn_layers"):
+            rows = [list(row) for row in getattr(self, name)]
+            columns[f"step_{name}"] = json.dumps(rows) if rows else None
         return columns
 
 
-def _per_step(products: Counter, steps: float, in_graph: bool = False) -> tuple:
-    """``products`` (a Counter of (batch, m, k, n, trans_a, trans_b) -> products in
-    ``steps`` steps) as :attr:`StepCounts.products` rows, sorted."""
-    rows = sorted(products.items())
+def _per_step(counts: Counter, steps: float, *flags) -> tuple:
+    """``counts`` (a Counter of a shape key, e.g. (batch, m, k, n, trans_a, trans_b),
+    -> its calls in ``steps`` steps) as rows ``(*key, *flags, per_step)``, sorted:
+    :attr:`StepCounts.products` with its ``in_graph`` flag, or
+    :attr:`StepCounts.rnn_layers`."""
+    rows = sorted(counts.items())
     # Above a millionth per step: a windowed count less a whole call's leaves rounding.
-    return tuple((*key, in_graph, count / steps) for key, count in rows if count / steps > 1e-6)
+    return tuple((*key, *flags, count / steps) for key, count in rows if count / steps > 1e-6)
 
 
 def mlp_matmul_flops(batch: int, d_in: int, hidden: int, d_out: int = 8) -> int:
@@ -167,8 +186,9 @@ def lstm_products(steps: int, batch: int, layers, backward: bool) -> Counter:
     """The gate products of LSTM layers over a sequence, as oneDNN and cuDNN run them
     (oneDNN's RNN primitive: one "layer" GEMM of the input over all time steps, one
     "iteration" GEMM of the hidden state per step; the weight gradients over all
-    steps at once): ``layers`` is one (input-to-gates (4H × I), hidden-to-gates
-    (4H × H)) pair of 2-D weights per layer, ``steps`` = T, ``batch`` = B.
+    steps at once): ``layers`` is one (inputs I, hidden units H) pair per layer (its
+    input-to-gates matrix is 4H × I, its hidden-to-gates one 4H × H), ``steps`` = T,
+    ``batch`` = B.
 
     Forward, per layer: (T·B × I)·(I × 4H) once and (B × H)·(H × 4H) T times;
     2·T·B·4H·(I + H) FLOPs (the LSTM equations: Hochreiter and Schmidhuber 1997;
@@ -179,9 +199,8 @@ def lstm_products(steps: int, batch: int, layers, backward: bool) -> Counter:
     n, trans_a, trans_b) -> products."""
     products = Counter()
     rows = steps * batch
-    for ih, hh in layers:
-        gates, inputs = ih.shape
-        hidden = hh.shape[1]
+    for inputs, hidden in layers:
+        gates = 4 * hidden
         if not backward:
             products[(1, rows, inputs, gates, False, True)] += 1
             products[(1, batch, hidden, gates, False, True)] += steps
@@ -193,6 +212,13 @@ def lstm_products(steps: int, batch: int, layers, backward: bool) -> Counter:
     return products
 
 
+def lstm_layer_flops(steps: int, batch: int, inputs: int, hidden: int, backward: bool) -> float:
+    """FLOPs of one LSTM layer's forward (``backward`` false) or backward pass over
+    ``steps`` time steps of ``batch`` sequences: its gate products
+    (:func:`lstm_products`), 2·T·B·4H·(I + H) forward, twice that backward."""
+    return product_flops(lstm_products(steps, batch, [(inputs, hidden)], backward))
+
+
 def product_flops(products) -> float:
     """FLOPs of ``products`` (a Counter of (batch, m, k, n, ...) -> count, or
     :attr:`StepCounts.products` rows ending in their count): 2·batch·m·k·n each
@@ -201,13 +227,13 @@ def product_flops(products) -> float:
     return sum(2.0 * b * m * k * n * count for (b, m, k, n, *_), count in rows)
 
 
-def _torch_rnn_products(packet_name: str, args) -> Counter | None:
-    """The gate products (:func:`lstm_products`) of an LSTM op that
-    :mod:`torch.utils.flop_counter` does not count (:data:`RNN_OPS`), else None.
+def _torch_rnn_layers(packet_name: str, args) -> list | None:
+    """The layers ``[(steps, batch, inputs, hidden, backward), ...]`` of an LSTM op
+    that :mod:`torch.utils.flop_counter` does not count (:data:`RNN_OPS`), else None.
     ``mkldnn_rnn_layer`` (oneDNN on the CPU) is one layer: w0 and w1 its input- and
-    hidden-to-gates matrices; ``_cudnn_rnn`` holds every layer's matrices in one list,
-    two 2-D matrices per layer. T·B is the input's rows (its layout, time- or batch-
-    first, does not matter), B the batch dimension of ``hx``."""
+    hidden-to-gates matrices (4H × I, 4H × H); ``_cudnn_rnn`` holds every layer's
+    matrices in one list, two 2-D matrices per layer. T·B is the input's rows (its
+    layout, time- or batch-first, does not matter), B the batch dimension of ``hx``."""
     if packet_name not in RNN_OPS:
         return None
     backward, hx_at = RNN_OPS[packet_name]
@@ -216,8 +242,8 @@ def _torch_rnn_products(packet_name: str, args) -> Counter | None:
     matrices = [w for w in matrices if w.dim() == 2]
     batch = int(hx.shape[-2])
     steps = (x.numel() // x.shape[-1]) // batch
-    layers = list(zip(matrices[::2], matrices[1::2], strict=True))
-    return lstm_products(steps, batch, layers, backward)
+    pairs = zip(matrices[::2], matrices[1::2], strict=True)
+    return [(steps, batch, int(ih.shape[1]), int(hh.shape[1]), backward) for ih, hh in pairs]
 
 
 def _torch_product(name: str, args) -> tuple | None:
@@ -263,6 +289,7 @@ def _torch_counter():
             self.mem_ops = 0
             self.copy_bytes = 0.0
             self.products = Counter()
+            self.rnn_layers = Counter()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -272,7 +299,7 @@ def _torch_counter():
             if name.startswith("profiler."):  # record_function markers, not operations
                 return out
             self.ops += 1
-            rnn = _torch_rnn_products(name, args)
+            rnn = _torch_rnn_layers(name, args)
             if packet in flop_registry:
                 self.flops += flop_registry[packet](*args, **kwargs, out_val=out)
                 self.flop_ops += 1
@@ -280,9 +307,11 @@ def _torch_counter():
                 if product is not None:
                     self.products[product] += 1
             elif rnn is not None:
-                self.flops += product_flops(rnn)
-                self.flop_ops += sum(rnn.values())
-                self.products.update(rnn)
+                for steps, batch, inputs, hidden, backward in rnn:
+                    gates = lstm_products(steps, batch, [(inputs, hidden)], backward)
+                    self.flops += product_flops(gates)
+                    self.flop_ops += sum(gates.values())
+                    self.rnn_layers[(steps, batch, inputs, hidden, backward)] += 1
             elif not func.is_view and name != "aten._local_scalar_dense":
                 moved = sum(t.numel() * t.element_size() for t in tensors((args, out)))
                 self.mem_bytes += moved
@@ -338,7 +367,8 @@ def count_torch_step(step: Callable[[], object], steps: int = 1, device: str = "
         mem_ops=counter.mem_ops / steps,
         flop_ops=counter.flop_ops / steps,
         copy_bytes=counter.copy_bytes / steps,
-        products=_per_step(counter.products, steps),
+        products=_per_step(counter.products, steps, False),
+        rnn_layers=_per_step(counter.rnn_layers, steps),
     )
 
 
@@ -622,8 +652,8 @@ def count_tf_step(
         # The first call saw only the products run eagerly; the rest ran in a graph.
         products=tuple(
             sorted(
-                _per_step(as_run["products"], steps)
-                + _per_step(every["products"] - as_run["products"], steps, in_graph=True)
+                _per_step(as_run["products"], steps, False)
+                + _per_step(every["products"] - as_run["products"], steps, True)
             )
         ),
     )

@@ -472,6 +472,71 @@ def _torch_product_maker(device: str):
     return make, sync
 
 
+def _torch_lstm_layer_maker(device: str):
+    """``make(steps, batch, inputs, hidden, backward)`` for :func:`replay_rnn_layers`:
+    ``run(n)`` (:func:`_blocks`) of a one-layer ``torch.nn.LSTM(inputs, hidden)`` on
+    ``device`` over a (steps × batch × inputs) input that needs its gradient (as every
+    layer's but the first does in a stack), forward only, or forward and backward
+    (``backward``) from a fixed output gradient."""
+    import torch
+
+    target = "cuda" if device.startswith("cuda") else "cpu"
+
+    def make(steps, batch, inputs, hidden, backward):
+        layer = torch.nn.LSTM(inputs, hidden).to(target)
+        x = torch.randn(steps, batch, inputs, device=target, requires_grad=True)
+        grad = torch.randn(steps, batch, hidden, device=target)
+        if backward:
+            return _repeat(lambda: layer(x)[0].backward(grad))
+        return _repeat(lambda: layer(x))
+
+    return make
+
+
+def replay_rnn_layers(device: str, layers) -> dict:
+    """PyTorch's LSTM layers of a step (:attr:`crossover_study.step_counts.StepCounts.
+    rnn_layers`, rows ``(steps, batch, inputs, hidden, backward, per_step)``) timed
+    whole on ``device`` with the job's threads: a shape's forward pass is its
+    one-layer ``torch.nn.LSTM``'s forward call, its backward pass the forward and
+    backward call less the forward (:func:`_torch_lstm_layer_maker`), each the median
+    of :data:`BLOCKS` blocks (about :data:`REPLAY_FLOPS` FLOPs each) net of the same
+    at one time step, one sequence, one input and one unit (the dispatch of the ops
+    around the layer, which the model's ops term prices), never below 0.
+
+    Why whole and not as its gate products: oneDNN's layer also runs the gates'
+    element-wise arithmetic and a loop over the time steps, which its products alone
+    leave out; s004-lstm's three layers at batch 32, 45 units, 60 time steps took 17 ms
+    forward and backward, their gate products replayed alone 11.7 ms (2-core VM,
+    2026-12-02).
+
+    Returns ``{"products_s": seconds per step, "products_flops": the FLOPs per step of
+    the layers' gate products (:func:`crossover_study.step_counts.lstm_layer_flops`)}``.
+    Exceptions from torch propagate. Hand-rolled: a timeit per shape is all it is."""
+    from .step_counts import lstm_layer_flops
+
+    make = _torch_lstm_layer_maker(device)
+    sync = _torch_product_maker(device)[1]
+
+    def passes(steps, batch, inputs, hidden, reps) -> tuple[float, float]:
+        forward = _blocks(make(steps, batch, inputs, hidden, False), sync, 1.0, reps)["median"]
+        both = _blocks(make(steps, batch, inputs, hidden, True), sync, 1.0, reps)["median"]
+        return forward, max(both - forward, 0.0)
+
+    floor = passes(1, 1, 1, 1, 50) if layers else (0.0, 0.0)
+    timed = {}
+    seconds = flops = 0.0
+    for steps, batch, inputs, hidden, backward, per_step in layers:
+        shape = (steps, batch, inputs, hidden)
+        if shape not in timed:
+            work = lstm_layer_flops(*shape, False) + lstm_layer_flops(*shape, True)
+            reps = max(1, min(REPLAY_REPS, int(REPLAY_FLOPS / max(work, 1.0))))
+            timed[shape] = passes(*shape, reps)
+        at = int(bool(backward))
+        seconds += per_step * max(timed[shape][at] - floor[at], 0.0)
+        flops += per_step * lstm_layer_flops(*shape, bool(backward))
+    return {"products_s": seconds, "products_flops": flops}
+
+
 def _tf_product_maker(device: str):
     """``(make, sync)`` for :func:`replay_products` in TensorFlow on ``device``."""
     import tensorflow as tf
@@ -553,21 +618,25 @@ def replay_products(framework: str, device: str, products) -> dict:
 def replay_columns(columns: dict, framework: str, device: str) -> dict:
     """``step_products_s`` and ``step_products_flops`` of a counted point (``columns``:
     its ``step_*`` columns from :func:`crossover_study.step_counts.count_point`): its
-    ``step_products`` timed by :func:`replay_products`; both None without products, or
-    with a line on stderr (the job log) when the replay fails. Never raises."""
+    ``step_products`` timed by :func:`replay_products` plus its ``step_rnn_layers``
+    (PyTorch) by :func:`replay_rnn_layers`; both None without either, or with a line
+    on stderr (the job log) when the replay fails. Never raises."""
     empty = {"step_products_s": None, "step_products_flops": None}
-    products = columns.get("step_products")
-    if not products:
+    products, layers = columns.get("step_products"), columns.get("step_rnn_layers")
+    if not products and not layers:
         return empty
+    seconds = flops = 0.0
     try:
-        replay = replay_products(framework, device, json.loads(products))
+        if products:
+            replay = replay_products(framework, device, json.loads(products))
+            seconds, flops = replay["products_s"], replay["products_flops"]
+        if layers and framework == "torch":
+            replay = replay_rnn_layers(device, json.loads(layers))
+            seconds, flops = seconds + replay["products_s"], flops + replay["products_flops"]
     except Exception as exc:  # noqa: BLE001 - the replay must never lose the counts
         print(f"step products: not replayed ({type(exc).__name__}: {exc})", file=sys.stderr)
         return empty
-    return {
-        "step_products_s": replay["products_s"],
-        "step_products_flops": replay["products_flops"],
-    }
+    return {"step_products_s": seconds, "step_products_flops": flops}
 
 
 #: Blocks of the per-point op costs (:func:`point_rate_columns`) against the job's: a
