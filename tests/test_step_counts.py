@@ -196,6 +196,7 @@ def test_rates_are_measured_with_their_spread(framework):
     assert columns["rate_mem_bytes_per_s"] > 1e8
     assert columns["rate_copy_bytes_per_s"] is None  # nothing to copy to on the CPU
     tf_only = ("rate_graph_op_s", "rate_function_call_s", "rate_fit_call_s", "rate_fit_step_s")
+    tf_only += ("rate_fit_epoch_s", "rate_fit_validation_s")
     for column in tf_only:
         assert (columns[column] is None) == (framework == "torch")
     assert all(rates[name]["iqr"] >= 0 for name in ("eager_op_s", "flop_per_s"))

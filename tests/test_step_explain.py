@@ -542,6 +542,55 @@ def test_function_calls_and_keras_fit_overheads_are_priced():
     assert out["model_ops_s"].tolist() == pytest.approx([own, fit, repeat])
 
 
+def test_keras_fit_pays_its_call_once_per_block_and_its_epochs_each_epoch():
+    """With fit's cost per epoch measured, a fit program pays the call once per timed
+    block (one fit call per block), the epoch (and its validation, where the program
+    validates each epoch) once per steps_per_call steps, and every step its own."""
+    base = {
+        "status": "ok",
+        "device": "cpu",
+        "framework": "tensorflow",
+        "program": "keras_fit",
+        "step_time_s": 0.01,
+        "step_ops": 110.0,
+        "step_graph_ops": 100.0,
+        "step_function_calls": 2.0,
+        "step_flops": 0.0,
+        "step_mem_bytes": 0.0,
+        "step_copy_bytes": 0.0,
+        "rate_eager_op_s": 1e-4,
+        "rate_graph_op_s": 1e-6,
+        "rate_function_call_s": 2e-4,
+        "rate_fit_call_s": 0.05,
+        "rate_fit_epoch_s": 0.02,
+        "rate_fit_validation_s": 0.03,
+        "rate_fit_step_s": 0.003,
+        "rate_flop_per_s": 1e10,
+        "rate_mem_bytes_per_s": 1e10,
+        "steps_per_call": 2,
+        "steps_per_block": 40,
+    }
+    from crossover_study.step_model import model_columns
+
+    rows = pd.DataFrame(
+        [
+            {**base, "validates_each_epoch": False},
+            {**base, "validates_each_epoch": True},
+            {**base, "program": "keras_fit_repeat", "validates_each_epoch": False},
+        ]
+    )
+    out = model_columns(rows)
+    graph = 100 * 1e-6
+    plain = 0.05 / 40 + 0.02 / 2 + 0.003 + graph
+    validated = 0.05 / 40 + (0.02 + 0.03) / 2 + 0.003 + graph
+    repeat = 0.05 / 40 + 0.02 / 40 + 0.003 + graph  # one long epoch per block
+    assert out["model_ops_s"].tolist() == pytest.approx([plain, validated, repeat])
+    from crossover_study.answer_regime import _term_detail
+
+    text = _term_detail(rows.iloc[1], "launch")
+    assert text.startswith("Keras fit's own 50 ms per call / 40 steps + 50 ms per epoch / 2")
+
+
 def test_a_tensorflow_row_without_its_call_count_gets_no_model():
     from crossover_study.step_model import model_columns
 

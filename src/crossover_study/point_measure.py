@@ -152,6 +152,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         "warmup_steps": m.warmup_steps,
         "steps_per_call": workload.steps_per_call,
         "loss_read_every": workload.loss_read_every,
+        "validates_each_epoch": bool(getattr(workload, "validation", False)),
         "kernel": workload.kernel() if hasattr(workload, "kernel") else None,
         "compile_cache": _compile_cache_text(workload),
         "timer_overhead_s": m.timer_overhead_s,

@@ -7,9 +7,10 @@ One training step is counted (:mod:`crossover_study.step_counts`, the measuring 
     ops     = (step_ops − step_graph_ops) × rate_eager_op_s
               + step_graph_ops × (rate_graph_op_s, else rate_eager_op_s)
               + step_function_calls × rate_function_call_s
-              (Keras fit: rate_fit_call_s / steps_per_call + rate_fit_step_s in place
-              of the eager ops and the calls, which fit's loop makes; steps_per_block
-              in place of steps_per_call where fit is called once per timed block)
+              (Keras fit, called once per timed block: rate_fit_call_s /
+              steps_per_block + (rate_fit_epoch_s [+ rate_fit_validation_s]) / steps
+              per epoch + rate_fit_step_s in place of the eager ops and the calls,
+              which fit's loop makes: :func:`_fit_host`)
     compute = step_products_s + (step_flops − step_products_flops) / rate_flop_per_s
               (the step's products replayed alone, shape by shape; without a replay,
               step_flops / rate_flop_per_s)
@@ -50,12 +51,13 @@ import numpy as np
 import pandas as pd
 
 #: Programs (the timings table's ``program`` column) that run Keras ``fit``, whose own
-#: cost per call and per step the job measures (``rate_fit_call_s``, ``rate_fit_step_s``).
+#: cost per call, per epoch and per step the job measures (``rate_fit_call_s``,
+#: ``rate_fit_epoch_s``, ``rate_fit_validation_s``, ``rate_fit_step_s``).
 KERAS_FIT_PROGRAMS = ("keras_fit", "keras_fit_repeat", "keras_fit_mirrored")
 
-#: Keras ``fit`` programs that make one ``fit`` call per timed block (a repeating
-#: ``tf.data`` pipeline, one long epoch of ``steps_per_block`` steps), not one per
-#: ``steps_per_call`` steps: fit's cost per call is spread over the block.
+#: Keras ``fit`` programs whose one ``fit`` call per timed block is one long epoch of
+#: ``steps_per_block`` steps (a repeating ``tf.data`` pipeline), not epochs of
+#: ``steps_per_call`` steps: fit's cost per epoch is spread over the block.
 FIT_CALL_PER_BLOCK = ("keras_fit_repeat",)
 
 #: The regime named by the model's largest term (:func:`terms`).
@@ -305,6 +307,31 @@ def _allreduce(out: pd.DataFrame, number) -> pd.Series:
     return number("allreduce_s").where(replicated, 0.0)
 
 
+def _fit_host(out: pd.DataFrame, number) -> pd.Series:
+    """Keras fit's own seconds per step (a fit program's row): every fit program calls
+    fit once per timed block (``run(steps_per_block)``), so its call costs
+    ``rate_fit_call_s / steps_per_block``; an epoch is ``steps_per_call`` steps (one
+    per block for :data:`FIT_CALL_PER_BLOCK`) and costs ``rate_fit_epoch_s``, plus
+    ``rate_fit_validation_s`` where the program validates each epoch
+    (``validates_each_epoch``); every step ``rate_fit_step_s``. A row measured before
+    fit's cost per epoch was (no ``rate_fit_epoch_s``) keeps the earlier form, one call
+    per epoch: ``rate_fit_call_s / steps_per_call + rate_fit_step_s``."""
+    program = out["program"] if "program" in out else pd.Series("", index=out.index)
+    per_block = program.isin(FIT_CALL_PER_BLOCK)
+    epoch_steps = number("steps_per_call").mask(per_block, number("steps_per_block"))
+    validated = out.get("validates_each_epoch", pd.Series(False, index=out.index))
+    validated = validated.fillna(False).astype(bool)
+    validation = number("rate_fit_validation_s").fillna(0.0).where(validated, 0.0)
+    epoch_cost = number("rate_fit_epoch_s")
+    by_epoch = (
+        number("rate_fit_call_s") / number("steps_per_block")
+        + (epoch_cost + validation) / epoch_steps
+        + number("rate_fit_step_s")
+    )
+    earlier = number("rate_fit_call_s") / epoch_steps + number("rate_fit_step_s")
+    return by_epoch.where(epoch_cost.notna(), earlier)
+
+
 def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     """``timings`` (a timings table, one row per point) with the model's columns
     :data:`MODEL_COLUMNS` set on every ok row that has the model's inputs, in seconds
@@ -315,9 +342,9 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
       step_function_calls × rate_function_call_s (TensorFlow: each call of a traced
       function costs a call besides its ops; 0 without calls); for a Keras ``fit``
       program (:data:`KERAS_FIT_PROGRAMS`) fit's own cost replaces the eager ops and the
-      calls, which its loop makes: rate_fit_call_s / steps_per_call + rate_fit_step_s,
-      plus the graph ops (steps_per_block in place of steps_per_call for a program
-      that calls fit once per timed block, :data:`FIT_CALL_PER_BLOCK`);
+      calls, which its loop makes (:func:`_fit_host`: rate_fit_call_s /
+      steps_per_block + (rate_fit_epoch_s + rate_fit_validation_s where the program
+      validates each epoch) / steps per epoch + rate_fit_step_s), plus the graph ops;
     - ``model_compute_s`` = step_products_s (the step's products timed alone, shape by
       shape, right after the point: step_rates.replay_products) + the FLOPs they do
       not cover (step_flops − step_products_flops) at the FLOP rate; a row without
@@ -359,11 +386,7 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     tf_rows = out["framework"].eq("tensorflow") if "framework" in out else on_cpu & False
     calls = number("step_function_calls").mask(~tf_rows, number("step_function_calls").fillna(0.0))
     fit = out["program"].isin(KERAS_FIT_PROGRAMS) if "program" in out else on_cpu & False
-    # Steps per fit call: a block's for a program that calls fit once per block.
-    per_block = out["program"].isin(FIT_CALL_PER_BLOCK) if "program" in out else fit
-    fit_steps = number("steps_per_call").mask(per_block, number("steps_per_block"))
-    per_call = number("rate_fit_call_s") / fit_steps
-    fit_host = per_call + number("rate_fit_step_s")
+    fit_host = _fit_host(out, number)
     own_host = _term(ops - graph, eager_rate, True) + _term(
         calls, number("rate_function_call_s"), True
     )

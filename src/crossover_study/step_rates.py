@@ -17,8 +17,10 @@ speed drifts within a job:
 - ``graph_op_s`` and ``function_call_s`` (TensorFlow): the same step inside one
   ``tf.function`` at :data:`DEPTH` and :data:`DEEP` layers; the slope of its time
   against its ops is the cost of an op inside a graph, the intercept that of the call.
-- ``fit_call_s`` and ``fit_step_s`` (TensorFlow): Keras ``fit``'s own cost per call
-  and per step, the intercept and slope of one epoch at 1 and 8 steps.
+- ``fit_call_s``, ``fit_epoch_s``, ``fit_validation_s`` and ``fit_step_s``
+  (TensorFlow): Keras ``fit``'s own cost per call, per epoch, per validated epoch and
+  per step, from minimal fits at 1 and 8 steps and at 1 and :data:`FIT_EPOCHS` epochs
+  (:func:`_keras_fit_rates`).
 - ``flop_per_s``: the achieved FLOP/s of dense matrix products in the job's float
   precision (square products of :data:`MATMUL_SIZE` for the device class,
   2·n³ FLOPs each), and ``flop_curve``: the same at the sides :data:`CURVE_SIDES`, net
@@ -408,26 +410,54 @@ def _tf_rates(device: str) -> dict:
     return rates
 
 
+#: Epochs of the minimal fit calls whose slope is fit's cost per epoch.
+FIT_EPOCHS = 4
+
+
 def _keras_fit_rates() -> dict:
-    """Keras ``fit``'s own cost, beyond the operations of its train function: per call
-    (callbacks, data adapter, epoch set-up) and per step (its Python loop, the logs
-    read back, the train function's call), from one epoch of a 1-unit Dense model over
-    8 rows at 1 step (batch 8) and at 8 steps (batch 1): the slope is per step, the
-    intercept per call."""
+    """Keras ``fit``'s own cost, beyond the operations of its train function, per call
+    (callbacks, data adapter, the train function's set-up), per epoch (its iterator,
+    the epoch's callbacks), per validated epoch (``validation_data``: evaluate's data
+    adapter and test function, each epoch) and per step (its Python loop, the logs read
+    back, the train function's call), from fits of a 1-unit Dense model over 8 rows:
+    one epoch at 1 step (batch 8) and at 8 steps (batch 1), whose slope is per step;
+    :data:`FIT_EPOCHS` epochs of 1 step, whose slope over the 1-epoch fit less a step is
+    per epoch and whose intercept is per call; the same with ``validation_data`` (the
+    8 rows), whose excess per epoch is per validated epoch.
+
+    Why per epoch and not only per call: a program that calls fit once for many epochs
+    (as every fit program here does once per timed block, and s002-iris's seed does
+    for 20 epochs of 2 steps) pays the call once and the epoch each epoch; priced as
+    one call per epoch, Iris's step was predicted at 1.35 to 1.66 times its time
+    (default study, 2026-12-04); on the 2-core VM a minimal fit cost 27 to 52 ms per
+    call, 28 ms per epoch and 39 to 46 ms per validated epoch besides (2026-12-04)."""
     import keras
     import numpy as np
 
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     x, y = np.ones((8, 1), "float32"), np.zeros((8, 1), "float32")
-    timed = {}
-    for steps in (1, 8):
-        fit = lambda n, b=8 // steps: [  # noqa: E731
-            model.fit(x, y, batch_size=b, epochs=1, verbose=0) for _ in range(n)
+
+    def timed(steps: int, epochs: int, **kwargs) -> dict:
+        fit = lambda n: [  # noqa: E731
+            model.fit(x, y, batch_size=8 // steps, epochs=epochs, verbose=0, **kwargs)
+            for _ in range(n)
         ]
-        timed[steps] = _blocks(fit, lambda: None, 1.0, 2)
-    per_step, per_call = _line(1, timed[1], 8, timed[8], min_slope=0.0)
-    return {"fit_step_s": per_step, "fit_call_s": per_call}
+        return _blocks(fit, lambda: None, 1.0, 2)
+
+    one = timed(1, 1)
+    per_step, _ = _line(1, one, 8, timed(8, 1), min_slope=0.0)
+    many = timed(1, FIT_EPOCHS)
+    per_epoch, per_call = _line(1, one, FIT_EPOCHS, many, min_slope=0.0)
+    per_epoch = {**per_epoch, "median": max(per_epoch["median"] - per_step["median"], 0.0)}
+    validated = timed(1, FIT_EPOCHS, validation_data=(x, y))
+    per_validation, _ = _line(0, many, FIT_EPOCHS, validated, min_slope=0.0)
+    return {
+        "fit_step_s": per_step,
+        "fit_call_s": per_call,
+        "fit_epoch_s": per_epoch,
+        "fit_validation_s": per_validation,
+    }
 
 
 def measure_rates(framework: str, device: str) -> dict:
@@ -672,6 +702,8 @@ RATE_COLUMNS = {
     "function_call_s": "rate_function_call_s",
     "fit_call_s": "rate_fit_call_s",
     "fit_step_s": "rate_fit_step_s",
+    "fit_epoch_s": "rate_fit_epoch_s",
+    "fit_validation_s": "rate_fit_validation_s",
     "flop_per_s": "rate_flop_per_s",
     "mem_bytes_per_s": "rate_mem_bytes_per_s",
     "copy_bytes_per_s": "rate_copy_bytes_per_s",

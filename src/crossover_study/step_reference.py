@@ -37,12 +37,15 @@ RATE_COLUMNS = tuple(step_rates.RATE_COLUMNS.values())
 #: as a median of curves measured at different sizes is not a curve.
 CURVE_COLUMNS = tuple(step_rates.CURVE_COLUMNS)
 #: The study's counts a prediction uses (from its own CPU rows): every column a count
-#: writes (:meth:`step_counts.StepCounts.columns`), and the program and its steps per
-#: call, which price a Keras fit program's own cost.
+#: writes (:meth:`step_counts.StepCounts.columns`), and the program, its steps per call
+#: and per block and whether it validates each epoch, which price a Keras fit program's
+#: own cost (step_model._fit_host).
 COUNT_COLUMNS = (
     *(f"step_{field.name}" for field in dataclasses.fields(step_counts.StepCounts)),
     "program",
     "steps_per_call",
+    "steps_per_block",
+    "validates_each_epoch",
 )
 #: Columns of :func:`predict_on_reference`'s table besides the size axes.
 PREDICTION_COLUMNS = (
