@@ -499,6 +499,29 @@ def test_the_report_predicts_the_reference_accelerator_for_a_cpu_only_study(tmp_
     assert (tmp_path / "figures" / "s001-mlp-cross-machine-hidden.png").exists()
 
 
+#: A TensorFlow CPU row with the rates a Keras fit program is priced by.
+TF_FIT_ROW = {
+    "status": "ok",
+    "device": "cpu",
+    "framework": "tensorflow",
+    "step_time_s": 0.01,
+    "step_ops": 110.0,
+    "step_graph_ops": 100.0,
+    "step_function_calls": 2.0,
+    "step_flops": 0.0,
+    "step_mem_bytes": 0.0,
+    "step_copy_bytes": 0.0,
+    "rate_eager_op_s": 1e-4,
+    "rate_graph_op_s": 1e-6,
+    "rate_function_call_s": 2e-4,
+    "rate_fit_call_s": 0.05,
+    "rate_fit_step_s": 0.003,
+    "rate_flop_per_s": 1e10,
+    "rate_mem_bytes_per_s": 1e10,
+    "steps_per_call": 10,
+}
+
+
 def test_function_calls_and_keras_fit_overheads_are_priced():
     """TensorFlow's traced-function calls cost rate_function_call_s each; a Keras fit
     program pays fit's own cost per call (over steps_per_call) and per step instead of
@@ -507,26 +530,7 @@ def test_function_calls_and_keras_fit_overheads_are_priced():
 
     from crossover_study.step_model import model_columns
 
-    base = {
-        "status": "ok",
-        "device": "cpu",
-        "framework": "tensorflow",
-        "step_time_s": 0.01,
-        "step_ops": 110.0,
-        "step_graph_ops": 100.0,
-        "step_function_calls": 2.0,
-        "step_flops": 0.0,
-        "step_mem_bytes": 0.0,
-        "step_copy_bytes": 0.0,
-        "rate_eager_op_s": 1e-4,
-        "rate_graph_op_s": 1e-6,
-        "rate_function_call_s": 2e-4,
-        "rate_fit_call_s": 0.05,
-        "rate_fit_step_s": 0.003,
-        "rate_flop_per_s": 1e10,
-        "rate_mem_bytes_per_s": 1e10,
-        "steps_per_call": 10,
-    }
+    base = TF_FIT_ROW
     rows = pd.DataFrame(
         [
             {**base, "program": "tf_step"},
@@ -547,26 +551,10 @@ def test_keras_fit_pays_its_call_once_per_block_and_its_epochs_each_epoch():
     block (one fit call per block), the epoch (and its validation, where the program
     validates each epoch) once per steps_per_call steps, and every step its own."""
     base = {
-        "status": "ok",
-        "device": "cpu",
-        "framework": "tensorflow",
+        **TF_FIT_ROW,
         "program": "keras_fit",
-        "step_time_s": 0.01,
-        "step_ops": 110.0,
-        "step_graph_ops": 100.0,
-        "step_function_calls": 2.0,
-        "step_flops": 0.0,
-        "step_mem_bytes": 0.0,
-        "step_copy_bytes": 0.0,
-        "rate_eager_op_s": 1e-4,
-        "rate_graph_op_s": 1e-6,
-        "rate_function_call_s": 2e-4,
-        "rate_fit_call_s": 0.05,
         "rate_fit_epoch_s": 0.02,
         "rate_fit_validation_s": 0.03,
-        "rate_fit_step_s": 0.003,
-        "rate_flop_per_s": 1e10,
-        "rate_mem_bytes_per_s": 1e10,
         "steps_per_call": 2,
         "steps_per_block": 40,
     }
