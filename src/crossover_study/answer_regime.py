@@ -18,7 +18,7 @@ from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_size, format_
 from crossover_study.answer_rows import seed_rows, to_number
 from crossover_study.crossover import cpu_side, crossover_size
 from crossover_study.spec import ACCELERATORS, row_axes, select_rows, synced
-from crossover_study.step_model import FIT_CALL_PER_BLOCK, KERAS_FIT_PROGRAMS, TERM_COLUMNS
+from crossover_study.step_model import KERAS_FIT_PROGRAMS, TERM_COLUMNS, fit_parts
 
 #: Devices in the order a "why" clause names them.
 DEVICE_ORDER = ("cpu", *ACCELERATORS)
@@ -51,28 +51,11 @@ def _launch_parts(row: pd.Series) -> list[str]:
     eager = to_number(row.get("rate_eager_op_s"))
     parts = []
     if row.get("program") in KERAS_FIT_PROGRAMS:
-        per_call, per_step = (
-            to_number(row.get("rate_fit_call_s")),
-            to_number(row.get("rate_fit_step_s")),
-        )
-        steps = to_number(row.get("steps_per_call")) or 1.0
-        per_epoch = to_number(row.get("rate_fit_epoch_s"))
-        if per_epoch is None:  # measured before fit's cost per epoch was
-            parts.append(
-                f"Keras fit's own {format_seconds(per_call)} per call / {round(steps)} steps + "
-                f"{format_seconds(per_step)} per step"
-            )
-        else:
-            block = to_number(row.get("steps_per_block")) or steps
-            if row.get("program") in FIT_CALL_PER_BLOCK:
-                steps = block
-            if row.get("validates_each_epoch") in (True, "True"):
-                per_epoch += to_number(row.get("rate_fit_validation_s")) or 0.0
-            parts.append(
-                f"Keras fit's own {format_seconds(per_call)} per call / {round(block)} steps + "
-                f"{format_seconds(per_epoch)} per epoch / {round(steps)} steps + "
-                f"{format_seconds(per_step)} per step"
-            )
+        fit = fit_parts(row.to_frame().T).iloc[0]
+        part = f"Keras fit's own {format_seconds(fit['call_s'])} per call / {fit['call_steps']:g} steps + "
+        if pd.notna(fit["epoch_s"]):  # absent: measured before fit's cost per epoch was
+            part += f"{format_seconds(fit['epoch_s'])} per epoch / {fit['epoch_steps']:g} steps + "
+        parts.append(part + f"{format_seconds(fit['step_s'])} per step")
     else:
         if ops - graph > 0 or not graph:
             parts.append(

@@ -307,29 +307,57 @@ def _allreduce(out: pd.DataFrame, number) -> pd.Series:
     return number("allreduce_s").where(replicated, 0.0)
 
 
-def _fit_host(out: pd.DataFrame, number) -> pd.Series:
-    """Keras fit's own seconds per step (a fit program's row): every fit program calls
-    fit once per timed block (``run(steps_per_block)``), so its call costs
-    ``rate_fit_call_s / steps_per_block``; an epoch is ``steps_per_call`` steps (one
-    per block for :data:`FIT_CALL_PER_BLOCK`) and costs ``rate_fit_epoch_s``, plus
-    ``rate_fit_validation_s`` where the program validates each epoch
-    (``validates_each_epoch``); every step ``rate_fit_step_s``. A row measured before
-    fit's cost per epoch was (no ``rate_fit_epoch_s``) keeps the earlier form, one call
-    per epoch: ``rate_fit_call_s / steps_per_call + rate_fit_step_s``."""
-    program = out["program"] if "program" in out else pd.Series("", index=out.index)
+def _column(frame: pd.DataFrame, name: str) -> pd.Series:
+    """Column ``name`` of ``frame`` as floats (NaN where empty, not a number or absent)."""
+    if name not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    return pd.to_numeric(frame[name], errors="coerce").astype(float)
+
+
+def fit_parts(frame: pd.DataFrame) -> pd.DataFrame:
+    """Keras fit's own cost of each row of a timings table, in the parts the model
+    prices it by (:func:`_fit_host`; a fit program's row, :data:`KERAS_FIT_PROGRAMS`),
+    one row per row of ``frame``, in seconds and steps:
+
+    - ``call_s`` (``rate_fit_call_s``) over ``call_steps``: every fit program calls fit
+      once per timed block (``run(steps_per_block)``), so ``steps_per_block``;
+    - ``epoch_s`` over ``epoch_steps``: ``rate_fit_epoch_s``, plus
+      ``rate_fit_validation_s`` where the program validates each epoch
+      (``validates_each_epoch``), over an epoch's steps: ``steps_per_call`` (one epoch
+      per block, ``steps_per_block``, for :data:`FIT_CALL_PER_BLOCK`);
+    - ``step_s`` (``rate_fit_step_s``) every step.
+
+    A row measured before fit's cost per epoch was (no ``rate_fit_epoch_s``) keeps the
+    earlier form, one call per epoch: ``call_steps`` = ``epoch_steps`` and ``epoch_s``
+    NaN. Both the model and the answer's sentence (:mod:`crossover_study.answer_regime`)
+    read these, so that what is priced and what is said are one rule."""
+    program = frame["program"] if "program" in frame else pd.Series("", index=frame.index)
     per_block = program.isin(FIT_CALL_PER_BLOCK)
-    epoch_steps = number("steps_per_call").mask(per_block, number("steps_per_block"))
-    validated = out.get("validates_each_epoch", pd.Series(False, index=out.index))
-    validated = validated.fillna(False).astype(bool)
-    validation = number("rate_fit_validation_s").fillna(0.0).where(validated, 0.0)
-    epoch_cost = number("rate_fit_epoch_s")
-    by_epoch = (
-        number("rate_fit_call_s") / number("steps_per_block")
-        + (epoch_cost + validation) / epoch_steps
-        + number("rate_fit_step_s")
+    block = _column(frame, "steps_per_block")
+    epoch_steps = _column(frame, "steps_per_call").mask(per_block, block)
+    validated = frame.get("validates_each_epoch", pd.Series(False, index=frame.index))
+    validated = validated.isin([True, "True", "true", 1, "1"])
+    validation = _column(frame, "rate_fit_validation_s").fillna(0.0).where(validated, 0.0)
+    epoch_s = _column(frame, "rate_fit_epoch_s") + validation
+    return pd.DataFrame(
+        {
+            "call_s": _column(frame, "rate_fit_call_s"),
+            "call_steps": block.where(epoch_s.notna(), epoch_steps),
+            "epoch_s": epoch_s,
+            "epoch_steps": epoch_steps,
+            "step_s": _column(frame, "rate_fit_step_s"),
+        },
+        index=frame.index,
     )
-    earlier = number("rate_fit_call_s") / epoch_steps + number("rate_fit_step_s")
-    return by_epoch.where(epoch_cost.notna(), earlier)
+
+
+def _fit_host(out: pd.DataFrame) -> pd.Series:
+    """Keras fit's own seconds per step (a fit program's row), from its
+    :func:`fit_parts`: call_s / call_steps + epoch_s / epoch_steps (0 in the earlier
+    form, without a cost per epoch) + step_s."""
+    parts = fit_parts(out)
+    per_epoch = (parts["epoch_s"] / parts["epoch_steps"]).where(parts["epoch_s"].notna(), 0.0)
+    return parts["call_s"] / parts["call_steps"] + per_epoch + parts["step_s"]
 
 
 def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
@@ -372,9 +400,7 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     out = timings.copy()
 
     def number(column: str) -> pd.Series:
-        if column not in out:
-            return pd.Series(np.nan, index=out.index, dtype=float)
-        return pd.to_numeric(out[column], errors="coerce").astype(float)
+        return _column(out, column)
 
     ops, graph = number("step_ops"), number("step_graph_ops")
     eager_rate = number("rate_eager_op_s")
@@ -386,7 +412,7 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     tf_rows = out["framework"].eq("tensorflow") if "framework" in out else on_cpu & False
     calls = number("step_function_calls").mask(~tf_rows, number("step_function_calls").fillna(0.0))
     fit = out["program"].isin(KERAS_FIT_PROGRAMS) if "program" in out else on_cpu & False
-    fit_host = _fit_host(out, number)
+    fit_host = _fit_host(out)
     own_host = _term(ops - graph, eager_rate, True) + _term(
         calls, number("rate_function_call_s"), True
     )
