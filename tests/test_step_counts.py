@@ -211,7 +211,8 @@ def test_rates_are_measured_with_their_spread(framework):
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
 def test_op_costs_are_measured_again_after_each_counted_point(framework, monkeypatch):
     """A counted point's row carries op costs timed right after it, which replace the
-    job's (runner: the point's columns override the job's common ones)."""
+    job's (runner: the point's columns override the job's common ones); Keras fit's
+    own costs only for a point whose program runs fit."""
     from crossover_study import frameworks, point_measure
     from crossover_study.harness import TimingPolicy
 
@@ -226,14 +227,36 @@ def test_op_costs_are_measured_again_after_each_counted_point(framework, monkeyp
     monkeypatch.setattr(
         point_measure.step_rates,
         "point_rate_columns",
-        lambda fw, device: calls.append((fw, device)) or {"rate_eager_op_s": 1.5e-5},
+        lambda fw, device, keras_fit=False: (
+            calls.append((fw, device, keras_fit)) or {"rate_eager_op_s": 1.5e-5}
+        ),
     )
-    sizes = {"batch": 8, "d_in": 8, "hidden": 8}
-    point = PointSpec("s001-mlp", framework, "cpu", "eager", sizes)
     policy = TimingPolicy(min_block_s=0.001, n_blocks=3, max_warmup_s=0.05, sync_check_s=0)
-    row = point_measure.measure_point(point, policy, import_s=0.0, device_init_s=0.0)
-    assert row["status"] == "ok" and row["rate_eager_op_s"] == 1.5e-5
-    assert calls == [(framework, "cpu")]
+    points = [
+        PointSpec("s001-mlp", framework, "cpu", "eager", {"batch": 8, "d_in": 8, "hidden": 8})
+    ]
+    if framework == "tensorflow":  # Iris's seed program is Keras fit
+        points.append(PointSpec("s002-iris", framework, "cpu", "eager", {"batch": 8, "hidden": 4}))
+    for point in points:
+        row = point_measure.measure_point(point, policy, import_s=0.0, device_init_s=0.0)
+        assert row["status"] == "ok" and row["rate_eager_op_s"] == 1.5e-5
+    assert calls == [(framework, "cpu", False), (framework, "cpu", True)][: len(points)]
+
+
+def test_keras_fit_costs_are_measured_again_after_a_fit_point():
+    """A Keras fit point's row carries fit's own costs timed right after it: call,
+    epoch, validated epoch and step, each a positive or zero number of seconds, the
+    call and the step above zero (a fit does cost something)."""
+    from crossover_study import frameworks
+
+    frameworks.import_framework("tensorflow", "cpu", 1)
+    columns = step_rates.point_rate_columns("tensorflow", "cpu", keras_fit=True)
+    fit = {"rate_fit_call_s", "rate_fit_epoch_s", "rate_fit_validation_s", "rate_fit_step_s"}
+    assert fit <= set(columns)
+    assert columns["rate_fit_call_s"] > 0 and columns["rate_fit_step_s"] > 0
+    assert all(columns[n] >= 0 for n in fit)
+    # torch has no fit: the flag changes nothing there
+    assert set(step_rates.point_rate_columns("torch", "cpu", keras_fit=True)) == {"rate_eager_op_s"}
 
 
 def test_failed_op_costs_keep_the_row(monkeypatch, capsys):

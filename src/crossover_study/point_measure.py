@@ -14,7 +14,7 @@ import math
 import time
 import traceback
 
-from . import frameworks, precision, step_counts, step_rates
+from . import frameworks, precision, programs, step_counts, step_model, step_rates
 from .harness import TimingPolicy, measure
 from .spec import PointSpec
 from .watchdog import PointDeadlineExceeded, stopped_where
@@ -117,7 +117,11 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         counts = step_counts.count_point(workload, point.framework, point.device, m.steps_per_block)
         counts.update(step_rates.replay_columns(counts, point.framework, point.device))
         if counts:  # a counted point is priced at the op costs of its own moment
-            counts.update(step_rates.point_rate_columns(point.framework, point.device))
+            keras_fit = (
+                programs.program_or_none(point.case, point.framework, point.device, point.variant)
+                in step_model.KERAS_FIT_PROGRAMS
+            )
+            counts.update(step_rates.point_rate_columns(point.framework, point.device, keras_fit))
     except NotApplicable as reason:  # known once a plug-in's builder said what it built
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
     except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded

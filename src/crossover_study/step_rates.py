@@ -182,6 +182,21 @@ def _flop_curve(products, sync, per_call: int = 1) -> dict:
     return {"flop_curve": {"flops_per_op": per_op, "flop_per_s": rate}}
 
 
+def _torch_sync(device: str) -> tuple[str, Callable[[], None]]:
+    """``(target, sync)``: torch's device name for ``device`` (``cuda`` or ``cpu``) and
+    the wait for its queued work (``torch.cuda.synchronize`` on CUDA, nothing on the
+    CPU, whose ops return when done)."""
+    import torch
+
+    target = "cuda" if device.startswith("cuda") else "cpu"
+
+    def sync() -> None:
+        if target == "cuda":
+            torch.cuda.synchronize()
+
+    return target, sync
+
+
 def _torch_op_costs(device: str) -> Callable[[float], dict]:
     """``measure(share)`` timing PyTorch's ``eager_op_s`` on ``device``: the minimal
     training step (:data:`DEPTH` layers, SGD) built and counted once, timed in blocks
@@ -190,12 +205,7 @@ def _torch_op_costs(device: str) -> Callable[[float], dict]:
 
     from .step_counts import count_torch_step
 
-    target = "cuda" if device.startswith("cuda") else "cpu"
-
-    def sync() -> None:
-        if target == "cuda":
-            torch.cuda.synchronize()
-
+    target, sync = _torch_sync(device)
     layers = []
     for _ in range(DEPTH):
         layers += [torch.nn.Linear(1, 1), torch.nn.Tanh()]
@@ -222,12 +232,7 @@ def _torch_op_costs(device: str) -> Callable[[float], dict]:
 def _torch_rates(device: str) -> dict:
     import torch
 
-    target = "cuda" if device.startswith("cuda") else "cpu"
-
-    def sync() -> None:
-        if target == "cuda":
-            torch.cuda.synchronize()
-
+    target, sync = _torch_sync(device)
     rates = op_costs("torch", device)()
     size = MATMUL_SIZE.get(device, 512)
     a = torch.randn(size, size, device=target)
@@ -413,51 +418,76 @@ def _tf_rates(device: str) -> dict:
 #: Epochs of the minimal fit calls whose slope is fit's cost per epoch.
 FIT_EPOCHS = 4
 
+#: Rows of the minimal fits: one step at batch FIT_ROWS against FIT_ROWS steps at
+#: batch 1 give fit's cost per step. Enough steps that their cost stands above the
+#: scatter of a fit call: at 8 rows (7 extra steps, some 10 ms) the slope's median came
+#: out anywhere from 0 to 3 ms over five measurements in one process, its blocks' IQR
+#: 1 to 4 ms (2-core VM, 2026-12-04).
+FIT_ROWS = 32
 
-def _keras_fit_rates() -> dict:
+
+def _keras_fit_rates(share: float = 1.0) -> dict:
     """Keras ``fit``'s own cost, beyond the operations of its train function, per call
     (callbacks, data adapter, the train function's set-up), per epoch (its iterator,
     the epoch's callbacks), per validated epoch (``validation_data``: evaluate's data
     adapter and test function, each epoch) and per step (its Python loop, the logs read
-    back, the train function's call), from fits of a 1-unit Dense model over 8 rows:
-    one epoch at 1 step (batch 8) and at 8 steps (batch 1), whose slope is per step;
+    back, the train function's call), from fits of a 1-unit Dense model over
+    :data:`FIT_ROWS` rows: one epoch at 1 step and at FIT_ROWS steps (batch 1), whose
+    slope is per step;
     :data:`FIT_EPOCHS` epochs of 1 step, whose slope over the 1-epoch fit less a step is
     per epoch and whose intercept is per call; the same with ``validation_data`` (the
-    8 rows), whose excess per epoch is per validated epoch.
+    same rows), whose excess per epoch is per validated epoch. Each in blocks of ``share``
+    × 2 fits (at least one); the model is built once per process (:data:`_OP_COSTS`),
+    so that a point's call (:func:`point_rate_columns`) times fit, not its tracing.
 
     Why per epoch and not only per call: a program that calls fit once for many epochs
     (as every fit program here does once per timed block, and s002-iris's seed does
     for 20 epochs of 2 steps) pays the call once and the epoch each epoch; priced as
     one call per epoch, Iris's step was predicted at 1.35 to 1.66 times its time
     (default study, 2026-12-04); on the 2-core VM a minimal fit cost 27 to 52 ms per
-    call, 28 ms per epoch and 39 to 46 ms per validated epoch besides (2026-12-04)."""
+    call, 28 ms per epoch and 39 to 46 ms per validated epoch besides (2026-12-04).
+    Returns ``{"fit_step_s", "fit_call_s", "fit_epoch_s", "fit_validation_s"}``, each
+    ``{"median", "iqr", "blocks"}`` in seconds. Exceptions from Keras propagate."""
+    key = ("keras_fit", "")
+    if key not in _OP_COSTS:
+        _OP_COSTS[key] = _keras_fit_timer()
+    return _OP_COSTS[key](share)
+
+
+def _keras_fit_timer() -> Callable[[float], dict]:
+    """``measure(share)`` of :func:`_keras_fit_rates`, its model built and compiled once."""
     import keras
     import numpy as np
 
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
-    x, y = np.ones((8, 1), "float32"), np.zeros((8, 1), "float32")
+    x, y = np.ones((FIT_ROWS, 1), "float32"), np.zeros((FIT_ROWS, 1), "float32")
 
-    def timed(steps: int, epochs: int, **kwargs) -> dict:
-        fit = lambda n: [  # noqa: E731
-            model.fit(x, y, batch_size=8 // steps, epochs=epochs, verbose=0, **kwargs)
-            for _ in range(n)
-        ]
-        return _blocks(fit, lambda: None, 1.0, 2)
+    def measure(share: float = 1.0) -> dict:
+        fits = max(1, round(2 * share))
 
-    one = timed(1, 1)
-    per_step, _ = _line(1, one, 8, timed(8, 1), min_slope=0.0)
-    many = timed(1, FIT_EPOCHS)
-    per_epoch, per_call = _line(1, one, FIT_EPOCHS, many, min_slope=0.0)
-    per_epoch = {**per_epoch, "median": max(per_epoch["median"] - per_step["median"], 0.0)}
-    validated = timed(1, FIT_EPOCHS, validation_data=(x, y))
-    per_validation, _ = _line(0, many, FIT_EPOCHS, validated, min_slope=0.0)
-    return {
-        "fit_step_s": per_step,
-        "fit_call_s": per_call,
-        "fit_epoch_s": per_epoch,
-        "fit_validation_s": per_validation,
-    }
+        def timed(steps: int, epochs: int, **kwargs) -> dict:
+            fit = lambda n: [  # noqa: E731
+                model.fit(x, y, batch_size=FIT_ROWS // steps, epochs=epochs, verbose=0, **kwargs)
+                for _ in range(n)
+            ]
+            return _blocks(fit, lambda: None, 1.0, fits)
+
+        one = timed(1, 1)
+        per_step, _ = _line(1, one, FIT_ROWS, timed(FIT_ROWS, 1), min_slope=0.0)
+        many = timed(1, FIT_EPOCHS)
+        per_epoch, per_call = _line(1, one, FIT_EPOCHS, many, min_slope=0.0)
+        per_epoch = {**per_epoch, "median": max(per_epoch["median"] - per_step["median"], 0.0)}
+        validated = timed(1, FIT_EPOCHS, validation_data=(x, y))
+        per_validation, _ = _line(0, many, FIT_EPOCHS, validated, min_slope=0.0)
+        return {
+            "fit_step_s": per_step,
+            "fit_call_s": per_call,
+            "fit_epoch_s": per_epoch,
+            "fit_validation_s": per_validation,
+        }
+
+    return measure
 
 
 def measure_rates(framework: str, device: str) -> dict:
@@ -483,11 +513,7 @@ def _torch_product_maker(device: str):
     """``(make, sync)`` for :func:`replay_products` in PyTorch on ``device``."""
     import torch
 
-    target = "cuda" if device.startswith("cuda") else "cpu"
-
-    def sync() -> None:
-        if target == "cuda":
-            torch.cuda.synchronize()
+    target, sync = _torch_sync(device)
 
     def operand(batch: int, rows: int, cols: int, transposed: bool):
         stored = (batch, cols, rows) if transposed else (batch, rows, cols)
@@ -510,7 +536,7 @@ def _torch_lstm_layer_maker(device: str):
     (``backward``) from a fixed output gradient."""
     import torch
 
-    target = "cuda" if device.startswith("cuda") else "cpu"
+    target = _torch_sync(device)[0]
 
     def make(steps, batch, inputs, hidden, backward):
         layer = torch.nn.LSTM(inputs, hidden).to(target)
@@ -545,7 +571,7 @@ def replay_rnn_layers(device: str, layers) -> dict:
     from .step_counts import lstm_layer_flops
 
     make = _torch_lstm_layer_maker(device)
-    sync = _torch_product_maker(device)[1]
+    sync = _torch_sync(device)[1]
 
     def passes(steps, batch, inputs, hidden, reps) -> tuple[float, float]:
         forward = _blocks(make(steps, batch, inputs, hidden, False), sync, 1.0, reps)["median"]
@@ -675,18 +701,29 @@ def replay_columns(columns: dict, framework: str, device: str) -> dict:
 POINT_SHARE = 0.4
 
 
-def point_rate_columns(framework: str, device: str) -> dict:
+def point_rate_columns(framework: str, device: str, keras_fit: bool = False) -> dict:
     """The op costs of the model measured again right after a point (:func:`op_costs`
     in blocks :data:`POINT_SHARE` as long as the job's): ``rate_eager_op_s`` and, for
-    TensorFlow, ``rate_graph_op_s`` and ``rate_function_call_s``, which replace the
+    TensorFlow, ``rate_graph_op_s`` and ``rate_function_call_s``, and for a point whose
+    program runs Keras fit (``keras_fit``) fit's own costs ``rate_fit_call_s``,
+    ``rate_fit_epoch_s``, ``rate_fit_validation_s`` and ``rate_fit_step_s``
+    (:func:`_keras_fit_rates`, about 4 s a point on the 2-core VM), which replace the
     job's in that point's row (the job's stay in its probe record). Why: a shared VM's
     speed drifts within a job, and the ops term priced a point at the speed of the job's
     start; the same s000-hjb point (PyTorch, batch 100, width 8) took 2.97 ms per step
-    early in a job and 1.91 ms at its end (default study, 2026-12-02), so the op cost
-    is timed as close to the point as the products' replay is. Empty (no columns, the
-    job's stay) with a line on stderr (the job log) when it fails. Never raises."""
+    early in a job and 1.91 ms at its end (default study, 2026-12-02), and fit's costs
+    measured at a job's start were 1.4 to 1.5 times those measured outside it, its Iris
+    fit steps predicted at 1.05 to 1.86 times their time (irisfit check study,
+    2026-12-04), so the op costs are timed as close to the point as the products'
+    replay is. Empty (no columns, the job's stay) with a line on stderr (the job log)
+    when it fails. Never raises."""
     try:
         rates = op_costs(framework, device)(POINT_SHARE)
+        if keras_fit and framework == "tensorflow":
+            import tensorflow as tf
+
+            with tf.device(_tf_device(device)):
+                rates.update(_keras_fit_rates(POINT_SHARE))
     except Exception as exc:  # noqa: BLE001 - the op costs must never lose the row
         print(
             f"op costs: not measured after the point ({type(exc).__name__}: {exc})", file=sys.stderr
