@@ -578,6 +578,16 @@ def test_keras_fit_pays_its_call_once_per_block_and_its_epochs_each_epoch():
     text = _term_detail(rows.iloc[1], "launch")
     assert text.startswith("Keras fit's own 50 ms per call / 40 steps + 50 ms per epoch / 2")
 
+    # A new data iterator (24 ms) each epoch, or every 3rd epoch where fit keeps one
+    # (steps_per_epoch over 6 batches, as s002-iris's seed at batch 20)
+    rows = rows.assign(rate_fit_iterator_s=0.024, fit_epochs_per_iterator=[1, 3, None])
+    out = model_columns(rows)
+    assert out["model_ops_s"].tolist() == pytest.approx(
+        [plain + 0.024 / 2, validated + 0.008 / 2, repeat + 0.024 / 40]
+    )
+    text = _term_detail(rows.iloc[1], "launch")
+    assert text.startswith("Keras fit's own 50 ms per call / 40 steps + 58 ms per epoch / 2")
+
 
 def test_a_tensorflow_row_without_its_call_count_gets_no_model():
     from crossover_study.step_model import model_columns

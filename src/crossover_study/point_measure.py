@@ -157,6 +157,11 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         "steps_per_call": workload.steps_per_call,
         "loss_read_every": workload.loss_read_every,
         "validates_each_epoch": bool(getattr(workload, "validation", False)),
+        "fit_epochs_per_iterator": (
+            workload.fit_epochs_per_iterator()
+            if hasattr(workload, "fit_epochs_per_iterator")
+            else None
+        ),
         "kernel": workload.kernel() if hasattr(workload, "kernel") else None,
         "compile_cache": _compile_cache_text(workload),
         "timer_overhead_s": m.timer_overhead_s,

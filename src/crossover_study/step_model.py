@@ -8,9 +8,10 @@ One training step is counted (:mod:`crossover_study.step_counts`, the measuring 
               + step_graph_ops × (rate_graph_op_s, else rate_eager_op_s)
               + step_function_calls × rate_function_call_s
               (Keras fit, called once per timed block: rate_fit_call_s /
-              steps_per_block + (rate_fit_epoch_s [+ rate_fit_validation_s]) / steps
-              per epoch + rate_fit_step_s in place of the eager ops and the calls,
-              which fit's loop makes: :func:`_fit_host`)
+              steps_per_block + (rate_fit_epoch_s + rate_fit_iterator_s /
+              fit_epochs_per_iterator [+ rate_fit_validation_s]) / steps per epoch
+              + rate_fit_step_s in place of the eager ops and the calls, which
+              fit's loop makes: :func:`_fit_host`)
     compute = step_products_s + (step_flops − step_products_flops) / rate_flop_per_s
               (the step's products replayed alone, shape by shape; without a replay,
               step_flops / rate_flop_per_s)
@@ -321,7 +322,10 @@ def fit_parts(frame: pd.DataFrame) -> pd.DataFrame:
 
     - ``call_s`` (``rate_fit_call_s``) over ``call_steps``: every fit program calls fit
       once per timed block (``run(steps_per_block)``), so ``steps_per_block``;
-    - ``epoch_s`` over ``epoch_steps``: ``rate_fit_epoch_s``, plus
+    - ``epoch_s`` over ``epoch_steps``: ``rate_fit_epoch_s`` + ``rate_fit_iterator_s`` /
+      ``fit_epochs_per_iterator`` (a new data iterator each epoch unless the program
+      gives fit ``steps_per_epoch``; 1 where the column is empty; 0 for a table
+      without ``rate_fit_iterator_s``, whose ``rate_fit_epoch_s`` holds it), plus
       ``rate_fit_validation_s`` where the program validates each epoch
       (``validates_each_epoch``), over an epoch's steps: ``steps_per_call`` (one epoch
       per block, ``steps_per_block``, for :data:`FIT_CALL_PER_BLOCK`);
@@ -338,7 +342,9 @@ def fit_parts(frame: pd.DataFrame) -> pd.DataFrame:
     validated = frame.get("validates_each_epoch", pd.Series(False, index=frame.index))
     validated = validated.isin([True, "True", "true", 1, "1"])
     validation = _column(frame, "rate_fit_validation_s").fillna(0.0).where(validated, 0.0)
-    epoch_s = _column(frame, "rate_fit_epoch_s") + validation
+    iterators = _column(frame, "fit_epochs_per_iterator").fillna(1.0).clip(lower=1.0)
+    iterator = (_column(frame, "rate_fit_iterator_s") / iterators).fillna(0.0)
+    epoch_s = _column(frame, "rate_fit_epoch_s") + iterator + validation
     return pd.DataFrame(
         {
             "call_s": _column(frame, "rate_fit_call_s"),

@@ -17,10 +17,12 @@ speed drifts within a job:
 - ``graph_op_s`` and ``function_call_s`` (TensorFlow): the same step inside one
   ``tf.function`` at :data:`DEPTH` and :data:`DEEP` layers; the slope of its time
   against its ops is the cost of an op inside a graph, the intercept that of the call.
-- ``fit_call_s``, ``fit_epoch_s``, ``fit_validation_s`` and ``fit_step_s``
-  (TensorFlow): Keras ``fit``'s own cost per call, per epoch, per validated epoch and
-  per step, from minimal fits at 1 and 8 steps and at 1 and :data:`FIT_EPOCHS` epochs
-  (:func:`_keras_fit_rates`).
+- ``fit_call_s``, ``fit_epoch_s``, ``fit_iterator_s``, ``fit_validation_s`` and
+  ``fit_step_s`` (TensorFlow): Keras ``fit``'s own cost per call, per epoch, per data
+  iterator, per validated epoch and per step, from minimal fits at 1 and
+  :data:`FIT_ROWS` steps and at 1 and :data:`FIT_EPOCHS` epochs, with a new iterator
+  each epoch and with one kept (:func:`_keras_fit_rates`); timed again after each fit
+  point (:func:`point_rate_columns`).
 - ``flop_per_s``: the achieved FLOP/s of dense matrix products in the job's float
   precision (square products of :data:`MATMUL_SIZE` for the device class,
   2·n³ FLOPs each), and ``flop_curve``: the same at the sides :data:`CURVE_SIDES`, net
@@ -428,26 +430,38 @@ FIT_ROWS = 32
 
 def _keras_fit_rates(share: float = 1.0) -> dict:
     """Keras ``fit``'s own cost, beyond the operations of its train function, per call
-    (callbacks, data adapter, the train function's set-up), per epoch (its iterator,
-    the epoch's callbacks), per validated epoch (``validation_data``: evaluate's data
-    adapter and test function, each epoch) and per step (its Python loop, the logs read
-    back, the train function's call), from fits of a 1-unit Dense model over
-    :data:`FIT_ROWS` rows: one epoch at 1 step and at FIT_ROWS steps (batch 1), whose
-    slope is per step;
-    :data:`FIT_EPOCHS` epochs of 1 step, whose slope over the 1-epoch fit less a step is
-    per epoch and whose intercept is per call; the same with ``validation_data`` (the
-    same rows), whose excess per epoch is per validated epoch. Each in blocks of ``share``
-    × 2 fits (at least one); the model is built once per process (:data:`_OP_COSTS`),
-    so that a point's call (:func:`point_rate_columns`) times fit, not its tracing.
+    (callbacks, data adapter, the train function's set-up), per epoch (the epoch's
+    callbacks and logs), per data iterator (a fresh pass over the data: a new
+    ``tf.data`` iterator), per validated epoch (``validation_data``: evaluate's
+    iterator, test function and callbacks, each epoch) and per step (its Python loop,
+    the logs read back, the train function's call), from fits of a 1-unit Dense model
+    over :data:`FIT_ROWS` rows, each line the medians of two fits' blocks:
 
-    Why per epoch and not only per call: a program that calls fit once for many epochs
-    (as every fit program here does once per timed block, and s002-iris's seed does
-    for 20 epochs of 2 steps) pays the call once and the epoch each epoch; priced as
-    one call per epoch, Iris's step was predicted at 1.35 to 1.66 times its time
-    (default study, 2026-12-04); on the 2-core VM a minimal fit cost 27 to 52 ms per
-    call, 28 ms per epoch and 39 to 46 ms per validated epoch besides (2026-12-04).
-    Returns ``{"fit_step_s", "fit_call_s", "fit_epoch_s", "fit_validation_s"}``, each
-    ``{"median", "iqr", "blocks"}`` in seconds. Exceptions from Keras propagate."""
+    - per step: one epoch at 1 step (batch FIT_ROWS) and at FIT_ROWS steps (batch 1);
+    - per call and per epoch with a new iterator: 1 and :data:`FIT_EPOCHS` epochs of 1
+      step (intercept: the call; slope less a step: epoch and iterator);
+    - per epoch on a kept iterator: the same with ``steps_per_epoch=1`` at batch 1,
+      whose FIT_ROWS batches last every epoch (slope less a step); the iterator is the
+      difference of the two slopes;
+    - per validated epoch: the kept-iterator fits with ``validation_data`` (the same
+      rows, one batch), the excess of their slope.
+
+    Why the iterator apart: Keras 3's ``EpochIterator`` makes a new iterator every epoch
+    unless fit is given ``steps_per_epoch``, when it keeps one until a pass over the
+    data's batches is used up; s002-iris's seed gives ``steps_per_epoch=2``, so at
+    batch 20 (6 batches) one iterator serves 3 epochs. An iterator cost some 22 ms and
+    an epoch besides it some 3 ms; Iris's own fit at batch 20, hidden 32 took 8.1 ms an
+    epoch without validation, a 1-unit model fitted the same way 8.6 ms, and fit's epoch
+    priced with an iterator each had predicted Iris's steps at 1.3 to 2.1 times their
+    time (2-core VM, 2026-12-04). Why per epoch and not only per call: a program that
+    calls fit once for many epochs (every fit program here, once per timed block) pays
+    the call once and the epoch each epoch.
+
+    Each series in blocks of ``share`` × 2 fits (at least one); the model is built once
+    per process (:data:`_OP_COSTS`), so that a point's call (:func:`point_rate_columns`)
+    times fit, not its tracing. Returns ``{"fit_step_s", "fit_call_s", "fit_epoch_s",
+    "fit_iterator_s", "fit_validation_s"}``, each ``{"median", "iqr", "blocks"}`` in
+    seconds (never below 0). Exceptions from Keras propagate."""
     key = ("keras_fit", "")
     if key not in _OP_COSTS:
         _OP_COSTS[key] = _keras_fit_timer()
@@ -462,6 +476,8 @@ def _keras_fit_timer() -> Callable[[float], dict]:
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     x, y = np.ones((FIT_ROWS, 1), "float32"), np.zeros((FIT_ROWS, 1), "float32")
+    kept = {"steps_per_epoch": 1}
+    validated = {**kept, "validation_data": (x, y), "validation_batch_size": FIT_ROWS}
 
     def measure(share: float = 1.0) -> dict:
         fits = max(1, round(2 * share))
@@ -473,18 +489,30 @@ def _keras_fit_timer() -> Callable[[float], dict]:
             ]
             return _blocks(fit, lambda: None, 1.0, fits)
 
+        def less(rate: dict, *others: dict) -> dict:
+            rest = rate["median"] - sum(other["median"] for other in others)
+            return {**rate, "median": max(rest, 0.0)}
+
+        def epochs(steps: int, **kwargs) -> tuple[dict, dict]:
+            return _line(
+                1,
+                timed(steps, 1, **kwargs),
+                FIT_EPOCHS,
+                timed(steps, FIT_EPOCHS, **kwargs),
+                min_slope=0.0,
+            )
+
         one = timed(1, 1)
         per_step, _ = _line(1, one, FIT_ROWS, timed(FIT_ROWS, 1), min_slope=0.0)
-        many = timed(1, FIT_EPOCHS)
-        per_epoch, per_call = _line(1, one, FIT_EPOCHS, many, min_slope=0.0)
-        per_epoch = {**per_epoch, "median": max(per_epoch["median"] - per_step["median"], 0.0)}
-        validated = timed(1, FIT_EPOCHS, validation_data=(x, y))
-        per_validation, _ = _line(0, many, FIT_EPOCHS, validated, min_slope=0.0)
+        renewed, per_call = _line(1, one, FIT_EPOCHS, timed(1, FIT_EPOCHS), min_slope=0.0)
+        kept_epoch = epochs(FIT_ROWS, **kept)[0]
+        validated_epoch = epochs(FIT_ROWS, **validated)[0]
         return {
             "fit_step_s": per_step,
             "fit_call_s": per_call,
-            "fit_epoch_s": per_epoch,
-            "fit_validation_s": per_validation,
+            "fit_epoch_s": less(kept_epoch, per_step),
+            "fit_iterator_s": less(renewed, kept_epoch),
+            "fit_validation_s": less(validated_epoch, kept_epoch),
         }
 
     return measure
@@ -706,8 +734,8 @@ def point_rate_columns(framework: str, device: str, keras_fit: bool = False) -> 
     in blocks :data:`POINT_SHARE` as long as the job's): ``rate_eager_op_s`` and, for
     TensorFlow, ``rate_graph_op_s`` and ``rate_function_call_s``, and for a point whose
     program runs Keras fit (``keras_fit``) fit's own costs ``rate_fit_call_s``,
-    ``rate_fit_epoch_s``, ``rate_fit_validation_s`` and ``rate_fit_step_s``
-    (:func:`_keras_fit_rates`, about 4 s a point on the 2-core VM), which replace the
+    ``rate_fit_epoch_s``, ``rate_fit_iterator_s``, ``rate_fit_validation_s`` and
+    ``rate_fit_step_s`` (:func:`_keras_fit_rates`, about 5 s a point on the 2-core VM), which replace the
     job's in that point's row (the job's stay in its probe record). Why: a shared VM's
     speed drifts within a job, and the ops term priced a point at the speed of the job's
     start; the same s000-hjb point (PyTorch, batch 100, width 8) took 2.97 ms per step
@@ -740,6 +768,7 @@ RATE_COLUMNS = {
     "fit_call_s": "rate_fit_call_s",
     "fit_step_s": "rate_fit_step_s",
     "fit_epoch_s": "rate_fit_epoch_s",
+    "fit_iterator_s": "rate_fit_iterator_s",
     "fit_validation_s": "rate_fit_validation_s",
     "flop_per_s": "rate_flop_per_s",
     "mem_bytes_per_s": "rate_mem_bytes_per_s",

@@ -46,6 +46,7 @@ COUNT_COLUMNS = (
     "steps_per_call",
     "steps_per_block",
     "validates_each_epoch",
+    "fit_epochs_per_iterator",
 )
 #: Columns of :func:`predict_on_reference`'s table besides the size axes.
 PREDICTION_COLUMNS = (

@@ -295,17 +295,37 @@ class _KerasFit(SeedFit, _TFWorkload):
             )
             self._loss_value = history.history["loss"][-1]
         else:
-            kwargs = {}
-            if self.validation:
-                kwargs = {
-                    "steps_per_epoch": self.steps_per_call,
-                    "validation_data": (self.x_val, self.y_val),
-                }
             history = self._fit(
-                self.x_train, self.y_train, batch_size=self.sizes["batch"], epochs=epochs, **kwargs
+                self.x_train,
+                self.y_train,
+                batch_size=self.sizes["batch"],
+                epochs=epochs,
+                **self._fit_kwargs(),
             )
             self._loss_value = history.history["loss"][-1]
         self.step_index += n_steps
+
+    def _fit_kwargs(self) -> dict:
+        """The fit call's arguments besides the data, batch and epochs: the seed's
+        ``steps_per_epoch`` and ``validation_data`` where it validates (s002-iris)."""
+        if not self.validation:
+            return {}
+        return {"steps_per_epoch": self.steps_per_call, "validation_data": (self.x_val, self.y_val)}
+
+    def fit_epochs_per_iterator(self) -> int | None:
+        """Epochs that one data iterator of the program's fit call serves (None: the
+        program does not call fit). Keras 3's ``EpochIterator`` makes a new iterator
+        every epoch unless fit is given ``steps_per_epoch``, when it keeps one until a
+        pass over the data's batches is used up (``keras/src/trainers/epoch_iterator.py``,
+        Keras 3.15): ceil(ceil(rows / batch) / steps_per_epoch) epochs then; s002-iris
+        at batch 20 (105 rows, 6 batches, 2 steps an epoch) renews it every 3 epochs."""
+        if self.variant in ("train_on_batch", "custom_step"):
+            return None
+        steps = self._fit_kwargs().get("steps_per_epoch")
+        if self.variant == "tf_data_repeat" or steps is None:
+            return 1  # one epoch per call (a repeated dataset), or a new one each epoch
+        batches = math.ceil(len(self.x_train) / self.sizes["batch"])
+        return math.ceil(batches / steps)
 
     def sync(self) -> None:
         # Every path reads a loss back to the host at its end: nothing is pending.
