@@ -723,15 +723,22 @@ def replay_columns(columns: dict, framework: str, device: str) -> dict:
     return {"step_products_s": seconds, "step_products_flops": flops}
 
 
-#: Blocks of the per-point op costs (:func:`point_rate_columns`) against the job's: a
-#: few tenths of a second a point on the 2-core VM (PyTorch) to about 1.5 s
-#: (TensorFlow, whose eager minimal step takes some 9 ms).
-POINT_SHARE = 0.4
+#: Blocks of the per-point op costs (:func:`point_rate_columns`) against the job's: as
+#: long as the job's, about 0.6 s a point on the 2-core VM (PyTorch) to about 4 s
+#: (TensorFlow, whose eager minimal step takes some 9 ms). Shorter blocks scattered too
+#: much: PyTorch's eager_op_s timed ten times in a row in one process came out at 5.1 to
+#: 8.1 µs per op at 0.4 (blocks of 80 steps), 5.6 to 6.1 µs at 1.0 (2-core VM,
+#: 2026-12-04), and one point's prediction moves with it.
+POINT_SHARE = 1.0
+
+#: Blocks of Keras fit's own costs after a fit point (:func:`_keras_fit_rates`): one fit
+#: per block (blocks of 2 fits at 1.0), about 5 s a point on the 2-core VM.
+FIT_POINT_SHARE = 0.4
 
 
 def point_rate_columns(framework: str, device: str, keras_fit: bool = False) -> dict:
     """The op costs of the model measured again right after a point (:func:`op_costs`
-    in blocks :data:`POINT_SHARE` as long as the job's): ``rate_eager_op_s`` and, for
+    in blocks :data:`POINT_SHARE` as long as the job's, fit's in :data:`FIT_POINT_SHARE`): ``rate_eager_op_s`` and, for
     TensorFlow, ``rate_graph_op_s`` and ``rate_function_call_s``, and for a point whose
     program runs Keras fit (``keras_fit``) fit's own costs ``rate_fit_call_s``,
     ``rate_fit_epoch_s``, ``rate_fit_iterator_s``, ``rate_fit_validation_s`` and
@@ -751,7 +758,7 @@ def point_rate_columns(framework: str, device: str, keras_fit: bool = False) -> 
             import tensorflow as tf
 
             with tf.device(_tf_device(device)):
-                rates.update(_keras_fit_rates(POINT_SHARE))
+                rates.update(_keras_fit_rates(FIT_POINT_SHARE))
     except Exception as exc:  # noqa: BLE001 - the op costs must never lose the row
         print(
             f"op costs: not measured after the point ({type(exc).__name__}: {exc})", file=sys.stderr
