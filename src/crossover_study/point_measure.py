@@ -14,7 +14,7 @@ import math
 import time
 import traceback
 
-from . import frameworks, precision, programs, step_counts, step_model, step_rates
+from . import frameworks, precision, programs, step_counts, step_rates
 from .harness import TimingPolicy, measure
 from .spec import PointSpec
 from .watchdog import PointDeadlineExceeded, stopped_where
@@ -119,7 +119,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         if counts:  # a counted point is priced at the op costs of its own moment
             keras_fit = (
                 programs.program_or_none(point.case, point.framework, point.device, point.variant)
-                in step_model.KERAS_FIT_PROGRAMS
+                in programs.KERAS_FIT_PROGRAMS
             )
             counts.update(step_rates.point_rate_columns(point.framework, point.device, keras_fit))
     except NotApplicable as reason:  # known once a plug-in's builder said what it built

@@ -55,6 +55,7 @@ from .spec import (
 
 __all__ = [
     "EXECUTION_VARIANTS",
+    "KERAS_FIT_PROGRAMS",
     "KERAS_PATHS",
     "KERAS_PROGRAM_OF_VARIANT",
     "PLUGIN_VARIANTS",
@@ -72,6 +73,12 @@ __all__ = [
     "program_or_none",
     "table",
 ]
+
+#: Programs (the timings table's ``program`` column) that run Keras ``fit``, whose own
+#: cost per call, per epoch, per data iterator and per step the job measures
+#: (``rate_fit_*``; :mod:`crossover_study.step_model` prices them, the measuring job
+#: times them again after each of their points).
+KERAS_FIT_PROGRAMS = ("keras_fit", "keras_fit_repeat", "keras_fit_mirrored")
 
 #: Every training program, with the one-line description the report uses.
 PROGRAMS: dict[str, str] = {

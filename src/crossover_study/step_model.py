@@ -51,10 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-#: Programs (the timings table's ``program`` column) that run Keras ``fit``, whose own
-#: cost per call, per epoch and per step the job measures (``rate_fit_call_s``,
-#: ``rate_fit_epoch_s``, ``rate_fit_validation_s``, ``rate_fit_step_s``).
-KERAS_FIT_PROGRAMS = ("keras_fit", "keras_fit_repeat", "keras_fit_mirrored")
+from .programs import KERAS_FIT_PROGRAMS
 
 #: Keras ``fit`` programs whose one ``fit`` call per timed block is one long epoch of
 #: ``steps_per_block`` steps (a repeating ``tf.data`` pipeline), not epochs of
