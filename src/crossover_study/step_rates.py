@@ -367,8 +367,17 @@ def _tf_op_costs(device: str) -> Callable[[float], dict]:
 
 
 #: Each (framework, device)'s op-cost timer already built in this process
-#: (:func:`op_costs`): its minimal steps are built, counted and traced once per job.
+#: (:func:`op_costs`), and Keras fit's (:func:`_keras_fit_rates`): their minimal steps
+#: and models are built, counted and traced once per job (:func:`_timer`).
 _OP_COSTS: dict[tuple[str, str], Callable[[float], dict]] = {}
+
+
+def _timer(key: tuple[str, str], build: Callable[[], Callable[[float], dict]]):
+    """The ``measure(share)`` kept in :data:`_OP_COSTS` under ``key``, ``build()`` the
+    first time."""
+    if key not in _OP_COSTS:
+        _OP_COSTS[key] = build()
+    return _OP_COSTS[key]
 
 
 def op_costs(framework: str, device: str) -> Callable[[float], dict]:
@@ -377,11 +386,8 @@ def op_costs(framework: str, device: str) -> Callable[[float], dict]:
     ``{"median", "iqr", "blocks"}`` in seconds per op or per call, timed afresh at each
     call, in blocks ``share`` times as long as the job's. Its minimal steps are built
     the first time and kept for the process. Exceptions from the framework propagate."""
-    key = (framework, device)
-    if key not in _OP_COSTS:
-        build = _torch_op_costs if framework == "torch" else _tf_op_costs
-        _OP_COSTS[key] = build(device)
-    return _OP_COSTS[key]
+    build = _torch_op_costs if framework == "torch" else _tf_op_costs
+    return _timer((framework, device), lambda: build(device))
 
 
 def _tf_rates(device: str) -> dict:
@@ -462,10 +468,7 @@ def _keras_fit_rates(share: float = 1.0) -> dict:
     times fit, not its tracing. Returns ``{"fit_step_s", "fit_call_s", "fit_epoch_s",
     "fit_iterator_s", "fit_validation_s"}``, each ``{"median", "iqr", "blocks"}`` in
     seconds (never below 0). Exceptions from Keras propagate."""
-    key = ("keras_fit", "")
-    if key not in _OP_COSTS:
-        _OP_COSTS[key] = _keras_fit_timer()
-    return _OP_COSTS[key](share)
+    return _timer(("keras_fit", ""), _keras_fit_timer)(share)
 
 
 def _keras_fit_timer() -> Callable[[float], dict]:
@@ -738,11 +741,12 @@ FIT_POINT_SHARE = 0.4
 
 def point_rate_columns(framework: str, device: str, keras_fit: bool = False) -> dict:
     """The op costs of the model measured again right after a point (:func:`op_costs`
-    in blocks :data:`POINT_SHARE` as long as the job's, fit's in :data:`FIT_POINT_SHARE`): ``rate_eager_op_s`` and, for
+    in blocks :data:`POINT_SHARE` as long as the job's): ``rate_eager_op_s`` and, for
     TensorFlow, ``rate_graph_op_s`` and ``rate_function_call_s``, and for a point whose
     program runs Keras fit (``keras_fit``) fit's own costs ``rate_fit_call_s``,
     ``rate_fit_epoch_s``, ``rate_fit_iterator_s``, ``rate_fit_validation_s`` and
-    ``rate_fit_step_s`` (:func:`_keras_fit_rates`, about 5 s a point on the 2-core VM), which replace the
+    ``rate_fit_step_s`` (:func:`_keras_fit_rates` in blocks of
+    :data:`FIT_POINT_SHARE`, about 5 s a point on the 2-core VM), which replace the
     job's in that point's row (the job's stay in its probe record). Why: a shared VM's
     speed drifts within a job, and the ops term priced a point at the speed of the job's
     start; the same s000-hjb point (PyTorch, batch 100, width 8) took 2.97 ms per step
