@@ -164,6 +164,12 @@ class SeedFit:
                 *args, verbose=self.verbose, callbacks=self._callbacks(), **kwargs
             )
 
+    def fit_epochs_per_iterator(self) -> int | None:
+        """Epochs that one data iterator of the program's fit call serves: 1, a fit
+        without ``steps_per_epoch`` makes a new one every epoch (Keras 3's
+        ``EpochIterator``); :class:`_KerasFit` says where its fit keeps one longer."""
+        return 1
+
     def close(self) -> None:
         """Remove the checkpoint folder (the runner calls this after the point)."""
         import shutil
