@@ -194,6 +194,9 @@ def test_rates_are_measured_with_their_spread(framework):
     columns = step_rates.row_columns(rates)
     assert columns["rate_eager_op_s"] > 0 and columns["rate_flop_per_s"] > 1e8
     assert columns["rate_mem_bytes_per_s"] > 1e8
+    # DRAM: operands out of cache stream slower than the curve's cache-resident sizes
+    peak = max(rate for _, rate in json.loads(columns["rate_mem_curve"]))
+    assert 1e8 < columns["rate_mem_dram_bytes_per_s"] < peak
     assert columns["rate_copy_bytes_per_s"] is None  # nothing to copy to on the CPU
     tf_only = ("rate_graph_op_s", "rate_function_call_s", "rate_fit_call_s", "rate_fit_step_s")
     tf_only += ("rate_fit_epoch_s", "rate_fit_validation_s")

@@ -619,6 +619,29 @@ def test_element_wise_traffic_is_priced_at_the_bandwidth_of_its_size():
     )
 
 
+def test_element_wise_traffic_is_never_priced_above_the_dram_rate():
+    """A job that measured its DRAM rate caps the curve there: a step's tensors are
+    read back with the rest of the step between, out of cache, so the curve's
+    cache-resident speed does not apply; a slower curve point, a table without the
+    rate and a row whose rate is empty keep the curve."""
+    import json
+
+    from crossover_study.step_model import model_columns
+
+    curve = json.dumps([[1e4, 1e11], [1e6, 1e11], [1e8, 1e10]])
+    fast = _row("cpu", 1e-3, mem=1e6, step_mem_ops=1.0, rate_mem_curve=curve)
+    fast["rate_mem_dram_bytes_per_s"] = 4e10  # the curve says 1e11 at 1e6 bytes per op
+    slow = _row("cpu", 1e-3, mem=1e9, step_mem_ops=10.0, rate_mem_curve=curve)
+    slow["rate_mem_dram_bytes_per_s"] = 4e10  # the curve's 1e10 is already below it
+    empty = {**fast, "rate_mem_dram_bytes_per_s": np.nan}
+    out = model_columns(pd.DataFrame([fast, slow, empty]))
+    assert out["model_memory_s"].tolist() == pytest.approx([1e6 / 4e10, 1e9 / 1e10, 1e6 / 1e11])
+    without = {k: v for k, v in fast.items() if k != "rate_mem_dram_bytes_per_s"}
+    assert model_columns(pd.DataFrame([without]))["model_memory_s"].iloc[0] == pytest.approx(
+        1e6 / 1e11
+    )
+
+
 def test_products_are_priced_at_the_flop_rate_of_their_size():
     import json
 

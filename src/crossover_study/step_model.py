@@ -15,7 +15,8 @@ One training step is counted (:mod:`crossover_study.step_counts`, the measuring 
     compute = step_products_s + (step_flops − step_products_flops) / rate_flop_per_s
               (the step's products replayed alone, shape by shape; without a replay,
               step_flops / rate_flop_per_s)
-    memory  = step_mem_bytes / rate_mem_bytes_per_s
+    memory  = step_mem_bytes / min(bandwidth curve at the mean bytes per op,
+                                   rate_mem_dram_bytes_per_s)
     copy    = step_copy_bytes / rate_copy_bytes_per_s      (0 without bytes)
               + allreduce_s on a replicated row (the replicas' all-reduce, measured)
 
@@ -268,10 +269,22 @@ def _from_curve(out: pd.DataFrame, number, amount: str, ops: str, curve: str, ra
 
 def _bandwidth(out: pd.DataFrame, number) -> pd.Series:
     """Bytes/s each row's element-wise traffic gets: the job's bandwidth curve at the
-    row's mean bytes per element-wise op (step_mem_bytes / step_mem_ops), else the
-    DRAM rate ``rate_mem_bytes_per_s``."""
+    row's mean bytes per element-wise op (step_mem_bytes / step_mem_ops), else
+    ``rate_mem_bytes_per_s``; never above the job's DRAM rate
+    ``rate_mem_dram_bytes_per_s`` (operands out of cache: the roofline's memory roof)
+    where the job measured it.
+
+    Why the cap: the curve reuses one pair of operands, which stay in cache, but a
+    step's tensors are written and read again with the rest of the step between, so
+    its element-wise ops read most of their operands from DRAM. Capped, s001-mlp's and
+    s000-hjb's large PyTorch steps (100 to 440 MB of element-wise traffic per step,
+    priced at 136 to 150 GB/s off the curve) move within 30 % of their time; on the
+    default study of 2026-12-04, 84 of 127 synced CPU points were within 30 % uncapped,
+    94 with the cap at 35 GB/s (``/tmp/sim2.py`` on the study's rows)."""
     args = ("step_mem_bytes", "step_mem_ops", "rate_mem_curve", "rate_mem_bytes_per_s")
-    return _from_curve(out, number, *args)
+    bandwidth = _from_curve(out, number, *args)
+    dram = number("rate_mem_dram_bytes_per_s")
+    return bandwidth.where(~(bandwidth > dram), dram)
 
 
 def _flop_rate(out: pd.DataFrame, number) -> pd.Series:
@@ -384,7 +397,8 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
       rate_flop_per_s;
     - ``model_memory_s`` = step_mem_bytes / bandwidth, the bandwidth read off the job's
       curve (``rate_mem_curve``, :func:`curve_rate`) at step_mem_bytes / step_mem_ops
-      bytes per op, else rate_mem_bytes_per_s;
+      bytes per op, else rate_mem_bytes_per_s, and never above the DRAM rate
+      rate_mem_dram_bytes_per_s (:func:`_bandwidth`);
     - ``model_copy_s`` = step_copy_bytes / rate_copy_bytes_per_s, 0 where no bytes are
       copied (and on the cpu, where nothing is), plus on a replicated row (``replicas``
       above 1) its ``allreduce_s``, the replicas' all-reduce of the gradients;

@@ -34,7 +34,11 @@ speed drifts within a job:
   McCalpin, STREAM, 1995), net of the addition's dispatch; small tensors stay in cache
   and move faster than DRAM allows, so the model prices a step's element-wise traffic
   at the bandwidth of its mean size (a cache-aware roofline: A. Ilic, F. Pratas, L.
-  Sousa, IEEE CAL 13(1), 2014). ``mem_bytes_per_s`` is the largest size's (DRAM).
+  Sousa, IEEE CAL 13(1), 2014). ``mem_bytes_per_s`` is the largest size's.
+- ``mem_dram_bytes_per_s``: the same addition with its operands out of cache, taken in
+  turn from a pool far larger than the last-level cache (:func:`_mem_dram`): the
+  classic roofline's memory roof, DRAM bandwidth (STREAM's rule that arrays exceed the
+  caches), above which the model never prices a step's element-wise traffic.
 - ``copy_bytes_per_s`` (accelerators): host-to-device bytes per second of one copy of
   :data:`STREAM_ELEMENTS` float32 from pageable host memory.
 
@@ -169,6 +173,50 @@ def _mem_curve(adds, sync, per_call: int = 1) -> dict:
     return {"mem_bytes_per_s": {**largest, "unit": "B/s"}, "mem_curve": curve}
 
 
+#: Bytes of the operand pool of :func:`_mem_dram`: 16 times the 32 MiB last-level cache
+#: of the 2-core VM's EPYC and several times a GPU's L2 (50 MB on an H100), so that each
+#: addition reads operands last touched some 500 MiB of traffic earlier.
+DRAM_POOL_BYTES = 2**29
+
+#: Elements (float32) of each operand of :func:`_mem_dram`: 8 MiB, large enough that
+#: the dispatch is well under 1 % of an addition's time and below glibc's 32 MiB
+#: largest mmap threshold, so that outputs reuse freed memory instead of faulting in new
+#: pages (the curve's largest size, 64 MiB, times page faults as well on the CPU).
+DRAM_ELEMENTS = 2**21
+
+
+def _mem_dram(add: Callable[[int], None], sync: Callable[[], None]) -> dict:
+    """Bytes per second of element-wise additions (12 bytes per element, STREAM's
+    "add") whose operands are out of cache: ``add(i)`` adds the ``i``-th pair of a pool
+    of :data:`DRAM_POOL_BYTES` of :data:`DRAM_ELEMENTS`-element pairs (``i`` below
+    :func:`dram_pairs`), each block one pass over the pool. Not net of the dispatch
+    (under 1 % at this size). Returns ``{"mem_dram_bytes_per_s": {"median", "iqr",
+    "blocks", "unit"}}``.
+
+    Why: the bandwidth curve (:func:`_mem_curve`) reuses one pair, which stays in cache
+    up to the last-level cache's size, and so priced a step's element-wise traffic at
+    cache speed even where the step's tensors together are far larger than the cache:
+    s001-mlp at D_in 4096, H 2048 (339 MB per step) at 136 GB/s, 2.5 ms of a 39 ms
+    step. On the 2-core VM (2026-12-04, ``/tmp/bwq.py``) additions reading a rotating
+    pool ran at 33 to 44 GB/s from 0.8 to 200 MB per op, the same additions on one
+    reused pair at 55 to 147 GB/s below 32 MiB. Hand-rolled: a pass over a pool, timed,
+    is all it is."""
+
+    def passes(n: int) -> None:
+        for _ in range(n):
+            for i in range(dram_pairs()):
+                add(i)
+
+    rate = _blocks(passes, sync, 12.0 * DRAM_ELEMENTS * dram_pairs(), 1)
+    return {"mem_dram_bytes_per_s": _inverse(rate, "B/s")}
+
+
+def dram_pairs() -> int:
+    """Operand pairs of :func:`_mem_dram`'s pool: :data:`DRAM_POOL_BYTES` over the
+    8 bytes per element of a pair."""
+    return DRAM_POOL_BYTES // (8 * DRAM_ELEMENTS)
+
+
 #: Sides of the square float32 products of the FLOP-rate curve: a step's products are
 #: mostly small (s000-hjb's 100 x 8 x 8), and a small product runs far below the
 #: large one's rate.
@@ -253,6 +301,12 @@ def _torch_rates(device: str) -> dict:
         return _repeat(lambda: torch.add(a, b))
 
     rates.update(_mem_curve(adds, sync))
+    pool = [
+        (torch.ones(DRAM_ELEMENTS, device=target), torch.ones(DRAM_ELEMENTS, device=target))
+        for _ in range(dram_pairs())
+    ]
+    rates.update(_mem_dram(lambda i: torch.add(*pool[i]), sync))
+    pool.clear()  # the 512 MiB back before the job measures its points
     if target == "cuda":
         host = torch.ones(STREAM_ELEMENTS)
         copy = _repeat(lambda: host.to(target))
@@ -420,6 +474,13 @@ def _tf_rates(device: str) -> dict:
             return _tf_chain(tf, box, tf.ones(elements), lambda y: y * b)
 
         rates.update(_mem_curve(adds, sync_y, per_call=CHAIN))
+        pool = [(tf.ones(DRAM_ELEMENTS), tf.ones(DRAM_ELEMENTS)) for _ in range(dram_pairs())]
+
+        def add(i: int) -> None:
+            box["y"] = tf.add(*pool[i])  # eager: one addition per call, nothing to rewrite
+
+        rates.update(_mem_dram(add, sync_y))
+        pool.clear()  # the 512 MiB back before the job measures its points
     return rates
 
 
@@ -783,6 +844,7 @@ RATE_COLUMNS = {
     "fit_validation_s": "rate_fit_validation_s",
     "flop_per_s": "rate_flop_per_s",
     "mem_bytes_per_s": "rate_mem_bytes_per_s",
+    "mem_dram_bytes_per_s": "rate_mem_dram_bytes_per_s",
     "copy_bytes_per_s": "rate_copy_bytes_per_s",
 }
 
