@@ -278,9 +278,9 @@ def _bandwidth(out: pd.DataFrame, number) -> pd.Series:
     step's tensors are written and read again with the rest of the step between, so
     its element-wise ops read most of their operands from DRAM. Capped, s001-mlp's and
     s000-hjb's large PyTorch steps (100 to 440 MB of element-wise traffic per step,
-    priced at 136 to 150 GB/s off the curve) move within 30 % of their time; on the
-    default study of 2026-12-04, 84 of 127 synced CPU points were within 30 % uncapped,
-    94 with the cap at 35 GB/s (``/tmp/sim2.py`` on the study's rows)."""
+    priced at 136 to 150 GB/s off the curve) move within 30 % of their time. The
+    default study on the 2-core VM (2026-12-04) had 84 of 127 synced CPU points within
+    30 % uncapped (fe7377f) and 95 of 127 an hour later with the cap (b37ed60)."""
     args = ("step_mem_bytes", "step_mem_ops", "rate_mem_curve", "rate_mem_bytes_per_s")
     bandwidth = _from_curve(out, number, *args)
     dram = number("rate_mem_dram_bytes_per_s")

@@ -197,7 +197,7 @@ def _mem_dram(add: Callable[[int], None], sync: Callable[[], None]) -> dict:
     up to the last-level cache's size, and so priced a step's element-wise traffic at
     cache speed even where the step's tensors together are far larger than the cache:
     s001-mlp at D_in 4096, H 2048 (339 MB per step) at 136 GB/s, 2.5 ms of a 39 ms
-    step. On the 2-core VM (2026-12-04, ``/tmp/bwq.py``) additions reading a rotating
+    step. On the 2-core VM (2026-12-04) additions reading a rotating
     pool ran at 33 to 44 GB/s from 0.8 to 200 MB per op, the same additions on one
     reused pair at 55 to 147 GB/s below 32 MiB. Hand-rolled: a pass over a pool, timed,
     is all it is."""
