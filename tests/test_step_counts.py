@@ -375,9 +375,42 @@ def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):
     )
     replayed = step_rates.replay_columns(columns, "torch", "cpu")
     assert columns["step_flops"] > 0 and columns["step_products"]
-    assert replayed == {"step_products_s": None, "step_products_flops": None}
+    assert replayed["step_products_s"] is None and replayed["step_products_flops"] is None
     assert "not replayed (RuntimeError: no device)" in capsys.readouterr().err
-    assert step_rates.replay_columns({"step_products": None}, "torch", "cpu") == replayed
+    # the element-wise calls' replay does not depend on the products'
+    assert replayed["step_elementwise_bytes"] > 0
+    nothing = dict.fromkeys(
+        ["step_products_s", "step_products_flops", "step_elementwise_s", "step_elementwise_bytes"]
+    )
+    assert step_rates.replay_columns({"step_products": None}, "torch", "cpu") == nothing
+
+
+def test_elementwise_calls_are_listed_and_replayed():
+    """PyTorch's operations behind step_mem_bytes are listed by ATen overload and
+    arguments (tensors by shape and dtype) with each call's bytes; a call with a
+    random generator is not (its bytes stay with the bandwidth). replay_elementwise
+    rebuilds a call at its shapes and with every dimension 1, and covers the bytes of
+    the calls it could rebuild and run."""
+    import torch
+
+    sizes = {"batch": 20, "hidden": 8}
+    columns = step_counts.count_point(_built("torch", "s002-iris", sizes), "torch", "cpu")
+    calls = json.loads(columns["step_elementwise"])
+    listed = sum(nbytes * per_step for _, _, nbytes, per_step in calls)
+    assert 0 < listed <= columns["step_mem_bytes"] * (1 + 1e-9)
+    assert not any(name.startswith("aten.randperm") for name, *_ in calls)
+    softmax = next(call for call in calls if call[0] == "aten._softmax.default")
+    args, _ = step_rates._torch_args(softmax[1], "cpu", floor=False)
+    assert list(args[0].shape) == [20, 3] and args[1] == 1  # the batch's 3 class scores
+    small, _ = step_rates._torch_args(softmax[1], "cpu", floor=True)
+    assert list(small[0].shape) == [1, 1]
+    tanh = step_counts.encode_args((torch.empty(1000, 1000),), {})
+    bogus = ["aten.no_such_op.default", tanh, 8e6, 1.0]
+    replay = step_rates.replay_elementwise("cpu", [["aten.tanh.default", tanh, 8e6, 2.0], bogus])
+    assert replay["elementwise_bytes"] == 16e6  # the call that cannot be rebuilt: not covered
+    assert replay["elementwise_s"] > 0  # a million tanh take longer than one
+    with pytest.raises(step_counts._Unencodable):
+        step_counts.encode_args((torch.Generator(),), {})
 
 
 @pytest.mark.parametrize("fetches", [(-1, 1), (0, 0)])

@@ -642,6 +642,21 @@ def test_element_wise_traffic_is_never_priced_above_the_dram_rate():
     )
 
 
+def test_replayed_elementwise_calls_replace_their_bytes():
+    """PyTorch's element-wise calls timed alone (step_elementwise_s) stand in for the
+    bytes they cover; the rest of step_mem_bytes stays at the bandwidth, and a row
+    without the replay prices all its bytes there."""
+    from crossover_study.step_model import model_columns
+
+    bandwidth = CPU_RATES["rate_mem_bytes_per_s"]
+    replayed = _row("cpu", 1e-2, mem=1e9, step_elementwise_s=4e-3, step_elementwise_bytes=6e8)
+    whole = _row("cpu", 1e-2, mem=1e9)
+    out = model_columns(pd.DataFrame([replayed, whole]))
+    assert out["model_memory_s"].tolist() == pytest.approx(
+        [4e-3 + 4e8 / bandwidth, 1e9 / bandwidth]
+    )
+
+
 def test_products_are_priced_at_the_flop_rate_of_their_size():
     import json
 

@@ -45,6 +45,11 @@ What is counted, and how:
 - **mem_bytes**: bytes read and written by the operations that are not FLOP-counted
   (element-wise, reductions, copies; views and scalar reads left out), the sizes of
   their tensor inputs and outputs: the memory traffic of the roofline's memory roof.
+- **elementwise** (PyTorch): the calls behind ``mem_bytes`` by ATen overload and
+  arguments, tensors by shape and dtype (:func:`encode_args`), which the measuring job
+  then times one call at a time (:func:`crossover_study.step_rates.replay_elementwise`):
+  an element-wise op's speed is not only its bytes (``softmax`` over 3 classes of 2 000
+  rows took ten times as long as over 3 rows of 2 000 on the 2-core VM, 2026-12-04).
 - **copy_bytes**: bytes copied between host memory and a device (PyTorch: ``_to_copy``
   and ``copy_`` across devices, ``item()`` of a device tensor; TensorFlow: inputs an op
   got from another device type than its output's). 0 on the CPU.
@@ -110,6 +115,14 @@ class StepCounts:
         ``inputs`` features, which
         :func:`crossover_study.step_rates.replay_products` times whole. Their FLOPs
         (:func:`lstm_layer_flops`) are in ``flops``.
+    elementwise: PyTorch's operations behind ``mem_bytes`` by operator and arguments,
+        ``((op, args, bytes, per_step), ...)``: ``per_step`` calls of ``op`` (an ATen
+        overload, e.g. ``aten._softmax.default``) with ``args`` (JSON of its positional
+        and keyword arguments, each tensor ``{"t": shape, "dtype": name}``; see
+        :func:`encode_args`), each moving ``bytes``; what
+        :func:`crossover_study.step_rates.replay_elementwise` times one call at a time.
+        An operation whose arguments cannot be written so (a random generator) is in
+        ``mem_bytes`` but not here.
     """
 
     ops: float
@@ -124,14 +137,16 @@ class StepCounts:
     flop_ops: float | None = None
     products: tuple = ()
     rnn_layers: tuple = ()
+    elementwise: tuple = ()
 
     def columns(self) -> dict:
         """The timings table's columns (``step_ops``, ``step_ops_kind``, ...);
         ``step_products`` as JSON ``[[batch, m, k, n, trans_a, trans_b, in_graph,
         per_step], ...]`` and ``step_rnn_layers`` as JSON ``[[steps, batch, inputs,
-        hidden, backward, per_step], ...]`` (each None when empty)."""
+        hidden, backward, per_step], ...]`` and ``step_elementwise`` as JSON ``[[op,
+        args, bytes, per_step], ...]`` (each None when empty)."""
         columns = {f"step_{name}": value for name, value in asdict(self).items()}
-        for name in ("products", "rnn_layers"):
+        for name in ("products", "rnn_layers", "elementwise"):
             rows = [list(row) for row in getattr(self, name)]
             columns[f"step_{name}"] = json.dumps(rows) if rows else None
         return columns
@@ -265,6 +280,38 @@ def _torch_product(name: str, args) -> tuple | None:
     return (batch, m, k, n, transposed(a), transposed(b))
 
 
+class _Unencodable(Exception):
+    """An operation argument :func:`encode_args` cannot write as JSON."""
+
+
+def encode_args(args, kwargs) -> str:
+    """JSON of a PyTorch operation's arguments ``[args, kwargs]`` from which
+    :func:`crossover_study.step_rates.replay_elementwise` rebuilds a call of the same
+    shapes: a tensor as ``{"t": shape, "dtype": name}`` (its values are not kept), a
+    ``torch.dtype`` as ``{"dtype_arg": name}``, a device as ``{"device_arg": type}``, a
+    memory format or layout as ``{"torch_attr": name}``; numbers, strings, booleans and
+    None as they are, lists and tuples as lists. Raises :class:`_Unencodable` for any
+    other argument (a ``torch.Generator``)."""
+    import torch
+
+    def encode(x):
+        if isinstance(x, torch.Tensor):
+            return {"t": list(x.shape), "dtype": str(x.dtype).removeprefix("torch.")}
+        if isinstance(x, torch.dtype):
+            return {"dtype_arg": str(x).removeprefix("torch.")}
+        if isinstance(x, torch.device):
+            return {"device_arg": x.type}
+        if isinstance(x, (torch.memory_format, torch.layout)):
+            return {"torch_attr": str(x).removeprefix("torch.")}
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        if isinstance(x, (list, tuple)):
+            return [encode(v) for v in x]
+        raise _Unencodable(type(x).__name__)
+
+    return json.dumps([encode(list(args)), {k: encode(v) for k, v in kwargs.items()}])
+
+
 def _torch_counter():
     """A ``TorchDispatchMode`` that counts ops, FLOPs, memory and copy bytes."""
     import torch
@@ -290,6 +337,7 @@ def _torch_counter():
             self.copy_bytes = 0.0
             self.products = Counter()
             self.rnn_layers = Counter()
+            self.elementwise = Counter()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -316,6 +364,11 @@ def _torch_counter():
                 moved = sum(t.numel() * t.element_size() for t in tensors((args, out)))
                 self.mem_bytes += moved
                 self.mem_ops += moved > 0
+                if moved > 0:
+                    try:
+                        self.elementwise[(str(func), encode_args(args, kwargs), moved)] += 1
+                    except _Unencodable:
+                        pass  # its bytes stay priced at the bandwidth
             if name in copies:
                 ins, outs = tensors(args), tensors(out)
                 devices = {t.device.type for t in ins} | {t.device.type for t in outs}
@@ -369,6 +422,7 @@ def count_torch_step(step: Callable[[], object], steps: int = 1, device: str = "
         copy_bytes=counter.copy_bytes / steps,
         products=_per_step(counter.products, steps, False),
         rnn_layers=_per_step(counter.rnn_layers, steps),
+        elementwise=_per_step(counter.elementwise, steps),
     )
 
 

@@ -15,8 +15,10 @@ One training step is counted (:mod:`crossover_study.step_counts`, the measuring 
     compute = step_products_s + (step_flops − step_products_flops) / rate_flop_per_s
               (the step's products replayed alone, shape by shape; without a replay,
               step_flops / rate_flop_per_s)
-    memory  = step_mem_bytes / min(bandwidth curve at the mean bytes per op,
-                                   rate_mem_dram_bytes_per_s)
+    memory  = step_elementwise_s + (step_mem_bytes − step_elementwise_bytes)
+              / min(bandwidth curve at the mean bytes per op, rate_mem_dram_bytes_per_s)
+              (PyTorch's element-wise calls replayed alone, call by call; without a
+              replay, all of step_mem_bytes at the bandwidth)
     copy    = step_copy_bytes / rate_copy_bytes_per_s      (0 without bytes)
               + allreduce_s on a replicated row (the replicas' all-reduce, measured)
 
@@ -294,6 +296,20 @@ def _flop_rate(out: pd.DataFrame, number) -> pd.Series:
     return _from_curve(out, number, *args)
 
 
+def _memory(out: pd.DataFrame, number) -> pd.Series:
+    """Each row's memory term: its element-wise calls replayed (``step_elementwise_s``,
+    PyTorch) plus the bytes they do not cover (step_mem_bytes −
+    step_elementwise_bytes) at the bandwidth (:func:`_bandwidth`); a row without the
+    replay prices all its bytes at the bandwidth."""
+    mem_bytes, bandwidth = number("step_mem_bytes"), _bandwidth(out, number)
+    priced = _term(mem_bytes, bandwidth, False)
+    replayed = number("step_elementwise_s")
+    rest = (mem_bytes - number("step_elementwise_bytes")).clip(lower=0.0)
+    return (replayed + _term(rest, bandwidth, False)).where(
+        replayed.notna() & mem_bytes.notna(), priced
+    )
+
+
 def _compute(out: pd.DataFrame, number) -> pd.Series:
     """Each row's compute term: its products replayed (``step_products_s``) plus the
     FLOPs the replay did not cover (``step_flops`` − ``step_products_flops``: a
@@ -395,7 +411,10 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
       the replay: step_flops / FLOP rate, the rate read off the job's curve
       (``rate_flop_curve``) at step_flops / step_flop_ops FLOPs per product, else
       rate_flop_per_s;
-    - ``model_memory_s`` = step_mem_bytes / bandwidth, the bandwidth read off the job's
+    - ``model_memory_s`` = step_elementwise_s (PyTorch's element-wise calls timed
+      alone: step_rates.replay_elementwise) + the bytes they do not cover
+      (step_mem_bytes − step_elementwise_bytes) / bandwidth (without the replay:
+      step_mem_bytes / bandwidth), the bandwidth read off the job's
       curve (``rate_mem_curve``, :func:`curve_rate`) at step_mem_bytes / step_mem_ops
       bytes per op, else rate_mem_bytes_per_s, and never above the DRAM rate
       rate_mem_dram_bytes_per_s (:func:`_bandwidth`);
@@ -436,7 +455,7 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     t = {
         "launch": own_host.mask(fit, fit_host) + _term(graph, graph_rate, True),
         "compute": _compute(out, number),
-        "memory": _term(number("step_mem_bytes"), _bandwidth(out, number), False),
+        "memory": _memory(out, number),
         "transfer": _term(copy_bytes, number("rate_copy_bytes_per_s"), False)
         + _allreduce(out, number),
     }

@@ -763,12 +763,105 @@ def replay_products(framework: str, device: str, products) -> dict:
     }
 
 
+#: Bytes moved per timed block of :func:`replay_elementwise` (a call's repetitions
+#: per block: this over its bytes, 1 to :data:`REPLAY_REPS`): about a millisecond at
+#: the 2-core VM's DRAM bandwidth.
+REPLAY_BYTES = 4e7
+
+
+def _torch_op(name: str):
+    """The ATen overload ``name`` (``str`` of an ``OpOverload``, e.g.
+    ``aten._softmax.default``) from ``torch.ops``."""
+    import torch
+
+    namespace, packet, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+
+
+def _torch_args(encoded: str, target: str, floor: bool):
+    """``(args, kwargs)`` of a call rebuilt from :func:`crossover_study.step_counts.
+    encode_args`' JSON on device ``target``: each tensor new, random normal (floating
+    point), zeros (integers: valid indices) or ones (booleans), of its shape, or with
+    every dimension 1 (``floor``: the call's dispatch, which the ops term prices)."""
+    import torch
+
+    def decode(x):
+        if isinstance(x, list):
+            return [decode(v) for v in x]
+        if not isinstance(x, dict):
+            return x
+        if "t" in x:
+            dtype = getattr(torch, x["dtype"])
+            shape = [1] * len(x["t"]) if floor else x["t"]
+            if dtype.is_floating_point:
+                return torch.randn(shape, dtype=dtype, device=target)
+            if dtype == torch.bool:
+                return torch.ones(shape, dtype=dtype, device=target)
+            return torch.zeros(shape, dtype=dtype, device=target)
+        if "dtype_arg" in x:
+            return getattr(torch, x["dtype_arg"])
+        if "device_arg" in x:
+            return torch.device(x["device_arg"])
+        return getattr(torch, x["torch_attr"])
+
+    args, kwargs = json.loads(encoded)
+    return decode(args), {k: decode(v) for k, v in kwargs.items()}
+
+
+def replay_elementwise(device: str, calls) -> dict:
+    """PyTorch's operations behind a step's ``mem_bytes`` (element-wise ops,
+    reductions, copies, indexing) timed alone, one distinct call at a time, on
+    ``device`` with the job's threads: ``calls`` is :attr:`crossover_study.step_counts.
+    StepCounts.elementwise` (rows ``(op, args, bytes, per_step)``). Each call is rebuilt
+    on new random tensors of its shapes (:func:`_torch_args`) and timed in
+    :data:`BLOCKS` blocks of about :data:`REPLAY_BYTES` moved; its time is the median
+    block's per call net of the same call with every dimension 1 (its dispatch, which
+    the ops term prices), never below 0. A call that fails to rebuild or run is left
+    out (its bytes stay priced at the bandwidth).
+
+    Why: a step's element-wise work is not all bandwidth. On the 2-core VM (2026-12-04)
+    ``softmax`` over the 3 classes of 2 000 rows took 82 µs where the same 6 000 floats
+    as 3 rows of 2 000 took 8 µs, and ``exp`` of 131 072 floats 94 µs where their bytes
+    at DRAM speed take 24 µs; s000-hjb's ``tanh`` at batch 10 000, width 32 took 3.4 ms
+    of a 13.7 ms step. This is the products' replay (:func:`replay_products`) carried
+    over to every operation, as Habitat times a step operation by operation.
+
+    Returns ``{"elementwise_s": seconds per step, "elementwise_bytes": the bytes per
+    step of the calls timed}``. Hand-rolled: a timeit per call is all it is."""
+    target, sync = _torch_sync(device)
+
+    def call_s(name: str, encoded: str, floor: bool, reps: int) -> float:
+        op, (args, kwargs) = _torch_op(name), _torch_args(encoded, target, floor)
+        return _blocks(_repeat(lambda: op(*args, **kwargs)), sync, 1.0, reps)["median"]
+
+    seconds = moved = 0.0
+    for name, encoded, nbytes, per_step in calls:
+        reps = max(1, min(REPLAY_REPS, int(REPLAY_BYTES / max(nbytes, 1.0))))
+        try:
+            net = call_s(name, encoded, False, reps) - call_s(name, encoded, True, 50)
+        except Exception:  # noqa: BLE001, S112 - a call that cannot be rebuilt stays with the bytes
+            continue
+        seconds += per_step * max(net, 0.0)
+        moved += per_step * nbytes
+    return {"elementwise_s": seconds, "elementwise_bytes": moved}
+
+
 def replay_columns(columns: dict, framework: str, device: str) -> dict:
     """``step_products_s`` and ``step_products_flops`` of a counted point (``columns``:
     its ``step_*`` columns from :func:`crossover_study.step_counts.count_point`): its
     ``step_products`` timed by :func:`replay_products` plus its ``step_rnn_layers``
     (PyTorch) by :func:`replay_rnn_layers`; both None without either, or with a line
-    on stderr (the job log) when the replay fails. Never raises."""
+    on stderr (the job log) when the replay fails. And ``step_elementwise_s`` and
+    ``step_elementwise_bytes``: its ``step_elementwise`` (PyTorch) timed by
+    :func:`replay_elementwise`, None without them or when that fails. Never raises."""
+    return {
+        **_replay_products_columns(columns, framework, device),
+        **_replay_elementwise_columns(columns, framework, device),
+    }
+
+
+def _replay_products_columns(columns: dict, framework: str, device: str) -> dict:
+    """:func:`replay_columns`' products."""
     empty = {"step_products_s": None, "step_products_flops": None}
     products, layers = columns.get("step_products"), columns.get("step_rnn_layers")
     if not products and not layers:
@@ -785,6 +878,22 @@ def replay_columns(columns: dict, framework: str, device: str) -> dict:
         print(f"step products: not replayed ({type(exc).__name__}: {exc})", file=sys.stderr)
         return empty
     return {"step_products_s": seconds, "step_products_flops": flops}
+
+
+def _replay_elementwise_columns(columns: dict, framework: str, device: str) -> dict:
+    """:func:`replay_columns`' element-wise calls."""
+    calls = columns.get("step_elementwise")
+    if not calls or framework != "torch":
+        return {"step_elementwise_s": None, "step_elementwise_bytes": None}
+    try:
+        replay = replay_elementwise(device, json.loads(calls))
+    except Exception as exc:  # noqa: BLE001 - the replay must never lose the counts
+        print(f"step element-wise ops: not replayed ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return {"step_elementwise_s": None, "step_elementwise_bytes": None}
+    return {
+        "step_elementwise_s": replay["elementwise_s"],
+        "step_elementwise_bytes": replay["elementwise_bytes"],
+    }
 
 
 #: Blocks of the per-point op costs (:func:`point_rate_columns`) against the job's: as
