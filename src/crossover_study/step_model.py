@@ -296,17 +296,30 @@ def _flop_rate(out: pd.DataFrame, number) -> pd.Series:
     return _from_curve(out, number, *args)
 
 
+def _replayed_or_priced(
+    amount: pd.Series, covered: pd.Series, replayed_s: pd.Series, rate: pd.Series
+) -> pd.Series:
+    """One term per row, seconds: ``replayed_s`` (the part of the step replayed alone,
+    covering ``covered`` of the row's ``amount``) plus the uncovered rest
+    (amount − covered, floored at 0) at ``rate`` (units/s); the whole ``amount`` at
+    ``rate`` on a row without a replay. NaN where the amount is missing."""
+    priced = _term(amount, rate, False)
+    rest = (amount - covered).clip(lower=0.0)
+    return (replayed_s + _term(rest, rate, False)).where(
+        replayed_s.notna() & amount.notna(), priced
+    )
+
+
 def _memory(out: pd.DataFrame, number) -> pd.Series:
     """Each row's memory term: its element-wise calls replayed (``step_elementwise_s``,
     PyTorch) plus the bytes they do not cover (step_mem_bytes −
     step_elementwise_bytes) at the bandwidth (:func:`_bandwidth`); a row without the
     replay prices all its bytes at the bandwidth."""
-    mem_bytes, bandwidth = number("step_mem_bytes"), _bandwidth(out, number)
-    priced = _term(mem_bytes, bandwidth, False)
-    replayed = number("step_elementwise_s")
-    rest = (mem_bytes - number("step_elementwise_bytes")).clip(lower=0.0)
-    return (replayed + _term(rest, bandwidth, False)).where(
-        replayed.notna() & mem_bytes.notna(), priced
+    return _replayed_or_priced(
+        number("step_mem_bytes"),
+        number("step_elementwise_bytes"),
+        number("step_elementwise_s"),
+        _bandwidth(out, number),
     )
 
 
@@ -315,12 +328,12 @@ def _compute(out: pd.DataFrame, number) -> pd.Series:
     FLOPs the replay did not cover (``step_flops`` − ``step_products_flops``: a
     convolution, a product of unknown shape) at the FLOP-rate curve; a row without a
     replay prices all its FLOPs at the curve (:func:`_flop_rate`)."""
-    flops, rate = number("step_flops"), _flop_rate(out, number)
-    curve = _term(flops, rate, False)
-    replayed = number("step_products_s")
-    rest = (flops - number("step_products_flops")).clip(lower=0.0)
-    rest_s = _term(rest, rate, False)
-    return (replayed + rest_s).where(replayed.notna() & flops.notna(), curve)
+    return _replayed_or_priced(
+        number("step_flops"),
+        number("step_products_flops"),
+        number("step_products_s"),
+        _flop_rate(out, number),
+    )
 
 
 def _allreduce(out: pd.DataFrame, number) -> pd.Series:
