@@ -185,13 +185,21 @@ DRAM_POOL_BYTES = 2**29
 DRAM_ELEMENTS = 2**21
 
 
-def _mem_dram(add: Callable[[int], None], sync: Callable[[], None]) -> dict:
+#: Operand pairs of :func:`_mem_dram`'s pool: :data:`DRAM_POOL_BYTES` over the 8 bytes
+#: per element of a float32 pair.
+DRAM_PAIRS = DRAM_POOL_BYTES // (8 * DRAM_ELEMENTS)
+
+
+def _mem_dram(
+    make_pair: Callable[[], tuple], add: Callable[[tuple], object], sync: Callable[[], None]
+) -> dict:
     """Bytes per second of element-wise additions (12 bytes per element, STREAM's
-    "add") whose operands are out of cache: ``add(i)`` adds the ``i``-th pair of a pool
-    of :data:`DRAM_POOL_BYTES` of :data:`DRAM_ELEMENTS`-element pairs (``i`` below
-    :func:`dram_pairs`), each block one pass over the pool. Not net of the dispatch
-    (under 1 % at this size). Returns ``{"mem_dram_bytes_per_s": {"median", "iqr",
-    "blocks", "unit"}}``.
+    "add") whose operands are out of cache: a pool of :data:`DRAM_PAIRS` pairs
+    (``make_pair()``: two float32 tensors of :data:`DRAM_ELEMENTS` elements,
+    :data:`DRAM_POOL_BYTES` in all) is built, each block adds every pair in turn
+    (``add(pair)``) once per pass, and the pool is released before returning so that
+    the job's points do not run beside it. Not net of the dispatch (under 1 % at this
+    size). Returns ``{"mem_dram_bytes_per_s": {"median", "iqr", "blocks", "unit"}}``.
 
     Why: the bandwidth curve (:func:`_mem_curve`) reuses one pair, which stays in cache
     up to the last-level cache's size, and so priced a step's element-wise traffic at
@@ -201,20 +209,18 @@ def _mem_dram(add: Callable[[int], None], sync: Callable[[], None]) -> dict:
     pool ran at 33 to 44 GB/s from 0.8 to 200 MB per op, the same additions on one
     reused pair at 55 to 147 GB/s below 32 MiB. Hand-rolled: a pass over a pool, timed,
     is all it is."""
+    pool = [make_pair() for _ in range(DRAM_PAIRS)]
 
     def passes(n: int) -> None:
         for _ in range(n):
-            for i in range(dram_pairs()):
-                add(i)
+            for pair in pool:
+                add(pair)
 
-    rate = _blocks(passes, sync, 12.0 * DRAM_ELEMENTS * dram_pairs(), 1)
+    try:
+        rate = _blocks(passes, sync, 12.0 * DRAM_ELEMENTS * DRAM_PAIRS, 1)
+    finally:
+        pool.clear()  # the 512 MiB back before the job measures its points
     return {"mem_dram_bytes_per_s": _inverse(rate, "B/s")}
-
-
-def dram_pairs() -> int:
-    """Operand pairs of :func:`_mem_dram`'s pool: :data:`DRAM_POOL_BYTES` over the
-    8 bytes per element of a pair."""
-    return DRAM_POOL_BYTES // (8 * DRAM_ELEMENTS)
 
 
 #: Sides of the square float32 products of the FLOP-rate curve: a step's products are
@@ -301,12 +307,11 @@ def _torch_rates(device: str) -> dict:
         return _repeat(lambda: torch.add(a, b))
 
     rates.update(_mem_curve(adds, sync))
-    pool = [
-        (torch.ones(DRAM_ELEMENTS, device=target), torch.ones(DRAM_ELEMENTS, device=target))
-        for _ in range(dram_pairs())
-    ]
-    rates.update(_mem_dram(lambda i: torch.add(*pool[i]), sync))
-    pool.clear()  # the 512 MiB back before the job measures its points
+
+    def pair() -> tuple:
+        return torch.ones(DRAM_ELEMENTS, device=target), torch.ones(DRAM_ELEMENTS, device=target)
+
+    rates.update(_mem_dram(pair, lambda p: torch.add(*p), sync))
     if target == "cuda":
         host = torch.ones(STREAM_ELEMENTS)
         copy = _repeat(lambda: host.to(target))
@@ -474,13 +479,13 @@ def _tf_rates(device: str) -> dict:
             return _tf_chain(tf, box, tf.ones(elements), lambda y: y * b)
 
         rates.update(_mem_curve(adds, sync_y, per_call=CHAIN))
-        pool = [(tf.ones(DRAM_ELEMENTS), tf.ones(DRAM_ELEMENTS)) for _ in range(dram_pairs())]
 
-        def add(i: int) -> None:
-            box["y"] = tf.add(*pool[i])  # eager: one addition per call, nothing to rewrite
+        def add(pair: tuple) -> None:
+            box["y"] = tf.add(*pair)  # eager: one addition per call, nothing to rewrite
 
-        rates.update(_mem_dram(add, sync_y))
-        pool.clear()  # the 512 MiB back before the job measures its points
+        rates.update(
+            _mem_dram(lambda: (tf.ones(DRAM_ELEMENTS), tf.ones(DRAM_ELEMENTS)), add, sync_y)
+        )
     return rates
 
 
