@@ -835,15 +835,16 @@ def replay_elementwise(device: str, calls) -> dict:
     step of the calls timed}``. Hand-rolled: a timeit per call is all it is."""
     target, sync = _torch_sync(device)
 
-    def call_s(name: str, encoded: str, floor: bool, reps: int) -> float:
-        op, (args, kwargs) = _torch_op(name), _torch_args(encoded, target, floor)
+    def call_s(op, encoded: str, floor: bool, reps: int) -> float:
+        args, kwargs = _torch_args(encoded, target, floor)
         return _blocks(_repeat(lambda: op(*args, **kwargs)), sync, 1.0, reps)["median"]
 
     seconds = moved = 0.0
     for name, encoded, nbytes, per_step in calls:
         reps = max(1, min(REPLAY_REPS, int(REPLAY_BYTES / max(nbytes, 1.0))))
         try:
-            net = call_s(name, encoded, False, reps) - call_s(name, encoded, True, 50)
+            op = _torch_op(name)
+            net = call_s(op, encoded, False, reps) - call_s(op, encoded, True, 50)
         except Exception:  # noqa: BLE001, S112 - a call that cannot be rebuilt stays with the bytes
             continue
         seconds += per_step * max(net, 0.0)
