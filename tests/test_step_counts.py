@@ -380,7 +380,14 @@ def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):
     # the element-wise calls' replay does not depend on the products'
     assert replayed["step_elementwise_bytes"] > 0
     nothing = dict.fromkeys(
-        ["step_products_s", "step_products_flops", "step_elementwise_s", "step_elementwise_bytes"]
+        [
+            "step_products_s",
+            "step_products_flops",
+            "step_products_faults",
+            "step_elementwise_s",
+            "step_elementwise_bytes",
+            "step_elementwise_faults",
+        ]
     )
     assert step_rates.replay_columns({"step_products": None}, "torch", "cpu") == nothing
 

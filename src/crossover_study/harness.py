@@ -108,7 +108,9 @@ class Measurement:
     nothing). ``host_load_start`` / ``host_load_end`` are the host's 1-minute load
     average read just before the block-length check's first long block (or the first
     timed block) and just after its last, ``host_cpus_others`` the CPUs that other work kept busy in between on
-    average (:func:`cpus_others`); all three are read outside the timed blocks.
+    average (:func:`cpus_others`); all three are read outside the timed blocks, as is
+    ``page_faults_per_step`` (minor page faults per step over the same steps,
+    :func:`faults_per_step`).
     """
 
     cold_start_s: float
@@ -129,6 +131,7 @@ class Measurement:
     host_load_start: float | None = None
     host_load_end: float | None = None
     host_cpus_others: float | None = None
+    page_faults_per_step: float | None = None
 
     @property
     def step_time_s(self) -> float:
@@ -287,12 +290,15 @@ class HostSample:
     1-minute load average, None where the OS has none), ``busy_s`` (CPU-seconds all the
     host's CPUs have been busy since boot, from /proc/stat, the hypervisor's steal time
     included; None without /proc/stat) and ``own_s`` (CPU-seconds of this process, all
-    its threads)."""
+    its threads); ``minor_faults``: the page faults this process has taken without a disk
+    read (``getrusage``'s ``ru_minflt``, all its threads; None where the OS has no
+    ``resource`` module)."""
 
     wall_s: float
     load_1m: float | None
     busy_s: float | None
     own_s: float
+    minor_faults: int | None = None
 
 
 def _busy_s(path: str = "/proc/stat") -> float | None:
@@ -317,7 +323,31 @@ def host_sample() -> HostSample:
     except OSError:
         load = None
     times = os.times()
-    return HostSample(time.perf_counter(), load, _busy_s(), times.user + times.system)
+    return HostSample(
+        time.perf_counter(), load, _busy_s(), times.user + times.system, minor_faults()
+    )
+
+
+def minor_faults() -> int | None:
+    """Minor page faults this process has taken so far, all its threads (``getrusage``'s
+    ``ru_minflt``); None where the OS has no ``resource`` module (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def faults_per_step(start: HostSample, end: HostSample, steps: int) -> float | None:
+    """Minor page faults per step between two samples that ``steps`` steps ran between
+    (None without fault counts or steps). A step that allocates and frees tensors of
+    hundreds of KB or more can fault in fresh pages every step: glibc serves large
+    blocks with mmap and gives the top of its heap back to the kernel when it frees
+    enough, and each fault costs a few µs (:func:`crossover_study.step_rates.
+    page_fault_s`)."""
+    if start.minor_faults is None or end.minor_faults is None or steps < 1:
+        return None
+    return (end.minor_faults - start.minor_faults) / steps
 
 
 #: :func:`cpus_others` needs a window at least this long (seconds): CPU time is counted
@@ -446,6 +476,8 @@ def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Me
     host_end = host_sample()
     result.host_load_start, result.host_load_end = host_start.load_1m, host_end.load_1m
     result.host_cpus_others = cpus_others(host_start, host_end)
+    between = (halves * long_steps if checked else 0) + k * len(blocks)
+    result.page_faults_per_step = faults_per_step(host_start, host_end, between)
 
     traces_end = _traces(workload)
     result.traces_first_step = traces_after_first

@@ -171,6 +171,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         "host_load_start": m.host_load_start,
         "host_load_end": m.host_load_end,
         "host_cpus_others": m.host_cpus_others,
+        "step_page_faults": m.page_faults_per_step,
         "traces_first_step": m.traces_first_step,
         "traces_warmup": m.traces_warmup,
         "traces_timed": m.traces_timed,

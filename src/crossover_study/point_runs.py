@@ -167,6 +167,8 @@ def _merge_point(runs: pd.DataFrame, noise_threshold: float) -> dict:
     for column in ("cold_start_s", "first_step_s", "device_init_s", "import_s"):
         row[column] = _median_or_none(ok[column])
     row["timer_overhead_s"] = _median_or_none(ok["timer_overhead_s"])
+    if "step_page_faults" in ok:  # each run's process faults alike or not at all
+        row["step_page_faults"] = _median_or_none(ok["step_page_faults"])
     row["measured_s"] = float(pd.to_numeric(runs["measured_s"], errors="coerce").sum())
     if pd.notna(row.get("global_batch")):
         row["samples_per_s"] = float(row["global_batch"]) / step

@@ -19,6 +19,9 @@ One training step is counted (:mod:`crossover_study.step_counts`, the measuring 
               / min(bandwidth curve at the mean bytes per op, rate_mem_dram_bytes_per_s)
               (PyTorch's element-wise calls replayed alone, call by call; without a
               replay, all of step_mem_bytes at the bandwidth)
+              + (step_page_faults − the replays' own faults) × rate_page_fault_s
+              (fresh pages the step's allocations fault in; host time in ops on an
+              asynchronous device)
     copy    = step_copy_bytes / rate_copy_bytes_per_s      (0 without bytes)
               + allreduce_s on a replicated row (the replicas' all-reduce, measured)
 
@@ -323,6 +326,21 @@ def _memory(out: pd.DataFrame, number) -> pd.Series:
     )
 
 
+def _page_faults(number) -> pd.Series:
+    """Each row's page faults the replays did not take, seconds per step:
+    (step_page_faults − step_products_faults − step_elementwise_faults, never below 0)
+    × rate_page_fault_s. 0 on a row without the fault count or the rate (a table
+    written before them, a prediction for another machine). Why: the replays' outputs
+    reuse memory just freed, so their times hold no faults but those of outputs mmapped
+    afresh each call (32 MiB or more, counted in their ``*_faults``), while a step's
+    allocations fault in fresh pages (``harness.faults_per_step``)."""
+    replayed = number("step_products_faults").fillna(0.0) + number(
+        "step_elementwise_faults"
+    ).fillna(0.0)
+    rest = (number("step_page_faults") - replayed).clip(lower=0.0)
+    return _term(rest, number("rate_page_fault_s"), True).fillna(0.0)
+
+
 def _compute(out: pd.DataFrame, number) -> pd.Series:
     """Each row's compute term: its products replayed (``step_products_s``) plus the
     FLOPs the replay did not cover (``step_flops`` − ``step_products_flops``: a
@@ -430,7 +448,10 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
       step_mem_bytes / bandwidth), the bandwidth read off the job's
       curve (``rate_mem_curve``, :func:`curve_rate`) at step_mem_bytes / step_mem_ops
       bytes per op, else rate_mem_bytes_per_s, and never above the DRAM rate
-      rate_mem_dram_bytes_per_s (:func:`_bandwidth`);
+      rate_mem_dram_bytes_per_s (:func:`_bandwidth`); plus, on a synchronous device,
+      the page faults per step the replays did not take × rate_page_fault_s
+      (:func:`_page_faults`; on an asynchronous device they are host time and go to
+      ``model_ops_s``);
     - ``model_copy_s`` = step_copy_bytes / rate_copy_bytes_per_s, 0 where no bytes are
       copied (and on the cpu, where nothing is), plus on a replicated row (``replicas``
       above 1) its ``allreduce_s``, the replicas' all-reduce of the gradients;
@@ -465,15 +486,20 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
     own_host = _term(ops - graph, eager_rate, True) + _term(
         calls, number("rate_function_call_s"), True
     )
+    sync = out["device"].map(SYNCHRONOUS) if "device" in out else pd.Series(np.nan)
+    sync = sync.reindex(out.index)
+    # The host's page faults: memory traffic where the host computes the step, host
+    # time that delays the launches where a device does.
+    faults = _page_faults(number)
     t = {
-        "launch": own_host.mask(fit, fit_host) + _term(graph, graph_rate, True),
+        "launch": own_host.mask(fit, fit_host)
+        + _term(graph, graph_rate, True)
+        + faults.where(sync.eq(False), 0.0),
         "compute": _compute(out, number),
-        "memory": _memory(out, number),
+        "memory": _memory(out, number) + faults.where(sync.eq(True), 0.0),
         "transfer": _term(copy_bytes, number("rate_copy_bytes_per_s"), False)
         + _allreduce(out, number),
     }
-    sync = out["device"].map(SYNCHRONOUS) if "device" in out else pd.Series(np.nan)
-    sync = sync.reindex(out.index)
     step = combine(t, True).where(sync.eq(True), combine(t, False)).where(sync.notna())
     measured = number("step_time_s")
     ok = out["status"] == "ok" if "status" in out else pd.Series(True, index=out.index)

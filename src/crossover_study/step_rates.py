@@ -41,6 +41,9 @@ speed drifts within a job:
   caches), above which the model never prices a step's element-wise traffic.
 - ``copy_bytes_per_s`` (accelerators): host-to-device bytes per second of one copy of
   :data:`STREAM_ELEMENTS` float32 from pageable host memory.
+- ``page_fault_s``: seconds per minor page fault of the host (:func:`_page_fault`),
+  which prices the fresh pages a step's allocations fault in (the timings table's
+  ``step_page_faults``).
 
 Everything is synchronised before each clock read (the device's own sync).
 """
@@ -596,7 +599,62 @@ def measure_rates(framework: str, device: str) -> dict:
     framework propagate (the runner records none then)."""
     started = time.perf_counter()
     rates = _torch_rates(device) if framework == "torch" else _tf_rates(device)
+    rates.update(_page_fault())
     return {**rates, "seconds": time.perf_counter() - started}
+
+
+#: Pages of each fresh mapping of :func:`_page_fault` (16 MiB of 4 KiB pages): enough
+#: that its mmap and munmap are a small part of a pass.
+FAULT_PAGES = 4096
+
+
+def _page_fault() -> dict:
+    """Seconds per minor page fault of this host: a fresh anonymous mapping of
+    :data:`FAULT_PAGES` pages (``mmap``) written one byte a page, so that each write
+    faults in a zeroed page, then unmapped; :data:`BLOCKS` blocks of one mapping each,
+    after one untimed. Returns ``{"page_fault_s": {"median", "iqr", "blocks"}}``
+    (seconds per page, the mapping's mmap and munmap included).
+
+    Why: a PyTorch step that allocates and frees tensors of a MB or more faults in
+    fresh pages every step (glibc serves large blocks with mmap and returns the top of
+    its heap to the kernel), and the replays, whose outputs reuse the memory just
+    freed, do not: s000-hjb at batch 10 000, width 32 took 1 245 faults a step, at
+    3.4 µs each on the 2-core VM (2026-12-04) some 4 ms of an 18 ms step.
+    Hand-rolled: an mmap and a strided write are all it is."""
+    import mmap
+
+    import numpy as np
+
+    page = mmap.PAGESIZE
+
+    def fresh(n: int) -> None:
+        for _ in range(n):
+            region = mmap.mmap(-1, FAULT_PAGES * page)
+            view = np.frombuffer(region, dtype=np.uint8)
+            view[::page] = 1  # one write a page: one fault each
+            del view  # the buffer must be released before the mapping closes
+            region.close()
+
+    return {"page_fault_s": _blocks(fresh, lambda: None, FAULT_PAGES, 1)}
+
+
+#: Calls of a replayed shape after its timed blocks over which
+#: :func:`_faults_per_call` counts its page faults.
+FAULT_CALLS = 3
+
+
+def _faults_per_call(run: Callable[[int], None], sync: Callable[[], None]) -> float:
+    """Minor page faults per call of ``run(1)`` over :data:`FAULT_CALLS` calls (0
+    where the OS counts none): what a replay's calls faulted in, so that the model
+    prices only the step's other faults (a product or element-wise call whose output
+    is 32 MiB or more is mmapped afresh every call, in the step as in its replay)."""
+    from .harness import minor_faults
+
+    before = minor_faults()
+    run(FAULT_CALLS)
+    sync()
+    after = minor_faults()
+    return 0.0 if before is None or after is None else (after - before) / FAULT_CALLS
 
 
 #: FLOPs of work per timed block of :func:`replay_products` (a product's repetitions per
@@ -741,15 +799,16 @@ def replay_products(framework: str, device: str, products) -> dict:
     2021).
 
     Returns ``{"products_s": seconds per step (the per-step counts times each shape's
-    net seconds), "products_flops": the FLOPs per step they cover, "seconds": how long
-    the replay took}``. Exceptions from the framework propagate. Hand-rolled: a timeit
+    net seconds), "products_flops": the FLOPs per step they cover, "products_faults":
+    the page faults per step their calls took in the replay (:func:`_faults_per_call`),
+    "seconds": how long the replay took}``. Exceptions from the framework propagate. Hand-rolled: a timeit
     per shape is all it is.
     """
     started = time.perf_counter()
     maker = _torch_product_maker if framework == "torch" else _tf_product_maker
     make, sync = maker(device)
     floor = None
-    seconds = flops = 0.0
+    seconds = flops = faults = 0.0
     for *shape, per_step in products:
         batch, m, k, n, trans_a, trans_b, *graph = shape
         if graph and graph[0]:  # ran inside a graph: left to the FLOP-rate curve
@@ -758,12 +817,15 @@ def replay_products(framework: str, device: str, products) -> dict:
             floor = _blocks(make(1, 1, 1, 1, False, False), sync, 1.0, 50)["median"]
         work = 2.0 * batch * m * k * n
         reps = max(1, min(REPLAY_REPS, int(REPLAY_FLOPS / max(work, 1.0))))
-        timed = _blocks(make(batch, m, k, n, trans_a, trans_b), sync, 1.0, reps)
+        run = make(batch, m, k, n, trans_a, trans_b)
+        timed = _blocks(run, sync, 1.0, reps)
         seconds += per_step * max(timed["median"] - floor, 0.0)
         flops += per_step * work
+        faults += per_step * _faults_per_call(run, sync)
     return {
         "products_s": seconds,
         "products_flops": flops,
+        "products_faults": faults,
         "seconds": time.perf_counter() - started,
     }
 
@@ -832,24 +894,30 @@ def replay_elementwise(device: str, calls) -> dict:
     over to every operation, as Habitat times a step operation by operation.
 
     Returns ``{"elementwise_s": seconds per step, "elementwise_bytes": the bytes per
-    step of the calls timed}``. Hand-rolled: a timeit per call is all it is."""
+    step of the calls timed, "elementwise_faults": the page faults per step their
+    full-shape calls took in the replay (:func:`_faults_per_call`)}``. Hand-rolled: a
+    timeit per call is all it is."""
     target, sync = _torch_sync(device)
 
-    def call_s(op, encoded: str, floor: bool, reps: int) -> float:
+    def call_s(op, encoded: str, floor: bool, reps: int) -> tuple[float, float]:
         args, kwargs = _torch_args(encoded, target, floor)
-        return _blocks(_repeat(lambda: op(*args, **kwargs)), sync, 1.0, reps)["median"]
+        run = _repeat(lambda: op(*args, **kwargs))
+        seconds = _blocks(run, sync, 1.0, reps)["median"]
+        return seconds, 0.0 if floor else _faults_per_call(run, sync)
 
-    seconds = moved = 0.0
+    seconds = moved = faults = 0.0
     for name, encoded, nbytes, per_step in calls:
         reps = max(1, min(REPLAY_REPS, int(REPLAY_BYTES / max(nbytes, 1.0))))
         try:
             op = _torch_op(name)
-            net = call_s(op, encoded, False, reps) - call_s(op, encoded, True, 50)
+            full, faulted = call_s(op, encoded, False, reps)
+            floor, _ = call_s(op, encoded, True, 50)
         except Exception:  # noqa: BLE001, S112 - a call that cannot be rebuilt stays with the bytes
             continue
-        seconds += per_step * max(net, 0.0)
+        seconds += per_step * max(full - floor, 0.0)
         moved += per_step * nbytes
-    return {"elementwise_s": seconds, "elementwise_bytes": moved}
+        faults += per_step * faulted
+    return {"elementwise_s": seconds, "elementwise_bytes": moved, "elementwise_faults": faults}
 
 
 def replay_columns(columns: dict, framework: str, device: str) -> dict:
@@ -859,7 +927,9 @@ def replay_columns(columns: dict, framework: str, device: str) -> dict:
     (PyTorch) by :func:`replay_rnn_layers`; both None without either, or with a line
     on stderr (the job log) when the replay fails. And ``step_elementwise_s`` and
     ``step_elementwise_bytes``: its ``step_elementwise`` (PyTorch) timed by
-    :func:`replay_elementwise`, None without them or when that fails. Never raises."""
+    :func:`replay_elementwise`, None without them or when that fails. Each replay's
+    page faults per step beside it (``step_products_faults``,
+    ``step_elementwise_faults``). Never raises."""
     return {
         **_replay_products_columns(columns, framework, device),
         **_replay_elementwise_columns(columns, framework, device),
@@ -868,37 +938,48 @@ def replay_columns(columns: dict, framework: str, device: str) -> dict:
 
 def _replay_products_columns(columns: dict, framework: str, device: str) -> dict:
     """:func:`replay_columns`' products."""
-    empty = {"step_products_s": None, "step_products_flops": None}
+    empty = {"step_products_s": None, "step_products_flops": None, "step_products_faults": None}
     products, layers = columns.get("step_products"), columns.get("step_rnn_layers")
     if not products and not layers:
         return empty
-    seconds = flops = 0.0
+    seconds = flops = faults = 0.0
     try:
         if products:
             replay = replay_products(framework, device, json.loads(products))
             seconds, flops = replay["products_s"], replay["products_flops"]
+            faults = replay["products_faults"]
         if layers and framework == "torch":
             replay = replay_rnn_layers(device, json.loads(layers))
             seconds, flops = seconds + replay["products_s"], flops + replay["products_flops"]
     except Exception as exc:  # noqa: BLE001 - the replay must never lose the counts
         print(f"step products: not replayed ({type(exc).__name__}: {exc})", file=sys.stderr)
         return empty
-    return {"step_products_s": seconds, "step_products_flops": flops}
+    return {
+        "step_products_s": seconds,
+        "step_products_flops": flops,
+        "step_products_faults": faults,
+    }
 
 
 def _replay_elementwise_columns(columns: dict, framework: str, device: str) -> dict:
     """:func:`replay_columns`' element-wise calls."""
     calls = columns.get("step_elementwise")
+    empty = {
+        "step_elementwise_s": None,
+        "step_elementwise_bytes": None,
+        "step_elementwise_faults": None,
+    }
     if not calls or framework != "torch":
-        return {"step_elementwise_s": None, "step_elementwise_bytes": None}
+        return empty
     try:
         replay = replay_elementwise(device, json.loads(calls))
     except Exception as exc:  # noqa: BLE001 - the replay must never lose the counts
         print(f"step element-wise ops: not replayed ({type(exc).__name__}: {exc})", file=sys.stderr)
-        return {"step_elementwise_s": None, "step_elementwise_bytes": None}
+        return empty
     return {
         "step_elementwise_s": replay["elementwise_s"],
         "step_elementwise_bytes": replay["elementwise_bytes"],
+        "step_elementwise_faults": replay["elementwise_faults"],
     }
 
 
@@ -961,6 +1042,7 @@ RATE_COLUMNS = {
     "mem_bytes_per_s": "rate_mem_bytes_per_s",
     "mem_dram_bytes_per_s": "rate_mem_dram_bytes_per_s",
     "copy_bytes_per_s": "rate_copy_bytes_per_s",
+    "page_fault_s": "rate_page_fault_s",
 }
 
 
