@@ -288,6 +288,43 @@ def test_host_load_is_read_just_outside_the_timed_blocks(monkeypatch):
     assert m.host_cpus_others == pytest.approx(1.0)
 
 
+def test_page_faults_per_step_over_the_blocks(monkeypatch):
+    """The process's minor page faults between the samples around the long and timed
+    blocks, per step that ran between them."""
+    from crossover_study import harness
+
+    clock = FakeClock()
+    w = QueuedWorkload(clock)
+    samples = iter(
+        [
+            harness.HostSample(0.0, 1.0, 10.0, 1.0, minor_faults=1000),
+            harness.HostSample(1.0, 1.0, 11.0, 2.0, minor_faults=5000),
+        ]
+    )
+
+    def sample():
+        w.events.append("host")
+        return next(samples)
+
+    monkeypatch.setattr(harness, "host_sample", sample)
+    m = measure(w, TimingPolicy(min_block_s=0.01, n_blocks=3), clock)
+    first, last = (i for i, e in enumerate(w.events) if e == "host")
+    steps = sum(e[1] for e in w.events[first:last] if isinstance(e, tuple))
+    assert steps == m.sync_check_steps + 3 * m.steps_per_block
+    assert m.page_faults_per_step == pytest.approx(4000 / steps)
+
+
+def test_faults_per_step_needs_counts_and_steps():
+    from crossover_study import harness
+    from crossover_study.harness import HostSample, faults_per_step
+
+    start, end = HostSample(0.0, None, None, 0.0, 10), HostSample(1.0, None, None, 0.0, 70)
+    assert faults_per_step(start, end, 20) == 3.0
+    assert faults_per_step(HostSample(0.0, None, None, 0.0), end, 20) is None
+    assert faults_per_step(start, end, 0) is None
+    assert harness.host_sample().minor_faults > 0  # this process has faulted in pages
+
+
 def test_host_sample_reads_this_host():
     from crossover_study.harness import host_sample
 

@@ -91,9 +91,15 @@ def test_bad_repeats_name_the_key(repeats):
 def test_runs_of_a_point_merge_into_one_row():
     runs = _frame(
         [
-            _run_row(0, [1.0, 1.1, 1.2]),
-            _run_row(1, [2.0, 2.1, 2.2], sync_check="failed", sync_check_long_s=3.0),
-            _run_row(2, [1.5, 1.6, 1.7]),
+            _run_row(0, [1.0, 1.1, 1.2], step_page_faults=0.0),
+            _run_row(
+                1,
+                [2.0, 2.1, 2.2],
+                sync_check="failed",
+                sync_check_long_s=3.0,
+                step_page_faults=900.0,
+            ),
+            _run_row(2, [1.5, 1.6, 1.7], step_page_faults=40.0),
         ]
     )
     merged = merge_repeats(runs, noise_threshold=0.1)
@@ -105,6 +111,7 @@ def test_runs_of_a_point_merge_into_one_row():
     assert row["step_time_s"] == pytest.approx(1.6)  # the median of all blocks
     assert row["noisy"]  # the spread between runs counts
     assert row["cold_start_s"] == 2.0 and row["measured_s"] == 6.0  # median; sum
+    assert row["step_page_faults"] == 40.0  # the median run's: each process faults its own
     assert row["sync_check"] == "failed" and row["sync_check_long_s"] == 3.0  # any run's
     assert row["samples_per_s"] == pytest.approx(64 / 1.6)
     assert row["step_time_pi_low_s"] < 1.1 and row["step_time_pi_high_s"] > 2.1

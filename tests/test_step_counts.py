@@ -198,6 +198,8 @@ def test_rates_are_measured_with_their_spread(framework):
     peak = max(rate for _, rate in json.loads(columns["rate_mem_curve"]))
     assert 1e8 < columns["rate_mem_dram_bytes_per_s"] < peak
     assert columns["rate_copy_bytes_per_s"] is None  # nothing to copy to on the CPU
+    # a page fault (a zeroed 4 KiB page mapped in) costs a fraction of a µs to some µs
+    assert 1e-8 < columns["rate_page_fault_s"] < 1e-4
     tf_only = ("rate_graph_op_s", "rate_function_call_s", "rate_fit_call_s", "rate_fit_step_s")
     tf_only += ("rate_fit_epoch_s", "rate_fit_validation_s")
     for column in tf_only:
@@ -363,6 +365,33 @@ def test_lstm_layers_are_replayed_whole():
     assert both["step_products_flops"] == pytest.approx(flops + 2 * 96**3)
     alone = step_rates.replay_columns({"step_rnn_layers": json.dumps(layers)}, "torch", "cpu")
     assert alone["step_products_flops"] == pytest.approx(flops)
+
+
+def test_replay_faults_are_counted_per_call():
+    """_faults_per_call counts what a call faults in: a fresh 64 MiB mapping written
+    page by page faults every page, a call that allocates nothing none."""
+    import mmap
+
+    import numpy as np
+
+    pages = 2**14
+
+    def fresh(n):
+        for _ in range(n):
+            region = mmap.mmap(-1, pages * mmap.PAGESIZE)
+            view = np.frombuffer(region, dtype=np.uint8)
+            view[:: mmap.PAGESIZE] = 1
+            del view
+            region.close()
+
+    assert step_rates._faults_per_call(fresh, lambda: None) >= pages
+    assert step_rates._faults_per_call(lambda n: None, lambda: None) < 1
+    # the rate: a fresh 64 MiB write costs more than the same write into kept memory
+    rate = step_rates._page_fault(*step_rates._mapped_pages(step_rates._numpy_fill))
+    rate = rate["page_fault_s"]
+    assert 1e-8 < rate["median"] < 1e-4
+    # an allocator that keeps its blocks faults nothing: no rate rather than a wrong one
+    assert step_rates._page_fault(lambda: None, lambda: None) == {}
 
 
 def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):

@@ -657,6 +657,37 @@ def test_replayed_elementwise_calls_replace_their_bytes():
     )
 
 
+def test_page_faults_the_replays_did_not_take_are_priced():
+    """The step's page faults less the replays' own, at the host's rate per fault: in
+    the memory term on the CPU, in the ops term on an accelerator (host time); a row
+    without the count or the rate keeps its model."""
+    from crossover_study.step_model import model_columns
+
+    faults = {
+        "step_page_faults": 1500.0,
+        "step_products_faults": 200.0,
+        "step_elementwise_faults": 300.0,
+        "rate_page_fault_s": 2e-6,
+    }
+    plain_cpu, plain_gpu = _row("cpu", 1e-2, mem=1e8), _row("cuda", 1e-2, mem=1e8)
+    rows = [
+        {**plain_cpu, **faults},
+        plain_cpu,
+        {**plain_gpu, **faults},
+        plain_gpu,
+        {**plain_cpu, **faults, "step_page_faults": 100.0},  # fewer than the replays took
+        {**plain_cpu, **faults, "rate_page_fault_s": np.nan},  # rate not measured
+    ]
+    out = model_columns(pd.DataFrame(rows))
+    extra = 1000 * 2e-6  # (1500 − 200 − 300) faults at 2 µs
+    assert out["model_memory_s"][0] == pytest.approx(out["model_memory_s"][1] + extra)
+    assert out["model_ops_s"][0] == pytest.approx(out["model_ops_s"][1])
+    assert out["model_ops_s"][2] == pytest.approx(out["model_ops_s"][3] + extra)
+    assert out["model_memory_s"][2] == pytest.approx(out["model_memory_s"][3])
+    assert out["model_memory_s"][4] == pytest.approx(out["model_memory_s"][1])
+    assert out["model_step_s"][5] == pytest.approx(out["model_step_s"][1])
+
+
 def test_products_are_priced_at_the_flop_rate_of_their_size():
     import json
 

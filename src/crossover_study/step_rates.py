@@ -41,9 +41,9 @@ speed drifts within a job:
   caches), above which the model never prices a step's element-wise traffic.
 - ``copy_bytes_per_s`` (accelerators): host-to-device bytes per second of one copy of
   :data:`STREAM_ELEMENTS` float32 from pageable host memory.
-- ``page_fault_s``: seconds per minor page fault of the host (:func:`_page_fault`),
-  which prices the fresh pages a step's allocations fault in (the timings table's
-  ``step_page_faults``).
+- ``page_fault_s``: seconds per minor page fault as the framework's ops take them
+  (:func:`_page_fault`), which prices the fresh pages a step's allocations fault in
+  (the timings table's ``step_page_faults``).
 
 Everything is synchronised before each clock read (the device's own sync).
 """
@@ -315,6 +315,11 @@ def _torch_rates(device: str) -> dict:
         return torch.ones(DRAM_ELEMENTS, device=target), torch.ones(DRAM_ELEMENTS, device=target)
 
     rates.update(_mem_dram(pair, lambda p: torch.add(*p), sync))
+    # Host memory, written by the job's threads: a step's faults are the host's on any
+    # device.
+    rates.update(
+        _page_fault(*_mapped_pages(lambda r: torch.frombuffer(r, dtype=torch.float32).fill_(1)))
+    )
     if target == "cuda":
         host = torch.ones(STREAM_ELEMENTS)
         copy = _repeat(lambda: host.to(target))
@@ -489,6 +494,7 @@ def _tf_rates(device: str) -> dict:
         rates.update(
             _mem_dram(lambda: (tf.ones(DRAM_ELEMENTS), tf.ones(DRAM_ELEMENTS)), add, sync_y)
         )
+    rates.update(_page_fault(*_mapped_pages(_numpy_fill)))
     return rates
 
 
@@ -599,43 +605,82 @@ def measure_rates(framework: str, device: str) -> dict:
     framework propagate (the runner records none then)."""
     started = time.perf_counter()
     rates = _torch_rates(device) if framework == "torch" else _tf_rates(device)
-    rates.update(_page_fault())
     return {**rates, "seconds": time.perf_counter() - started}
 
 
-#: Pages of each fresh mapping of :func:`_page_fault` (16 MiB of 4 KiB pages): enough
-#: that its mmap and munmap are a small part of a pass.
-FAULT_PAGES = 4096
+#: float32 elements of each mapping of :func:`_page_fault` (64 MiB, 16 384 pages): enough
+#: that its mmap and munmap are a small part of a call.
+FAULT_ELEMENTS = 2**24
 
 
-def _page_fault() -> dict:
-    """Seconds per minor page fault of this host: a fresh anonymous mapping of
-    :data:`FAULT_PAGES` pages (``mmap``) written one byte a page, so that each write
-    faults in a zeroed page, then unmapped; :data:`BLOCKS` blocks of one mapping each,
-    after one untimed. Returns ``{"page_fault_s": {"median", "iqr", "blocks"}}``
-    (seconds per page, the mapping's mmap and munmap included).
+def _page_fault(fresh: Callable[[], object], reuse: Callable[[], object]) -> dict:
+    """Seconds per minor page fault as the job's framework takes them: ``fresh()``
+    writes :data:`FAULT_ELEMENTS` float32 into new memory (faulting in every page),
+    ``reuse()`` writes as many into memory it keeps; their difference in time per fault
+    that ``fresh()`` took (:data:`BLOCKS` blocks of one call each, after one untimed).
+    Returns ``{"page_fault_s": {"median", "iqr", "blocks"}}``; ``{}`` where the fresh
+    call faulted in fewer than half its pages or the OS counts no faults
+    (:func:`_mapped_pages` makes the calls).
 
-    Why: a PyTorch step that allocates and frees tensors of a MB or more faults in
-    fresh pages every step (glibc serves large blocks with mmap and returns the top of
-    its heap to the kernel), and the replays, whose outputs reuse the memory just
-    freed, do not: s000-hjb at batch 10 000, width 32 took 1 245 faults a step, at
-    3.4 µs each on the 2-core VM (2026-12-04) some 4 ms of an 18 ms step.
-    Hand-rolled: an mmap and a strided write are all it is."""
+    Why: a PyTorch step that allocates and frees tensors of a MB or more can fault in
+    fresh pages at every step (glibc returns the top of its heap to the kernel), and
+    the replays, whose outputs reuse the memory just freed, do not: s000-hjb at batch
+    10 000, width 128 took 4 645 faults a step, s004-lstm at batch 128 40 848 (default
+    study, 2026-12-04). Written by PyTorch's two threads a fault cost 1.3 to 1.4 µs on
+    the 2-core VM, one thread 2.1 µs, a one-byte-a-page write from NumPy with the
+    mapping's mmap and munmap 3.4 µs; priced at 3.2 µs the faulting points were
+    over-predicted (s004-lstm at batch 128: 1.41). Hand-rolled: two timed writes."""
+    from .harness import minor_faults
+
+    pages = FAULT_ELEMENTS * 4 / 4096
+    before = minor_faults()
+    fresh()
+    after = minor_faults()
+    if before is None or after is None or after - before < pages / 2:
+        return {}
+    faults = float(after - before)
+    fresh_s = _blocks(_repeat(fresh), lambda: None, faults, 1)
+    reuse_s = _blocks(_repeat(reuse), lambda: None, faults, 1)
+    return {
+        "page_fault_s": {
+            "median": max(fresh_s["median"] - reuse_s["median"], 0.0),
+            "iqr": fresh_s["iqr"] + reuse_s["iqr"],
+            "blocks": BLOCKS,
+        }
+    }
+
+
+def _mapped_pages(fill: Callable[[object], None]) -> tuple[Callable[[], None], Callable[[], None]]:
+    """``(fresh, reuse)`` for :func:`_page_fault`: ``fill(region)`` writes every float32
+    of an anonymous mapping of :data:`FAULT_ELEMENTS` float32 (an ``mmap``), fresh:
+    into a new mapping, unmapped afterwards; reuse: into one mapping kept.
+
+    Why a mapping of its own and not the framework's allocation: whether a 64 MiB
+    tensor gets fresh pages depends on the process's heap. glibc serves it from a free
+    block of its heap where one is large enough, and mmaps fresh pages only where none
+    is: torch.ones(2**24) faulted 16 385 times a call in some processes and never in
+    others, the same code run four times after the job's rates (2-core VM,
+    2026-12-04)."""
     import mmap
 
+    size = FAULT_ELEMENTS * 4
+    kept = mmap.mmap(-1, size)
+
+    def fresh() -> None:
+        region = mmap.mmap(-1, size)
+        fill(region)
+        region.close()
+
+    return fresh, lambda: fill(kept)
+
+
+def _numpy_fill(region) -> None:
+    """Fill ``region`` (a buffer) with float32 ones from NumPy, one thread: the page
+    writes of :func:`_page_fault` for TensorFlow, whose CPU allocator keeps its large
+    blocks (its 64 MiB outputs took 0.05 faults a call on the 2-core VM)."""
     import numpy as np
 
-    page = mmap.PAGESIZE
-
-    def fresh(n: int) -> None:
-        for _ in range(n):
-            region = mmap.mmap(-1, FAULT_PAGES * page)
-            view = np.frombuffer(region, dtype=np.uint8)
-            view[::page] = 1  # one write a page: one fault each
-            del view  # the buffer must be released before the mapping closes
-            region.close()
-
-    return {"page_fault_s": _blocks(fresh, lambda: None, FAULT_PAGES, 1)}
+    np.frombuffer(region, dtype=np.float32).fill(1.0)
 
 
 #: Calls of a replayed shape after its timed blocks over which
