@@ -630,15 +630,11 @@ def _page_fault(fresh: Callable[[], object], reuse: Callable[[], object]) -> dic
     the 2-core VM, one thread 2.1 µs, a one-byte-a-page write from NumPy with the
     mapping's mmap and munmap 3.4 µs; priced at 3.2 µs the faulting points were
     over-predicted (s004-lstm at batch 128: 1.41). Hand-rolled: two timed writes."""
-    from .harness import minor_faults
+    import mmap
 
-    pages = FAULT_ELEMENTS * 4 / 4096
-    before = minor_faults()
-    fresh()
-    after = minor_faults()
-    if before is None or after is None or after - before < pages / 2:
+    faults = _faults_per_call(_repeat(fresh), lambda: None)
+    if faults < FAULT_ELEMENTS * 4 / mmap.PAGESIZE / 2:
         return {}
-    faults = float(after - before)
     fresh_s = _blocks(_repeat(fresh), lambda: None, faults, 1)
     reuse_s = _blocks(_repeat(reuse), lambda: None, faults, 1)
     return {
