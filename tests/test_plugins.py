@@ -222,10 +222,16 @@ def test_a_plugin_that_raises_or_diverges_gives_its_rows_and_loses_nothing(tmp_p
     # The points already journaled are kept, not measured again.
     assert rows[1]["run_id"] == first[0]["run_id"] and rows[2]["run_id"] == first[1]["run_id"]
     assert any("kept from run" in line for line in log)
-    # A failure while building or stepping: an error row with the exception's last line.
-    assert rows[3]["status"] == "error" and rows[3]["message"] == "ValueError: cannot build width 3"
+    # A failure while building or stepping: an error row with the exception's last line
+    # and where in the plug-in it was raised (issue 36).
+    assert rows[3]["status"] == "error"
+    assert rows[3]["message"] == (
+        "ValueError: cannot build width 3 (raised in the plug-in at plugin.py:8 in build)"
+    )
     assert rows[4]["status"] == "error"
-    assert rows[4]["message"] == "RuntimeError: step failed at width 4"
+    assert rows[4]["message"] == (
+        "RuntimeError: step failed at width 4 (raised in the plug-in at plugin.py:17 in step)"
+    )
     # A diverged program is recorded and flagged, not silently timed.
     assert rows[5]["status"] == "ok" and rows[5]["nonfinite_loss"] is True
     assert not math.isfinite(rows[5]["final_loss"]) and "diverged" in rows[5]["message"]
@@ -253,7 +259,9 @@ def test_a_plugin_that_fails_to_import_gives_error_rows(tmp_path):
         log=lambda _: None,
     )
     assert [r["status"] for r in rows] == ["error", "error"]
-    assert {r["message"] for r in rows} == {"ImportError: no module named mylib"}
+    assert {r["message"] for r in rows} == {
+        "ImportError: no module named mylib (raised in the plug-in at plugin.py:1 in <module>)"
+    }
 
 
 def test_an_edited_plugin_is_measured_again(tmp_path):

@@ -11,6 +11,7 @@ same code: :func:`crossover_study.runner.run_group`, then
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -39,7 +40,9 @@ def measure_job(
     (a study config; validated here) with ``threads`` CPU threads.
 
     Writes the job's table ``out_csv`` (atomically), appends every line it logs to
-    ``log_path`` (and passes it to ``echo`` when given, e.g. a progress printer), and
+    ``log_path`` (and passes it to ``echo`` when given, e.g. a progress printer), sends
+    what the measurement writes to ``sys.stderr`` there too (a failed point's whole
+    traceback: :func:`crossover_study.point_measure.measure_point`), and
     writes the probe record ``out_probe`` also when the job fails (copied into the log:
     a failed job's outputs are removed by Snakemake). Returns the rows. Raises what
     :func:`runner.run_group` raises (a missing device with ``missing_device: fail``, a
@@ -77,16 +80,19 @@ def measure_job(
 
         say(f"batch {batch}: {len(points)} points, {threads} threads")
         try:
-            # Stacks of a point past timing.point_deadline_s go to the log as well.
-            return run_group(
-                group,
-                Path(journal),
-                Path(out_csv),
-                log=say,
-                job=job,
-                deadline=deadline,
-                stacks=log,
-            )
+            # Stacks of a point past timing.point_deadline_s go to the log as well, and
+            # so does the job's stderr: a failed point's whole traceback (point_measure),
+            # as under Snakemake, whose measure rule points sys.stderr at the log.
+            with contextlib.redirect_stderr(log):
+                return run_group(
+                    group,
+                    Path(journal),
+                    Path(out_csv),
+                    log=say,
+                    job=job,
+                    deadline=deadline,
+                    stacks=log,
+                )
         except Exception as exc:
             say(f"job failed: {type(exc).__name__}: {exc}")
             raise

@@ -11,11 +11,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import sys
+import sysconfig
 import time
 import traceback
+from pathlib import Path
 
-from . import frameworks, precision, programs, step_counts, step_rates
+from . import cases, frameworks, paths, precision, programs, step_counts, step_rates
 from .harness import TimingPolicy, measure
+from .paths import portable_path
 from .spec import PointSpec
 from .watchdog import PointDeadlineExceeded, stopped_where
 from .workloads import NotApplicable, Unavailable
@@ -83,15 +88,81 @@ def measure_point(
     return row
 
 
-def _error_row(exc: BaseException, import_s, device_init_s, started: float) -> dict:
-    """The row of a point whose program raised ``exc``: ``oom`` for an out-of-memory
-    error, else ``error``; ``message`` is the exception's own line (the last line of its
-    traceback), at most 2 000 characters."""
+#: Folders an installed package's path runs through; a frame there is named from the
+#: package on (``keras/src/trainers/trainer.py``), never by the machine's folders.
+PACKAGE_FOLDERS = ("site-packages", "dist-packages")
+
+
+def frame_path(filename: str) -> str:
+    """How an error row names a source file: from the package on for an installed
+    package (``keras/src/...``, after ``site-packages/``), relative to the standard
+    library (``importlib/__init__.py``), to the repository root
+    (``src/crossover_study/...``) or to the working directory, else its file name
+    (a plug-in outside both); a name in angle brackets (``<frozen importlib._bootstrap>``)
+    as it is. Never an absolute path."""
+    if filename.startswith("<"):
+        return filename
+    parts = Path(filename).parts
+    for folder in PACKAGE_FOLDERS:
+        if folder in parts:
+            last = len(parts) - 1 - parts[::-1].index(folder)
+            return Path(*parts[last + 1 :]).as_posix()
+    stdlib = [sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")]
+    return portable_path(filename, [*stdlib, paths.REPO_ROOT, Path.cwd()])
+
+
+def raised_where(exc: BaseException, plugin_file: str | Path | None = None) -> str | None:
+    """Where ``exc`` was raised, for its error row: ``"raised at FILE:LINE in FUNCTION"``
+    (the innermost frame of its traceback) and, when the traceback passes through the
+    plug-in file ``plugin_file`` elsewhere, ``"; plug-in: FILE:LINE in FUNCTION"`` (the
+    innermost frame there); ``"raised in the plug-in at ..."`` when the innermost frame
+    is the plug-in's. Files are named by :func:`frame_path` (no machine path). None for
+    an exception without a traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+
+    def named(frame) -> str:
+        return f"{frame_path(frame.filename)}:{frame.lineno} in {frame.name}"
+
+    mine = None
+    if plugin_file is not None:
+        target = os.path.realpath(plugin_file)
+        mine = next((f for f in reversed(frames) if os.path.realpath(f.filename) == target), None)
+    if mine is frames[-1]:
+        return f"raised in the plug-in at {named(mine)}"
+    where = f"raised at {named(frames[-1])}"
+    return where if mine is None else f"{where}; plug-in: {named(mine)}"
+
+
+def _plugin_file(point: PointSpec) -> Path | None:
+    """The plug-in file of ``point``'s case; None for a seed (or a case not registered)."""
+    try:
+        case = cases.get(point.case)
+        return None if case.builtin else case.plugin_file(point.framework)
+    except (KeyError, ValueError):
+        return None
+
+
+def _error_row(exc: BaseException, point: PointSpec, import_s, device_init_s, started) -> dict:
+    """The row of ``point``, whose program raised ``exc``: ``oom`` for an out-of-memory
+    error (:func:`frameworks.is_oom`), else ``error``. ``message`` is the exception's own
+    line (the last line of its traceback) followed by where it was raised
+    (:func:`raised_where`, in parentheses), at most 2 000 characters (the exception's
+    text is shortened from its start, where it was raised is kept). The whole traceback
+    goes to ``sys.stderr`` (the job's log: the ``measure`` rule's script and
+    :func:`crossover_study.measure_job.measure_job` point it there), under a line naming
+    the point."""
     status = "oom" if frameworks.is_oom(exc) else "error"
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    where = raised_where(exc, _plugin_file(point))
+    suffix = "" if where is None else f" ({where})"
+    print(f"{point.key()}: {status}, the exception's traceback:", file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)
+    sys.stderr.flush()
     return {
         "status": status,
-        "message": text[-2000:],
+        "message": text[-max(0, 2000 - len(suffix)) :] + suffix[:2000],
         "import_s": import_s,
         "device_init_s": device_init_s,
         "measured_s": time.perf_counter() - started,
@@ -108,7 +179,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
     except (frameworks.DeviceMissingError, Unavailable) as reason:
         return {"status": "unavailable", "message": str(reason), "import_s": import_s}
     except Exception as exc:  # noqa: BLE001 - a plug-in that fails to import or build
-        return _error_row(exc, import_s, device_init_s, started)
+        return _error_row(exc, point, import_s, device_init_s, started)
     policy = dataclasses.replace(policy, synced=point.timing == "synced")
     try:
         m = measure(workload, policy)
@@ -125,7 +196,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
     except NotApplicable as reason:  # known once a plug-in's builder said what it built
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
     except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded
-        return _error_row(exc, import_s, device_init_s, started)
+        return _error_row(exc, point, import_s, device_init_s, started)
     finally:
         close = getattr(workload, "close", None)
         if close is not None:

@@ -64,6 +64,11 @@ class TFPluginWorkload(_TFWorkload):
         self.training_step = self.loop = None
 
     def setup(self) -> None:
+        # A failing point's row names the frame that raised and its log holds the whole
+        # traceback (point_measure): TensorFlow and Keras would otherwise cut their own
+        # frames out of it. Only the traceback changes, never the program.
+        tf.debugging.disable_traceback_filtering()
+        tf.keras.config.disable_traceback_filtering()
         tf.keras.utils.set_random_seed(self.seed)
         with tf.device(self.tf_device):
             program = self.builder(device=self.tf_device, **self.sizes)
@@ -146,16 +151,24 @@ class TFPluginWorkload(_TFWorkload):
     def sync(self) -> None:
         if self.fit_program is not None:
             # fit returns once its logs were read back; reading a weight makes sure the
-            # last update has run.
-            float(tf.reduce_sum(self.fit_program.model.trainable_variables[0]))
+            # last update has run. A subclassed model creates its weights on its first
+            # batch: before the first fit it has none, and nothing of it can be pending.
+            weights = self.fit_program.model.trainable_variables or self.fit_program.model.weights
+            if weights:
+                float(tf.reduce_sum(weights[0]))
             return
         super().sync()
 
-    def loss(self) -> float:
+    def loss(self) -> float | None:
+        """The last loss: of a ``fit``, the last epoch's ``loss`` in its history (None
+        when the model's own ``train_step`` reports no ``loss``, NaN before any fit)."""
         if self.fit_program is not None:
-            if self.history is None or not self.history.history.get("loss"):
+            if self.history is None:
                 return math.nan
-            return float(self.history.history["loss"][-1])
+            if "loss" not in self.history.history:
+                return None
+            losses = self.history.history["loss"]
+            return float(losses[-1]) if losses else math.nan
         return super().loss()
 
     def trace_count(self) -> int | None:

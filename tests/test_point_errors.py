@@ -1,0 +1,183 @@
+"""An error says where it came from, and an allocation that fails is ``oom`` (issue 36,
+item 6 and the OOM row): the row of a point whose program raised names the frame that
+raised it and the plug-in's frame, with no machine path; the job's log holds the whole
+traceback; a subclassed Keras model with its own ``train_step`` is measured through
+``KerasFit`` like any other; a ``fit`` or ``compile`` key the study pins is refused once,
+at config validation; the allocators' and the operating system's out-of-memory errors
+are ``oom``."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+from test_plugins import FAST, _plugin_config
+
+from crossover_study import frameworks
+from crossover_study.audit import MACHINE_PATH
+from crossover_study.config import validate_config
+from crossover_study.measure_job import measure_job
+from crossover_study.point_measure import frame_path, measure_point, raised_where
+from crossover_study.spec import PointSpec
+
+SUBCLASSED = Path(__file__).parent / "plugins" / "subclassed_keras_fit.py"
+
+
+def _raised(action) -> BaseException:
+    try:
+        action()
+    except BaseException as exc:  # noqa: BLE001 - the exception is what is tested
+        return exc
+    raise AssertionError(f"{action} did not raise")
+
+
+# -- where an error was raised ------------------------------------------------------------
+
+
+def test_frame_paths_are_never_the_machines():
+    assert frame_path("/opt/venv/lib/python3.11/site-packages/keras/src/x.py") == "keras/src/x.py"
+    assert frame_path("/usr/lib/python3/dist-packages/numpy/core/a.py") == "numpy/core/a.py"
+    assert frame_path("<frozen importlib._bootstrap>") == "<frozen importlib._bootstrap>"
+    here = frame_path(__file__)
+    assert here == "tests/test_point_errors.py"
+    assert frame_path("/somewhere/else/my_model.py") == "my_model.py"
+    import json
+
+    assert frame_path(json.__file__) == "json/__init__.py"
+
+
+TORCH_SHAPES = """
+import torch
+from crossover_study.plugin import TorchStep
+
+
+def build(device, batch, width):
+    model = torch.nn.Linear(width, 1)
+    x = torch.randn(batch, width + 1)  # one feature too many
+
+    def step(x):
+        return model(x).sum()
+
+    return TorchStep(step, data=(x,))
+"""
+
+
+def test_an_error_row_names_the_librarys_frame_and_the_plugins(tmp_path):
+    validate_config(_plugin_config(tmp_path, TORCH_SHAPES))
+    frameworks.import_framework("torch", "cpu", 1)
+    point = PointSpec("mine", "torch", "cpu", "eager", {"batch": 8, "width": 2})
+    row = measure_point(point, FAST, 0.0, 0.0, 1)
+    assert row["status"] == "error"
+    message = row["message"]
+    assert message.startswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+    assert re.search(
+        r" \(raised at torch/nn/modules/linear\.py:\d+ in forward; plug-in: plugin\.py:11 "
+        r"in step\)$",
+        message,
+    ), message
+    assert not MACHINE_PATH.search(message), message
+
+
+def test_raised_where_without_a_plugin_names_the_innermost_frame():
+    def inner():
+        return [][0]
+
+    exc = _raised(inner)
+    line = inner.__code__.co_firstlineno + 1
+    assert raised_where(exc) == f"raised at tests/test_point_errors.py:{line} in inner"
+    assert raised_where(exc, __file__) == (
+        f"raised in the plug-in at tests/test_point_errors.py:{line} in inner"
+    )
+    assert raised_where(IndexError("never raised")) is None
+
+
+def test_the_job_log_holds_the_whole_traceback(tmp_path):
+    from test_plugins import BROKEN_TORCH
+
+    study = _plugin_config(tmp_path, BROKEN_TORCH, axes={"batch": [8], "width": [2, 4]})
+    study["timing"] = {
+        "min_block_s": 0.01,
+        "blocks": 3,
+        "max_warmup_s": 0.1,
+        "max_point_s": 1,
+        "sync_check_s": 0,
+    }
+    out = {k: tmp_path / f"job.{k}" for k in ("csv", "probe", "journal", "log")}
+    rows = measure_job(study, "mine", "torch", "cpu", 0, 1, *out.values())
+    assert [r["status"] for r in rows] == ["ok", "error"]
+    log = out["log"].read_text()
+    assert "mine|torch|cpu|eager|batch=8,width=4: error, the exception's traceback:" in log
+    trace = log.split("the exception's traceback:", 1)[1]
+    assert trace.lstrip().startswith("Traceback (most recent call last):")
+    assert "harness.py" in trace and "in time_block" in trace  # the library's frames
+    assert 'plugin.py", line 17, in step' in trace  # and the plug-in's
+    assert "RuntimeError: step failed at width 4" in trace
+
+
+# -- a subclassed Keras model with its own train_step -------------------------------------
+
+
+def _subclassed(tmp_path, source: str | None = None) -> None:
+    validate_config(
+        _plugin_config(
+            tmp_path,
+            source or SUBCLASSED.read_text(),
+            framework="tensorflow",
+            seed={"batch": 64, "units": 8},
+            axes={"batch": [64], "units": [8]},
+        )
+    )
+    frameworks.import_framework("tensorflow", "cpu", 1)
+
+
+@pytest.mark.parametrize("variant", ["eager", "xla", "steps_per_execution"])
+def test_a_subclassed_keras_model_with_its_own_train_step_is_measured(tmp_path, variant):
+    _subclassed(tmp_path)
+    point = PointSpec("mine", "tensorflow", "cpu", variant, {"batch": 64, "units": 8})
+    row = measure_point(point, FAST, 0.0, 0.0, 1)
+    assert row["status"] == "ok", row["message"]
+    assert row["step_time_s"] > 0 and row["steps_per_call"] == 4  # 256 samples / 64
+    assert math.isfinite(row["final_loss"]) and row["nonfinite_loss"] is False
+    assert row["traces_timed"] == 0
+
+
+NO_LOSS = """
+import numpy as np
+import tensorflow as tf
+from tensorflow import keras
+from crossover_study.plugin import KerasFit
+
+
+class Mine(keras.Model):
+    def __init__(self, units):
+        super().__init__()
+        self.dense = keras.layers.Dense(units)
+
+    def call(self, x):
+        return self.dense(x)
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            total = tf.reduce_mean((self(x) - y) ** 2)
+        grads = tape.gradient(total, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"total": total}  # its loss under a name of its own
+
+
+def build(device, batch, units):
+    x = np.ones((128, 4), np.float32)
+    return KerasFit(Mine(units), x, np.ones((128, units), np.float32), batch_size=batch,
+                    compile={"optimizer": "sgd"})
+"""
+
+
+def test_a_train_step_that_reports_no_loss_is_not_called_diverged(tmp_path):
+    _subclassed(tmp_path, NO_LOSS)
+    point = PointSpec("mine", "tensorflow", "cpu", "eager", {"batch": 64, "units": 8})
+    row = measure_point(point, FAST, 0.0, 0.0, 1)
+    assert row["status"] == "ok", row["message"]
+    assert row["final_loss"] is None and row["nonfinite_loss"] is None
+    assert row["message"] is None
