@@ -8,7 +8,9 @@ are ``oom``."""
 
 from __future__ import annotations
 
+import errno
 import math
+import mmap
 import re
 from pathlib import Path
 
@@ -31,6 +33,79 @@ def _raised(action) -> BaseException:
     except BaseException as exc:  # noqa: BLE001 - the exception is what is tested
         return exc
     raise AssertionError(f"{action} did not raise")
+
+
+# -- out of memory ------------------------------------------------------------------------
+
+
+def test_the_allocators_and_the_os_out_of_memory_errors_are_oom():
+    import numpy as np
+    import torch
+
+    # Real errors, raised at once without allocating: 128 TiB is more than any machine
+    # has (PyTorch's CPU allocator, NumPy, an anonymous mapping).
+    torch_cpu = _raised(lambda: torch.empty(2**45))
+    assert "DefaultCPUAllocator: can't allocate memory" in str(torch_cpu)
+    assert type(torch_cpu) is RuntimeError  # not torch.OutOfMemoryError: text only
+    numpy_error = _raised(lambda: np.empty(2**50))
+    assert str(numpy_error).startswith("Unable to allocate")
+    mapping = _raised(lambda: mmap.mmap(-1, 2**50))
+    assert isinstance(mapping, OSError) and mapping.errno == errno.ENOMEM
+    for exc in (torch_cpu, numpy_error, mapping, MemoryError()):
+        assert frameworks.is_oom(exc), repr(exc)
+    # The texts when another type carries them (a plug-in's wrapper, a C++ library).
+    for text in (
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+        "memory: you tried to allocate 32212254720 bytes. Error code 12 (Cannot allocate "
+        "memory)",
+        "[Errno 12] Cannot allocate memory",
+        "Unable to allocate 30.0 GiB for an array with shape (4026531840,) and data type float64",
+        "std::bad_alloc",
+        "OOM when allocating tensor with shape[4194304,4194304] and type float on "
+        "/job:localhost/replica:0/task:0/device:CPU:0 by allocator mklcpu",
+    ):
+        assert frameworks.is_oom(RuntimeError(text)), text
+    assert frameworks.is_oom(OSError(errno.ENOMEM, "Cannot allocate memory"))
+    # Not every failure is one.
+    for exc in (
+        IndexError("list index out of range"),
+        OSError(errno.ENOENT, "No such file or directory"),
+        RuntimeError("mat1 and mat2 shapes cannot be multiplied (3x3 and 2x1)"),
+    ):
+        assert not frameworks.is_oom(exc), repr(exc)
+
+
+def test_tensorflows_cpu_allocation_failure_is_oom():
+    tf = frameworks.import_framework("tensorflow", "cpu", 1)  # threads before TF starts
+    exc = _raised(lambda: tf.zeros((2**22, 2**22)))  # 64 TiB of float32, refused at once
+    assert "OOM when allocating" in str(exc)
+    assert frameworks.is_oom(exc)
+
+
+TORCH_OOM = """
+import torch
+from crossover_study.plugin import TorchStep
+
+
+def build(device, batch, width):
+    model = torch.nn.Linear(width, 1)
+
+    def step():
+        grown = torch.empty(2**45)  # 128 TiB: PyTorch's CPU allocator refuses it
+        return model(grown[:width]).sum()
+
+    return TorchStep(step)
+"""
+
+
+def test_a_point_whose_allocation_fails_is_an_oom_row_naming_the_plugin_line(tmp_path):
+    validate_config(_plugin_config(tmp_path, TORCH_OOM))
+    frameworks.import_framework("torch", "cpu", 1)
+    point = PointSpec("mine", "torch", "cpu", "eager", {"batch": 8, "width": 2})
+    row = measure_point(point, FAST, 0.0, 0.0, 1)
+    assert row["status"] == "oom", row["message"]
+    assert "can't allocate memory" in row["message"]
+    assert row["message"].endswith("(raised in the plug-in at plugin.py:10 in step)")
 
 
 # -- where an error was raised ------------------------------------------------------------

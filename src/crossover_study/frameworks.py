@@ -8,6 +8,7 @@ the thread variables the framework reads at import time.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -169,28 +170,52 @@ def thread_settings(framework: str) -> tuple[int, int]:
     return t.get_intra_op_parallelism_threads(), t.get_inter_op_parallelism_threads()
 
 
-#: Texts of allocation failures that are not raised as an out-of-memory type: cuBLAS and
-#: cuDNN report a failed workspace or handle allocation as a status code
-#: (``CUBLAS_STATUS_ALLOC_FAILED``, ``CUDNN_STATUS_ALLOC_FAILED``, ``CUDNN_STATUS_NOT_ENOUGH_WORKSPACE``:
-#: cublas_api.h, cudnn_graph.h), the CUDA runtime and driver as ``cudaErrorMemoryAllocation`` /
-#: ``CUDA_ERROR_OUT_OF_MEMORY``, TensorFlow as ``OOM when allocating`` / ``RESOURCE_EXHAUSTED``.
-#: Compared case-insensitively with the exception's text.
+#: Texts of allocation failures that are not raised as an out-of-memory type, compared
+#: case-insensitively with the exception's text. Each entry names where the text comes from.
 OOM_MARKERS: tuple[str, ...] = (
+    # PyTorch's CUDA caching allocator: "CUDA out of memory. Tried to allocate ..."
+    # (c10/cuda/CUDACachingAllocator.cpp), and the generic text of many others.
     "out of memory",
+    # cuBLAS and cuDNN report a failed workspace or handle allocation as a status code
+    # (cublas_api.h, cudnn_graph.h).
     "cublas_status_alloc_failed",
     "cudnn_status_alloc_failed",
     "cudnn_status_not_enough_workspace",
+    # The CUDA runtime and driver (cuda_runtime_api.h, cuda.h).
     "cudaerrormemoryallocation",
     "cuda_error_out_of_memory",
+    # TensorFlow's allocators: "OOM when allocating tensor with shape[...]"
+    # (core/common_runtime/bfc_allocator.cc, the CPU's mklcpu allocator too) and the
+    # status code's name (RESOURCE_EXHAUSTED, absl::StatusCode).
     "oom when allocating",
     "resource_exhausted",
+    # PyTorch's CPU allocator, a RuntimeError: "[enforce fail at alloc_cpu.cpp:127]
+    # err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate N
+    # bytes. Error code 12 (Cannot allocate memory)" (c10/core/impl/alloc_cpu.cpp).
+    "can't allocate memory",
+    # The operating system's ENOMEM, strerror(12) in glibc and musl, as an allocator or
+    # mmap reports it ("[Errno 12] Cannot allocate memory"; an OSError is also matched
+    # by its errno in is_oom).
+    "cannot allocate memory",
+    # NumPy's _ArrayMemoryError ("Unable to allocate 8.00 PiB for an array with shape
+    # ...": numpy/_core/_exceptions.py), when re-raised as another type.
+    "unable to allocate",
+    # A C++ operator new that failed, as a library's text carries it (pybind11 raises
+    # MemoryError for it, matched by type).
+    "std::bad_alloc",
 )
 
 
 def is_oom(exc: BaseException) -> bool:
-    """True when ``exc`` is an out-of-memory error of the host or of either framework,
-    including a cuBLAS or cuDNN allocation failure (:data:`OOM_MARKERS`)."""
+    """True when ``exc`` is an out-of-memory error of the host or of either framework:
+    a :class:`MemoryError` (NumPy's ``_ArrayMemoryError`` included), an ``OSError`` with
+    ``errno`` ENOMEM, torch's ``OutOfMemoryError``, TensorFlow's
+    ``ResourceExhaustedError``, or any exception whose text holds one of
+    :data:`OOM_MARKERS` (torch's CPU allocator, a cuBLAS or cuDNN allocation
+    failure...)."""
     if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
         return True
     name = type(exc).__name__
     if name in ("OutOfMemoryError", "ResourceExhaustedError"):
