@@ -15,12 +15,13 @@ import re
 from pathlib import Path
 
 import pytest
-from test_plugins import FAST, _plugin_config
+from test_plugins import FAST, _bad, _plugin_config
 
-from crossover_study import frameworks
+from crossover_study import cases, frameworks
 from crossover_study.audit import MACHINE_PATH
 from crossover_study.config import validate_config
 from crossover_study.measure_job import measure_job
+from crossover_study.plugin import KerasFit
 from crossover_study.point_measure import frame_path, measure_point, raised_where
 from crossover_study.spec import PointSpec
 
@@ -256,3 +257,58 @@ def test_a_train_step_that_reports_no_loss_is_not_called_diverged(tmp_path):
     assert row["status"] == "ok", row["message"]
     assert row["final_loss"] is None and row["nonfinite_loss"] is None
     assert row["message"] is None
+
+
+# -- builder arguments the study pins ------------------------------------------------------
+
+KERAS_FIT = """
+from crossover_study.plugin import KerasFit
+from crossover_study import plugin
+
+SETTINGS = {{"shuffle": True, "steps_per_epoch": 2}}
+
+
+def build(device, batch, width):
+    return {call}
+"""
+
+
+@pytest.mark.parametrize(
+    "call, line, argument, key",
+    [
+        ('KerasFit(m, x, y, batch_size=batch, fit={"epochs": 5})', 9, "fit", "epochs"),
+        ("KerasFit(m, x, y, batch, fit=dict(verbose=1, shuffle=False))", 9, "fit", "verbose"),
+        ("KerasFit(m, x, y, batch, fit=SETTINGS)", 9, "fit", "steps_per_epoch"),
+        ('KerasFit(m, x, y, batch, {}, {**SETTINGS, "epochs": 1})', 9, "fit", "epochs"),
+        ("plugin.KerasFit(m, x, y, batch, fit=dict(initial_epoch=2))", 9, "fit", "initial_epoch"),
+        (
+            'KerasFit(m, x, y, batch, compile={"loss": "mse", "jit_compile": True})',
+            9,
+            "compile",
+            "jit_compile",
+        ),
+    ],
+)
+def test_a_pinned_fit_or_compile_key_is_refused_at_validation(tmp_path, call, line, argument, key):
+    message = _bad(tmp_path, KERAS_FIT.format(call=call))
+    pinned = KerasFit.PINNED_FIT if argument == "fit" else KerasFit.PINNED_COMPILE
+    assert message == (
+        f"config error at cases.mine.workload: {cases.stored_path(tmp_path / 'plugin.py')} line "
+        f"{line}: KerasFit's {argument} sets {key!r}, which the study pins "
+        f"({', '.join(pinned)}: every device runs the same program); leave it out of {argument}"
+    )
+
+
+def test_unpinned_fit_and_compile_keys_pass_validation(tmp_path):
+    for call in (
+        'KerasFit(m, x, y, batch, fit={"shuffle": True, "validation_data": (x, y)})',
+        'KerasFit(m, x, y, batch, compile={"loss": "mse"}, fit=dict(callbacks=[]))',
+        "KerasFit(m, x, y, batch, fit=make_fit())",  # computed: KerasFit checks it
+        "KerasFit(*args, fit=unknown)",
+    ):
+        validate_config(_plugin_config(tmp_path, KERAS_FIT.format(call=call)))
+
+
+def test_keras_fit_refuses_initial_epoch_when_built():
+    with pytest.raises(ValueError, match=r"KerasFit.fit must not set initial_epoch"):
+        KerasFit(object(), [1], [1], batch_size=1, fit={"initial_epoch": 1})

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from .files import sha256_file
 from .paths import REPO_ROOT
+from .plugin import KerasFit, pinned_arguments
 
 #: The entry point a plug-in case's file exposes when the study file names none.
 DEFAULT_ENTRY = "build"
@@ -344,7 +345,10 @@ def _parameters(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list, lis
 
 def check_plugin(name: str, path: Path, entry: str, axes_: Iterable[str]) -> str:
     """Check plug-in file ``path`` of case ``name`` without importing it: it parses, it
-    defines ``entry`` at its top level, and ``entry`` accepts the case's axes.
+    defines ``entry`` at its top level, ``entry`` accepts the case's axes, and no
+    ``KerasFit`` in it sets a ``compile`` or ``fit`` key the study pins
+    (:func:`crossover_study.plugin.pinned_arguments`: ``fit={"epochs": 5}`` is refused
+    here once, not on every point).
 
     A builder function must take ``device`` and every axis as keyword arguments (or
     ``**kwargs``) and require nothing else; a workload class must take ``(device,
@@ -411,6 +415,13 @@ def check_plugin(name: str, path: Path, entry: str, axes_: Iterable[str]) -> str
                 f"{param!r}, which is neither device nor an axis of {name} "
                 f"({', '.join(axes_) or 'none'}); give it a default or make it an axis"
             )
+    for line, argument, key in pinned_arguments(tree):
+        pinned = KerasFit.PINNED_FIT if argument == "fit" else KerasFit.PINNED_COMPILE
+        raise PluginError(
+            f"config error at cases.{name}.workload: {shown} line {line}: KerasFit's "
+            f"{argument} sets {key!r}, which the study pins ({', '.join(pinned)}: every "
+            f"device runs the same program); leave it out of {argument}"
+        )
     return "function"
 
 

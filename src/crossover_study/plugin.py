@@ -32,7 +32,8 @@ more or less often). Nothing here imports torch or TensorFlow.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import ast
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,7 +114,10 @@ class KerasFit:
     ``batch_size``: samples per step; one epoch is ``ceil(len(x) / batch_size)`` steps
     and a timed block is one ``fit`` call of whole epochs. ``fit``: further keyword
     arguments of ``fit`` (``validation_data``, ``callbacks``, ``shuffle``...; not
-    ``epochs``, ``batch_size`` or ``verbose``, which the library sets; ``verbose`` is 0).
+    ``epochs``, ``initial_epoch``, ``batch_size``, ``steps_per_epoch`` or ``verbose``,
+    which the library sets; ``verbose`` is 0). A pinned key raises ValueError here, and
+    one written literally in the plug-in file is refused at config validation already
+    (:func:`pinned_arguments`).
     """
 
     model: Any
@@ -125,7 +129,15 @@ class KerasFit:
 
     #: Keys of ``compile`` and ``fit`` the library sets itself.
     PINNED_COMPILE = ("jit_compile", "steps_per_execution")
-    PINNED_FIT = ("epochs", "batch_size", "verbose", "x", "y", "steps_per_epoch")
+    PINNED_FIT = (
+        "epochs",
+        "initial_epoch",  # fit runs epochs - initial_epoch epochs: the steps timed
+        "batch_size",
+        "verbose",
+        "x",
+        "y",
+        "steps_per_epoch",
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -146,3 +158,76 @@ class KerasFit:
 
 #: The kinds of program a builder may return.
 PROGRAM_KINDS = (TorchStep, TFStep, KerasFit)
+
+#: ``KerasFit``'s arguments whose keys the library pins: name, position, pinned keys.
+_PINNED_ARGUMENTS = (
+    ("compile", 4, KerasFit.PINNED_COMPILE),
+    ("fit", 5, KerasFit.PINNED_FIT),
+)
+
+
+def _literal_keys(node: ast.AST, names: Mapping[str, list[ast.AST]], depth: int = 0) -> set:
+    """The string keys a mapping expression certainly holds, read from the source: a
+    dict display (``{"epochs": 3, **more}``), ``dict(epochs=3)``, or a name the module
+    assigns one of those to (every such assignment counts). Anything else: none."""
+    if depth > 5:
+        return set()
+    keys: set[str] = set()
+    if isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values, strict=True):
+            if key is None:  # {**more}
+                keys |= _literal_keys(value, names, depth + 1)
+            elif isinstance(key, ast.Constant) and isinstance(key.value, str):
+                keys.add(key.value)
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+        for arg in node.args[:1]:
+            keys |= _literal_keys(arg, names, depth + 1)
+        for kw in node.keywords:
+            if kw.arg is None:
+                keys |= _literal_keys(kw.value, names, depth + 1)
+            else:
+                keys.add(kw.arg)
+    elif isinstance(node, ast.Name):
+        for value in names.get(node.id, ()):
+            keys |= _literal_keys(value, names, depth + 1)
+    return keys
+
+
+def pinned_arguments(tree: ast.Module) -> Iterator[tuple[int, str, str]]:
+    """Keys a plug-in's source sets in ``KerasFit``'s ``compile`` or ``fit`` that the
+    library pins (:attr:`KerasFit.PINNED_COMPILE`, :attr:`KerasFit.PINNED_FIT`), read
+    without importing it (``tree``: the parsed file): ``(line, argument, key)`` for
+    each, in source order. Finds keys written as literals (:func:`_literal_keys`) in
+    calls of ``KerasFit`` or ``<module>.KerasFit``; a key computed at run time is left
+    to :class:`KerasFit`'s own check."""
+    names: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    names.setdefault(target.id, []).append(node.value)
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign) and node.value is not None:
+            if isinstance(node.target, ast.Name):
+                names.setdefault(node.target.id, []).append(node.value)
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Name) and node.func.id == "KerasFit")
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == "KerasFit")
+        )
+    ]
+    for call in sorted(calls, key=lambda c: (c.lineno, c.col_offset)):
+        given = {kw.arg: kw.value for kw in call.keywords if kw.arg is not None}
+        for argument, position, pinned in _PINNED_ARGUMENTS:
+            value = given.get(argument)
+            before = call.args[: position + 1]
+            if value is None and len(before) > position:
+                if any(isinstance(arg, ast.Starred) for arg in before):
+                    continue  # KerasFit(*args): the position is not known
+                value = call.args[position]
+            if value is None:
+                continue
+            for key in sorted(_literal_keys(value, names) & set(pinned)):
+                yield call.lineno, argument, key
