@@ -454,3 +454,24 @@ def test_adding_a_case_keeps_the_other_cases_config_hash(own_models):
     assert config.measurement_hash(edited, "digits-cnn") != config.measurement_hash(
         own_models, "digits-cnn"
     )
+
+
+@pytest.mark.parametrize(
+    "fit, samples",
+    [
+        ({}, 100),
+        ({"validation_split": 0.2}, 80),
+        ({"validation_split": 0.25}, 75),
+        # validation_data overrides the split (Keras trains on all of x then)
+        ({"validation_split": 0.2, "validation_data": ([0], [0])}, 100),
+    ],
+)
+def test_keras_fit_steps_count_only_the_training_samples(fit, samples):
+    """fit(validation_split=s) trains on the first floor(len(x) * (1 - s)) samples: the
+    steps per fit call (and so the step time) count those, not all of x."""
+    pytest.importorskip("tensorflow")
+    from crossover_study.plugin import KerasFit
+    from crossover_study.workloads.plugin_tf import training_samples
+
+    program = KerasFit(model=None, x=list(range(100)), y=list(range(100)), batch_size=10, fit=fit)
+    assert training_samples(program) == samples

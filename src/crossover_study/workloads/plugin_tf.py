@@ -38,6 +38,20 @@ PLUGIN_KIND = frozenset({"plugin", "one_device"})
 FIT_KIND = PLUGIN_KIND | {"keras_fit", "fit_reads_every_step"}
 
 
+def training_samples(program: KerasFit) -> int:
+    """Samples one epoch of ``program``'s ``fit`` trains on: ``len(x)``, less the held-out
+    tail when ``fit`` is given ``validation_split`` without ``validation_data``. Keras 3
+    keeps the first ``floor(len(x) * (1 - validation_split))`` samples for training
+    (``keras.src.trainers.data_adapters.array_slicing.train_validation_split``;
+    ``validation_data`` overrides the split, ``keras.src.backend.tensorflow.trainer.fit``).
+    Counting all of ``x`` would give more steps per call than ran, and step times too low."""
+    samples = len(program.x)
+    split = program.fit.get("validation_split") or 0.0
+    if split and program.fit.get("validation_data") is None:
+        samples = int(math.floor(samples * (1.0 - split)))
+    return samples
+
+
 class TFPluginWorkload(_TFWorkload):
     """A plug-in's ``TFStep`` or ``KerasFit`` as the harness's Workload.
 
@@ -111,7 +125,7 @@ class TFPluginWorkload(_TFWorkload):
         require(self.variant, "tensorflow", self.device, FIT_KIND)
         self.fit_program = program
         self.fit_reads_every_step = True
-        self.steps_per_call = max(1, math.ceil(len(program.x) / program.batch_size))
+        self.steps_per_call = max(1, math.ceil(training_samples(program) / program.batch_size))
         self.min_steps_per_block = self.steps_per_call
         spe = self.steps_per_call if self.variant == "steps_per_execution" else 1
         program.model.compile(
