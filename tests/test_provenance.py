@@ -422,6 +422,15 @@ def test_audit_reports_a_hand_edited_timings_row(tmp_path, capsys):
     assert "FAIL not derived" in out and "step_time_s per-job" in out
 
 
+def test_audit_fails_a_run_whose_crate_was_deleted(tmp_path, capsys):
+    ref = _copy_reference(tmp_path)
+    (ref / "ro-crate-metadata.json").unlink()
+    report = audit.audit(ref)
+    assert "missing RO-Crate" in {f.kind for f in report.failures}, report.text()
+    assert audit.main([str(ref)]) == 1
+    assert "FAIL missing RO-Crate" in capsys.readouterr().out
+
+
 def test_audit_reports_missing_and_unrecorded_probe_records(tmp_path):
     ref = _copy_reference(tmp_path)
     manifest = json.loads((ref / "manifest.json").read_text())
@@ -519,6 +528,7 @@ def _study_with_cross_machine_figure(tmp_path: Path):
     the committed CPU run's tables as this study's, beside a SYNTHETIC reference GPU run
     (conftest) under results/reference/. Returns (study results folder, figure PNG,
     the reference timings)."""
+    from crossover_study.crate import CRATE_NAME, write_crate
     from crossover_study.manifest import build_manifest, reference_source_name, write_json
 
     work = tmp_path / "work"
@@ -563,6 +573,7 @@ def _study_with_cross_machine_figure(tmp_path: Path):
         reference_tables=["results/reference/reference-gpu/timings.csv"],
     )
     write_json(manifest, results / "manifest.json")
+    write_crate(manifest, work, results / CRATE_NAME, manifest_path=results / "manifest.json")
     return results, png, reference
 
 

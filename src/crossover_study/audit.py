@@ -19,7 +19,8 @@ checks that each table and figure derives from the recorded results:
   which must be the recorded tables: the study's own, or the reference runs' tables
   the report drew beside them (``reference/<run>/timings.csv``, recorded under
   ``reference_tables``, which must still be there unchanged); ``report.html`` shows
-  exactly the recorded PNGs; the RO-Crate's file hashes match the files;
+  exactly the recorded PNGs; the RO-Crate is there (a run without one fails) and its
+  file hashes match the files;
 - provenance travels: no string of the manifest or the RO-Crate is a machine's path
   (absolute, ``file://`` or into a ``site-packages`` folder), and every ``@id`` of the
   crate lies inside the crate's folder (files elsewhere are ``#workdir:``, ``#repo:``,
