@@ -92,7 +92,7 @@ endif
 
 reference-import: setup  ## ARCHIVE=... [REFERENCE_NAME=...]: add a reference run's archive as results/reference/<gpu>-<date>/
 	@test -n "$(ARCHIVE)" || { echo "usage: make reference-import ARCHIVE=path/to/reference-*.tar.gz [REFERENCE_NAME=<folder name>]"; exit 2; }
-	PYTHONPATH=src $(BIN)/python -m crossover_study.reference_import "$(ARCHIVE)" $(if $(REFERENCE_NAME),--name "$(REFERENCE_NAME)")
+	PYTHONPATH=src $(BIN)/python -m crossover_study.reference_import "$(ARCHIVE)" $(if $(REFERENCE_NAME),--name="$(REFERENCE_NAME)")
 
 install-profile:  ## install profiles/slurm as the `slurm` profile: snakemake --profile slurm
 	mkdir -p "$(PROFILE_DIR)"

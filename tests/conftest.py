@@ -129,6 +129,40 @@ def synthetic_reference_gpu(dest: Path, name: str = "reference-gpu") -> Path:
     return path
 
 
+def seal_reference(folder: Path) -> Path:
+    """Make a synthetic reference run's ``folder`` (``timings.csv`` as it now is, from
+    :func:`synthetic_reference_gpu`) pass its audit, as the report and the paper draw
+    only audited runs: its ``crossover.csv`` computed with the committed run's
+    settings, the committed run's manifest with these tables' hashes and no per-job
+    tables, and its RO-Crate. Returns ``folder``."""
+    import json
+
+    from crossover_study.crate import CRATE_NAME, write_crate
+    from crossover_study.crossover import write_crossover
+    from crossover_study.manifest import file_record
+
+    manifest = json.loads((COMMITTED_CPU_RUN / "manifest.json").read_text())
+    settings = manifest["config"]["resolved"]["crossover"]
+    write_crossover(
+        folder / "timings.csv",
+        folder / "crossover.csv",
+        n_boot=settings["bootstrap"],
+        seed=settings["seed"],
+    )
+    shutil.copy2(COMMITTED_CPU_RUN / "wall.json", folder / "wall.json")
+    for key, record in manifest["tables"].items():
+        name = Path(record["path"]).name
+        manifest["tables"][key] = {
+            **file_record(folder / name, folder),
+            "path": f"{manifest['results_dir']}/{name}",
+            "root": "workdir",
+        }
+    manifest["points"], manifest["probes"] = [], []
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    write_crate(manifest, folder, folder / CRATE_NAME, manifest_path=folder / "manifest.json")
+    return folder
+
+
 def pytest_addoption(parser):
     parser.addini(
         "hard_timeout",

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -26,6 +29,7 @@ from conftest import (
     SYNTHETIC_CPU_NAME,
     SYNTHETIC_GPU_NAME,
     SYNTHETIC_GPU_STEP,
+    seal_reference,
     synthetic_reference_gpu,
 )
 
@@ -717,6 +721,13 @@ def test_notebook_draws_the_reference_machines_beside_the_study(tmp_path, monkey
     make_timings("unavailable").to_csv(results / "timings.csv", index=False)
     make_crossover("unavailable").to_csv(results / "crossover.csv", index=False)
     reference = synthetic_reference_gpu(tmp_path / "elsewhere")
+    seal_reference(reference.parent)  # the report draws only runs that pass their audit
+    # A hand-edited copy of it beside it: named in the report, left out.
+    edited = tmp_path / "elsewhere" / "edited-copy"
+    shutil.copytree(reference.parent, edited)
+    rows = pd.read_csv(edited / "timings.csv")
+    rows.loc[rows["device"] == "cuda", "step_time_s"] /= 10
+    rows.to_csv(edited / "timings.csv", index=False)
     figures_dir = tmp_path / "figures"
     monkeypatch.setenv("CROSSOVER_STUDY_SRC", str(REPO / "src"))
     out = run_report_notebook(
@@ -747,8 +758,33 @@ def test_notebook_draws_the_reference_machines_beside_the_study(tmp_path, monkey
     text = "\n".join(
         o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
     )
-    assert "reference runs: reference-gpu" in text
+    assert "reference runs: reference-gpu\n" in text  # not the edited copy
     assert "no reference run" not in text
+    assert "reference run edited-copy left out: it fails its audit" in text
+    # No folder of this machine reaches the report's outputs (warnings included; the
+    # parameters papermill injects are input, which the HTML leaves out).
+    outputs = "".join(json.dumps(o) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert str(REPO) not in outputs and str(tmp_path) not in outputs
+
+
+def test_report_warnings_name_no_file_of_this_machine():
+    """The report notebook shows a warning (matplotlib's, pandas') by its category and
+    text only: the file it came from is a path on this machine."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    setup = next(c.source for c in nb.cells if "warnings.formatwarning" in c.source)
+    # In a process of its own: pytest records warnings instead of showing them.
+    warn = "warnings.warn('no positive values', UserWarning)"
+    script = (
+        f"import warnings\nsmk = None\n{setup}\n"
+        # A warning raised in a file of the repository, as matplotlib's are in figures.py.
+        f"exec(compile({warn!r}, {str(REPO / 'src/crossover_study/figures.py')!r}, 'exec'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-W", "always", "-c", script], capture_output=True, text=True, check=True
+    )
+    err = result.stderr
+    assert err == "UserWarning: no positive values\n"
+    assert str(REPO) not in err
 
 
 def test_a_single_size_keeps_its_panel_in_a_constrained_grid():

@@ -422,6 +422,15 @@ def test_audit_reports_a_hand_edited_timings_row(tmp_path, capsys):
     assert "FAIL not derived" in out and "step_time_s per-job" in out
 
 
+def test_audit_fails_a_run_whose_crate_was_deleted(tmp_path, capsys):
+    ref = _copy_reference(tmp_path)
+    (ref / "ro-crate-metadata.json").unlink()
+    report = audit.audit(ref)
+    assert "missing RO-Crate" in {f.kind for f in report.failures}, report.text()
+    assert audit.main([str(ref)]) == 1
+    assert "FAIL missing RO-Crate" in capsys.readouterr().out
+
+
 def test_audit_reports_missing_and_unrecorded_probe_records(tmp_path):
     ref = _copy_reference(tmp_path)
     manifest = json.loads((ref / "manifest.json").read_text())
@@ -519,6 +528,7 @@ def _study_with_cross_machine_figure(tmp_path: Path):
     the committed CPU run's tables as this study's, beside a SYNTHETIC reference GPU run
     (conftest) under results/reference/. Returns (study results folder, figure PNG,
     the reference timings)."""
+    from crossover_study.crate import CRATE_NAME, write_crate
     from crossover_study.manifest import build_manifest, reference_source_name, write_json
 
     work = tmp_path / "work"
@@ -563,6 +573,7 @@ def _study_with_cross_machine_figure(tmp_path: Path):
         reference_tables=["results/reference/reference-gpu/timings.csv"],
     )
     write_json(manifest, results / "manifest.json")
+    write_crate(manifest, work, results / CRATE_NAME, manifest_path=results / "manifest.json")
     return results, png, reference
 
 
@@ -639,3 +650,40 @@ def test_audit_fails_a_changed_or_unrecorded_reference_table(tmp_path):
     reference.unlink()
     report = audit.audit(results)
     assert "missing reference table" in {f.kind for f in report.failures}, report.text()
+
+
+# ------------------------------------------------------------- the paper's command line
+def test_paper_refuses_a_missing_reference_folder_in_one_line(tmp_path, capsys):
+    status = freeze.main(["paper", "--reference", str(tmp_path / "none"), "--out", str(tmp_path)])
+    assert status == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"paper: --reference {tmp_path / 'none'}: no such folder"]
+    assert not list(tmp_path.glob("fig-*"))
+    (tmp_path / "empty").mkdir()
+    assert freeze.main(["paper", "--reference", str(tmp_path / "empty"), "--out", str(tmp_path)])
+    assert "no reference run under" in capsys.readouterr().err
+    assert not list(tmp_path.glob("fig-*"))
+
+
+def test_paper_names_an_unknown_figure_and_the_known_ones(tmp_path, capsys):
+    assert freeze.main(["paper", "fig-99", "--out", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("paper: unknown figure 'fig-99'; known: fig-1-s000-hjb-step-time")
+    assert all(name in line for name in paper.PAPER_FIGURES)
+    assert not list(tmp_path.iterdir())
+
+
+def test_paper_leaves_out_a_reference_run_that_fails_its_audit(tmp_path, capsys):
+    ref = _copy_reference(tmp_path)
+    edited = ref.parent / "edited-copy"
+    shutil.copytree(ref, edited)
+    df = pd.read_csv(edited / "timings.csv", dtype=str, keep_default_na=False)
+    df.loc[0, "step_time_s"] = str(float(df.loc[0, "step_time_s"]) / 2)
+    df.to_csv(edited / "timings.csv", index=False)
+    out = tmp_path / "paper"
+    args = ["paper", "--reference", str(ref.parent), "--out", str(out), "fig-6-cross-machine"]
+    assert freeze.main(args) == 0
+    err = capsys.readouterr().err
+    assert "paper: reference run edited-copy left out: it fails its audit" in err
+    sources = figures.figure_sources(out / "fig-6-cross-machine.png")
+    assert {name.split("/")[0] for name in sources} == {ref.name}

@@ -453,7 +453,7 @@ def test_the_report_predicts_the_reference_accelerator_for_a_cpu_only_study(tmp_
     whose GPU rows carry rates: the answer quotes the prediction, labelled as one, the
     model's agreement is stated, and the cross-machine figure is drawn."""
     papermill = pytest.importorskip("papermill")
-    from conftest import synthetic_reference_gpu
+    from conftest import seal_reference, synthetic_reference_gpu
     from test_figures import REPO, make_crossover, make_timings, run_report_notebook
 
     results = tmp_path / "results" / "fixture"
@@ -474,6 +474,7 @@ def test_the_report_predicts_the_reference_accelerator_for_a_cpu_only_study(tmp_
         reference[column] = np.nan
         reference.loc[ok_gpu, column] = value
     reference.to_csv(reference_csv, index=False)
+    seal_reference(reference_csv.parent)  # the report draws only runs that pass their audit
     gpu_name = reference.loc[ok_gpu, "device_name"].mode().iloc[0]
     monkeypatch.setenv("CROSSOVER_STUDY_SRC", str(REPO / "src"))
     out = run_report_notebook(

@@ -19,7 +19,8 @@ checks that each table and figure derives from the recorded results:
   which must be the recorded tables: the study's own, or the reference runs' tables
   the report drew beside them (``reference/<run>/timings.csv``, recorded under
   ``reference_tables``, which must still be there unchanged); ``report.html`` shows
-  exactly the recorded PNGs; the RO-Crate's file hashes match the files;
+  exactly the recorded PNGs; the RO-Crate is there (a run without one fails) and its
+  file hashes match the files;
 - provenance travels: no string of the manifest or the RO-Crate is a machine's path
   (absolute, ``file://`` or into a ``site-packages`` folder), and every ``@id`` of the
   crate lies inside the crate's folder (files elsewhere are ``#workdir:``, ``#repo:``,
@@ -68,7 +69,16 @@ from .files import MANIFEST_NAME, sha256_file
 from .manifest import load_manifest
 from .paper import PAPER_FIGURES, reference_dirs
 
-__all__ = ["MACHINE_PATH", "MAX_ROWS", "AuditReport", "Finding", "audit", "discover", "main"]
+__all__ = [
+    "MACHINE_PATH",
+    "MAX_ROWS",
+    "AuditReport",
+    "Finding",
+    "audit",
+    "audited",
+    "discover",
+    "main",
+]
 
 
 def _check_figures(report: AuditReport, layout: Layout, manifest: dict) -> None:
@@ -246,11 +256,37 @@ def audit(target: str | Path, strict: bool = False, regenerate: bool = True) -> 
     except (ValueError, KeyError) as exc:
         report.add("FAIL", "unreadable manifest", target / MANIFEST_NAME, str(exc))
         return report
-    if manifest.get("kind") == "paper":
-        _audit_paper(report, target, manifest, regenerate)
-    else:
-        _audit_study(report, target, manifest, strict)
+    # A study's re-derivations use its own cases (case_registry.use); the caller's
+    # registry (a report's study, the paper's seeds) is put back afterwards.
+    active = case_registry._active
+    try:
+        if manifest.get("kind") == "paper":
+            _audit_paper(report, target, manifest, regenerate)
+        else:
+            _audit_study(report, target, manifest, strict)
+    finally:
+        case_registry._active = active
     return report
+
+
+def audited(run_dirs, log=print) -> list[Path]:
+    """The runs of ``run_dirs`` (reference runs' folders) that pass their audit
+    (:func:`audit`, paper figures not redrawn), in order. Each one that fails is named
+    in one line through ``log`` (its folder name and first failure, never a machine
+    path) and left out, so that nothing is drawn from a hand-edited copy."""
+    kept = []
+    for path in map(Path, run_dirs):
+        report = audit(path, regenerate=False)
+        if report.ok:
+            kept.append(path)
+            continue
+        first = report.failures[0]
+        log(
+            f"reference run {path.name} left out: it fails its audit "
+            f"({len(report.failures)} failure(s), first: {first.kind}); "
+            f"see `crossover-study audit results/reference/{path.name}`"
+        )
+    return kept
 
 
 def discover(root: str | Path = ".") -> list[Path]:

@@ -218,11 +218,12 @@ def check_portable(report: AuditReport, path: Path, data, what: str) -> None:
 def check_crate(report: AuditReport, layout: Layout) -> None:
     """The RO-Crate: portable (:func:`check_portable`), every ``@id`` inside its folder,
     and its files (``File`` inside the folder; ``#workdir:`` files beside the original
-    results folder) present and unchanged. A missing crate is a note, an unreadable one
-    (not JSON, no ``@graph``) a FAIL; findings go to ``report``."""
+    results folder) present and unchanged. A missing crate is a FAIL (every run has
+    one: the workflow writes it, and a reference run gets its own on import or freeze),
+    as is an unreadable one (not JSON, no ``@graph``); findings go to ``report``."""
     crate = layout.target / "ro-crate-metadata.json"
     if not crate.is_file():
-        report.add("note", "no RO-Crate", layout.shown(crate))
+        report.add("FAIL", "missing RO-Crate", layout.shown(crate), "every run has one")
         return
     try:
         graph = json.loads(crate.read_text())["@graph"]

@@ -16,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .audit import audit
+from .audit import audit, audited
 from .crate import CODE_DIR, CRATE_NAME, write_crate
 from .files import MANIFEST_NAME, PAPER_DIR, REFERENCE_DIR
 from .manifest import load_manifest, portable_manifest, write_json
@@ -82,8 +82,11 @@ def refreeze(dest: str | Path, repo: str | Path = REPO_ROOT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Command line: ``paper`` or ``figures`` (draw the paper figures), ``freeze`` (add a run) or
-    ``refreeze`` (rewrite a frozen run's provenance). Returns the exit status."""
+    """Command line: ``paper`` or ``figures`` (draw the paper figures from the reference
+    runs that pass their audit), ``freeze`` (add a run) or ``refreeze`` (rewrite a
+    frozen run's provenance). Returns the exit status: 0, 1 with one line on stderr
+    (a missing ``--reference`` folder, no reference run that passes its audit, a
+    refused freeze) or 2 for an unknown figure name (the line lists the known ones)."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Paper figures from committed reference runs."
     )
@@ -113,10 +116,27 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         for path in written:
             print(path)
         return 0
+    unknown = [n for n in args.names if n not in PAPER_FIGURES]
+    if unknown:
+        print(
+            f"paper: unknown figure {', '.join(map(repr, unknown))}; known: "
+            f"{', '.join(PAPER_FIGURES)}",
+            file=sys.stderr,
+        )
+        return 2
+    if not Path(args.reference).is_dir():
+        print(f"paper: --reference {args.reference}: no such folder", file=sys.stderr)
+        return 1
+    found = reference_dirs(args.reference)
+    # Only runs that pass their audit are drawn; a failing one is named and left out.
+    dirs = audited(found, log=lambda line: print(f"paper: {line}", file=sys.stderr))
+    if not dirs:
+        problem = "passes its audit" if found else "(a folder with timings.csv)"
+        print(f"paper: no reference run under {args.reference} {problem}", file=sys.stderr)
+        return 1
     import matplotlib
 
     matplotlib.use("Agg")
-    dirs = reference_dirs(args.reference)
     written = paper_figures(dirs, args.out, names=args.names or None)
     if not args.names:
         write_json(paper_manifest(dirs, written), Path(args.out) / MANIFEST_NAME)

@@ -11,14 +11,22 @@ def main(snakemake) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    from crossover_study.audit import audited
     from crossover_study.manifest import write_json
     from crossover_study.paper import paper_figures, paper_manifest
 
-    dirs = [Path(p).parent for p in snakemake.input.timings]
+    # Only reference runs that pass their audit are drawn; a failing one (a hand-edited
+    # copy) is named in the log and left out (the paper's audit then names it too).
+    with open(snakemake.log[0], "a") as log:
+        dirs = audited(
+            [Path(p).parent for p in snakemake.input.timings],
+            log=lambda line: print(line, file=log, flush=True),
+        )
     written = paper_figures(dirs, Path(snakemake.output.manifest).parent)
     write_json(paper_manifest(dirs, written), snakemake.output.manifest)
     with open(snakemake.log[0], "a") as log:
-        print(f"{len(written)} files from reference runs {snakemake.params.references}", file=log)
+        names = [d.name for d in dirs]
+        print(f"{len(written)} files from reference runs {names}", file=log)
 
 
 if __name__ == "__main__":
