@@ -22,6 +22,17 @@ from . import cases as case_registry
 from .programs import classified
 from .provenance import REPO_ROOT, SCHEMAS, table_columns
 from .spec import REPLICA_VARIANTS, seed_sizes
+from .study_file import (
+    RESERVED_STUDY_NAMES,
+    ConfigError,
+    check_config_files,
+    check_keys_and_numbers,
+    check_threads,
+    key_path,
+    local_cores,
+    read_yaml,
+    shown,
+)
 from .study_points import (
     DEFAULT_POINT_DEADLINE_S,
     MEASURE_ENVS,
@@ -54,6 +65,11 @@ __all__ = [
     "load_config",
     "schema_default",
     "validate_config",
+    "RESERVED_STUDY_NAMES",
+    "read_yaml",
+    "check_config_files",
+    "check_threads",
+    "local_cores",
     "case_sizes",
     "points",
     "replicated_points",
@@ -81,10 +97,6 @@ __all__ = [
 SCHEMA_PATH = SCHEMAS / "config.schema.yaml"
 
 
-class ConfigError(ValueError):
-    """The study config is invalid; the message names the key path and the bad value."""
-
-
 def _with_defaults(validator_class):
     """jsonschema's documented recipe for filling ``default`` values while validating."""
     validate_properties = validator_class.VALIDATORS["properties"]
@@ -99,15 +111,16 @@ def _with_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
-def _key_path(path) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "<top level>"
+def _pattern_message(error: jsonschema.ValidationError) -> str:
+    """A pattern error with the pattern as people write it (``$`` for the
+    ``(?![\\s\\S])`` that keeps a trailing newline out) and the line break named."""
+    pattern = error.validator_value.replace(r"(?![\s\S])", "$")
+    breaks = " (a name is one line: no line breaks)" if "\n" in error.instance else ""
+    return f"{shown(error.instance)} does not match {pattern}{breaks}"
 
 
 def _schema_error(error: jsonschema.ValidationError) -> ConfigError:
-    where = _key_path(error.absolute_path)
+    where = key_path(error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
@@ -128,14 +141,22 @@ def _schema_error(error: jsonschema.ValidationError) -> ConfigError:
     key = error.absolute_path[-1] if error.absolute_path else None
     if error.validator == "pattern" and key in ("slurm_partition", "slurm_account"):
         return ConfigError(
-            f"config error at {where}: {error.instance!r} is not one name (no commas or "
-            "spaces: one partition and one account per device class)"
+            f"config error at {where}: {shown(error.instance)} is not one name (no commas, "
+            "spaces or line breaks: one partition and one account per device class)"
+        )
+    name = "key name " if "propertyNames" in error.relative_schema_path else ""
+    if error.validator == "pattern":
+        return ConfigError(f"config error at {where}: {name}{_pattern_message(error)}")
+    if error.validator == "maxLength":
+        return ConfigError(
+            f"config error at {where}: {name}{shown(error.instance)} is "
+            f"{len(error.instance)} characters long, at most {error.validator_value}"
         )
     if error.validator == "not" and where.startswith("devices."):
         return ConfigError(
             f"config error at {where}: give gpu (with an optional gpu_model) or gres, not both"
         )
-    return ConfigError(f"config error at {where}: {error.message}")
+    return ConfigError(f"config error at {where}: {error.message.replace(chr(10), ' ')}")
 
 
 def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] = ()) -> dict:
@@ -160,6 +181,7 @@ def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] 
     ``threads = cpus_per_task``: a job's framework threads are the CPUs Slurm gives it.
     """
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    check_keys_and_numbers(config)
     config = copy.deepcopy(dict(config))
     raw_devices = config.get("devices")
     given = {
@@ -171,6 +193,12 @@ def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] 
     if errors:
         error = jsonschema.exceptions.best_match(errors)
         raise _schema_error(error)
+    if config["study"].casefold() in RESERVED_STUDY_NAMES:
+        raise ConfigError(
+            f"config error at study: {config['study']!r} is the name of a committed folder "
+            f"(results/reference/, reports/paper/: {', '.join(RESERVED_STUDY_NAMES)} are "
+            "not study names); name the study otherwise"
+        )
     for i, device in enumerate(config["sweep"]["devices"]):
         if device not in config["devices"]:
             raise ConfigError(
@@ -354,14 +382,12 @@ def schema_default(*path: str):
 
 
 def load_config(path: str | Path) -> dict:
-    """Read a YAML study config and :func:`validate_config` it (a plug-in's ``workload``
-    may be relative to the file's folder). Raises ConfigError for a missing or
-    unparsable file too."""
+    """Read a YAML study config (:func:`read_yaml`: a duplicate key or a syntax error is
+    named with its file, line and column) and :func:`validate_config` it (a plug-in's
+    ``workload`` may be relative to the file's folder). Raises ConfigError for a missing
+    or unparsable file too."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"config {path} must be a mapping, got {type(raw).__name__}")
     return validate_config(raw, study_dirs=[path.parent])
