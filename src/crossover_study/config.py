@@ -11,6 +11,7 @@ the key path (``cases.s000-hjb.axes.batch[1]``) and so that tests need no workfl
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,25 @@ __all__ = [
 SCHEMA_PATH = SCHEMAS / "config.schema.yaml"
 
 
+def _schema_key() -> tuple[str, int]:
+    """The schema file and its modification time: the caches below read it again when
+    it changes."""
+    return str(SCHEMA_PATH), SCHEMA_PATH.stat().st_mtime_ns
+
+
+@functools.lru_cache(maxsize=4)
+def _schema(path: str, mtime_ns: int) -> dict:
+    """The config schema, parsed once (PyYAML takes tens of milliseconds over it, and
+    the workflow and the tests validate many configs). Read-only: never modified."""
+    return yaml.safe_load(Path(path).read_text())
+
+
+@functools.lru_cache(maxsize=4)
+def _validator(path: str, mtime_ns: int):
+    """A jsonschema validator of :func:`_schema` that fills in defaults."""
+    return _with_defaults(jsonschema.Draft202012Validator)(_schema(path, mtime_ns))
+
+
 def _with_defaults(validator_class):
     """jsonschema's documented recipe for filling ``default`` values while validating."""
     validate_properties = validator_class.VALIDATORS["properties"]
@@ -180,7 +200,6 @@ def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] 
     A device class that gives ``cpus_per_task`` but not ``threads`` gets
     ``threads = cpus_per_task``: a job's framework threads are the CPUs Slurm gives it.
     """
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
     check_keys_and_numbers(config)
     config = copy.deepcopy(dict(config))
     raw_devices = config.get("devices")
@@ -188,7 +207,7 @@ def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] 
         name: set(spec) if isinstance(spec, Mapping) else set()
         for name, spec in (raw_devices.items() if isinstance(raw_devices, Mapping) else ())
     }
-    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    validator = _validator(*_schema_key())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         error = jsonschema.exceptions.best_match(errors)
@@ -375,10 +394,10 @@ def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
 def schema_default(*path: str):
     """The ``default`` of the config schema's property at ``path`` (e.g.
     ``("replication", "cases")``). Raises KeyError for a path the schema lacks."""
-    node = yaml.safe_load(SCHEMA_PATH.read_text())
+    node = _schema(*_schema_key())
     for name in path:
         node = node["properties"][name]
-    return node["default"]
+    return copy.deepcopy(node["default"])
 
 
 def load_config(path: str | Path) -> dict:
@@ -389,5 +408,8 @@ def load_config(path: str | Path) -> dict:
     path = Path(path)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
-        raise ConfigError(f"config {path} must be a mapping, got {type(raw).__name__}")
+        raise ConfigError(
+            f"config error at <top level>: the study file {path} must be a mapping of keys "
+            f"to values, got {type(raw).__name__}"
+        )
     return validate_config(raw, study_dirs=[path.parent])
