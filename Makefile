@@ -54,13 +54,17 @@ validate-crates: setup crate-validator  ## roc-validator, offline, on every RO-C
 		--context "$$($(BIN)/python -c 'import importlib.resources as r; print(r.files("rocrate") / "data" / "ro-crate.jsonld")')" \
 		$(or $(CRATES),$(patsubst %/ro-crate-metadata.json,%,$(wildcard results/*/ro-crate-metadata.json results/reference/*/ro-crate-metadata.json)))
 
+# Each run first checks its study file: Snakemake's own YAML error names no file or line.
 study: setup  ## run the default study: results/default/, reports/default/report.html
+	PYTHONPATH=src $(BIN)/python -m crossover_study validate $(STUDY)
 	$(BIN)/snakemake --cores $(CORES) --keep-going --rerun-incomplete --configfile $(STUDY)
 
 smoke: setup  ## the one-minute smoke study (CPU, two cases, two sizes)
+	PYTHONPATH=src $(BIN)/python -m crossover_study validate config/studies/smoke.yaml
 	$(BIN)/snakemake --cores $(CORES) --keep-going --rerun-incomplete --configfile config/studies/smoke.yaml
 
 report: setup  ## Snakemake's own report of the study: reports/<study>/snakemake-report.zip
+	PYTHONPATH=src $(BIN)/python -m crossover_study validate $(STUDY)
 	$(BIN)/snakemake --cores $(CORES) --configfile $(STUDY) --report reports/$(STUDY_NAME)/snakemake-report.zip
 
 audit: setup  ## recompute the manifests' hashes; check tables and figures derive from the results

@@ -175,8 +175,10 @@ def test_no_cases_is_an_error():
 def test_unreadable_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("study: [unclosed\n")
-    with pytest.raises(ConfigError, match="cannot read config"):
+    with pytest.raises(ConfigError, match=r"c\.yaml:2:1: YAML error: expected ','"):
         load_config(path)
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "missing.yaml")
 
 
 def test_seed_size_is_always_measured_and_grid_expands():

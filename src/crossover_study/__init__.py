@@ -11,7 +11,8 @@ module, bottom first:
    deadline, the seed cases' data;
 1. **study**: the case registry, the point spec and the one selection of its rows
    (``spec.select_rows``), which variant applies where (one table: ``applicability``)
-   and which program runs (``programs``), the study config and its points;
+   and which program runs (``programs``), the study file (``study_file``: reading it, the
+   checks its schema cannot express), the study config and its points;
 2. **measurement**: the frameworks' set-up and device probes, the workloads, the probe
    record, the journal, one point's measurement, the runner and the measuring job, the
    timer agreement, the GPU bundle;
@@ -55,6 +56,7 @@ LAYERS: dict[str, int] = {
     "workloads": 1,
     "programs": 1,
     "study_points": 1,
+    "study_file": 1,
     "config": 1,
     # 2: measurement
     "device_probe": 2,

@@ -1,6 +1,7 @@
 """``crossover-study``: one command line in front of the study's tools.
 
     crossover-study study [--config FILE] [--cores N] [-- SNAKEMAKE ARGS]
+    crossover-study validate STUDY_FILE ...
     crossover-study compare RUN_A RUN_B
     crossover-study audit [TARGET ...]
     crossover-study agreement [--runs N] [--against-itself]
@@ -63,11 +64,41 @@ def _study(argv: list[str], prog: str) -> int:
         config = (Path.cwd() / config) if (Path.cwd() / config).exists() else REPO_ROOT / config
     if not config.is_file():
         parser.error(f"--config {args.config}: no such file")
+    if _validate([str(config)], f"{prog.rsplit(' ', 1)[0]} validate", quiet=True):
+        return 1
     command = [sys.executable, "-m", "snakemake", "--cores", str(args.cores)]
     command += ["--keep-going", "--rerun-incomplete", "--configfile", str(config), *extra]
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return subprocess.call(command, cwd=REPO_ROOT, env=env)
+
+
+def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
+    """Check study files as the workflow will, before Snakemake reads them (its own
+    YAML error names no file or line): a syntax error or a key given twice as
+    ``FILE:LINE:COLUMN: ...``, then the schema, the cases' plug-ins and the plan of
+    points and jobs (:func:`crossover_study.config.load_config`,
+    :func:`crossover_study.config.measure_jobs`). Prints one line per file (errors on
+    stderr; ``quiet``: errors only); returns 0 when every file is valid, else 1."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Check study files (YAML, schema, plug-ins, plan) as the workflow will.",
+    )
+    parser.add_argument("files", nargs="+", metavar="STUDY_FILE")
+    args = parser.parse_args(argv)
+    study_config = importlib.import_module(f"{__package__}.config")
+    status = 0
+    for path in args.files:
+        try:
+            config = study_config.load_config(path)
+            jobs = study_config.measure_jobs(config)
+        except study_config.ConfigError as error:
+            print(f"{prog}: {error}", file=sys.stderr)
+            status = 1
+            continue
+        if not quiet:
+            print(f"{path}: valid (study {config['study']}, {len(jobs)} measuring jobs)")
+    return status
 
 
 def _main_of(module: str, *head: str) -> Callable[[list[str], str], int]:
@@ -85,6 +116,7 @@ def _main_of(module: str, *head: str) -> Callable[[list[str], str], int]:
 
 COMMANDS: dict[str, Command] = {
     "study": Command("run a study through Snakemake (default: the default study)", _study),
+    "validate": Command("check study files (YAML, schema, plug-ins, plan) before a run", _validate),
     "compare": Command(
         "two runs of one study: step-time ratios, intervals, crossovers", _main_of("repeat")
     ),

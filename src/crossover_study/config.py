@@ -11,6 +11,7 @@ the key path (``cases.s000-hjb.axes.batch[1]``) and so that tests need no workfl
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,17 @@ from . import cases as case_registry
 from .programs import classified
 from .provenance import REPO_ROOT, SCHEMAS, table_columns
 from .spec import REPLICA_VARIANTS, seed_sizes
+from .study_file import (
+    RESERVED_STUDY_NAMES,
+    ConfigError,
+    check_config_files,
+    check_keys_and_numbers,
+    check_threads,
+    key_path,
+    local_cores,
+    read_yaml,
+    shown,
+)
 from .study_points import (
     DEFAULT_POINT_DEADLINE_S,
     MEASURE_ENVS,
@@ -54,6 +66,11 @@ __all__ = [
     "load_config",
     "schema_default",
     "validate_config",
+    "RESERVED_STUDY_NAMES",
+    "read_yaml",
+    "check_config_files",
+    "check_threads",
+    "local_cores",
     "case_sizes",
     "points",
     "replicated_points",
@@ -81,8 +98,23 @@ __all__ = [
 SCHEMA_PATH = SCHEMAS / "config.schema.yaml"
 
 
-class ConfigError(ValueError):
-    """The study config is invalid; the message names the key path and the bad value."""
+def _schema_key() -> tuple[str, int]:
+    """The schema file and its modification time: the caches below read it again when
+    it changes."""
+    return str(SCHEMA_PATH), SCHEMA_PATH.stat().st_mtime_ns
+
+
+@functools.lru_cache(maxsize=4)
+def _schema(path: str, mtime_ns: int) -> dict:
+    """The config schema, parsed once (PyYAML takes tens of milliseconds over it, and
+    the workflow and the tests validate many configs). Read-only: never modified."""
+    return yaml.safe_load(Path(path).read_text())
+
+
+@functools.lru_cache(maxsize=4)
+def _validator(path: str, mtime_ns: int):
+    """A jsonschema validator of :func:`_schema` that fills in defaults."""
+    return _with_defaults(jsonschema.Draft202012Validator)(_schema(path, mtime_ns))
 
 
 def _with_defaults(validator_class):
@@ -99,15 +131,16 @@ def _with_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
-def _key_path(path) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "<top level>"
+def _pattern_message(error: jsonschema.ValidationError) -> str:
+    """A pattern error with the pattern as people write it (``$`` for the
+    ``(?![\\s\\S])`` that keeps a trailing newline out) and the line break named."""
+    pattern = error.validator_value.replace(r"(?![\s\S])", "$")
+    breaks = " (a name is one line: no line breaks)" if "\n" in error.instance else ""
+    return f"{shown(error.instance)} does not match {pattern}{breaks}"
 
 
 def _schema_error(error: jsonschema.ValidationError) -> ConfigError:
-    where = _key_path(error.absolute_path)
+    where = key_path(error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
@@ -128,14 +161,22 @@ def _schema_error(error: jsonschema.ValidationError) -> ConfigError:
     key = error.absolute_path[-1] if error.absolute_path else None
     if error.validator == "pattern" and key in ("slurm_partition", "slurm_account"):
         return ConfigError(
-            f"config error at {where}: {error.instance!r} is not one name (no commas or "
-            "spaces: one partition and one account per device class)"
+            f"config error at {where}: {shown(error.instance)} is not one name (no commas, "
+            "spaces or line breaks: one partition and one account per device class)"
+        )
+    name = "key name " if "propertyNames" in error.relative_schema_path else ""
+    if error.validator == "pattern":
+        return ConfigError(f"config error at {where}: {name}{_pattern_message(error)}")
+    if error.validator == "maxLength":
+        return ConfigError(
+            f"config error at {where}: {name}{shown(error.instance)} is "
+            f"{len(error.instance)} characters long, at most {error.validator_value}"
         )
     if error.validator == "not" and where.startswith("devices."):
         return ConfigError(
             f"config error at {where}: give gpu (with an optional gpu_model) or gres, not both"
         )
-    return ConfigError(f"config error at {where}: {error.message}")
+    return ConfigError(f"config error at {where}: {error.message.replace(chr(10), ' ')}")
 
 
 def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] = ()) -> dict:
@@ -159,18 +200,24 @@ def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] 
     A device class that gives ``cpus_per_task`` but not ``threads`` gets
     ``threads = cpus_per_task``: a job's framework threads are the CPUs Slurm gives it.
     """
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    check_keys_and_numbers(config)
     config = copy.deepcopy(dict(config))
     raw_devices = config.get("devices")
     given = {
         name: set(spec) if isinstance(spec, Mapping) else set()
         for name, spec in (raw_devices.items() if isinstance(raw_devices, Mapping) else ())
     }
-    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    validator = _validator(*_schema_key())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         error = jsonschema.exceptions.best_match(errors)
         raise _schema_error(error)
+    if config["study"].casefold() in RESERVED_STUDY_NAMES:
+        raise ConfigError(
+            f"config error at study: {config['study']!r} is the name of a committed folder "
+            f"(results/reference/, reports/paper/: {', '.join(RESERVED_STUDY_NAMES)} are "
+            "not study names); name the study otherwise"
+        )
     for i, device in enumerate(config["sweep"]["devices"]):
         if device not in config["devices"]:
             raise ConfigError(
@@ -347,21 +394,22 @@ def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
 def schema_default(*path: str):
     """The ``default`` of the config schema's property at ``path`` (e.g.
     ``("replication", "cases")``). Raises KeyError for a path the schema lacks."""
-    node = yaml.safe_load(SCHEMA_PATH.read_text())
+    node = _schema(*_schema_key())
     for name in path:
         node = node["properties"][name]
-    return node["default"]
+    return copy.deepcopy(node["default"])
 
 
 def load_config(path: str | Path) -> dict:
-    """Read a YAML study config and :func:`validate_config` it (a plug-in's ``workload``
-    may be relative to the file's folder). Raises ConfigError for a missing or
-    unparsable file too."""
+    """Read a YAML study config (:func:`read_yaml`: a duplicate key or a syntax error is
+    named with its file, line and column) and :func:`validate_config` it (a plug-in's
+    ``workload`` may be relative to the file's folder). Raises ConfigError for a missing
+    or unparsable file too."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
-        raise ConfigError(f"config {path} must be a mapping, got {type(raw).__name__}")
+        raise ConfigError(
+            f"config error at <top level>: the study file {path} must be a mapping of keys "
+            f"to values, got {type(raw).__name__}"
+        )
     return validate_config(raw, study_dirs=[path.parent])

@@ -112,6 +112,25 @@ def text_columns(table: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def read_csv_text(path: str | Path, table: str = "timings") -> pd.DataFrame:
+    """The CSV file ``path`` of a ``table`` (timings or crossover) with every cell as
+    text and an empty cell as missing. A text column of the schema (a name: ``case``,
+    ``host``, ``note`` ...) keeps what it holds, so that a case named ``nan``, ``NA``,
+    ``null`` or ``None`` stays that name (pandas' default reads those as missing); a
+    number or boolean column, and a plug-in case's size axis, reads pandas' missing
+    markers (``nan``, ``NA`` ...) as missing too. Raises FileNotFoundError, and
+    ``pandas.errors.EmptyDataError`` for an empty file."""
+    # pandas' own default list of missing markers (the one read_csv documents), applied
+    # per column: read_csv has no public name for it.
+    from pandas._libs.parsers import STR_NA_VALUES
+
+    text = set(text_columns(table))
+    header = pd.read_csv(path, nrows=0, dtype=str).columns
+    markers = sorted(STR_NA_VALUES)
+    na_values = {column: [""] if column in text else markers for column in header}
+    return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=na_values)
+
+
 #: The tables :func:`read_table` reads (their schemas: ``workflow/schemas/<table>.schema.yaml``).
 TABLES = ("timings", "crossover")
 
@@ -239,7 +258,7 @@ def read_table(source: str | Path | pd.DataFrame, table: str) -> pd.DataFrame:
     else:
         name = str(source)
         try:
-            df = pd.read_csv(source, dtype=str)
+            df = read_csv_text(source, table)
         except pd.errors.EmptyDataError:
             df = pd.DataFrame(columns=list(table_columns(table)))
     df = upgrade(df, table)
@@ -270,7 +289,7 @@ def read_job_tables(
     """The per-job CSVs concatenated, one row per run of a point, typed as the schema
     types them, with the documented columns in schema order followed by the size axes
     of plug-in cases (:func:`spec.timings_columns`), or with ``columns``."""
-    frames = [pd.read_csv(p, dtype=object) for p in csvs]
+    frames = [read_csv_text(p) for p in csvs]
     documented = list(table_columns("timings"))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=documented)
     if columns is None:

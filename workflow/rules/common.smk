@@ -11,11 +11,32 @@ sys.path.insert(0, SRC)
 from crossover_study import cases as case_registry  # noqa: E402
 from crossover_study import config as study_config  # noqa: E402
 
-# Validate before any job is planned: a bad key stops here with its key path. A case of
-# your own names its plug-in file relative to its study file or to the repository.
+# Validate before any job is planned: a bad key stops here with its key path. Snakemake
+# has read the study files keeping the last of a key given twice; read again, a duplicate
+# is named with its file and both lines. A case of your own names its plug-in file
+# relative to its study file or to the repository.
+study_config.check_config_files(workflow.configfiles)
 config.update(
     study_config.validate_config(config, study_dirs=[Path(f).parent for f in workflow.configfiles])
 )
+
+
+def check_local_threads():
+    """A local run: Snakemake lowers a job's threads to --cores and --max-threads without
+    a word (and the job runs on this machine's CPUs), so a device class with more
+    threads stops the run before any job starts (onstart: the executor is known only
+    once the Snakefile is read). A cluster executor skips it: there a job's cores are
+    its node's, and the measuring job checks them itself before it measures
+    (probe.check_cpus_given). A dry run does not check."""
+    if workflow.local_exec and workflow.is_main_process:
+        settings = workflow.resource_settings
+        cores = study_config.local_cores(settings.cores, settings.max_threads)
+        study_config.check_threads(config, *cores)
+
+
+onstart:
+    check_local_threads()
+
 
 STUDY = config["study"]
 RESULTS = f"results/{STUDY}"
