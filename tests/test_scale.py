@@ -1,6 +1,7 @@
 """The 10 000-point scale study plans quickly, in batched jobs (at most one job per 50
 points), and its batches are stable so that an interrupted batch resumes from its journal."""
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -10,7 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from crossover_study.config import batches, groups, load_config, measure_jobs, points
+from crossover_study import cases as case_registry
+from crossover_study import study_points
+from crossover_study.config import (
+    batches,
+    groups,
+    load_config,
+    measure_jobs,
+    points,
+    previous_round_jobs,
+    validate_config,
+)
 from crossover_study.provenance import REPO_ROOT
 
 SCALE = REPO_ROOT / "config" / "studies" / "scale.yaml"
@@ -54,3 +65,99 @@ def test_scale_dry_run_is_fast_and_plans_one_job_per_50_points_at_most(tmp_path)
     # The workflow profile (profiles/default) is picked up without asking.
     assert "workflow specific profile" in out
     print(f"dry run: {seconds:.1f} s, {cluster_jobs} cluster jobs ({stats['measure']} measure)")
+
+
+# A small study with everything the job tables depend on: a grid, two devices, replicas,
+# repeated runs, and batches of at most 3 points.
+CACHED = {
+    "study": "x",
+    "sweep": {"devices": ["cpu", "cuda"]},
+    "devices": {"cpu": {"threads": 2}, "cuda": {"threads": 1, "gpu": 1}},
+    "max_points_per_job": 3,
+    "timing": {"repeats": 2},
+    "replication": {"cases": ["s001-mlp"], "replicas": [2], "devices": ["cpu"]},
+    "cases": {
+        "s001-mlp": {
+            "axes": {"hidden": [16, 128, 512], "d_in": [8, 1024]},
+            "grid": ["hidden", "d_in"],
+        },
+        "s000-hjb": {"axes": {"width": [4, 8, 16]}},
+    },
+}
+
+
+def _uncached(config):
+    """Batches per group, jobs and each job's previous round as computed without the
+    cache (study_points._batches, _measure_jobs and the scan previous_round_jobs did)."""
+    tables = {g: study_points._batches(config, *g) for g in groups(config)}
+    jobs = study_points._measure_jobs(config)
+    waits = {}
+    for c, f, d, i in jobs:
+        r = tables[(c, f, d)][i][0].repeat
+        waits[(c, f, d, i)] = [
+            job
+            for job in jobs
+            if job[:2] == (c, f) and r > 0 and tables[job[:3]][job[3]][0].repeat == r - 1
+        ]
+    return tables, jobs, waits
+
+
+def _cached(config):
+    tables = {g: batches(config, *g) for g in groups(config)}
+    jobs = measure_jobs(config)
+    return tables, jobs, {job: previous_round_jobs(config, *job) for job in jobs}
+
+
+def test_cached_job_tables_equal_the_uncached_computation():
+    config = validate_config(CACHED)
+    study_points._plan.cache_clear()
+    tables, jobs, waits = _uncached(config)
+    assert len(jobs) > 8 and any(waits.values())  # repeats: runs wait for the one before
+    assert {1, 2} == {p.replicas for t in tables.values() for b in t for p in b}
+    assert _cached(config) == (tables, jobs, waits)
+    assert _cached(config) == (tables, jobs, waits)  # served from the cache
+    assert study_points._plan.cache_info().hits > 0
+    # Each call gets a list of its own: changing one changes no later answer.
+    got = batches(config, "s001-mlp", "torch", "cpu")
+    got.clear()
+    measure_jobs(config).clear()
+    assert _cached(config) == (tables, jobs, waits)
+
+
+def test_a_changed_config_is_not_served_a_stale_cache(monkeypatch):
+    config = validate_config(CACHED)
+    group = ("s001-mlp", "torch", "cpu")
+    before = batches(config, *group)
+    # Changed in place (the same object), at the top and deep inside.
+    config["max_points_per_job"] = 1
+    assert batches(config, *group) == study_points._batches(config, *group) != before
+    config["cases"]["s001-mlp"]["axes"]["hidden"].append(2048)
+    after = batches(config, *group)
+    assert after == study_points._batches(config, *group)
+    assert any(p.sizes["hidden"] == 2048 for b in after for p in b)
+    config["timing"]["repeats"] = 3
+    assert _cached(config) == _uncached(config)
+    # The same cases in another order: jobs in that order.
+    reordered = {**config, "cases": dict(reversed(list(config["cases"].items())))}
+    assert measure_jobs(reordered) == study_points._measure_jobs(reordered)
+    assert measure_jobs(reordered) != measure_jobs(config)
+    # True where 1 was (equal in Python, not the same config).
+    flagged = {**config, "max_points_per_job": True}
+    assert batches(flagged, *group) == study_points._batches(flagged, *group)
+    # A config equal to the one first cached, after that one was changed: its plan
+    # computes a group not asked for before from its own copy, not the changed config.
+    fresh = validate_config(CACHED)
+    assert batches(fresh, "s001-mlp", "torch", "cuda") == study_points._batches(
+        fresh, "s001-mlp", "torch", "cuda"
+    )
+    assert batches(fresh, *group) == before
+    # The case registry's seed is part of the key (a plug-in case re-registered).
+    seed = case_registry.get("s000-hjb")
+    monkeypatch.setitem(
+        case_registry._active,
+        "s000-hjb",
+        dataclasses.replace(seed, seed={"batch": 100, "width": 6}),
+    )
+    hjb = batches(fresh, "s000-hjb", "torch", "cpu")
+    assert hjb == study_points._batches(fresh, "s000-hjb", "torch", "cpu")
+    assert any(p.sizes["width"] == 6 for b in hjb for p in b)

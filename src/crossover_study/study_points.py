@@ -9,8 +9,10 @@ re-exports every name here, so ``config.points`` etc. are reached as before).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
+import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -126,7 +128,13 @@ def batches(
     config: Mapping[str, Any], case: str, framework: str, device: str
 ) -> list[tuple[PointSpec, ...]]:
     """The points of one group split into measuring jobs of at most
-    ``config['max_points_per_job']`` points each (see :func:`split_batches`).
+    ``config['max_points_per_job']`` points each (see :func:`split_batches`): a new
+    list of batches (tuples of points) per call.
+
+    Computed once per config and group (:func:`_plan`; the rule files ask for one job's
+    batch in several input functions of every job) and kept while the config is
+    unchanged: the points are shared between calls and must not be changed. Raises
+    KeyError for a case the config does not have.
 
     Points of one replica come first (the ordinary points, batched as before replicas
     existed, so their tables and journals still match, and the one-replica baselines of
@@ -135,6 +143,16 @@ def batches(
     processes, its logical CPU devices and, on cuda_multi, the GPUs it asks Slurm for
     (one for a job whose only runnable points are the baselines).
     """
+    plan = _plan_of(config)
+    if plan is None:
+        return _batches(config, case, framework, device)
+    return list(plan.batches(case, framework, device))
+
+
+def _batches(
+    config: Mapping[str, Any], case: str, framework: str, device: str
+) -> list[tuple[PointSpec, ...]]:
+    """:func:`batches` computed from ``config`` (uncached)."""
     every = points(config, case, framework, device)
     limit = config["max_points_per_job"]
     out = split_batches([p for p in every if p.replicas == 1], limit)
@@ -173,10 +191,20 @@ def previous_round_jobs(
     r = batch_repeat(config, case, framework, device, batch)
     if r == 0:
         return []
+    plan = _plan_of(config)
+    if plan is None:
+        return _previous_round_jobs(config, case, framework, r)
+    return list(plan.rounds().get((case, framework, r - 1), ()))
+
+
+def _previous_round_jobs(
+    config: Mapping[str, Any], case: str, framework: str, r: int
+) -> list[tuple[str, str, str, int]]:
+    """The jobs of run ``r - 1`` of ``case`` and ``framework`` (uncached)."""
     return [
         (c, f, d, i)
-        for c, f, d, i in measure_jobs(config)
-        if c == case and f == framework and batch_repeat(config, c, f, d, i) == r - 1
+        for c, f, d, i in _measure_jobs(config)
+        if c == case and f == framework and _batches(config, c, f, d)[i][0].repeat == r - 1
     ]
 
 
@@ -224,10 +252,99 @@ def logical_cpus(group_points: Sequence[PointSpec], device: str) -> int:
 
 
 def measure_jobs(config: Mapping[str, Any]) -> list[tuple[str, str, str, int]]:
-    """Every measuring job of the study as (case, framework, device, batch index)."""
+    """Every measuring job of the study as (case, framework, device, batch index), in
+    the order of :func:`groups` (a new list per call, computed once per config)."""
+    plan = _plan_of(config)
+    if plan is None:
+        return _measure_jobs(config)
+    return list(plan.jobs())
+
+
+def _measure_jobs(config: Mapping[str, Any]) -> list[tuple[str, str, str, int]]:
+    """:func:`measure_jobs` computed from ``config`` (uncached)."""
     return [
-        (c, f, d, i) for c, f, d in groups(config) for i in range(len(batches(config, c, f, d)))
+        (c, f, d, i) for c, f, d in groups(config) for i in range(len(_batches(config, c, f, d)))
     ]
+
+
+class _Plan:
+    """What :func:`batches`, :func:`measure_jobs` and :func:`previous_round_jobs`
+    compute from one config, each part computed on first use and then kept. Holds its
+    own copy of the config (unpickled from its cache key), so a caller that changes
+    its config afterwards changes neither the plan nor what it computes later."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+        self._batches: dict[tuple[str, str, str], tuple[tuple[PointSpec, ...], ...]] = {}
+        self._jobs: tuple[tuple[str, str, str, int], ...] | None = None
+        self._rounds: dict[tuple[str, str, int], tuple[tuple[str, str, str, int], ...]] = {}
+
+    def batches(self, case: str, framework: str, device: str) -> tuple:
+        """The group's batches (:func:`_batches`), computed on first use."""
+        group = (case, framework, device)
+        if group not in self._batches:
+            self._batches[group] = tuple(_batches(self.config, case, framework, device))
+        return self._batches[group]
+
+    def jobs(self) -> tuple[tuple[str, str, str, int], ...]:
+        """Every measuring job (:func:`_measure_jobs`), computed on first use."""
+        if self._jobs is None:
+            self._jobs = tuple(
+                (c, f, d, i)
+                for c, f, d in groups(self.config)
+                for i in range(len(self.batches(c, f, d)))
+            )
+        return self._jobs
+
+    def rounds(self) -> dict[tuple[str, str, int], tuple[tuple[str, str, str, int], ...]]:
+        """Jobs per (case, framework, run), in :meth:`jobs` order."""
+        if not self._rounds and self.jobs():
+            rounds: dict[tuple[str, str, int], list] = {}
+            for c, f, d, i in self.jobs():
+                rounds.setdefault((c, f, self.batches(c, f, d)[i][0].repeat), []).append(
+                    (c, f, d, i)
+                )
+            self._rounds = {k: tuple(v) for k, v in rounds.items()}
+        return self._rounds
+
+
+def _plan_of(config: Mapping[str, Any]) -> _Plan | None:
+    """The :class:`_Plan` of ``config`` as it is now; None when it cannot be a cache
+    key (it does not pickle), for the caller to compute uncached.
+
+    The key is the config's pickle (every value with its type and every mapping in
+    its order, so two configs share a plan only when nothing the functions read
+    differs; ``json.dumps`` would merge ``1`` and ``"1"`` keys) and the active case
+    registry's seed sizes and frameworks of the config's cases (a plug-in case is
+    registered from the config last validated, :func:`crossover_study.cases.use`).
+    Pickling a study's config takes microseconds; the batches of a 25 000-point group
+    take a second, and the rule files ask for them in several functions of every job.
+    """
+    try:
+        key = (
+            pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL),
+            tuple(_registry_view(name) for name in config["cases"]),
+        )
+        hash(key)
+    except Exception:  # noqa: BLE001 - any config that is no key is computed uncached
+        return None
+    return _plan(key)
+
+
+def _registry_view(name: str) -> tuple | None:
+    """What the study-points functions read of case ``name`` in the active registry
+    (None for a case it does not know: computing with it raises, uncached)."""
+    try:
+        case = case_registry.get(name)
+    except KeyError:
+        return None
+    return (tuple(case.seed.items()), case.frameworks)
+
+
+@functools.lru_cache(maxsize=8)
+def _plan(key: tuple[bytes, tuple]) -> _Plan:
+    """The plan of the config pickled in ``key[0]`` (the last few configs kept)."""
+    return _Plan(pickle.loads(key[0]))
 
 
 #: Conda env (``envs/<name>.yaml``) of a measuring job per framework and device class.
