@@ -216,9 +216,11 @@ def hold(path: str | os.PathLike):
 
     Raises :class:`JournalBusy` at once, naming the journal and the holding process
     where Linux tells it, when another live process holds it: a second run of the same
-    measuring job, which must not measure its points twice at the same time. (flock is
-    hand-rolled from the standard library: the lock lives exactly as long as the
-    process, which lock-file packages built on files that outlive it do not promise.)"""
+    measuring job, which must not measure its points twice at the same time. On a file
+    system without flock (ENOSYS, ENOLCK) the block runs unlocked, with a warning on
+    ``sys.stderr`` (the job log). (Hand-rolled on the standard library's flock: the
+    lock lives exactly as long as the process, which lock-file packages built on files
+    that outlive it do not promise.)"""
     key = _held_key(path)
     if key in _HELD:
         yield _HELD[key]
@@ -239,6 +241,8 @@ def hold(path: str | os.PathLike):
             "once: let that run finish, or end it, then run again. `--unlock` is only for "
             "a run that is no longer alive."
         ) from None
+    except OSError as exc:  # a file system without flock (Lustre mounted without it)
+        print(f"warning: {path} cannot be locked ({exc}); measuring unlocked", file=sys.stderr)
     _HELD[key] = fh
     try:
         yield fh
