@@ -297,7 +297,8 @@ def test_a_study_that_dropped_a_job_records_only_what_it_holds(tmp_path, monkeyp
     moved = retire_tables(results, keep)
     retired = (results / "retired/s000-hjb/torch/cpu").resolve()
     assert moved == sorted(retired / n for n in ("batch-0.csv", "batch-0.probe.json"))
-    assert not (results / "points/s000-hjb/torch/cpu/batch-0.csv").exists()
+    assert not (results / "points/s000-hjb").exists()  # nor its emptied folders
+    assert (results / "points/s001-mlp/torch/cpu/batch-0.csv").is_file()
     assert retire_tables(results, keep) == []  # nothing left to move
     manifest = build_manifest(
         study="mini",

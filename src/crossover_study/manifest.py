@@ -425,10 +425,10 @@ def retire_tables(results_dir: str | Path, keep: Iterable[str | Path]) -> list[P
     """Move every per-job table and probe record under ``<results_dir>/points/`` that is
     not in ``keep`` (the study's jobs now: the collect step's inputs) to
     ``<results_dir>/retired/``, at the same path below it (one retired earlier is
-    replaced). A study whose cases, devices or batches changed keeps the tables of the
-    jobs it dropped there, out of its records: its manifest, its audit (which fails a
-    per-job table the manifest does not record) and a frozen copy hold what the study
-    now holds. Nothing measured is lost: the journals stay under ``journal/``, so a
+    replaced; folders left empty are removed). A study whose cases, devices or batches
+    changed keeps the tables of the jobs it dropped there, out of its records: its
+    manifest, its audit (which fails a per-job table the manifest does not record) and
+    a frozen copy hold what the study now holds. Nothing measured is lost: the journals stay under ``journal/``, so a
     case added back is written again from them without measuring. Paths in ``keep``
     may be relative to the working directory. Returns the new paths, sorted."""
     results = Path(results_dir).resolve()
@@ -443,6 +443,11 @@ def retire_tables(results_dir: str | Path, keep: Iterable[str | Path]) -> list[P
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, target)
             moved.append(target)
+    for path in moved:  # folders left empty go too (points/<dropped case>/...)
+        folder = points / path.parent.relative_to(results / RETIRED_DIR)
+        while folder != points and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
     return sorted(moved)
 
 
