@@ -317,10 +317,14 @@ def test_a_sticky_device_error_ends_the_job_and_a_rerun_measures_the_point(tmp_p
     assert journal.final_row(keys[0])["status"] == "ok"
     assert journal.final_row(keys[1]) is None and journal.starts[keys[1]] == 1
     assert keys[2] not in journal.starts
+    # The point's own fault: it counts towards MAX_ATTEMPTS (a kill from outside would not).
+    assert len(journal.faults[keys[1]]) == 1
+    assert journal.faults[keys[1]][0].startswith("left cuda unable to run work: ")
     # The rerun, in a fresh process where the device works, measures the rest.
     fake_cuda(monkeypatch, fail_at=None, broken=None)
     rows = run_group(group, tmp_path / "j", tmp_path / "o.csv", log=quiet)
     assert [r["status"] for r in rows] == ["ok", "ok", "ok"]
+    assert [r["attempts"] for r in rows] == [1, 2, 1]
 
 
 def test_an_error_that_leaves_the_device_working_is_recorded_and_the_sweep_goes_on(

@@ -276,6 +276,51 @@ def test_runs_carry_the_packages_their_jobs_probes_recorded(tmp_path):
     assert manifest["packages"]["pandas"]["installed"] == "3.1.1"
 
 
+def test_a_study_that_dropped_a_job_records_only_what_it_holds(tmp_path, monkeypatch):
+    """The manifest records the per-job tables it is given (the study's jobs now); the
+    tables of a dropped job leave points/ for retired/ (retire_tables), none lost."""
+    from crossover_study.manifest import build_manifest, retire_tables
+
+    monkeypatch.chdir(tmp_path)  # the workflow's paths are relative to its workdir
+    results = Path("results/mini")
+    row = {"case": "s001-mlp", "framework": "torch", "device": "cpu", "status": "ok"}
+    jobs = {"s001-mlp/torch/cpu/batch-0": "a", "s000-hjb/torch/cpu/batch-0": "b"}
+    for stem, run_id in jobs.items():
+        table = results / "points" / f"{stem}.csv"
+        table.parent.mkdir(parents=True)
+        pd.DataFrame([{**row, "run_id": run_id}]).to_csv(table, index=False)
+        table.with_suffix(".probe.json").write_text(json.dumps({"device": "cpu"}))
+    pd.DataFrame([{**row, "run_id": "a"}]).to_csv(results / "timings.csv", index=False)
+    for name in ("crossover.csv", "wall.json"):
+        (results / name).write_text("{}")
+    keep = [str(results / "points/s001-mlp/torch/cpu/batch-0") + s for s in (".csv", ".probe.json")]
+    moved = retire_tables(results, keep)
+    retired = (results / "retired/s000-hjb/torch/cpu").resolve()
+    assert moved == sorted(retired / n for n in ("batch-0.csv", "batch-0.probe.json"))
+    assert not (results / "points/s000-hjb").exists()  # nor its emptied folders
+    assert (results / "points/s001-mlp/torch/cpu/batch-0.csv").is_file()
+    assert retire_tables(results, keep) == []  # nothing left to move
+    manifest = build_manifest(
+        study="mini",
+        config={"cases": {}},
+        config_hash="h",
+        config_files=[],
+        workdir=tmp_path,
+        results_dir=results,
+        tables={
+            t.split(".")[0]: results / t for t in ("timings.csv", "crossover.csv", "wall.json")
+        },
+        report={},
+        figures_dir=None,
+        snakemake_version=None,
+        point_tables=keep[:1],
+        probe_records=keep[1:],
+    )
+    assert [r["path"] for r in manifest["points"]] == [keep[0]]
+    assert [r["path"] for r in manifest["probes"]] == [keep[1]]
+    assert [r["points"] for r in manifest["runs"]] == [[keep[0]]]
+
+
 # ------------------------------------------------------- committed reference runs
 def _reference() -> Path:
     if not REFERENCE_RUNS:

@@ -17,9 +17,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+import yaml
 from conftest import run_crate_validator, run_snakemake
 
-from crossover_study import audit, figures
+from crossover_study import audit, figures, freeze
 from crossover_study.files import sha256_file
 from crossover_study.manifest import load_manifest
 from crossover_study.paper import PAPER_FIGURES, PAPER_FORMATS
@@ -175,3 +176,29 @@ def test_paper_rule_redraws_from_committed_results_only(tmp_path):
     assert report.ok, report.text()
     again = run_snakemake(work, "paper", "-n", *config)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_dropping_a_case_and_rerunning_keeps_the_run_auditable(smoke_run, tmp_path):
+    # issue 36: the manifest recorded the dropped case's per-job tables too, the audit
+    # collected them again beside the rest ('1024.0' vs '1024': pandas writes an int
+    # column with gaps as floats) and failed "not derived", and freeze refused the run.
+    work = _copy(smoke_run, tmp_path)
+    config = yaml.safe_load((work / "smoke.yaml").read_text())
+    del config["cases"]["s000-hjb"]
+    (work / "smoke.yaml").write_text(yaml.safe_dump(config))
+    run_snakemake(work, "--configfile", str(work / "smoke.yaml"))
+    results = work / "results/smoke"
+    report = audit.audit(results)
+    assert report.ok, report.text()
+    manifest = load_manifest(results)
+    recorded = [r["path"] for r in manifest["points"] + manifest["probes"]]
+    assert recorded and not [p for p in recorded if "s000-hjb" in p]
+    assert set(pd.read_csv(results / "timings.csv")["case"]) == {"s001-mlp"}
+    # The dropped case's tables are kept out of points/, not lost (nor its journals).
+    assert not (results / "points/s000-hjb").exists()
+    for name in ("batch-0.csv", "batch-0.probe.json"):
+        assert (results / "retired/s000-hjb/torch/cpu" / name).is_file()
+    assert list((results / "journal/s000-hjb").glob("**/*.jsonl"))
+    frozen = freeze.freeze(results, tmp_path / "frozen")
+    assert tmp_path / "frozen/timings.csv" in frozen
+    assert not [p for p in frozen if "s000-hjb" in str(p) or "retired" in str(p)]

@@ -164,14 +164,122 @@ def test_journal_ignores_a_torn_last_line(tmp_path):
     assert journal.final_row("a") == {"status": "ok"}
 
 
-def test_a_point_that_kills_the_process_twice_becomes_an_error(tmp_path):
+#: What faulthandler writes into the journal when the step crashes its process
+#: (Journal.recording_crashes), as Python 3.11 writes it.
+SEGFAULT_REPORT = (
+    "Fatal Python error: Segmentation fault\n\n"
+    "Current thread 0x00007f0000000000 (most recent call first):\n"
+    '  File "/x/workload.py", line 12 in run\n\n'
+    "Extension modules: numpy.core._multiarray_umath (total: 1)\n"
+)
+
+
+def test_a_point_killed_from_outside_twice_is_measured_on_the_next_run(tmp_path):
+    # Two processes ended from outside in the point (the OOM killer, a preempted Slurm
+    # job: SIGKILL leaves the start line only): not the point's fault, measured again.
     group = mlp_group(hidden=(128,))
     key = group.points[0].key()
     journal = tmp_path / "j.jsonl"
     start = {"event": "start", "key": key, "settings": group.settings()}
     journal.write_text("".join(json.dumps(start) + "\n" for _ in range(2)))
+    said = []
+    rows = run_group(group, journal, tmp_path / "o.csv", log=said.append)
+    assert rows[0]["status"] == "ok" and rows[0]["step_time_s"] > 0
+    assert rows[0]["attempts"] == 3  # the row says how often it was tried
+    assert any("ended from outside, which does not count" in line for line in said)
+    assert pd.read_csv(tmp_path / "o.csv")["attempts"].tolist() == [3]
+    # Kept by the next run as it is.
+    again = run_group(group, journal, tmp_path / "o.csv", log=lambda _: None)
+    assert again[0] == rows[0]
+
+
+def test_a_point_killed_before_is_measured_after_the_others(tmp_path, monkeypatch):
+    # One that the OOM killer takes every time must not cost the rest of its job.
+    group = mlp_group(hidden=(128, 256))
+    journal = tmp_path / "j.jsonl"
+    start = {"event": "start", "key": group.points[0].key(), "settings": group.settings()}
+    journal.write_text(json.dumps(start) + "\n")
+    calls, original = [], runner.measure_point
+
+    def counting(point, *args):
+        calls.append(point.sizes["hidden"])
+        return original(point, *args)
+
+    monkeypatch.setattr(runner, "measure_point", counting)
     rows = run_group(group, journal, tmp_path / "o.csv", log=lambda _: None)
-    assert rows[0]["status"] == "error" and "died 2 times" in rows[0]["message"]
+    assert calls == [256, 128]
+    assert [(r["hidden"], r["attempts"]) for r in rows] == [(128, 2), (256, 1)]
+    assert pd.read_csv(tmp_path / "o.csv")["hidden"].tolist() == [128, 256]
+
+
+def test_a_point_that_crashes_its_process_twice_becomes_an_error(tmp_path, monkeypatch):
+    group = mlp_group(hidden=(128,))
+    key = group.points[0].key()
+    journal = tmp_path / "j.jsonl"
+    start = json.dumps({"event": "start", "key": key, "settings": group.settings()}) + "\n"
+    # Crashed itself twice, and was killed from outside once in between (not counted).
+    journal.write_text(start + SEGFAULT_REPORT + start + start + SEGFAULT_REPORT)
+
+    def never(*_):
+        raise AssertionError("a point that crashed its process twice was measured again")
+
+    monkeypatch.setattr(runner, "measure_point", never)
+    rows = run_group(group, journal, tmp_path / "o.csv", log=lambda _: None)
+    assert rows[0]["status"] == "error" and rows[0]["attempts"] == 3
+    assert "ended its measuring process 2 times" in rows[0]["message"]
+    assert "Segmentation fault" in rows[0]["message"]
+
+
+def test_one_own_crash_is_tried_again(tmp_path):
+    group = mlp_group(hidden=(128,))
+    key = group.points[0].key()
+    journal = tmp_path / "j.jsonl"
+    start = json.dumps({"event": "start", "key": key, "settings": group.settings()}) + "\n"
+    journal.write_text(start + SEGFAULT_REPORT)
+    said = []
+    rows = run_group(group, journal, tmp_path / "o.csv", log=said.append)
+    assert rows[0]["status"] == "ok" and rows[0]["attempts"] == 2
+    assert any("its own faults: 1 of 2, last Fatal Python error: Segmentation" in s for s in said)
+
+
+CRASH_SCRIPT = """
+import os, signal, sys
+sys.path.insert(0, {src!r})
+from crossover_study import runner
+from crossover_study.harness import TimingPolicy
+from crossover_study.runner import GroupSpec, run_group
+from crossover_study.spec import PointSpec
+
+def crash(*_):  # a step that crashes its process (a segfault in a C extension)
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+runner.measure_point = crash
+seed = {{"batch": 64, "d_in": 1024}}
+pts = (PointSpec("s001-mlp", "torch", "cpu", "eager", {{**seed, "hidden": 128}}),)
+policy = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1)
+group = GroupSpec("s001-mlp", "torch", "cpu", pts, 1, policy, "skip", "testhash")
+run_group(group, sys.argv[1], sys.argv[2], log=lambda _: None)
+"""
+
+
+@pytest.mark.slow
+def test_a_step_that_segfaults_is_recorded_in_the_journal_and_given_up(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text(CRASH_SCRIPT.format(src=str(REPO_ROOT / "src")))
+    journal, out = tmp_path / "j.jsonl", tmp_path / "o.csv"
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, str(script), str(journal), str(out)], capture_output=True, timeout=300
+        )
+        assert proc.returncode == -signal.SIGSEGV, proc.stderr.decode()[-2000:]
+    group = mlp_group(hidden=(128,))
+    assert (
+        Journal(journal, group.settings()).faults[group.points[0].key()]
+        == ["Fatal Python error: Segmentation fault"] * 2
+    )
+    rows = run_group(group, journal, out, log=lambda _: None)
+    assert rows[0]["status"] == "error" and rows[0]["attempts"] == 2
+    assert "ended its measuring process 2 times" in rows[0]["message"]
 
 
 KILL_SCRIPT = """

@@ -14,7 +14,10 @@
   beside this study (its cross-machine figures), keyed by the name a figure records
   for them (:func:`reference_source_name`: ``reference/<run>/timings.csv``);
 - records: every measuring job's table (``points/**/*.csv``) and probe record
-  (``points/**/*.probe.json``, when the jobs wrote them), and one entry per measuring
+  (``points/**/*.probe.json``, when the jobs wrote them) that ``timings.csv`` was
+  collected from (a workflow run names them: the study's jobs now; the tables of jobs
+  it no longer has, a case or batch dropped from its config, are moved to
+  ``retired/`` first, :func:`retire_tables`), and one entry per measuring
   run (``run_id`` of ``timings.csv``) with its machine and software, including
   ``packages``: the package versions of the environment its measuring jobs ran in, from
   their probe records (:func:`run_packages`; under ``--sdm conda`` a
@@ -303,6 +306,8 @@ def build_manifest(
     repo: str | Path = REPO_ROOT,
     reference_tables: Iterable[str | Path] = (),
     extra: Mapping | None = None,
+    point_tables: Iterable[str | Path] | None = None,
+    probe_records: Iterable[str | Path] | None = None,
 ) -> dict:
     """The manifest of one study run as a JSON-ready dict (see the module docstring).
 
@@ -341,8 +346,13 @@ def build_manifest(
             derived_from = [p for name, p in known.items() if name in sources]
             figures.append({**rec(path), "sources": sources, "derived_from": derived_from})
 
-    point_paths = sorted(results_abs.glob("points/**/*.csv"))
-    probe_paths = sorted(results_abs.glob("points/**/*.probe.json"))
+    def listed(paths, pattern):
+        if paths is None:
+            return sorted(results_abs.glob(pattern))
+        return sorted(Path(p) if Path(p).is_absolute() else workdir / p for p in paths)
+
+    point_paths = listed(point_tables, "points/**/*.csv")
+    probe_paths = listed(probe_records, "points/**/*.probe.json")
     point_tables = {}
     for path in point_paths:
         point_tables[rec(path)["path"]] = pd.read_csv(path, dtype=str)
@@ -404,6 +414,41 @@ def build_manifest(
         "snakemake_version": snakemake_version,
         **dict(extra or {}),
     }
+
+
+#: Where :func:`retire_tables` moves the per-job tables of jobs a study no longer has
+#: (relative to its results folder; the layout below it is that of ``points/``).
+RETIRED_DIR = "retired"
+
+
+def retire_tables(results_dir: str | Path, keep: Iterable[str | Path]) -> list[Path]:
+    """Move every per-job table and probe record under ``<results_dir>/points/`` that is
+    not in ``keep`` (the study's jobs now: the collect step's inputs) to
+    ``<results_dir>/retired/``, at the same path below it (one retired earlier is
+    replaced; folders left empty are removed). A study whose cases, devices or batches
+    changed keeps the tables of the jobs it dropped there, out of its records: its
+    manifest, its audit (which fails a per-job table the manifest does not record) and
+    a frozen copy hold what the study now holds. Nothing measured is lost: the journals stay under ``journal/``, so a
+    case added back is written again from them without measuring. Paths in ``keep``
+    may be relative to the working directory. Returns the new paths, sorted."""
+    results = Path(results_dir).resolve()
+    points = results / "points"
+    kept = {Path(p).resolve() for p in keep}
+    moved = []
+    for pattern in ("**/*.csv", "**/*.probe.json"):
+        for path in sorted(points.glob(pattern)):
+            if path.resolve() in kept or not path.is_file():
+                continue
+            target = results / RETIRED_DIR / path.relative_to(points)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+            moved.append(target)
+    for path in moved:  # folders left empty go too (points/<dropped case>/...)
+        folder = points / path.parent.relative_to(results / RETIRED_DIR)
+        while folder != points and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
+    return sorted(moved)
 
 
 def _portable_record(record: dict) -> dict:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from . import config as study_config
+from .journal import JournalBusy, hold
 from .probe import probe_record, write_probe
 from .runner import GroupSpec, run_group
 
@@ -52,6 +53,11 @@ def measure_job(
     past ``timing.point_deadline_s`` (:func:`config.point_deadline_s`) is ended with
     every thread's stack in ``log_path`` (:mod:`crossover_study.watchdog`); one that
     cannot be interrupted ends the process (SIGKILL) after its error row is journaled.
+
+    The job's journal is held for the job's whole life (:func:`journal.hold`): when
+    another live process holds it (the same job of a second run), raises
+    :class:`journal.JournalBusy` before measuring or writing anything but a line of
+    ``log_path`` (no table, no probe record).
     """
     config = study_config.validate_config(config)
     batches = study_config.batches(config, case, framework, device)
@@ -71,13 +77,20 @@ def measure_job(
     )
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     job: dict = {}
-    with open(log_path, "a") as log:
+    with open(log_path, "a") as log, contextlib.ExitStack() as held:
 
         def say(text: str) -> None:
             print(text, file=log, flush=True)
             if echo is not None:
                 echo(text)
 
+        try:  # until the probe record is written, past the measurement
+            held.enter_context(hold(journal))
+        except JournalBusy as exc:
+            say(f"job refused: {exc}")
+            if echo is None:  # on the console too (Snakemake's), not only in the log
+                print(f"job refused: {exc}", file=sys.__stderr__, flush=True)
+            raise
         say(f"batch {batch}: {len(points)} points, {threads} threads")
         try:
             # Stacks of a point past timing.point_deadline_s go to the log as well, and
@@ -151,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             echo=echo if args.echo else None,
             deadline=args.deadline,
         )
+    except JournalBusy:  # measure_job printed its one line
+        return 1
     except Exception as exc:  # noqa: BLE001 - the log has the traceback's summary
         if not args.echo:  # with --echo the job's own "job failed" line was printed
             print(f"job failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

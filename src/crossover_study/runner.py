@@ -31,7 +31,7 @@ from . import cases, frameworks, gpu_state, precision, step_rates
 from .config import logical_cpus
 from .files import write_csv_atomic
 from .harness import TimingPolicy
-from .journal import FINAL, MAX_ATTEMPTS, Journal, json_default
+from .journal import FINAL, MAX_ATTEMPTS, Journal, hold, json_default
 from .point_measure import deadline_row, measure_point
 from .probe import check_cpus_given
 from .programs import not_applicable_reason, program_or_none
@@ -157,7 +157,21 @@ def run_group(
     work (a sticky CUDA error): that point is not journaled as done, so a rerun in a
     fresh process measures it again (the process dies at most ``MAX_ATTEMPTS`` times
     on it before it becomes an ``error``).
+
+    A point whose process ended while measuring it is measured again; its own faults
+    (a crash inside the step, a device left unusable) count towards ``MAX_ATTEMPTS``,
+    ends from outside (SIGKILL, SIGTERM) do not (:mod:`crossover_study.journal`).
+    Every row says in ``attempts`` how often its point was started. The journal is
+    held for the job's lifetime (:func:`journal.hold`): raises
+    :class:`journal.JournalBusy` before anything else when another live process
+    measures the same job.
     """
+    with hold(journal_path):
+        return _held_group(group, journal_path, out_csv, log, job, deadline, stacks)
+
+
+def _held_group(group, journal_path, out_csv, log, job, deadline, stacks) -> list[dict]:
+    """:func:`run_group` once its journal is held."""
     job = {} if job is None else job
     created = psutil.Process().create_time()
     # Before anything is pinned, imported or measured: fewer CPUs than threads fails the
@@ -245,8 +259,16 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
     job_state = _Job(
         group, journal, common, probe, log, watchdog, gpu_start, deadline, import_s, device_init_s
     )
+    # Points whose process ended in them before go last: one that ends every process
+    # from outside (a point the OOM killer takes each time, which is tried again each
+    # run) costs no other point its measurement.
+    again = [
+        journal.attempts(p.key()) > 0 and journal.final_row(p.key()) is None for p in group.points
+    ]
+    rows: list = [None] * len(group.points)
     with watchdog or contextlib.nullcontext():
-        rows = [_run_point(job_state, point) for point in group.points]
+        for i in sorted(range(len(group.points)), key=again.__getitem__):
+            rows[i] = _run_point(job_state, group.points[i])
     write_csv_atomic(rows, timings_columns(rows), out_csv)
     return rows
 
@@ -324,11 +346,13 @@ def _run_point(job: _Job, point: PointSpec) -> dict:
         row = {**base, "status": "not_applicable", "message": mismatch}
     elif not probe.available:
         row = {**base, "status": "unavailable", "message": probe.reason}
-    elif journal.starts.get(key, 0) >= MAX_ATTEMPTS:
+    elif len(journal.faults.get(key, ())) >= MAX_ATTEMPTS:
+        faults = journal.faults[key]
         row = {
             **base,
             "status": "error",
-            "message": f"the measuring process died {journal.starts[key]} times on this point",
+            "message": f"the point ended its measuring process {len(faults)} times "
+            f"({faults[-1]}); not measured again",
         }
     elif job.deadline is not None and time.time() > job.deadline:
         when = datetime.fromtimestamp(job.deadline, UTC).isoformat(timespec="seconds")
@@ -338,8 +362,10 @@ def _run_point(job: _Job, point: PointSpec) -> dict:
             "message": f"not measured: the run's deadline ({when}) passed before this point",
         }
     else:
+        _say_tried_before(journal, key, log)
         journal.start(key)
-        row = _measure_with_deadline(job, point, base)
+        with journal.recording_crashes():  # a crash in the step: the point's own fault
+            row = _measure_with_deadline(job, point, base)
         # Tensors of this point (workloads hold their own bound methods: cycles) are
         # freed before the next point sets up.
         frameworks.release_memory(group.framework, group.device)
@@ -349,6 +375,8 @@ def _run_point(job: _Job, point: PointSpec) -> dict:
                 log(f"  {key}: {row['status']} {row.get('message')}")
                 if ended_at_deadline(row):  # final: measuring it again would hang again
                     _finish(journal, key, row, job.gpu_start, None, group.point_deadline_s)
+                else:  # the point's own fault: counts towards MAX_ATTEMPTS
+                    journal.fault(key, f"left {group.device} unable to run work: {fault}")
                 raise frameworks.DeviceLostError(
                     f"{key} failed ({row.get('message')}) and left {group.device} unable "
                     f"to run work ({fault}); ending the job so that a fresh process "
@@ -361,11 +389,27 @@ def _run_point(job: _Job, point: PointSpec) -> dict:
     return row
 
 
+def _say_tried_before(journal: Journal, key: str, log) -> None:
+    """Log why a point started before without a row is measured again: it ended its
+    process itself (counted) or was ended from outside (not counted)."""
+    tried, own = journal.attempts(key), journal.faults.get(key, [])
+    if tried and key not in journal.done:
+        log(
+            f"  {key}: measured again (started {tried} time(s) before; "
+            + (
+                f"its own faults: {len(own)} of {MAX_ATTEMPTS}, last {own[-1]})"
+                if own
+                else "its process was ended from outside, which does not count)"
+            )
+        )
+
+
 def _finish(journal, key, row, gpu_start, gpu_end, point_deadline_s) -> None:
     """Complete ``row`` (GPU state, host load, time) and journal it."""
     row.update(gpu_state.row_columns(gpu_start, gpu_end))
     row["host_load_1m"] = os.getloadavg()[0]  # documented in the schema since a54f30e
     row["utc_time"] = datetime.now(UTC).isoformat(timespec="seconds")
+    row.setdefault("attempts", journal.attempts(key))
     journal.finish(key, row, point_deadline_s if ended_at_deadline(row) else None)
 
 
@@ -390,6 +434,7 @@ def _measure_with_deadline(job: _Job, point: PointSpec, base: dict) -> dict:
         "measured_s": group.point_deadline_s + grace_s(group.point_deadline_s),
         **gpu_state.row_columns(job.gpu_start, None),
         "host_load_1m": os.getloadavg()[0],
+        "attempts": job.journal.attempts(point.key()),
     }
     key = point.key()
     entry = json.dumps(

@@ -24,8 +24,10 @@ A point can be stuck where Python cannot reach it, so there are two stages:
 The helper learns of each point over a pipe (one JSON line to arm, one to disarm) and
 exits when the pipe closes or the measuring process is gone. Should it fail to write the
 row, the journal's ``start`` without a ``done`` still makes the rerun try the point
-once more, and a point that ended two processes becomes an ``error`` (``MAX_ATTEMPTS``
-of the runner).
+again. A point that crashes its process itself (a fatal signal inside the step) is
+recorded by faulthandler in the journal instead (:meth:`journal.Journal.recording_crashes`)
+and becomes an ``error`` after ``MAX_ATTEMPTS`` such crashes; a process ended from
+outside (SIGKILL, SIGTERM) is not counted against the point.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ rule manifest:
         html=f"{REPORTS}/report.html",
         notebook=f"{REPORTS}/report.ipynb",
         figures=f"{REPORTS}/figures",
+        # The per-job tables and probe records timings.csv was collected from (the
+        # study's jobs now); others under points/ (a dropped case) are moved to retired/.
+        points=get_batch_csvs(),
+        probes=get_batch_probes(),
         # The reference tables the report read (its cross-machine figures' sources).
         reference_timings=get_reference_files("timings.csv"),
         configfiles=get_config_files(),

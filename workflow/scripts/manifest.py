@@ -1,5 +1,7 @@
 """Snakemake job: results/<study>/manifest.json (see crossover_study.manifest) and the
-resolved config beside it."""
+resolved config beside it. Per-job tables of jobs the study no longer has (a case,
+device or batch dropped from its config) are moved to results/<study>/retired/ first,
+so that the manifest, the audit and a frozen copy hold what the study now holds."""
 
 import os
 import sys
@@ -12,16 +14,21 @@ def main(snakemake) -> None:
     import yaml
 
     from crossover_study import config as study_config
-    from crossover_study.manifest import build_manifest, write_json
+    from crossover_study.manifest import build_manifest, retire_tables, write_json
 
     config = study_config.validate_config(snakemake.config)
+    results_dir = Path(snakemake.output.manifest).parent
+    retired = retire_tables(results_dir, [*snakemake.input.points, *snakemake.input.probes])
+    with open(snakemake.log[0], "a") as log:
+        for path in retired:
+            print(f"retired (a job the study no longer has): {os.path.relpath(path)}", file=log)
     manifest = build_manifest(
         study=snakemake.params.study,
         config=config,
         config_hash=study_config.measurement_hash(config),
         config_files=snakemake.input.configfiles,
         workdir=os.getcwd(),
-        results_dir=Path(snakemake.output.manifest).parent,
+        results_dir=results_dir,
         tables={
             "timings": snakemake.input.timings,
             "crossover": snakemake.input.crossover,
@@ -32,6 +39,8 @@ def main(snakemake) -> None:
         snakemake_version=snakemake.params.snakemake_version,
         repo=snakemake.params.repo,
         reference_tables=snakemake.input.reference_timings,
+        point_tables=snakemake.input.points,
+        probe_records=snakemake.input.probes,
     )
     write_json(manifest, snakemake.output.manifest)
     with open(snakemake.output.config, "w") as fh:
