@@ -321,6 +321,44 @@ def test_a_study_that_dropped_a_job_records_only_what_it_holds(tmp_path, monkeyp
     assert [r["points"] for r in manifest["runs"]] == [[keep[0]]]
 
 
+def test_the_manifest_records_a_case_named_like_a_missing_value(tmp_path):
+    """A case named ``nan`` (or ``NA``) is that name in the manifest's runs, as in the
+    tables (tables.read_csv_text), not a missing value."""
+    from crossover_study.manifest import build_manifest
+
+    results = tmp_path / "results" / "mini"
+    table = results / "points" / "nan" / "torch" / "cpu" / "batch-0.csv"
+    table.parent.mkdir(parents=True)
+    rows = pd.DataFrame(
+        [
+            {"case": c, "framework": "torch", "device": "cpu", "status": "ok", "run_id": c}
+            for c in ("nan", "NA")
+        ]
+    )
+    rows.to_csv(table, index=False)
+    rows.to_csv(results / "timings.csv", index=False)
+    for name in ("crossover.csv", "wall.json"):
+        (results / name).write_text("{}")
+    manifest = build_manifest(
+        study="mini",
+        config={"cases": {}},
+        config_hash="h",
+        config_files=[],
+        workdir=tmp_path,
+        results_dir="results/mini",
+        tables={
+            t.split(".")[0]: f"results/mini/{t}"
+            for t in ("timings.csv", "crossover.csv", "wall.json")
+        },
+        report={},
+        figures_dir=None,
+        snakemake_version=None,
+    )
+    runs = {r["run_id"]: r for r in manifest["runs"]}
+    assert {k: r["case"] for k, r in runs.items()} == {"nan": "nan", "NA": "NA"}
+    assert all(r["points"] for r in runs.values())
+
+
 # ------------------------------------------------------- committed reference runs
 def _reference() -> Path:
     if not REFERENCE_RUNS:

@@ -59,6 +59,7 @@ from .files import MANIFEST_NAME, sha256_file
 from .gpu_bundle import pins
 from .paths import REPO_ROOT
 from .provenance import git_state
+from .tables import read_csv_text
 
 #: Version of the manifest's layout; the audit refuses other versions.
 MANIFEST_VERSION = 1
@@ -355,7 +356,7 @@ def build_manifest(
     probe_paths = listed(probe_records, "points/**/*.probe.json")
     point_tables = {}
     for path in point_paths:
-        point_tables[rec(path)["path"]] = pd.read_csv(path, dtype=str)
+        point_tables[rec(path)["path"]] = read_csv_text(path)
     probes = []
     for path in probe_paths:
         entry = rec(path)
@@ -368,7 +369,7 @@ def build_manifest(
 
     timings_path = Path(tables["timings"])
     timings_path = timings_path if timings_path.is_absolute() else workdir / timings_path
-    timings = pd.read_csv(timings_path, dtype=str)
+    timings = read_csv_text(timings_path)
     commit, dirty = git_state(Path(repo))
     data = data_files(config)
     resolved = json.loads(json.dumps(dict(config), default=str))
