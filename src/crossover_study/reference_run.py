@@ -11,8 +11,8 @@ workflow's ``measure``, ``collect`` and ``crossover`` rules and the manifest do:
    (``python -m crossover_study.measure_job``: the code the ``measure`` rule runs),
    one job at a time, most informative jobs first, printing a line per point. A job
    whose process fails (a device lost to a sticky CUDA error) is started again and
-   measures only what its journal lacks (``runner.MAX_ATTEMPTS`` deaths on one point
-   make it an ``error`` row); one still failing, or killed inside a point by the
+   measures only what its journal lacks (``runner.MAX_ATTEMPTS`` crashes of one point's
+   own make it an ``error`` row); one still failing, or killed inside a point by the
    deadline, is started once more with the deadline passed, which writes its table from
    its journal. Points not started before the deadline are ``unavailable`` rows that say
    so, and jobs not started by then are not started at all. After each job the results
@@ -294,7 +294,9 @@ def run(
         else:
             entry["started"] = True
             # A job whose process dies is started again: its journal keeps its points,
-            # and a point that killed MAX_ATTEMPTS processes becomes an error row.
+            # and a point whose own crashes ended MAX_ATTEMPTS processes becomes an error
+            # row (a point ended from outside counts no attempt: it is measured again
+            # while this loop lasts, then left to the salvage below).
             for _attempt in range(MAX_ATTEMPTS + 1):
                 if time.time() > deadline and entry["exit_status"]:
                     break
