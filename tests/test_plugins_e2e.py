@@ -111,6 +111,27 @@ def test_manifest_crate_and_audit_hold_the_plugin_files(own_tiny, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_frozen_run_keeps_its_plugins_and_audits_ok(own_tiny, tmp_path):
+    """freeze copies the plug-in files of a study's own cases under plugins/ of the
+    frozen run, whose audit then finds them there (it failed 'plug-in not found'); an
+    edited copy fails its audit."""
+    from crossover_study.audit import audit
+    from crossover_study.freeze import freeze
+
+    workdir, _ = own_tiny
+    dest = tmp_path / "reference" / "own-tiny-frozen"
+    written = freeze(workdir / "results/own-tiny", dest)
+    copy = dest / "plugins" / "plugins" / "digits_cnn.py"
+    assert copy in written and copy.read_bytes() == (workdir / "plugins/digits_cnn.py").read_bytes()
+    report = audit(dest)
+    assert report.ok, report.text()
+    copy.write_text(copy.read_text().replace("lr=1e-3", "lr=1e-2"))
+    edited = audit(dest)
+    assert not edited.ok
+    assert "plug-in changed since the run" in edited.text()
+
+
+@pytest.mark.slow
 def test_plugin_jobs_go_to_their_device_class_partition(tmp_path):
     """A dry run through the Slurm profile: the examples' measuring jobs get the
     partition and GPUs of their device class, as the seeds' do."""

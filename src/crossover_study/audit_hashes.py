@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from .audit_report import MAX_ROWS, AuditReport, clipped
-from .files import sha256_file
+from .files import PLUGIN_COPY_DIR, sha256_file
 from .manifest import locate_package_file
 from .provenance import REPO_ROOT, git_state
 
@@ -60,6 +60,19 @@ class Layout:
         if self.results_dir is not None and path.is_relative_to(self.results_dir):
             return self.target / path.relative_to(self.results_dir)
         return self.workdir / path if self.original else None
+
+    def locate_plugin(self, record: dict) -> Path | None:
+        """The plug-in file of a manifest ``plugins`` record: where the run read it
+        (:meth:`locate`), or in a copy of the run (a frozen reference run) its copy
+        under ``<target>/plugins/<recorded path>`` (:func:`crossover_study.freeze.freeze`
+        puts it there); None when neither holds it or the recorded path would leave
+        that folder."""
+        path = self.locate(record)
+        if path is not None or self.original or record.get("root") != "workdir":
+            return path
+        base = (self.target / PLUGIN_COPY_DIR).resolve()
+        copy = (base / record["path"]).resolve()
+        return copy if copy.is_relative_to(base) else None
 
     def shown(self, path: Path) -> str:
         """A path as printed: relative to the working directory when possible."""
@@ -111,7 +124,7 @@ def check_inputs(report: AuditReport, layout: Layout, manifest: dict, strict: bo
     ):
         changed, missing = [], []
         for record in records:
-            path = layout.locate(record)
+            path = layout.locate_plugin(record) if group == "plug-in" else layout.locate(record)
             if path is None or not path.is_file():
                 missing.append(record["path"])
                 continue

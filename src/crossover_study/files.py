@@ -20,6 +20,9 @@ MANIFEST_NAME = "manifest.json"
 REFERENCE_DIR = Path("results/reference")
 #: Where the paper figures and their manifest are written, relative to the repository root.
 PAPER_DIR = Path("reports/paper")
+#: Folder of a frozen reference run that holds the plug-in files of its own cases (the
+#: programs that were timed), under the path the manifest records for each.
+PLUGIN_COPY_DIR = "plugins"
 
 
 def sha256_file(path: str | Path) -> str:

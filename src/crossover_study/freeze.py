@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 from .audit import audit, audited
+from .audit_hashes import Layout
 from .crate import CODE_DIR, CRATE_NAME, write_crate
-from .files import MANIFEST_NAME, PAPER_DIR, REFERENCE_DIR
+from .files import MANIFEST_NAME, PAPER_DIR, PLUGIN_COPY_DIR, REFERENCE_DIR
 from .manifest import load_manifest, portable_manifest, write_json
 from .paper import PAPER_FIGURES, paper_figures, paper_manifest, reference_dirs
 from .paths import REPO_ROOT
@@ -40,8 +41,9 @@ REFERENCE_FILES: tuple[str, ...] = (
 
 
 def freeze(results: str | Path, dest: str | Path, audit_first: bool = True) -> list[Path]:
-    """Copy a study run's results (:data:`REFERENCE_FILES`) into ``dest`` (e.g.
-    ``results/reference/<name>``) so that the paper can use it. The run is audited
+    """Copy a study run's results (:data:`REFERENCE_FILES`, and the plug-in files of
+    its own cases under ``plugins/``) into ``dest`` (e.g. ``results/reference/<name>``)
+    so that the paper can use it. The run is audited
     first (:func:`crossover_study.audit.audit`): a run that fails its audit is not
     copied. Raises FileExistsError when ``dest`` exists, ValueError when the audit
     fails. Returns the files written."""
@@ -52,14 +54,39 @@ def freeze(results: str | Path, dest: str | Path, audit_first: bool = True) -> l
         report = audit(results)
         if not report.ok:
             raise ValueError(f"{results} fails its audit; not copied:\n{report.text()}")
+    copies = [
+        (path, dest / path.relative_to(results))
+        for pattern in REFERENCE_FILES
+        for path in sorted(results.glob(pattern))
+    ]
+    copies += _plugin_copies(results, dest)
     written = []
-    for pattern in REFERENCE_FILES:
-        for path in sorted(results.glob(pattern)):
-            target = dest / path.relative_to(results)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-            written.append(target)
+    for path, target in copies:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+        written.append(target)
     return written
+
+
+def _plugin_copies(results: Path, dest: Path) -> list[tuple[Path, Path]]:
+    """``(source, target)`` for each plug-in file the run's manifest records (the
+    programs of its own cases): copied to ``<dest>/plugins/<recorded path>``, where the
+    audit of the copy finds it (:meth:`crossover_study.audit_hashes.Layout.locate_plugin`),
+    so that a frozen run keeps the program it timed. Raises ValueError for a recorded
+    path that would leave that folder, or a plug-in the run's folder cannot locate."""
+    manifest = load_manifest(results)
+    layout = Layout(results, manifest.get("results_dir"))
+    base = (dest / PLUGIN_COPY_DIR).resolve()
+    copies = []
+    for record in manifest.get("plugins", []):
+        source = layout.locate_plugin(record)
+        target = (base / record["path"]).resolve()
+        if record.get("root") != "workdir" or not target.is_relative_to(base):
+            raise ValueError(f"plug-in {record['path']!r} is not a path inside the run's folder")
+        if source is None or not source.is_file():
+            raise ValueError(f"plug-in {record['path']} of case {record['case']} not found")
+        copies.append((source, target))
+    return copies
 
 
 def refreeze(dest: str | Path, repo: str | Path = REPO_ROOT) -> list[Path]:
