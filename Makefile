@@ -94,9 +94,14 @@ reference-gpu:  ## on the GPU machine: measure GPU_STUDY into one archive in $(O
 	PYTHONPATH=src $(PYTHON) -m crossover_study.reference_run --study $(GPU_STUDY) --bundle $(BUNDLE) --out $(OUT)
 endif
 
+# ARCHIVE and REFERENCE_NAME reach the command through the environment, never pasted
+# into the shell line, so that no quote in them can add arguments.
+reference-import: export ARCHIVE_ARG = $(ARCHIVE)
+reference-import: export REFERENCE_NAME_ARG = $(REFERENCE_NAME)
 reference-import: setup  ## ARCHIVE=... [REFERENCE_NAME=...]: add a reference run's archive as results/reference/<gpu>-<date>/
-	@test -n "$(ARCHIVE)" || { echo "usage: make reference-import ARCHIVE=path/to/reference-*.tar.gz [REFERENCE_NAME=<folder name>]"; exit 2; }
-	PYTHONPATH=src $(BIN)/python -m crossover_study.reference_import "$(ARCHIVE)" $(if $(REFERENCE_NAME),--name="$(REFERENCE_NAME)")
+	@test -n "$$ARCHIVE_ARG" || { echo "usage: make reference-import ARCHIVE=path/to/reference-*.tar.gz [REFERENCE_NAME=<folder name>]"; exit 2; }
+	PYTHONPATH=src $(BIN)/python -m crossover_study.reference_import \
+		"$$ARCHIVE_ARG" $(if $(REFERENCE_NAME),--name="$$REFERENCE_NAME_ARG")
 
 install-profile:  ## install profiles/slurm as the `slurm` profile: snakemake --profile slurm
 	mkdir -p "$(PROFILE_DIR)"

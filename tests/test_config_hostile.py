@@ -96,7 +96,7 @@ def test_names_are_bounded():
     message = refused(with_value(("study",), "s" * 300))
     assert (
         message.startswith("config error at study: ")
-        and "300 characters long, at most 64" in message
+        and "300 characters long (at most 64)" in message
     )
     message = refused(with_value(("cases", "c" * 65), {}))
     assert message.startswith("config error at cases: key name ") and "at most 64" in message

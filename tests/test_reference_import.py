@@ -230,3 +230,32 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, target: str = "") -> tuple
 def test_an_archive_member_that_leaves_its_folder_refuses_the_archive(place, member, field):
     archive = build_archive(place[0] / "member.tar.gz", members=[member])
     assert_refused(place, archive, field=field)
+
+
+def test_make_passes_reference_name_as_one_argument(tmp_path):
+    """``make reference-import REFERENCE_NAME=...``: a quote in the name cannot add
+    arguments (``--reference`` pointing elsewhere); the whole value is the --name that
+    is refused."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    evil = tmp_path / "evil"
+    result = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-o",
+            ".venv/.installed",
+            "reference-import",
+            f"ARCHIVE={tmp_path / 'none.tar.gz'}",
+            f'REFERENCE_NAME=x" --reference="{evil}',
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert f"--name 'x\" --reference=\"{evil}' is not a folder name" in result.stderr
+    assert not evil.exists()

@@ -284,7 +284,7 @@ def audited(run_dirs, log=print) -> list[Path]:
         log(
             f"reference run {path.name} left out: it fails its audit "
             f"({len(report.failures)} failure(s), first: {first.kind}); "
-            f"see `crossover-study audit results/reference/{path.name}`"
+            f"see `crossover-study audit {path.parent.name}/{path.name}`"
         )
     return kept
 

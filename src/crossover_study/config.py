@@ -170,7 +170,7 @@ def _schema_error(error: jsonschema.ValidationError) -> ConfigError:
     if error.validator == "maxLength":
         return ConfigError(
             f"config error at {where}: {name}{shown(error.instance)} is "
-            f"{len(error.instance)} characters long, at most {error.validator_value}"
+            f"{len(error.instance)} characters long (at most {error.validator_value})"
         )
     if error.validator == "not" and where.startswith("devices."):
         return ConfigError(

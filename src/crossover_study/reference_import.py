@@ -138,7 +138,7 @@ def _check_members(tar: tarfile.TarFile, archive: Path) -> None:
     for member in tar.getmembers():
         path = PurePosixPath(member.name)
         if member.issym() or member.islnk():
-            raise ArchiveError(f"{archive}: holds links ({member.name}); refused")
+            raise ArchiveError(f"{archive}: holds links ({member.name})")
         if not (member.isfile() or member.isdir()):
             raise ArchiveError(f"{archive}: member {member.name!r} is not a file or folder")
         if path.is_absolute() or ".." in path.parts:
@@ -228,6 +228,8 @@ def import_archive(
         where = f"{archive}: {found[0].relative_to(work)}"
         try:
             manifest = _reference_run(load_manifest(results), where)
+        except ArchiveError:  # already names the archive and the field
+            raise
         except (ValueError, AttributeError) as exc:  # not JSON (an object), another version
             raise ArchiveError(f"{where}: {exc}") from None
         try:

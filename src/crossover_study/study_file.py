@@ -50,7 +50,7 @@ def shown(value) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return {math.inf: ".inf", -math.inf: "-.inf"}.get(value, ".nan")
     text = repr(value)
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+    return text if len(text) <= 80 else f"{text[:60]}..."
 
 
 #: What YAML made of a key that is not text, in YAML's words.
