@@ -232,8 +232,9 @@ def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]
 
 def sweep_study(config: dict, case: str, name: str) -> dict:
     """The study file of the full sweep for a crossover of ``case``: each axis at a
-    quarter, 1, 4 and 16 times its size, on cpu and cuda, the check's variants at the
-    seed's size (``extras_at: seed``), the study's default timing."""
+    quarter, 1, 4 and 16 times its size, on cpu and cuda, the check's variants and every
+    one that applies on cpu or cuda (:func:`default_variants`) at the seed's size
+    (``extras_at: seed``), the study's default timing."""
     spec = dict(config["cases"][case])
     seed = spec.get("seed") or cases.seed_sizes(case)
     axes = {a: sorted({max(1, v // 4), v, 4 * v, 16 * v}) for a, v in seed.items()}
@@ -246,7 +247,15 @@ def sweep_study(config: dict, case: str, name: str) -> dict:
         "sweep": {
             "frameworks": config["sweep"]["frameworks"],
             "devices": ["cpu", "cuda"],
-            "variants": config["sweep"]["variants"],
+            # The check's variants and every one that applies on cpu or cuda.
+            "variants": list(
+                dict.fromkeys(
+                    [
+                        *config["sweep"]["variants"],
+                        *default_variants(case, config["sweep"]["frameworks"][0], ["cpu", "cuda"]),
+                    ]
+                )
+            ),
             "extras_at": "seed",
         },
         "devices": {"cpu": {"threads": 2}, "cuda": {"threads": 2, "gpu": 1}},
