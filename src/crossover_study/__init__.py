@@ -24,7 +24,8 @@ module, bottom first:
 5. **provenance and audit**: the manifest, the RO-Crate, the paper figures from the
    committed reference runs, the audit (its report model, its hash checks, one check per
    stage that calls the stage's own function), freezing a run into the reference set, the
-   GPU reference run and its import, its rehearsal;
+   GPU reference run and its import, its rehearsal; the one-size check without
+   Snakemake (``check``, its answer's text ``check_text``);
 6. **entry points**: the command line (``crossover-study``).
 
 An import inside a function is there for a heavy package (a framework, matplotlib) or
@@ -119,6 +120,8 @@ LAYERS: dict[str, int] = {
     "reference_run": 5,
     "reference_import": 5,
     "rehearsal": 5,
+    "check_text": 5,
+    "check": 5,
     # 6: entry points
     "cli": 6,
     "__main__": 6,

@@ -1,6 +1,7 @@
 """``crossover-study``: one command line in front of the study's tools.
 
     crossover-study study [--config FILE] [--cores N] [-- SNAKEMAKE ARGS]
+    crossover-study check FILE.py --size AXIS=N ... | check SEED_CASE [--size AXIS=N]
     crossover-study validate STUDY_FILE ...
     crossover-study compare RUN_A RUN_B
     crossover-study audit [TARGET ...]
@@ -116,6 +117,10 @@ def _main_of(module: str, *head: str) -> Callable[[list[str], str], int]:
 
 COMMANDS: dict[str, Command] = {
     "study": Command("run a study through Snakemake (default: the default study)", _study),
+    "check": Command(
+        "one model at one size on every device: the answer in about a minute",
+        _main_of("check"),
+    ),
     "validate": Command("check study files (YAML, schema, plug-ins, plan) before a run", _validate),
     "compare": Command(
         "two runs of one study: step-time ratios, intervals, crossovers", _main_of("repeat")

@@ -1,0 +1,190 @@
+"""``crossover-study check`` (issue 40): bad input refused in one line before any timing,
+the variants and devices it derives, and end to end on both examples (quick timing):
+progress lines, the answer, an absent device never timed, and an output folder that
+audits OK and compares."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pandas as pd
+import pytest
+
+from crossover_study import check
+from crossover_study.audit import audit
+from crossover_study.repeat import main as compare_main
+
+CNN = "examples/digits_cnn.py"
+KERAS = "examples/digits_keras_fit.py"
+
+
+def _refused(capsys, tmp_path, *argv) -> str:
+    """Run the check; assert exit 2, one line on stderr, nothing written; return it."""
+    out = tmp_path / "out"
+    assert check.main([*argv, "--out", str(out)], "crossover-study check") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert not out.exists()
+    return err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["missing.py", "--size", "batch=3"], "missing.py: no such plug-in file"),
+        ([CNN], "give the sizes"),
+        ([CNN, "--size", "batch=32"], "requires 'channels'"),  # a parameter without a size
+        ([CNN, "--size", "batch=32", "--size", "channels=16", "--size", "width=2"], "'width'"),
+        ([CNN, "--size", "batch=0", "--size", "channels=16"], "--size batch=0"),
+        (
+            [CNN, "--size", "batch=32", "--size", "channels=16", "--variants", "eager,fast"],
+            "'fast'",
+        ),
+        ([CNN, "--size", "batch=32", "--size", "channels=16", "--devices", "cpu,gpu"], "'gpu'"),
+        ([CNN, "--size", "batch=32", "--size", "channels=16", "--framework", "jax"], "jax"),
+        (["s001-mlp", "--size", "width=3"], "no axis 'width'"),
+        (["README.md", "--size", "batch=2"], "give --framework"),
+    ],
+)
+def test_bad_input_one_line_exit_2(capsys, tmp_path, argv, named):
+    assert named in _refused(capsys, tmp_path, *argv)
+
+
+def test_no_builder(capsys, tmp_path):
+    plugin = tmp_path / "nobuild.py"
+    plugin.write_text("import torch\n\ndef make(device, batch):\n    pass\n")
+    err = _refused(capsys, tmp_path, str(plugin), "--size", "batch=4")
+    assert "defines no function or class 'build'" in err and "it defines make" in err
+
+
+def test_framework_not_installed(capsys, tmp_path, monkeypatch):
+    real = check.importlib.util.find_spec
+    monkeypatch.setattr(
+        check.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tensorflow" else real(name, *a),
+    )
+    err = _refused(capsys, tmp_path, KERAS, "--size", "batch=16", "--size", "units=64")
+    assert "framework tensorflow is not installed" in err
+
+
+def test_devices_present_from_the_gpu_snapshot():
+    none = check.present_devices({"gpus": [], "reason": "nvidia-smi: not on PATH"})
+    assert none["cpu"] is None and "not on PATH" in none["cuda"] and none["cuda_multi"]
+    one = check.present_devices({"gpus": [{"index": 0}], "reason": None})
+    assert one["cuda"] is None and "2 needed" in one["cuda_multi"]
+
+
+def test_default_variants_are_those_that_apply(tmp_path):
+    from crossover_study import config as study_config
+
+    raw = {
+        "study": "t",
+        "sweep": {"frameworks": ["torch"], "devices": ["cpu"]},
+        "cases": {
+            "digits-cnn": {
+                "workload": CNN,
+                "framework": "torch",
+                "seed": {"batch": 32, "channels": 16},
+            }
+        },
+    }
+    study_config.validate_config(raw)
+    on_cpu = check.default_variants("digits-cnn", "torch", ["cpu"])
+    assert on_cpu[0] == "eager" and "compile" in on_cpu and "read_loss_every_1000" in on_cpu
+    assert not {"cuda_graph", "tf32", "xla", "function"} & set(on_cpu)
+    assert {"cuda_graph", "tf32"} <= set(
+        check.default_variants("digits-cnn", "torch", ["cpu", "cuda"])
+    )
+    assert check.case_name(check.Path(KERAS)) == "digits-keras-fit"
+
+
+def _check_run(capsys, tmp_path, argv, devices="cpu,cuda"):
+    out = tmp_path / "check"
+    assert check.main([*argv, "--quick", "--devices", devices, "--out", str(out)], "check") == 0
+    printed = capsys.readouterr().out
+    return out, printed, json.loads((out / "answer.json").read_text())
+
+
+def _assert_recorded(out, printed, answer, case, points, cuda_asked=True):
+    assert printed.count(f"/{points} ") == points  # one progress line per measured point
+    assert "full sweep for a crossover" in printed
+    timings = pd.read_csv(out / "timings.csv")
+    cuda = timings[timings["device"] == "cuda"]
+    if cuda_asked:  # absent here: said in one line, unavailable rows, never timed
+        assert "cuda: absent on this machine" in printed and "cuda" in answer["predictions"]
+        assert len(cuda) and set(cuda["status"]) <= {"unavailable", "not_applicable"}
+    else:
+        assert cuda.empty
+    assert answer["case"] == case and answer["devices"]["cpu"]["status"] == "ok"
+    assert answer["devices"]["cpu"]["q1_s"] <= answer["devices"]["cpu"]["step_time_s"]
+    assert (
+        answer["sweep_command"].startswith("make study STUDY=") and (out / "sweep.yaml").is_file()
+    )
+    report = audit(out)
+    assert report.ok, report.text()
+    assert compare_main([str(out), str(out)]) == 0
+
+
+@pytest.mark.slow
+def test_check_torch_example_end_to_end(capsys, tmp_path):
+    argv = [
+        CNN,
+        "--size",
+        "batch=32",
+        "--size",
+        "channels=16",
+        "--variants",
+        "eager,read_loss_every_1000",
+    ]
+    out, printed, answer = _check_run(capsys, tmp_path, argv)
+    _assert_recorded(out, printed, answer, "digits-cnn", 2)
+    assert answer["why"].startswith("why (step-time model)")
+    assert [r["variant"] for r in answer["remedies"]["cpu"]] == ["read_loss_every_1000"]
+
+
+@pytest.mark.slow
+def test_check_keras_example_end_to_end(capsys, tmp_path):
+    argv = [KERAS, "--size", "batch=16", "--size", "units=64", "--variants", "eager"]
+    out, printed, answer = _check_run(capsys, tmp_path, argv, devices="cpu")
+    _assert_recorded(out, printed, answer, "digits-keras-fit", 1, cuda_asked=False)
+    assert answer["framework"] == "tensorflow" and answer["sizes"] == {"batch": 16, "units": 64}
+
+
+@pytest.mark.slow
+def test_a_plugin_that_raises_gives_its_error_row_and_the_check_goes_on(capsys, tmp_path):
+    plugin = tmp_path / "flaky.py"
+    plugin.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from crossover_study.plugin import TorchStep
+
+            BUILDS = []
+
+            def build(device, batch):
+                BUILDS.append(batch)
+                first = len(BUILDS) == 1
+                w = torch.zeros(batch, requires_grad=True, device=device)
+
+                def step():
+                    if first:
+                        raise RuntimeError("flaky step")
+                    return (w * w).sum()
+
+                return TorchStep(step)
+            """
+        )
+    )
+    argv = [str(plugin), "--size", "batch=4", "--variants", "eager,read_loss_every_1000"]
+    out = tmp_path / "check"
+    assert check.main([*argv, "--quick", "--devices", "cpu", "--out", str(out)], "check") == 0
+    printed = capsys.readouterr().out
+    timings = pd.read_csv(out / "timings.csv").set_index("variant")
+    assert (
+        timings.loc["eager", "status"] == "error"
+        and "flaky step" in timings.loc["eager", "message"]
+    )
+    assert timings.loc["read_loss_every_1000", "status"] == "ok"
+    assert "CPU: error" in printed
