@@ -21,7 +21,7 @@ PROFILE_DIR ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake/slurm
 # Jobs find jupyter, nbconvert and python of the venv through PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-# The GPU reference run (README, "Measuring on a GPU machine").
+# The GPU reference run (docs/GPU_REFERENCE_RUN.md).
 GPU_STUDY ?= config/studies/reference-gpu.yaml
 # Where reference-gpu writes its archive ($OUT on the device machine).
 OUT ?= reference-out

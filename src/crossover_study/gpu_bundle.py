@@ -1,6 +1,6 @@
 """The GPU bundle: the wheels a GPU machine without network lacks, fetched beforehand.
 
-The reference GPU machine (README, "Measuring on a GPU machine") runs Python 3.12 with
+The reference GPU machine (docs/GPU_REFERENCE_RUN.md) runs Python 3.12 with
 torch built for CUDA and :data:`GPU_MACHINE_PACKAGES`, and reaches no package index.
 What the measuring code imports beyond that is :data:`BUNDLE_PACKAGES`, pinned to
 ``requirements.lock``: ``make gpu-bundle`` downloads their wheels on a machine with PyPI

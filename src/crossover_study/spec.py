@@ -22,7 +22,7 @@ FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow")
 #: on a TPU host). A class whose hardware a job cannot see records
 #: ``status=unavailable`` rows with the reason (or fails, per ``missing_device``); never a
 #: CPU timing under its name. ``cuda_multi`` and ``tpu`` have not run on real hardware
-#: in this repository (see the README).
+#: in this repository (see docs/PROGRAMS.md).
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "cuda_multi", "tpu")
 #: Device classes the harness can time when their hardware is visible.
 MEASURABLE_DEVICES: tuple[str, ...] = ("cpu", "cuda", "cuda_multi", "tpu")
