@@ -314,7 +314,7 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
     from .check_text import answer, answer_lines
     from .crate import write_crate
     from .crossover import write_crossover
-    from .manifest import build_manifest, write_json
+    from .manifest import unreported_manifest, write_json
     from .tables import collect_study
 
     out.mkdir(parents=True, exist_ok=True)
@@ -363,21 +363,11 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
     )
     result = answer(timings, crossover, case, absent, sweep_path)
     write_json(result, out / "answer.json")
-    manifest = build_manifest(
-        study=config["study"],
-        config=config,
-        config_hash=study_config.measurement_hash(config),
-        config_files=[config_path],
-        workdir=workdir,
-        results_dir=out,
-        tables={
-            "timings": out / "timings.csv",
-            "crossover": out / "crossover.csv",
-            "wall": out / "wall.json",
-        },
-        report={},
-        figures_dir=None,
-        snakemake_version=None,
+    manifest = unreported_manifest(
+        config,
+        config_path,
+        workdir,
+        out,
         point_tables=[f["csv"] for f in done],
         probe_records=[f["probe"] for f in done],
         extra={"check": {"answer": "answer.json", "sweep_study": "sweep.yaml"}},

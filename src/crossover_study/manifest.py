@@ -292,6 +292,40 @@ def run_packages(runs: list[dict], probes: Iterable[Mapping]) -> list[dict]:
     return runs
 
 
+def unreported_manifest(
+    config: Mapping,
+    config_file: str | Path,
+    workdir: str | Path,
+    results: str | Path,
+    study: str | None = None,
+    **kwargs,
+) -> dict:
+    """The manifest (:func:`build_manifest`) of a study run measured without Snakemake
+    and without its report (the GPU reference run, ``crossover-study check``): its
+    tables are ``<results>/timings.csv``, ``crossover.csv`` and ``wall.json``, no report,
+    figures or Snakemake version; ``study`` is the run's name (default: the config's);
+    ``kwargs`` (``point_tables``, ``probe_records``, ``extra``) go on to
+    :func:`build_manifest`. Raises OSError when a table is missing."""
+    results = Path(results)
+    return build_manifest(
+        study=study or config["study"],
+        config=config,
+        config_hash=measurement_hash(config),
+        config_files=[config_file],
+        workdir=workdir,
+        results_dir=results,
+        tables={role: results / f"{role}.{ext}" for role, ext in _STUDY_TABLES},
+        report={},
+        figures_dir=None,
+        snakemake_version=None,
+        **kwargs,
+    )
+
+
+#: A study run's tables: (role, file extension), the file named after its role.
+_STUDY_TABLES = (("timings", "csv"), ("crossover", "csv"), ("wall", "json"))
+
+
 def build_manifest(
     *,
     study: str,

@@ -48,7 +48,7 @@ def finish(
     :data:`ARCHIVE_LIMIT_BYTES` (the archive is then removed)."""
     from . import config as study_config
     from .crossover import write_crossover
-    from .manifest import build_manifest, write_json
+    from .manifest import unreported_manifest, write_json
     from .tables import collect_study
 
     results, logs = workdir / "results" / name, workdir / "logs" / name
@@ -77,22 +77,8 @@ def finish(
         seed=config["crossover"]["seed"],
     )
     runner_info = {**runner_info, "incomplete_jobs": [stem for stem, _ in incomplete]}
-    manifest = build_manifest(
-        study=name,
-        config=config,
-        config_hash=study_config.measurement_hash(config),
-        config_files=[study_file.resolve()],
-        workdir=workdir,
-        results_dir=results,
-        tables={
-            "timings": results / "timings.csv",
-            "crossover": results / "crossover.csv",
-            "wall": results / "wall.json",
-        },
-        report={},
-        figures_dir=None,
-        snakemake_version=None,
-        extra={"runner": runner_info},
+    manifest = unreported_manifest(
+        config, study_file.resolve(), workdir, results, study=name, extra={"runner": runner_info}
     )
     write_json(manifest, results / "manifest.json")
     host = slug(socket.gethostname())
