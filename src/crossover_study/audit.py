@@ -258,14 +258,11 @@ def audit(target: str | Path, strict: bool = False, regenerate: bool = True) -> 
         return report
     # A study's re-derivations use its own cases (case_registry.use); the caller's
     # registry (a report's study, the paper's seeds) is put back afterwards.
-    active = case_registry._active
-    try:
+    with case_registry.kept():
         if manifest.get("kind") == "paper":
             _audit_paper(report, target, manifest, regenerate)
         else:
             _audit_study(report, target, manifest, strict)
-    finally:
-        case_registry._active = active
     return report
 
 

@@ -30,8 +30,9 @@ TensorFlow.
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,6 +203,18 @@ def use(config: Mapping) -> dict[str, Case]:
             registry[name] = plugin_case(name, spec)
     _active = registry
     return dict(_active)
+
+
+@contextlib.contextmanager
+def kept() -> Iterator[None]:
+    """Put the active registry back when the block ends, whatever :func:`use` did inside
+    it (auditing another run makes that run's cases active for a while)."""
+    global _active
+    saved = _active
+    try:
+        yield
+    finally:
+        _active = saved
 
 
 def names() -> tuple[str, ...]:
