@@ -89,9 +89,10 @@ CACHED = {
 
 def _uncached(config):
     """Batches per group, jobs and each job's previous round as computed without the
-    cache (study_points._batches, _measure_jobs and the scan previous_round_jobs did)."""
+    cache (study_points._batches, every group's batch indices in group order, and the
+    scan previous_round_jobs did)."""
     tables = {g: study_points._batches(config, *g) for g in groups(config)}
-    jobs = study_points._measure_jobs(config)
+    jobs = [(*g, i) for g in groups(config) for i in range(len(tables[g]))]
     waits = {}
     for c, f, d, i in jobs:
         r = tables[(c, f, d)][i][0].repeat
@@ -140,7 +141,7 @@ def test_a_changed_config_is_not_served_a_stale_cache(monkeypatch):
     assert _cached(config) == _uncached(config)
     # The same cases in another order: jobs in that order.
     reordered = {**config, "cases": dict(reversed(list(config["cases"].items())))}
-    assert measure_jobs(reordered) == study_points._measure_jobs(reordered)
+    assert measure_jobs(reordered) == _uncached(reordered)[1]
     assert measure_jobs(reordered) != measure_jobs(config)
     # True where 1 was (equal in Python, not the same config).
     flagged = {**config, "max_points_per_job": True}
@@ -162,3 +163,14 @@ def test_a_changed_config_is_not_served_a_stale_cache(monkeypatch):
     hjb = batches(fresh, "s000-hjb", "torch", "cpu")
     assert hjb == study_points._batches(fresh, "s000-hjb", "torch", "cpu")
     assert any(p.sizes["width"] == 6 for b in hjb for p in b)
+
+
+def test_a_config_that_does_not_pickle_is_planned_uncached():
+    """A config that cannot be a cache key gets a plan of its own per call, with the
+    same jobs and batches."""
+    config = validate_config(CACHED)
+    jobs = measure_jobs(config)
+    config["unpicklable"] = lambda: None
+    assert study_points._plan_of(config) is not study_points._plan_of(config)
+    assert measure_jobs(config) == jobs == _uncached(config)[1]
+    assert _cached(config) == _uncached(config)

@@ -143,10 +143,7 @@ def batches(
     processes, its logical CPU devices and, on cuda_multi, the GPUs it asks Slurm for
     (one for a job whose only runnable points are the baselines).
     """
-    plan = _plan_of(config)
-    if plan is None:
-        return _batches(config, case, framework, device)
-    return list(plan.batches(case, framework, device))
+    return list(_plan_of(config).batches(case, framework, device))
 
 
 def _batches(
@@ -191,21 +188,7 @@ def previous_round_jobs(
     r = batch_repeat(config, case, framework, device, batch)
     if r == 0:
         return []
-    plan = _plan_of(config)
-    if plan is None:
-        return _previous_round_jobs(config, case, framework, r)
-    return list(plan.rounds().get((case, framework, r - 1), ()))
-
-
-def _previous_round_jobs(
-    config: Mapping[str, Any], case: str, framework: str, r: int
-) -> list[tuple[str, str, str, int]]:
-    """The jobs of run ``r - 1`` of ``case`` and ``framework`` (uncached)."""
-    return [
-        (c, f, d, i)
-        for c, f, d, i in _measure_jobs(config)
-        if c == case and f == framework and _batches(config, c, f, d)[i][0].repeat == r - 1
-    ]
+    return list(_plan_of(config).rounds().get((case, framework, r - 1), ()))
 
 
 def job_replicas(batch: Sequence[PointSpec]) -> int:
@@ -254,24 +237,15 @@ def logical_cpus(group_points: Sequence[PointSpec], device: str) -> int:
 def measure_jobs(config: Mapping[str, Any]) -> list[tuple[str, str, str, int]]:
     """Every measuring job of the study as (case, framework, device, batch index), in
     the order of :func:`groups` (a new list per call, computed once per config)."""
-    plan = _plan_of(config)
-    if plan is None:
-        return _measure_jobs(config)
-    return list(plan.jobs())
-
-
-def _measure_jobs(config: Mapping[str, Any]) -> list[tuple[str, str, str, int]]:
-    """:func:`measure_jobs` computed from ``config`` (uncached)."""
-    return [
-        (c, f, d, i) for c, f, d in groups(config) for i in range(len(_batches(config, c, f, d)))
-    ]
+    return list(_plan_of(config).jobs())
 
 
 class _Plan:
     """What :func:`batches`, :func:`measure_jobs` and :func:`previous_round_jobs`
-    compute from one config, each part computed on first use and then kept. Holds its
-    own copy of the config (unpickled from its cache key), so a caller that changes
-    its config afterwards changes neither the plan nor what it computes later."""
+    compute from one config, each part computed on first use and then kept. A cached
+    plan holds its own copy of the config (unpickled from its cache key), so a caller
+    that changes its config afterwards changes neither the plan nor what it computes
+    later; an uncached one (a config that does not pickle) serves one call."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.config = config
@@ -287,7 +261,7 @@ class _Plan:
         return self._batches[group]
 
     def jobs(self) -> tuple[tuple[str, str, str, int], ...]:
-        """Every measuring job (:func:`_measure_jobs`), computed on first use."""
+        """Every measuring job, group by group (:func:`groups`), computed on first use."""
         if self._jobs is None:
             self._jobs = tuple(
                 (c, f, d, i)
@@ -308,9 +282,9 @@ class _Plan:
         return self._rounds
 
 
-def _plan_of(config: Mapping[str, Any]) -> _Plan | None:
-    """The :class:`_Plan` of ``config`` as it is now; None when it cannot be a cache
-    key (it does not pickle), for the caller to compute uncached.
+def _plan_of(config: Mapping[str, Any]) -> _Plan:
+    """The :class:`_Plan` of ``config`` as it is now: the cached one, or a fresh plan of
+    this call only when ``config`` cannot be a cache key (it does not pickle).
 
     The key is the config's pickle (every value with its type and every mapping in
     its order, so two configs share a plan only when nothing the functions read
@@ -327,7 +301,7 @@ def _plan_of(config: Mapping[str, Any]) -> _Plan | None:
         )
         hash(key)
     except Exception:  # noqa: BLE001 - any config that is no key is computed uncached
-        return None
+        return _Plan(config)
     return _plan(key)
 
 
