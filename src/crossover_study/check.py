@@ -42,7 +42,14 @@ from . import cases
 from . import config as study_config
 from .applicability import applicability, case_kind
 from .paths import REPO_ROOT
-from .reference_jobs import POINT_LINE, Progress, job_files, write_unstarted
+from .reference_jobs import (
+    POINT_LINE,
+    Progress,
+    job_command,
+    job_files,
+    write_benchmark,
+    write_unstarted,
+)
 from .spec import DEVICES, FRAMEWORKS, PLUGIN_VARIANTS, REPLICA_VARIANTS, VARIANTS
 
 #: The timing of ``--quick`` (tests, a first look): 3 short blocks, little warm-up, no
@@ -267,29 +274,25 @@ def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> fl
     """One measuring job as its own ``python -m crossover_study.measure_job`` process
     (the measure rule's code), its point lines through ``progress``; writes the
     Snakemake-style benchmark file beside the job's log. Returns its wall seconds."""
-    case, framework, device, batch = job
     paths = job_files(out, out / "logs", job)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
     }
-    cmd = [sys.executable, "-m", "crossover_study.measure_job", "--config", str(config_path)]
-    cmd += ["--case", case, "--framework", framework, "--device", device, "--batch", str(batch)]
-    for flag in ("csv", "probe", "journal", "log"):
-        cmd += [f"--{flag}", str(paths[flag])]
     started = time.time()
     with subprocess.Popen(
-        cmd + ["--echo"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        job_command(config_path, job, paths),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     ) as proc:
         for line in proc.stdout:
             line = line.rstrip("\n")
             if POINT_LINE.match(line) or line.startswith(("job failed", "job refused", "warning")):
                 progress.line(line)
     wall = time.time() - started
-    paths["bench"].parent.mkdir(parents=True, exist_ok=True)
-    paths["bench"].write_text(
-        f"s\th:m:s\n{wall:.4f}\t{time.strftime('%H:%M:%S', time.gmtime(wall))}\n"
-    )
+    write_benchmark(paths["bench"], wall)
     return wall
 
 
@@ -304,8 +307,7 @@ def _unstarted(config: dict, out: Path, job: tuple, why: str) -> None:
     points = study_config.batches(config, case, framework, device)[batch]
     threads = config["devices"][device]["threads"]
     write_unstarted(points, paths, study_config.measurement_hash(config, case), threads, why)
-    paths["bench"].parent.mkdir(parents=True, exist_ok=True)
-    paths["bench"].write_text("s\th:m:s\n0.0000\t00:00:00\n")
+    write_benchmark(paths["bench"], 0.0)
 
 
 def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdir: Path) -> dict:

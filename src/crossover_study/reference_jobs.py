@@ -53,6 +53,35 @@ def job_files(results: Path, logs: Path, job: tuple[str, str, str, int]) -> dict
     }
 
 
+def job_command(config_path: str | Path, job: tuple[str, str, str, int], paths: dict) -> list:
+    """The command of one measuring job as its own process, printing its log lines
+    (``--echo``): ``python -m crossover_study.measure_job`` (the measure rule's code)
+    with the study config ``config_path``, the job ``(case, framework, device, batch)``
+    and its files (:func:`job_files`; ``bench`` is the caller's to write,
+    :func:`write_benchmark`)."""
+    case, framework, device, batch = job
+    return [
+        sys.executable,
+        "-m",
+        "crossover_study.measure_job",
+        f"--config={config_path}",
+        f"--case={case}",
+        f"--framework={framework}",
+        f"--device={device}",
+        f"--batch={batch}",
+        "--echo",
+        *(f"--{k}={v}" for k, v in paths.items() if k != "bench"),
+    ]
+
+
+def write_benchmark(path: Path, wall_s: float) -> None:
+    """A benchmark file as Snakemake's ``benchmark`` directive writes it (columns ``s``
+    and ``h:m:s``; the collect step's wall-time summary reads ``s``): ``wall_s`` seconds
+    of a job run without Snakemake."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"s\th:m:s\n{wall_s:.4f}\t{time.strftime('%H:%M:%S', time.gmtime(wall_s))}\n")
+
+
 #: A point's line in a job's log (runner.run_group): two spaces, the point's key, its
 #: outcome ("kept" for a point its journal already held).
 POINT_LINE = re.compile(

@@ -53,9 +53,11 @@ from .reference_jobs import (
     DEVICE_ORDER,
     POINT_LINE,
     Progress,
+    job_command,
     job_files,
     job_order,
     slug,
+    write_benchmark,
     write_unstarted,
 )
 
@@ -268,19 +270,7 @@ def run(
     for case, framework, device, batch in jobs:
         stem = f"{case}/{framework}/{device}/batch-{batch}"
         paths = job_files(results, logs, (case, framework, device, batch))
-        bench = paths.pop("bench")
-        cmd = [
-            sys.executable,
-            "-m",
-            "crossover_study.measure_job",
-            f"--config={resolved}",
-            f"--case={case}",
-            f"--framework={framework}",
-            f"--device={device}",
-            f"--batch={batch}",
-            "--echo",
-            *(f"--{k}={v}" for k, v in paths.items()),
-        ]
+        cmd = job_command(resolved, (case, framework, device, batch), paths)
         entry = {"job": stem, "started": False, "exit_status": [], "salvaged_from_journal": False}
         wall = 0.0
         if time.time() > deadline and not paths["csv"].is_file():
@@ -316,10 +306,7 @@ def run(
                 print(f"job {stem}: table written from its journal: {code == 0}", flush=True)
         entry["wall_s"] = round(wall, 3)
         runner_info["jobs"].append(entry)
-        # A benchmark file as Snakemake's benchmark directive writes it (the collect
-        # step's wall-time summary reads column s): this job's wall seconds.
-        bench.parent.mkdir(parents=True, exist_ok=True)
-        bench.write_text(f"s\th:m:s\n{wall:.4f}\t{time.strftime('%H:%M:%S', time.gmtime(wall))}\n")
+        write_benchmark(paths["bench"], wall)
         (results / RUNNER_RECORD).write_text(json.dumps(runner_info, indent=1) + "\n")
         pack(partial, workdir, (results, logs))
 
