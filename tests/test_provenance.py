@@ -226,10 +226,36 @@ def test_package_versions_pin_and_install():
     assert versions["rocrate"] == {"pinned": "0.16.0", "installed": "0.16.0"}
 
 
+def _mini_manifest(workdir: Path, **kwargs) -> dict:
+    """``build_manifest`` of the study ``mini`` in ``workdir/results/mini``, whose
+    ``timings.csv`` the test wrote (``crossover.csv`` and ``wall.json`` are written here
+    as stubs); ``kwargs`` go on to ``build_manifest``."""
+    from crossover_study.manifest import build_manifest
+
+    results = Path(workdir) / "results" / "mini"
+    for name in ("crossover.csv", "wall.json"):
+        (results / name).write_text("{}")
+    return build_manifest(
+        study="mini",
+        config={"cases": {}},
+        config_hash="h",
+        config_files=[],
+        workdir=workdir,
+        results_dir="results/mini",
+        tables={
+            t.split(".")[0]: f"results/mini/{t}"
+            for t in ("timings.csv", "crossover.csv", "wall.json")
+        },
+        report={},
+        figures_dir=None,
+        snakemake_version=None,
+        **kwargs,
+    )
+
+
 def test_runs_carry_the_packages_their_jobs_probes_recorded(tmp_path):
     """Each run's ``packages`` come from the probe records beside the per-job tables
     holding its rows (the measuring jobs' envs), not from the manifest job's env."""
-    from crossover_study.manifest import build_manifest
 
     results = tmp_path / "results" / "mini"
     points = results / "points" / "s001-mlp" / "torch" / "cpu"
@@ -250,23 +276,7 @@ def test_runs_carry_the_packages_their_jobs_probes_recorded(tmp_path):
     for name, record in probes.items():
         (points / f"{name}.probe.json").write_text(json.dumps(record))
     timings.to_csv(results / "timings.csv", index=False)
-    for name in ("crossover.csv", "wall.json"):
-        (results / name).write_text("{}")
-    manifest = build_manifest(
-        study="mini",
-        config={"cases": {}},
-        config_hash="h",
-        config_files=[],
-        workdir=tmp_path,
-        results_dir="results/mini",
-        tables={
-            t.split(".")[0]: f"results/mini/{t}"
-            for t in ("timings.csv", "crossover.csv", "wall.json")
-        },
-        report={},
-        figures_dir=None,
-        snakemake_version=None,
-    )
+    manifest = _mini_manifest(tmp_path)
     runs = {r["run_id"]: r for r in manifest["runs"]}
     assert runs["a"]["packages"] == env
     assert runs["b"]["packages"] == {**env, "torch": "2.12.0"}
@@ -279,7 +289,7 @@ def test_runs_carry_the_packages_their_jobs_probes_recorded(tmp_path):
 def test_a_study_that_dropped_a_job_records_only_what_it_holds(tmp_path, monkeypatch):
     """The manifest records the per-job tables it is given (the study's jobs now); the
     tables of a dropped job leave points/ for retired/ (retire_tables), none lost."""
-    from crossover_study.manifest import build_manifest, retire_tables
+    from crossover_study.manifest import retire_tables
 
     monkeypatch.chdir(tmp_path)  # the workflow's paths are relative to its workdir
     results = Path("results/mini")
@@ -291,8 +301,6 @@ def test_a_study_that_dropped_a_job_records_only_what_it_holds(tmp_path, monkeyp
         pd.DataFrame([{**row, "run_id": run_id}]).to_csv(table, index=False)
         table.with_suffix(".probe.json").write_text(json.dumps({"device": "cpu"}))
     pd.DataFrame([{**row, "run_id": "a"}]).to_csv(results / "timings.csv", index=False)
-    for name in ("crossover.csv", "wall.json"):
-        (results / name).write_text("{}")
     keep = [str(results / "points/s001-mlp/torch/cpu/batch-0") + s for s in (".csv", ".probe.json")]
     moved = retire_tables(results, keep)
     retired = (results / "retired/s000-hjb/torch/cpu").resolve()
@@ -300,22 +308,7 @@ def test_a_study_that_dropped_a_job_records_only_what_it_holds(tmp_path, monkeyp
     assert not (results / "points/s000-hjb").exists()  # nor its emptied folders
     assert (results / "points/s001-mlp/torch/cpu/batch-0.csv").is_file()
     assert retire_tables(results, keep) == []  # nothing left to move
-    manifest = build_manifest(
-        study="mini",
-        config={"cases": {}},
-        config_hash="h",
-        config_files=[],
-        workdir=tmp_path,
-        results_dir=results,
-        tables={
-            t.split(".")[0]: results / t for t in ("timings.csv", "crossover.csv", "wall.json")
-        },
-        report={},
-        figures_dir=None,
-        snakemake_version=None,
-        point_tables=keep[:1],
-        probe_records=keep[1:],
-    )
+    manifest = _mini_manifest(tmp_path, point_tables=keep[:1], probe_records=keep[1:])
     assert [r["path"] for r in manifest["points"]] == [keep[0]]
     assert [r["path"] for r in manifest["probes"]] == [keep[1]]
     assert [r["points"] for r in manifest["runs"]] == [[keep[0]]]
@@ -324,7 +317,6 @@ def test_a_study_that_dropped_a_job_records_only_what_it_holds(tmp_path, monkeyp
 def test_the_manifest_records_a_case_named_like_a_missing_value(tmp_path):
     """A case named ``nan`` (or ``NA``) is that name in the manifest's runs, as in the
     tables (tables.read_csv_text), not a missing value."""
-    from crossover_study.manifest import build_manifest
 
     results = tmp_path / "results" / "mini"
     table = results / "points" / "nan" / "torch" / "cpu" / "batch-0.csv"
@@ -337,23 +329,7 @@ def test_the_manifest_records_a_case_named_like_a_missing_value(tmp_path):
     )
     rows.to_csv(table, index=False)
     rows.to_csv(results / "timings.csv", index=False)
-    for name in ("crossover.csv", "wall.json"):
-        (results / name).write_text("{}")
-    manifest = build_manifest(
-        study="mini",
-        config={"cases": {}},
-        config_hash="h",
-        config_files=[],
-        workdir=tmp_path,
-        results_dir="results/mini",
-        tables={
-            t.split(".")[0]: f"results/mini/{t}"
-            for t in ("timings.csv", "crossover.csv", "wall.json")
-        },
-        report={},
-        figures_dir=None,
-        snakemake_version=None,
-    )
+    manifest = _mini_manifest(tmp_path)
     runs = {r["run_id"]: r for r in manifest["runs"]}
     assert {k: r["case"] for k, r in runs.items()} == {"nan": "nan", "NA": "NA"}
     assert all(r["points"] for r in runs.values())
