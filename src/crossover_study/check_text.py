@@ -25,12 +25,13 @@ from .answer_format import DEVICE_NAMES, TIMES, fmt_ratio, format_seconds
 from .answer_regime import regime_clause
 from .answer_remedies import ANTI_PATTERNS, MARGIN
 from .answers import answer_sentence
+from .files import REFERENCE_DIR as REFERENCE_RUNS
 from .paths import REPO_ROOT
-from .spec import DEVICES, seed_sizes, synced
+from .spec import DEVICES, seed_sizes, select_rows, synced
 from .step_reference import predict_references, prediction_text
 
 #: Where the committed reference runs are (their ``timings.csv`` price predictions).
-REFERENCE_DIR = REPO_ROOT / "results" / "reference"
+REFERENCE_DIR = REPO_ROOT / REFERENCE_RUNS
 
 
 def _quartiles(row: pd.Series) -> tuple[float, float] | None:
@@ -43,11 +44,9 @@ def _quartiles(row: pd.Series) -> tuple[float, float] | None:
 
 
 def _at_size(timings: pd.DataFrame, case: str) -> pd.DataFrame:
-    """Synced rows of ``case`` at its seed size (the check's size)."""
-    rows = synced(timings[timings["case"] == case])
-    for axis, value in seed_sizes(case).items():
-        rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
-    return rows
+    """Synced rows of ``case``, of every status, at its seed size (the check's size):
+    the study's one selection (:func:`spec.select_rows`)."""
+    return synced(select_rows(timings, case, status=None))
 
 
 def _device(rows: pd.DataFrame, device: str) -> dict:
