@@ -14,6 +14,7 @@ from pathlib import Path
 from .audit_report import MAX_ROWS, AuditReport, clipped
 from .files import PLUGIN_COPY_DIR, sha256_file
 from .manifest import locate_package_file
+from .paths import shown_path
 from .provenance import REPO_ROOT, git_state
 
 #: A string that names a place on the machine that wrote it: an absolute POSIX or
@@ -75,11 +76,9 @@ class Layout:
         return copy if copy.is_relative_to(base) else None
 
     def shown(self, path: Path) -> str:
-        """A path as printed: relative to the working directory when possible."""
-        try:
-            return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
-        except ValueError:
-            return str(path)
+        """A path as printed: relative to the working directory when possible
+        (:func:`crossover_study.paths.shown_path`)."""
+        return shown_path(path)
 
 
 def check_file(

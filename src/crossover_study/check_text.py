@@ -26,7 +26,7 @@ from .answer_regime import regime_clause
 from .answer_remedies import ANTI_PATTERNS, MARGIN
 from .answers import answer_sentence
 from .files import REFERENCE_DIR as REFERENCE_RUNS
-from .paths import REPO_ROOT
+from .paths import REPO_ROOT, shown_path
 from .spec import DEVICES, seed_sizes, select_rows, synced
 from .step_reference import predict_references, prediction_text
 
@@ -160,10 +160,7 @@ def answer(
             f"no prediction for {_name(device)}: no committed reference run measured it "
             f"with {timings['framework'].iloc[0]} (reference runs: {names})"
         )
-    try:  # as the user types it: relative to the working directory when inside it
-        shown = sweep.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
-        shown = sweep.resolve()
+    shown = shown_path(sweep.resolve())  # as the user types it
     return {
         "case": case,
         "framework": str(timings["framework"].iloc[0]),

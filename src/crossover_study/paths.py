@@ -31,3 +31,12 @@ def portable_path(path: str | Path, bases: Iterable[str | Path] | None = None) -
     if path.is_relative_to(prefix):
         return f"{prefix.name}/{path.relative_to(prefix).as_posix()}"
     return path.name
+
+
+def shown_path(path: str | Path) -> str:
+    """``path`` as a message prints it: relative to the working directory when it lies
+    inside it (as people type it: ``config/x.yaml``), else as given."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)

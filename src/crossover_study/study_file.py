@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from .paths import shown_path
+
 
 class ConfigError(ValueError):
     """The study config is invalid; the message names the key path and the bad value."""
@@ -120,22 +122,13 @@ def _check_duplicates(loader: yaml.SafeLoader, node, source, path=(), seen=None)
             _check_duplicates(loader, item, source, (*path, i), seen)
 
 
-def _shown_path(path: str | Path) -> str:
-    """``path`` relative to the working directory when it lies inside it (as people type
-    it: ``config/x.yaml``), else as given."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
 def read_yaml(path: str | Path) -> Any:
     """The YAML file ``path`` as Python data (as ``yaml.safe_load`` reads it), refusing
     what ``safe_load`` lets through or reports without a place: a key given twice in
     one mapping (both lines named), and syntax errors as one line ``FILE:LINE:COLUMN:
     YAML error: ...`` (bad indentation, an unclosed bracket or quote, a tab). Raises
     :class:`ConfigError`, also for a file that cannot be read."""
-    source = _shown_path(path)
+    source = shown_path(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
