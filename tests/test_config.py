@@ -36,6 +36,24 @@ def bad(path, value):
     return config
 
 
+def test_skip_variants_drops_a_case_s_rows_only():
+    config = validate_config(
+        {
+            **GOOD,
+            "sweep": {**GOOD["sweep"], "variants": ["eager", "compile"]},
+            "cases": {
+                "s001-mlp": {"axes": {"hidden": [128, 512]}, "skip_variants": ["compile"]},
+                "s000-hjb": {},
+            },
+        }
+    )
+    variants = {
+        case: {p.variant for p in points(config, case, "torch", "cpu")}
+        for case in ("s001-mlp", "s000-hjb")
+    }
+    assert variants == {"s001-mlp": {"eager"}, "s000-hjb": {"eager", "compile"}}
+
+
 def test_defaults_are_filled():
     config = validate_config(GOOD)
     assert config["missing_device"] == "skip"
@@ -68,6 +86,16 @@ def test_defaults_are_filled():
             ("cases", "s001-mlp", "grid"),
             ["hidden", "units"],
             r"grid\[1\]: 'units' is not an axis of s001-mlp",
+        ),
+        (
+            ("cases", "s001-mlp", "skip_variants"),
+            ["compile"],
+            r"cases.s001-mlp.skip_variants\[0\]: cannot skip 'compile': it is not in sweep",
+        ),
+        (
+            ("cases", "s001-mlp", "skip_variants"),
+            ["eager"],
+            r"skip_variants\[0\]: cannot skip 'eager': eager is the baseline",
         ),
         (("timing", "blocks"), 2, r"timing.blocks: 2 is less than the minimum of 3"),
         (("timing", "min_blocks_s"), 0.1, r"at timing: unknown key\(s\) 'min_blocks_s'"),
@@ -194,17 +222,27 @@ def test_seed_size_is_always_measured_and_grid_expands():
 
 def test_shipped_studies_are_valid_and_cover_every_case():
     default = load_config(REPO_ROOT / "config" / "config.yaml")
-    assert set(default["cases"]) == {"s000-hjb", "s001-mlp", "s002-iris", "s004-lstm"}
-    assert default["sweep"]["frameworks"] == ["torch", "tensorflow"]
-    assert default["sweep"]["devices"] == ["cpu", "cuda"]
-    for case, case_config in default["cases"].items():
-        for axis, values in case_config["axes"].items():
-            if (case, axis) == ("s001-mlp", "batch"):
-                continue  # the seed's N = 64 is held; D_in and H are the swept axes
-            assert 3 <= len(set(values)) <= 5, (case, axis, values)
-        # Every case with two axes has a grid for its speedup heat map.
+    full = load_config(REPO_ROOT / "config" / "studies" / "full.yaml")
+    for study in (default, full):
+        assert set(study["cases"]) == {"s000-hjb", "s001-mlp", "s002-iris", "s004-lstm"}
+        assert study["sweep"]["frameworks"] == ["torch", "tensorflow"]
+        assert study["sweep"]["devices"] == ["cpu", "cuda"]
+        for case, case_config in study["cases"].items():
+            for axis, values in case_config["axes"].items():
+                if (case, axis) == ("s001-mlp", "batch"):
+                    continue  # the seed's N = 64 is held; D_in and H are the swept axes
+                assert 3 <= len(set(values)) <= 5, (case, axis, values)
+    assert default["sweep"] == full["sweep"] and default["replication"] == full["replication"]
+    # The full study: every case with two axes has a grid for its speedup heat map, and
+    # every variant is measured; the default sweeps one axis at a time and leaves the
+    # LSTM's compiled CPU step (tens of times slower than eager) to the full study.
+    for case, case_config in full["cases"].items():
+        assert not case_config["skip_variants"], case
         if len(case_config["axes"]) == 2:
             assert case_config.get("grid"), case
+    assert not any(c.get("grid") for c in default["cases"].values())
+    skipped = {c: s["skip_variants"] for c, s in default["cases"].items() if s["skip_variants"]}
+    assert skipped == {"s004-lstm": ["compile"]}
     smoke = load_config(REPO_ROOT / "config" / "studies" / "smoke.yaml")
     assert len(smoke["cases"]) == 2 and smoke["sweep"]["devices"] == ["cpu"]
     # two sizes of eager, plus copy_data_each_step and the unsynced eager at the seed size

@@ -324,7 +324,8 @@ def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
     table, and its plug-in file exists and defines its entry point taking ``device`` and
     every axis (:func:`crossover_study.cases.check_plugin`, without importing it); its
     ``workload`` is replaced by the stored path (:func:`crossover_study.cases.stored_path`).
-    A ``grid`` names two axes of the case."""
+    A ``grid`` names two axes of the case; ``skip_variants`` names variants of
+    ``sweep.variants`` other than ``eager``."""
     seeds = case_registry.SEEDS
     reserved = set(table_columns("timings")) - {a for c in seeds.values() for a in c.axes}
     for name, spec in config["cases"].items():
@@ -389,6 +390,14 @@ def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
                     f"{where}.grid[{i}]: {axis!r} is not an axis of {name} "
                     f"(axes: {', '.join(own_axes)})"
                 )
+        for i, variant in enumerate(spec.get("skip_variants", ())):
+            if variant == "eager" or variant not in config["sweep"]["variants"]:
+                why = (
+                    "eager is the baseline of every curve and is always measured"
+                    if variant == "eager"
+                    else f"it is not in sweep.variants ({', '.join(config['sweep']['variants'])})"
+                )
+                raise ConfigError(f"{where}.skip_variants[{i}]: cannot skip {variant!r}: {why}")
 
 
 def schema_default(*path: str):

@@ -45,7 +45,8 @@ def case_sizes(case: str, case_config: Mapping[str, Any]) -> list[dict[str, int]
 def points(config: Mapping[str, Any], case: str, framework: str, device: str) -> list[PointSpec]:
     """The points one measuring job (case × framework × device) measures: the eager
     program over every size; the other variants and the unsynced timing over
-    ``sweep.extras_at`` (the seed's size only, or every size). ``strategy_step`` points
+    ``sweep.extras_at`` (the seed's size only, or every size), less the case's
+    ``skip_variants``. ``strategy_step`` points
     carry the config's ``tpu_cores`` (their global batch divides over them)."""
     sizes = case_sizes(case, config["cases"][case])
     sweep = config["sweep"]
@@ -63,6 +64,7 @@ def points(config: Mapping[str, Any], case: str, framework: str, device: str) ->
             tpu_cores=cores if v == "strategy_step" else None,
         )
         for v in sweep["variants"]
+        if v not in config["cases"][case].get("skip_variants", ())
         for s in (sizes if v == "eager" else extra_sizes)
     ]
     # The unsynchronised anti-pattern is shown beside the naive program only.
