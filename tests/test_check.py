@@ -6,6 +6,7 @@ audits OK and compares."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import pandas as pd
@@ -188,3 +189,16 @@ def test_a_plugin_that_raises_gives_its_error_row_and_the_check_goes_on(capsys, 
     )
     assert timings.loc["read_loss_every_1000", "status"] == "ok"
     assert "CPU: error" in printed
+
+
+def test_a_framework_s_own_stderr_at_an_absent_device_goes_to_the_job_log(capfd, tmp_path):
+    """What C++ code writes straight to descriptor 2 (TensorFlow's absl and oneDNN
+    lines when the absent device's probe record imports it) lands in the job's log, not
+    among the check's lines; the descriptor is restored after."""
+    log = tmp_path / "logs" / "job.log"
+    with check._fd_stderr_to(log):
+        os.write(2, b"I0000 port.cc:153] oneDNN custom operations are on.\n")
+    os.write(2, b"after\n")
+    assert "oneDNN" in log.read_text()
+    err = capfd.readouterr().err
+    assert "oneDNN" not in err and "after" in err

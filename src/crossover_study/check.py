@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib.util
 import os
 import re
@@ -301,13 +302,34 @@ def _unstarted(config: dict, out: Path, job: tuple, why: str) -> None:
     saying ``why`` (:func:`reference_jobs.write_unstarted`), no process started."""
     case, framework, device, batch = job
     paths = job_files(out, out / "logs", job)
-    # Its probe record lists the framework's devices (an import here, nothing timed):
-    # TensorFlow's start-up lines would only clutter the check's output.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     points = study_config.batches(config, case, framework, device)[batch]
     threads = config["devices"][device]["threads"]
-    write_unstarted(points, paths, study_config.measurement_hash(config, case), threads, why)
+    # Its probe record lists the framework's devices (an import here, nothing timed):
+    # what the framework's C++ side writes to stderr at import (TensorFlow's absl and
+    # oneDNN lines) goes to the job's log, as a measuring job's does.
+    with _fd_stderr_to(paths["log"]):
+        write_unstarted(points, paths, study_config.measurement_hash(config, case), threads, why)
     write_benchmark(paths["bench"], 0.0)
+
+
+@contextlib.contextmanager
+def _fd_stderr_to(path: Path):
+    """File descriptor 2 appended to ``path`` inside the block (restored after).
+    Hand-rolled: :func:`contextlib.redirect_stderr` moves only Python's ``sys.stderr``,
+    not what a framework's C++ code writes to the descriptor itself."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "a") as log:
+            os.dup2(log.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
 
 
 def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdir: Path) -> dict:
