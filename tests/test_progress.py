@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from crossover_study import progress, runner
+from crossover_study import answer_format, progress, runner
 from crossover_study.harness import TimingPolicy
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec
@@ -21,15 +21,19 @@ POINT = PointSpec("s001-mlp", "torch", "cpu", "eager", SEED)
         (8.3e-4, "830 µs"),
         (45.67e-6, "45.7 µs"),
         (0.01234, "12.3 ms"),
-        (2.345, "2.35 s"),
-        (0.9997, "1.00 s"),  # rounded first: never "1000 ms"
-        (9.996e-3, "10.0 ms"),
-        (None, "?"),
-        (float("nan"), "?"),
+        (3.2, "3.2 s"),
+        (1250.0, "1,250 s"),
+        (0.9997, "1 s"),  # rounded first: never "1e+03 ms"
+        (9.9996e-4, "1 ms"),
     ],
 )
-def test_step_times_read_with_a_unit(seconds, text):
-    assert progress.duration(seconds) == text
+def test_durations_read_with_a_unit(seconds, text):
+    assert progress.format_seconds(seconds) == text
+    assert answer_format.format_seconds is progress.format_seconds  # one format
+
+
+def test_an_ok_row_without_a_step_time_says_so():
+    assert progress.outcome({"status": "ok", "step_time_s": float("nan")}) == "ok (no step time)"
 
 
 def test_an_ok_point_says_its_job_sizes_step_time_spread_and_count():

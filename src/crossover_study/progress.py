@@ -11,8 +11,9 @@ read the same everywhere::
     [s001-mlp torch cpu · 3/37] eager synced batch=64 d_in=1024 hidden=128: ok 1.21 ms/step (IQR 2%)
     [s001-mlp torch cpu · 4/37] compile synced batch=64 d_in=1024 hidden=128: error RuntimeError: …
 
-Only the standard library is imported (the reference run imports it before its bundle
-is installed).
+The one format of durations (:func:`format_seconds`) is here too, below every layer
+that prints one. Only the standard library is imported (the reference run imports it
+before its bundle is installed).
 """
 
 from __future__ import annotations
@@ -37,19 +38,17 @@ JOB_LINE = re.compile(r"^\[(?P<job>[^\]·]+)\] (?:batch \d+ of \d+: )?\d+ points
 ALERTS = ("job failed", "job refused", "warning")
 
 
-def duration(seconds: float | None) -> str:
-    """``seconds`` with a readable unit and three significant digits: ``830 µs``,
-    ``1.21 ms``, ``12.3 ms``, ``2.35 s``; ``?`` when missing or not finite."""
-    if seconds is None or not isinstance(seconds, int | float) or not math.isfinite(seconds):
-        return "?"
-    seconds = float(f"{seconds:.3g}")  # first: 0.9997 s is 1.00 s, not 1000 ms
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if abs(seconds) >= scale or unit == "µs":
-            value = seconds / scale
-            break
-    # Decimals by magnitude (not "%.3g", which writes 1e+03 for 999.7).
-    digits = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
-    return f"{value:.{digits}f} {unit}"
+def format_seconds(seconds: float) -> str:
+    """A duration in readable units, 3 significant digits: ``522 µs``, ``1.84 ms``,
+    ``3.2 s``, ``1,250 s`` (the one format of durations: the answers' sentences,
+    :mod:`crossover_study.answer_format`, quote it too). Raises TypeError or ValueError
+    for what is not a number."""
+    s = float(f"{float(seconds):.3g}")  # first: 0.9997 ms is 1 ms, not "1e+03 µs"
+    if abs(s) < 1e-3:
+        return f"{s * 1e6:.3g} µs"
+    if abs(s) < 1:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s:.3g} s" if abs(s) < 1000 else f"{s:,.0f} s"
 
 
 def one_line(text: object, limit: int = MESSAGE_CHARS) -> str:
@@ -107,8 +106,10 @@ def outcome(row: Mapping) -> str:
     if status != "ok":
         return f"{status} {one_line(message)}" if message else str(status)
     step, iqr = row.get("step_time_s"), row.get("step_time_iqr_s")
-    text = f"ok {duration(step)}/step"
-    if isinstance(step, int | float) and step > 0 and isinstance(iqr, int | float):
+    if not isinstance(step, int | float) or not math.isfinite(step):
+        return "ok (no step time)"
+    text = f"ok {format_seconds(step)}/step"
+    if step > 0 and isinstance(iqr, int | float) and math.isfinite(iqr):
         share = 100 * iqr / step
         text += f" (IQR {share:.0f}%)" if share >= 1 else f" (IQR {share:.1f}%)"
     return f"{text}; {one_line(message)}" if message else text
