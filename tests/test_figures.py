@@ -529,9 +529,17 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
         (results / "wall.json").write_text(
             json.dumps(
                 {
+                    "study_wall_s": 300.0,
                     "measuring_jobs_wall_s": 200.0,
+                    "rates_jobs_wall_s": 50.0,
                     "measured_work_s": 50.0,
                     "measured_share": 0.25,
+                    "timed_share": 0.25,
+                    "count_share": 0.1,
+                    "replay_share": None,
+                    "import_share": 0.15,
+                    "other_share": 0.5,
+                    "rates_share": 0.2,
                 }
             )
         )
@@ -566,6 +574,14 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
     assert "No remedy (a variant other than eager) has ok accelerator rows" in text
     if cuda_status == "ok":
         assert "wall-time share: 25%" in text
+        assert (
+            "study wall time: 300 s from the first job's start to the collect step; "
+            "measuring jobs 200 s, rates jobs 50 s (20%)" in text
+        )
+        assert (
+            "measuring jobs' time: timed 25%, count 10%, replay not recorded, import 15%, "
+            "other 50%" in text
+        )
         assert "after N* = 1,233 steps" in text
         # Each failed block-length check worded for its device, the CPU's with the load.
         assert "2 failed block-length check" in text

@@ -92,16 +92,17 @@ def test_jobs_run_case_by_case_gpu_first_other_frameworks_last():
 def test_progress_counts_each_point_once(capsys):
     progress = reference_run.Progress(2, time.time())
     key = "s001-mlp|torch|cpu|eager|batch=64,d_in=1024,hidden=32"
+    point = "[s001-mlp torch cpu · 1/1] eager synced batch=64 d_in=1024 hidden=32"
     for line in (
         f"  {key}: measured again (run abc measured it with other threads)",
-        f"  {key}: ok 0.001",
-        f"  {key}: kept from run abc (ok)",  # a retried job's journal
+        f"{point}: ok 1.00 ms/step (IQR 2%)",
+        f"{point}: kept from run abc: ok 1.00 ms/step (IQR 2%)",  # a retried job's journal
         "probe: {...}",
     ):
         progress.line(line)
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("  ") and "measured again" in out[0]  # not a result: no counter
-    assert re.match(r"\[1/2 +\d+ s\] s001-mlp\|", out[1])
+    assert re.match(r"\[1/2 +\d+ s\] \[s001-mlp torch cpu · 1/1\] eager ", out[1])
     assert re.match(r"\[1/2 +\d+ s\] .*kept from run", out[2])
     assert out[3] == "probe: {...}"
 

@@ -1,4 +1,8 @@
-"""Collecting per-job tables: types survive the round trip, bad tables are refused."""
+"""Collecting per-job tables: types survive the round trip, bad tables are refused;
+where the study's wall time went (wall.json)."""
+
+import json
+import os
 
 import pandas as pd
 import pytest
@@ -6,6 +10,7 @@ import pytest
 from crossover_study.provenance import table_columns
 from crossover_study.tables import (
     TableError,
+    collect_study,
     collect_timings,
     read_crossover,
     read_csv_text,
@@ -13,6 +18,7 @@ from crossover_study.tables import (
     read_timings,
     text_columns,
     validate_timings,
+    wall_summary,
 )
 
 
@@ -105,3 +111,100 @@ def test_a_crossover_row_of_a_case_named_nan_reads(tmp_path):
     )
     back = read_crossover(tmp_path / "crossover.csv")
     assert back["case"].tolist() == ["nan", "NA"] and back["cpu_variant"].isna().all()
+
+
+def _bench(path, seconds, ended):
+    """A Snakemake benchmark file of a job that ran ``seconds`` and ended at ``ended``."""
+    path.write_text(f"s\th:m:s\n{seconds}\t0:00:00\n")
+    os.utime(path, (ended, ended))
+    return path
+
+
+def test_wall_summary_says_where_the_study_time_went(tmp_path):
+    # Two measuring jobs (processes a1 and b2) of 100 s and 60 s, one rates job of 40 s.
+    # The first job started at 1000 (ended 1100); collect runs at 1300.
+    benches = [
+        _bench(tmp_path / "a.tsv", 100.0, 1100.0),
+        _bench(tmp_path / "b.tsv", 60.0, 1250.0),
+    ]
+    rates = [_bench(tmp_path / "rates.tsv", 40.0, 1050.0)]  # started 1010
+    rows = pd.DataFrame(
+        {
+            "run_id": ["a1", "a1", "b2", None],
+            "import_s": [5.0, 5.0, 3.0, None],
+            "device_init_s": [1.0, 1.0, None, None],  # b2: its device never initialised
+            "measured_s": [50.0, 30.0, 20.0, None],
+            "count_s": [4.0, None, 4.0, None],  # an empty cell counts 0
+            "replay_s": [8.0, 0.0, 0.0, None],
+        }
+    )
+    wall = wall_summary(rows, benches, rates, now=1300.0)
+    assert wall == {
+        "study_wall_s": 300.0,
+        "measuring_jobs_wall_s": 160.0,
+        "rates_jobs_wall_s": 40.0,
+        "measured_work_s": 100.0,
+        "measured_share": 0.625,
+        "timed_share": 0.625,
+        "count_share": 0.05,  # 8 of 160
+        "replay_share": 0.05,
+        "import_share": 0.0563,  # (5 + 1) + 3 once per process: 9 of 160
+        "other_share": 0.2188,  # the other 35 s
+        "rates_share": 0.2,  # 40 of 200
+    }
+
+
+def test_wall_summary_keeps_its_first_keys_and_says_null_for_what_it_lacks(tmp_path):
+    # A study before counts, replays and rates jobs: their shares are null, not 0.
+    rows = pd.DataFrame({"measured_s": [30.0, 10.0], "import_s": [2.0, 2.0]})
+    wall = wall_summary(rows, [_bench(tmp_path / "a.tsv", 80.0, 500.0)], now=600.0)
+    assert (wall["measuring_jobs_wall_s"], wall["measured_work_s"]) == (80.0, 40.0)
+    assert wall["measured_share"] == wall["timed_share"] == 0.5
+    assert wall["study_wall_s"] == 180.0
+    assert wall["count_share"] is wall["replay_share"] is wall["rates_share"] is None
+    assert wall["rates_jobs_wall_s"] is None
+    assert wall["import_share"] == 0.0  # no run id: no process to charge it to
+    assert wall["other_share"] == 0.5
+    # The audit collects again without benchmark files: no time, no shares.
+    none = wall_summary(rows, [])
+    assert none["measuring_jobs_wall_s"] == 0.0 and none["study_wall_s"] is None
+    assert all(none[k] is None for k in none if k.endswith("_share"))
+
+
+def test_collect_study_writes_the_wall_summary_of_the_rows_before_runs_merge(tmp_path):
+    # Two runs of one point (timing.repeats): both runs' work and imports count.
+    csvs = [
+        _job_csv(
+            tmp_path / f"run{r}.csv",
+            hidden=128,
+            batch=64,
+            d_in=1024,
+            axes="batch,d_in,hidden",
+            repeat=r,
+            run_id=f"run{r}",
+            step_time_s=1e-3,
+            step_time_iqr_s=1e-5,
+            block_step_times_s="[0.001, 0.001, 0.001]",
+            import_s=2.0,
+            device_init_s=1.0,
+            measured_s=10.0,
+        )
+        for r in (0, 1)
+    ]
+    benches = [_bench(tmp_path / f"run{r}.tsv", 20.0, 1000.0 + 20 * r) for r in (0, 1)]
+    rates = [_bench(tmp_path / "rates.tsv", 10.0, 975.0)]
+    timings, wall, _ = collect_study(
+        csvs,
+        None,
+        benches,
+        tmp_path / "timings.csv",
+        tmp_path / "wall.json",
+        rates_benchmarks=rates,
+    )
+    assert len(timings) == 1  # merged into one row
+    written = json.loads((tmp_path / "wall.json").read_text())
+    assert written == wall
+    assert (wall["measuring_jobs_wall_s"], wall["measured_work_s"]) == (40.0, 20.0)
+    assert wall["import_share"] == 0.15  # (2 + 1) s in each of the two processes
+    assert wall["rates_share"] == 0.2 and wall["rates_jobs_wall_s"] == 10.0
+    assert 0 < wall["study_wall_s"]  # from the rates job's start (965) to now

@@ -8,7 +8,7 @@ module, bottom first:
 0. **leaves**: paths, files and hashing, figure files and the sources they record
    (``figure_files``), errors, where a number came from (``provenance``), the plug-in
    contract, the timing harness, float precision, the GPU's state, the per-point
-   deadline, the seed cases' data;
+   deadline, the progress lines a person watches (``progress``), the seed cases' data;
 1. **study**: the case registry, the point spec and the one selection of its rows
    (``spec.select_rows``), which variant applies where (one table: ``applicability``)
    and which program runs (``programs``), the study file (``study_file``: reading it, the
@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     "precision": 0,
     "gpu_state": 0,
     "watchdog": 0,
+    "progress": 0,
     "workloads.data": 0,
     # 1: the study
     "cases": 1,

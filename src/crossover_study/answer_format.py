@@ -5,22 +5,15 @@ here, never estimated (the numbers come from :mod:`crossover_study.answer_rows`)
 
 from __future__ import annotations
 
+# Re-exported: the answers import the one format of durations from here.
+from .progress import format_seconds  # noqa: F401
+
 #: Display characters (kept as escapes so linters do not mistake them for x and -).
 TIMES = "\u00d7"
 EN_DASH = "\u2013"
 
 #: How a device class is named in a sentence.
 DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA", "cuda_multi": "several-GPU CUDA", "tpu": "TPU"}
-
-
-def format_seconds(seconds: float) -> str:
-    """A duration in readable units: ``522 µs``, ``1.84 ms``, ``3.2 s`` (3 digits)."""
-    s = float(seconds)
-    if abs(s) < 1e-3:
-        return f"{s * 1e6:.3g} µs"
-    if abs(s) < 1:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s:.3g} s" if abs(s) < 1000 else f"{s:,.0f} s"
 
 
 def fmt_size(value: float) -> str:

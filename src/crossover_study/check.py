@@ -43,8 +43,8 @@ from . import cases
 from . import config as study_config
 from .applicability import applicability, case_kind
 from .paths import REPO_ROOT
+from .progress import for_terminal
 from .reference_jobs import (
-    POINT_LINE,
     Progress,
     job_command,
     job_files,
@@ -273,8 +273,9 @@ def sweep_study(config: dict, case: str, name: str) -> dict:
 
 def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> float:
     """One measuring job as its own ``python -m crossover_study.measure_job`` process
-    (the measure rule's code), its point lines through ``progress``; writes the
-    Snakemake-style benchmark file beside the job's log. Returns its wall seconds."""
+    (the measure rule's code), its progress lines (:func:`progress.for_terminal`) through
+    ``progress``; writes the Snakemake-style benchmark file beside the job's log.
+    Returns its wall seconds."""
     paths = job_files(out, out / "logs", job)
     env = {
         **os.environ,
@@ -290,7 +291,7 @@ def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> fl
     ) as proc:
         for line in proc.stdout:
             line = line.rstrip("\n")
-            if POINT_LINE.match(line) or line.startswith(("job failed", "job refused", "warning")):
+            if for_terminal(line):
                 progress.line(line)
     wall = time.time() - started
     write_benchmark(paths["bench"], wall)

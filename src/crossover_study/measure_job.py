@@ -20,6 +20,7 @@ from pathlib import Path
 from . import config as study_config
 from .journal import JournalBusy, hold
 from .probe import probe_record, write_probe
+from .progress import job_line
 from .runner import GroupSpec, run_group
 
 
@@ -41,7 +42,9 @@ def measure_job(
     (a study config; validated here) with ``threads`` CPU threads.
 
     Writes the job's table ``out_csv`` (atomically), appends every line it logs to
-    ``log_path`` (and passes it to ``echo`` when given, e.g. a progress printer), sends
+    ``log_path`` (and passes it to ``echo`` when given, e.g. a printer of the progress
+    lines, :func:`crossover_study.progress.for_terminal`: the job's first line and one
+    per point, :mod:`crossover_study.progress`), sends
     what the measurement writes to ``sys.stderr`` there too (a failed point's whole
     traceback: :func:`crossover_study.point_measure.measure_point`), and
     writes the probe record ``out_probe`` also when the job fails (copied into the log:
@@ -91,7 +94,7 @@ def measure_job(
             if echo is None:  # on the console too (Snakemake's), not only in the log
                 print(f"job refused: {exc}", file=sys.__stderr__, flush=True)
             raise
-        say(f"batch {batch}: {len(points)} points, {threads} threads")
+        say(job_line(case, framework, device, len(points), threads, batch, len(batches)))
         try:
             # Stacks of a point past timing.point_deadline_s go to the log as well, and
             # so does the job's stderr: a failed point's whole traceback (point_measure),

@@ -14,6 +14,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .progress import POINT_LINE
+
 #: Order of the jobs when the deadline may cut the run short: a case's accelerator and
 #: CPU jobs together (a crossover needs both), cases by what the GPU run is checked
 #: against first (s001 and s000 carry its targets), the accelerator before the CPU; the
@@ -82,25 +84,21 @@ def write_benchmark(path: Path, wall_s: float) -> None:
     path.write_text(f"s\th:m:s\n{wall_s:.4f}\t{time.strftime('%H:%M:%S', time.gmtime(wall_s))}\n")
 
 
-#: A point's line in a job's log (runner.run_group): two spaces, the point's key, its
-#: outcome ("kept" for a point its journal already held).
-POINT_LINE = re.compile(
-    r"^  (?P<key>[^\s:]+\|[^\s:]*): (?P<what>ok|unavailable|oom|error|not_applicable|kept)\b"
-)
-
-
 class Progress:
-    """Prints one line per point of the whole run: ``[i/n elapsed] key: status ...``."""
+    """Prints the jobs' lines of a whole run, a point's progress line
+    (:data:`progress.POINT_LINE`, the runner's) under the run's counter and clock:
+    ``[i/n elapsed] [case framework device · j/m] point: outcome``."""
 
     def __init__(self, total: int, started: float, out=None):
         self.total, self.started, self.out = total, started, out
         self.seen: set[str] = set()
 
     def line(self, text: str) -> None:
-        """Pass one log line of a job through; a point's outcome gets the counter."""
+        """Pass one log line of a job through; a point's outcome gets the counter (a
+        point counted once, also when a retried job's journal kept it)."""
         match = POINT_LINE.match(text)
         if match:
-            self.seen.add(match["key"])
+            self.seen.add(f"{match['job']} {match['point']}")
             elapsed = time.time() - self.started
             text = f"[{len(self.seen)}/{self.total} {elapsed:4.0f} s] {text.strip()}"
         print(text, file=self.out or sys.stdout, flush=True)

@@ -35,6 +35,7 @@ from .journal import FINAL, MAX_ATTEMPTS, Journal, hold, json_default
 from .point_measure import deadline_row, measure_point
 from .probe import check_cpus_given
 from .programs import not_applicable_reason, program_or_none
+from .progress import point_line
 from .provenance import git_state, placement
 from .spec import PointSpec, timings_columns
 from .watchdog import (
@@ -310,6 +311,14 @@ class _Job:
     deadline: float | None
     import_s: float
     device_init_s: float | None
+    #: Points of the job done so far (kept or measured), for the progress lines.
+    done: int = 0
+
+    def progress(self, point: PointSpec, row: dict, kept_from: str | None = None) -> None:
+        """Log ``point``'s progress line (:func:`progress.point_line`), counting it
+        done."""
+        self.done += 1
+        self.log(point_line(point, row, self.done, len(self.group.points), kept_from))
 
 
 def _run_point(job: _Job, point: PointSpec) -> dict:
@@ -327,7 +336,7 @@ def _run_point(job: _Job, point: PointSpec) -> dict:
         )
         row = None
     if row is not None:
-        log(f"  {key}: kept from run {row.get('run_id')} ({row['status']})")
+        job.progress(point, row, kept_from=row.get("run_id"))
         return row
     if key in journal.stale and key not in journal.done:
         log(
@@ -385,7 +394,7 @@ def _run_point(job: _Job, point: PointSpec) -> dict:
                 )
         gpu_end = gpu_state.snapshot()
     _finish(journal, key, row, job.gpu_start, gpu_end, group.point_deadline_s)
-    log(f"  {key}: {row['status']} {row.get('step_time_s') or row.get('message') or ''}")
+    job.progress(point, row)
     return row
 
 

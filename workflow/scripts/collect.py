@@ -1,5 +1,6 @@
 """Snakemake job: check each job's table against its probe record, concatenate the
-tables into timings.csv and record wall time (crossover_study.tables.collect_study)."""
+tables into timings.csv and record where the study's wall time went (wall.json:
+crossover_study.tables.collect_study, wall_summary)."""
 
 import json
 import sys
@@ -20,6 +21,9 @@ def main(snakemake) -> None:
             snakemake.output.wall,
             merge_environments=snakemake.params.merge_environments,
             noise_threshold=snakemake.params.noise_threshold,
+            # The rates jobs' benchmark files (the collect rule's input once rates are
+            # their own stage; none before).
+            rates_benchmarks=snakemake.input.get("rates_benchmarks", []),
         )
     except EnvironmentMixError as error:
         print(error, file=sys.__stderr__)  # on the console too, not only in the log

@@ -1,6 +1,10 @@
 """Snakemake job: measure one batch of a case x framework x device group, then write the
 job's probe record (crossover_study.measure_job, the same code that
-`python -m crossover_study.measure_job` runs without Snakemake)."""
+`python -m crossover_study.measure_job` runs without Snakemake).
+
+The job's log gets every line; its progress lines (the job's first line, one per point,
+a failed job: crossover_study.progress) also go to the script's standard output, which
+is Snakemake's terminal (on Slurm, the job's own Slurm log)."""
 
 import sys
 
@@ -9,6 +13,11 @@ def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
     from crossover_study.measure_job import measure_job
+    from crossover_study.progress import for_terminal
+
+    def echo(text: str) -> None:
+        if for_terminal(text):
+            print(text, file=sys.__stdout__, flush=True)
 
     w = snakemake.wildcards
     measure_job(
@@ -22,6 +31,7 @@ def main(snakemake) -> None:
         snakemake.output.probe,
         snakemake.params.journal,
         snakemake.log[0],
+        echo=echo,
     )
 
 
