@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from crossover_study import answer_format, progress, runner
+from crossover_study import progress, runner
 from crossover_study.harness import TimingPolicy
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec
@@ -29,7 +29,6 @@ POINT = PointSpec("s001-mlp", "torch", "cpu", "eager", SEED)
 )
 def test_durations_read_with_a_unit(seconds, text):
     assert progress.format_seconds(seconds) == text
-    assert answer_format.format_seconds is progress.format_seconds  # one format
 
 
 def test_an_ok_row_without_a_step_time_says_so():

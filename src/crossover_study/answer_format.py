@@ -5,9 +5,6 @@ here, never estimated (the numbers come from :mod:`crossover_study.answer_rows`)
 
 from __future__ import annotations
 
-# Re-exported: the answers import the one format of durations from here.
-from .progress import format_seconds  # noqa: F401
-
 #: Display characters (kept as escapes so linters do not mistake them for x and -).
 TIMES = "\u00d7"
 EN_DASH = "\u2013"

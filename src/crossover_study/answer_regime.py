@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_size, format_seconds
+from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_size
 from crossover_study.answer_rows import seed_rows, to_number
 from crossover_study.crossover import cpu_side, crossover_size
+from crossover_study.progress import format_seconds
 from crossover_study.spec import ACCELERATORS, row_axes, select_rows, synced
 from crossover_study.step_model import KERAS_FIT_PROGRAMS, TERM_COLUMNS, fit_parts
 

@@ -15,9 +15,9 @@ from crossover_study.answer_format import (
     fmt_count,
     fmt_ratio,
     fmt_size,
-    format_seconds,
 )
 from crossover_study.answer_rows import flag_text, seed_rows, to_number
+from crossover_study.progress import format_seconds
 from crossover_study.spec import ACCELERATORS, FRAMEWORKS, synced
 
 #: A variant must be this much faster than eager to be called a remedy: the noise

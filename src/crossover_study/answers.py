@@ -20,7 +20,6 @@ from crossover_study.answer_format import (
     fmt_count,
     fmt_ratio,
     fmt_size,
-    format_seconds,
 )
 from crossover_study.answer_regime import model_crossover_text, regime_clause
 from crossover_study.answer_remedies import (
@@ -45,6 +44,7 @@ from crossover_study.answer_rows import (
 )
 from crossover_study.programs import PROGRAMS, program_column, program_of_rows
 from crossover_study.programs import cpu_rows as same_program_cpu_rows
+from crossover_study.progress import format_seconds
 from crossover_study.spec import (
     ACCELERATORS,
     FRAMEWORKS,

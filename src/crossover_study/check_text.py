@@ -21,12 +21,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .answer_format import DEVICE_NAMES, TIMES, fmt_ratio, format_seconds
+from .answer_format import DEVICE_NAMES, TIMES, fmt_ratio
 from .answer_regime import regime_clause
 from .answer_remedies import ANTI_PATTERNS, MARGIN
 from .answers import answer_sentence
 from .files import REFERENCE_DIR as REFERENCE_RUNS
 from .paths import REPO_ROOT, shown_path
+from .progress import format_seconds
 from .spec import DEVICES, seed_sizes, select_rows, synced
 from .step_reference import predict_references, prediction_text
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from crossover_study import step_counts, step_rates
-from crossover_study.answer_format import format_seconds
+from crossover_study.progress import format_seconds
 from crossover_study.spec import seed_sizes, size_columns, synced
 from crossover_study.step_model import MODEL_COLUMNS, TERM_COLUMNS, model_columns
 from crossover_study.tables import read_timings
