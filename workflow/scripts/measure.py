@@ -6,11 +6,15 @@ The job's log gets every line; its progress lines (the job's first line, one per
 a failed job: crossover_study.progress) also go to the script's standard output, which
 is Snakemake's terminal (on Slurm, the job's own Slurm log)."""
 
+import os
 import sys
 
 
 def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
+    # So does what a framework's C++ side writes straight to descriptor 2 (TensorFlow's
+    # absl and oneDNN lines): the terminal keeps the progress lines only.
+    os.dup2(sys.stderr.fileno(), 2)
     sys.path.insert(0, snakemake.params.src)
     from crossover_study.measure_job import measure_job
     from crossover_study.progress import for_terminal
