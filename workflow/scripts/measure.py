@@ -22,6 +22,7 @@ def main(snakemake) -> None:
         snakemake.output.probe,
         snakemake.params.journal,
         snakemake.log[0],
+        rates=snakemake.input.rates,
     )
 
 
