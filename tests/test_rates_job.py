@@ -161,3 +161,22 @@ def test_the_workflow_runs_a_rates_job_per_framework_and_device_before_its_jobs(
         assert all(f"results/{study}/rates/{f}/{d}.json" in block for f, d in pairs)
     collect = next(b for b in blocks if "rule collect:" in b)
     assert f"logs/{study}/benchmarks/rates/" in collect
+
+
+def test_a_rates_job_gets_the_partition_and_resources_of_its_device_class(tmp_path):
+    """Through the Slurm profile (no cluster): each rates job runs where its device
+    class's measuring jobs run, with their GPUs (the getters read no case or batch)."""
+    from conftest import slurm_dry_run
+
+    config = yaml.safe_load((REPO_ROOT / "config/studies/smoke.yaml").read_text())
+    config["sweep"] = {"frameworks": ["torch"], "devices": ["cpu", "cuda", "tpu"]}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = slurm_dry_run(tmp_path, path)
+    jobs = re.findall(r"wildcards: framework=torch, device=(\w+)\n\s+resources: ([^\n]+)", out)
+    assert sorted(device for device, _ in jobs) == ["cpu", "cuda", "tpu"], out[-3000:]
+    for device, resources in jobs:
+        res = dict(kv.split("=", 1) for kv in resources.split(", "))
+        assert res["slurm_partition"] == {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}[device]
+        assert res.get("gpu") == ("1" if device == "cuda" else None)
+        assert int(res["cpus_per_task"]) >= 1
