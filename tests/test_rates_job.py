@@ -75,7 +75,7 @@ def test_the_rates_file_holds_the_rates_their_spread_and_the_machine(tmp_path, m
     rates_job.rates_job("torch", "cpu", 1, out)
     written = json.loads(out.read_text())
     assert written["available"] is True and written["rates_version"] == rates_job.RATES_VERSION
-    assert written["seconds"] == 0.25 and written["wall_s"] >= written["seconds"]
+    assert written["seconds"] == 0.25 and written["wall_s"] > 0  # seconds: made up here
     assert written["rates"]["eager_op_s"] == FAKE["eager_op_s"]  # median, iqr, blocks
     assert "seconds" not in written["rates"]
     probe = written["probe"]
