@@ -16,6 +16,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/rates.smk"
 include: "workflow/rules/measure.smk"
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/crossover.smk"

@@ -380,7 +380,8 @@ def test_a_job_that_dies_keeps_its_measured_points(tmp_path, monkeypatch):
 
     def dying(cmd, env, timeout, progress):
         code, seconds = real(cmd, env, timeout, progress)
-        cpu_job = "--device=cpu" in cmd and "--deadline=0" not in cmd
+        measuring = "crossover_study.measure_job" in cmd  # not the rates job
+        cpu_job = measuring and "--device=cpu" in cmd and "--deadline=0" not in cmd
         calls.append(("cpu" if cpu_job else "other", code))
         if cpu_job:  # the process "died" before writing its table
             csv = next(a.split("=", 1)[1] for a in cmd if a.startswith("--csv="))

@@ -12,6 +12,12 @@ from crossover_study import step_counts, step_rates
 from crossover_study.spec import PointSpec
 
 
+@pytest.fixture(autouse=True)
+def fresh_replays(monkeypatch):
+    """Each test starts with no replay kept (step_rates keeps them for the process)."""
+    monkeypatch.setattr(step_rates, "_REPLAYED", {})
+
+
 def _built(framework: str, case: str, sizes: dict, variant: str = "eager"):
     from crossover_study import frameworks
 
@@ -214,28 +220,21 @@ def test_rates_are_measured_with_their_spread(framework):
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
-def test_op_costs_are_measured_again_after_each_counted_point(framework, monkeypatch):
-    """A counted point's row carries op costs timed right after it, which replace the
-    job's (runner: the point's columns override the job's common ones); Keras fit's
-    own costs only for a point whose program runs fit."""
+def test_a_counted_point_times_no_rates_and_says_what_it_paid(framework, monkeypatch):
+    """A counted point's row carries no rates of its own (the rates job's are the job's
+    common columns, runner): measure_point never times the op costs or Keras fit's costs
+    again, and says in count_s and replay_s what its count and its replays took."""
     from crossover_study import frameworks, point_measure
     from crossover_study.harness import TimingPolicy
 
     frameworks.import_framework(framework, "cpu", 1)
-    columns = step_rates.point_rate_columns(framework, "cpu")
-    names = {"rate_eager_op_s"}
-    if framework == "tensorflow":
-        names |= {"rate_graph_op_s", "rate_function_call_s"}
-    assert set(columns) == names and all(columns[n] > 0 for n in names)
 
-    calls = []
-    monkeypatch.setattr(
-        point_measure.step_rates,
-        "point_rate_columns",
-        lambda fw, device, keras_fit=False: (
-            calls.append((fw, device, keras_fit)) or {"rate_eager_op_s": 1.5e-5}
-        ),
-    )
+    def timed(*args, **kwargs):
+        raise AssertionError("a point timed the machine's rates")
+
+    monkeypatch.setattr(step_rates, "op_costs", timed)
+    monkeypatch.setattr(step_rates, "_keras_fit_rates", timed)
+    monkeypatch.setattr(step_rates, "measure_rates", timed)
     policy = TimingPolicy(min_block_s=0.001, n_blocks=3, max_warmup_s=0.05, sync_check_s=0)
     points = [
         PointSpec("s001-mlp", framework, "cpu", "eager", {"batch": 8, "d_in": 8, "hidden": 8})
@@ -243,38 +242,66 @@ def test_op_costs_are_measured_again_after_each_counted_point(framework, monkeyp
     if framework == "tensorflow":  # Iris's seed program is Keras fit
         points.append(PointSpec("s002-iris", framework, "cpu", "eager", {"batch": 8, "hidden": 4}))
     rows = [point_measure.measure_point(p, policy, import_s=0.0, device_init_s=0.0) for p in points]
-    assert all(row["status"] == "ok" and row["rate_eager_op_s"] == 1.5e-5 for row in rows)
+    for row in rows:
+        assert row["status"] == "ok", row.get("message")
+        assert not any(column.startswith("rate_") for column in row)
+        assert row["step_ops"] > 0 and row["step_products_s"] is not None
+        assert row["count_s"] > 0 and row["replay_s"] > 0
     # Iris's fit keeps its data iterator (steps_per_epoch 2) for a pass over 105 rows
     # in batches of 8: 14 batches, 7 epochs; s001 calls no fit
     assert [row["fit_epochs_per_iterator"] for row in rows] == [None, 7][: len(rows)]
-    assert calls == [(framework, "cpu", False), (framework, "cpu", True)][: len(points)]
 
 
-def test_keras_fit_costs_are_measured_again_after_a_fit_point():
-    """A Keras fit point's row carries fit's own costs timed right after it: call,
-    epoch, validated epoch and step, each a positive or zero number of seconds, the
-    call and the step above zero (a fit does cost something)."""
+def test_keras_fit_costs_are_measured():
+    """Keras fit's own costs (the rates job's): call, epoch, validated epoch and step,
+    each a positive or zero number of seconds, the call and the step above zero (a fit
+    does cost something)."""
     from crossover_study import frameworks
 
-    frameworks.import_framework("tensorflow", "cpu", 1)
-    columns = step_rates.point_rate_columns("tensorflow", "cpu", keras_fit=True)
-    fit = {"rate_fit_call_s", "rate_fit_epoch_s", "rate_fit_validation_s", "rate_fit_step_s"}
-    assert fit <= set(columns)
-    assert columns["rate_fit_call_s"] > 0 and columns["rate_fit_step_s"] > 0
-    assert all(columns[n] >= 0 for n in fit)
-    # torch has no fit: the flag changes nothing there
-    assert set(step_rates.point_rate_columns("torch", "cpu", keras_fit=True)) == {"rate_eager_op_s"}
+    tf = frameworks.import_framework("tensorflow", "cpu", 1)
+    with tf.device("/CPU:0"):
+        fit = step_rates._keras_fit_rates(0.4)
+    assert set(fit) == {
+        "fit_call_s",
+        "fit_epoch_s",
+        "fit_iterator_s",
+        "fit_validation_s",
+        "fit_step_s",
+    }
+    assert fit["fit_call_s"]["median"] > 0 and fit["fit_step_s"]["median"] > 0
+    assert all(rate["median"] >= 0 for rate in fit.values())
 
 
-def test_failed_op_costs_keep_the_row(monkeypatch, capsys):
-    def broken(share=1.0):
-        raise RuntimeError("no clock")
+def test_a_shape_replayed_before_in_the_job_is_not_replayed_again(monkeypatch):
+    """The replays keep each shape's (and call's) timing for the process: a second
+    point with the same products, LSTM layers and element-wise calls times nothing,
+    and its columns are the first point's; a new shape is timed (itself only)."""
+    timed = []
 
-    monkeypatch.setattr(step_rates, "op_costs", lambda framework, device: broken)
-    assert step_rates.point_rate_columns("torch", "cpu") == {}
-    assert "op costs: not measured after the point (RuntimeError: no clock)" in (
-        capsys.readouterr().err
-    )
+    def blocks(run, sync, units, n):
+        timed.append(n)
+        return {"median": 1e-3 * len(timed), "iqr": 0.0, "blocks": []}
+
+    monkeypatch.setattr(step_rates, "_blocks", blocks)
+    monkeypatch.setattr(step_rates, "_faults_per_call", lambda run, sync: 2.0)
+    products = [[1, 8, 8, 8, False, False, False, 3.0], [2, 4, 4, 4, True, False, False, 1.0]]
+    layers = [[5, 2, 3, 4, False, 1.0], [5, 2, 3, 4, True, 1.0]]
+    tanh = json.dumps([[{"t": [4, 4], "dtype": "float32"}], {}])
+    columns = {
+        "step_products": json.dumps(products),
+        "step_rnn_layers": json.dumps(layers),
+        "step_elementwise": json.dumps([["aten.tanh.default", tanh, 128.0, 2.0]]),
+    }
+    first = step_rates.replay_columns(columns, "torch", "cpu")
+    # products: the floor and two shapes; LSTM: the floor's and one shape's forward and
+    # forward-and-backward; the tanh call at full size and at its floor
+    assert len(timed) == 3 + 4 + 2
+    assert first["step_products_s"] is not None and first["step_elementwise_s"] is not None
+    again = step_rates.replay_columns(columns, "torch", "cpu")
+    assert len(timed) == 9 and again == first
+    products.append([1, 16, 16, 16, False, False, False, 1.0])
+    step_rates.replay_columns({"step_products": json.dumps(products)}, "torch", "cpu")
+    assert len(timed) == 10  # the new shape only
 
 
 def test_rate_blocks_drop_each_result_at_once():

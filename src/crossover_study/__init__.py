@@ -14,8 +14,8 @@ module, bottom first:
    and which program runs (``programs``), the study file (``study_file``: reading it, the
    checks its schema cannot express), the study config and its points;
 2. **measurement**: the frameworks' set-up and device probes, the workloads, the probe
-   record, the journal, one point's measurement, the runner and the measuring job, the
-   timer agreement, the GPU bundle;
+   record, the journal, one point's measurement, the runner, the rates job and the
+   measuring job, the timer agreement, the GPU bundle;
 3. **analysis**: repeats, the timings table and its one reader (``tables``), environments,
    the crossover, the answers (their rows, formats, remedies, replicas), two runs
    compared;
@@ -79,6 +79,7 @@ LAYERS: dict[str, int] = {
     "journal": 2,
     "point_measure": 2,
     "runner": 2,
+    "rates_job": 2,
     "measure_job": 2,
     "agreement": 2,
     "step_counts": 2,

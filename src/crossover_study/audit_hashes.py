@@ -142,8 +142,8 @@ def check_inputs(report: AuditReport, layout: Layout, manifest: dict, strict: bo
 
 def check_records(report: AuditReport, layout: Layout, manifest: dict) -> list[Path]:
     """Per-job tables and probe records: recorded ones present and unchanged, none
-    unrecorded (findings in ``report``). Returns the paths of the per-job tables found
-    intact, in the manifest's order."""
+    unrecorded (findings in ``report``); recorded rates files present and unchanged.
+    Returns the paths of the per-job tables found intact, in the manifest's order."""
     points = []
     for record in manifest["points"]:
         path = check_file(report, layout, record, "per-job table")
@@ -161,6 +161,8 @@ def check_records(report: AuditReport, layout: Layout, manifest: dict) -> list[P
             )
         else:
             check_file(report, layout, record, "probe record")
+    for record in manifest.get("rates", []):  # manifests written before rates jobs: none
+        check_file(report, layout, record, "rates file")
     results = layout.target
     known = {
         layout.locate(r).resolve()

@@ -10,7 +10,10 @@ for that case (the plug-in ``FILE.py`` with the given sizes as its seed, or a se
 case) is validated by :func:`config.validate_config` (every check of a study file,
 the plug-in's static checks included) and written to ``<out>/study.yaml``; each device
 class is measured by its own ``python -m crossover_study.measure_job`` process (the
-measure rule's code: journal, point deadline, probe record, step counts and rates);
+measure rule's code: journal, point deadline, probe record, step counts), after the
+rates job of its framework and device (``python -m crossover_study.rates_job``, the
+rates rule's code; its file ``<out>/rates/<framework>/<device>.json`` is the rates the
+rows carry);
 the per-job tables are collected (:func:`tables.collect_study`), the crossover table,
 the manifest and the RO-Crate are written as the workflow writes them, so that
 ``crossover-study audit`` and ``compare`` work on ``<out>``. The answer
@@ -48,6 +51,8 @@ from .reference_jobs import (
     Progress,
     job_command,
     job_files,
+    rates_command,
+    rates_files,
     write_benchmark,
     write_unstarted,
 )
@@ -277,25 +282,37 @@ def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> fl
     ``progress``; writes the Snakemake-style benchmark file beside the job's log.
     Returns its wall seconds."""
     paths = job_files(out, out / "logs", job)
+    wall = _process(job_command(config_path, job, paths), progress)
+    write_benchmark(paths["bench"], wall)
+    return wall
+
+
+def _rates(config_path: Path, out: Path, framework: str, device: str, progress: Progress) -> None:
+    """The rates job of ``framework`` on ``device`` as its own ``python -m
+    crossover_study.rates_job`` process (the rates rule's code), before that pair's
+    measuring jobs, which read its file; its benchmark file beside theirs."""
+    paths = rates_files(out, out / "logs", framework, device)
+    write_benchmark(
+        paths["bench"], _process(rates_command(config_path, framework, device, paths), progress)
+    )
+
+
+def _process(cmd: list, progress: Progress) -> float:
+    """Run ``cmd`` with this repository's ``src`` first on its path, passing its point
+    lines and failures through ``progress``. Returns its wall seconds."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
     }
     started = time.time()
     with subprocess.Popen(
-        job_command(config_path, job, paths),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as proc:
         for line in proc.stdout:
             line = line.rstrip("\n")
             if for_terminal(line):
                 progress.line(line)
-    wall = time.time() - started
-    write_benchmark(paths["bench"], wall)
-    return wall
+    return time.time() - started
 
 
 def _unstarted(config: dict, out: Path, job: tuple, why: str) -> None:
@@ -362,11 +379,15 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
     measured = [j for j in jobs if j[2] not in absent]
     total = sum(len(study_config.batches(config, *j[:3])[j[3]]) for j in measured)
     progress = Progress(total, time.time())
+    rated = set()
     for job in jobs:
         if job[2] in absent:
             _unstarted(config, out, job, f"not visible on this machine: {absent[job[2]]}")
-        else:
-            _measure(config_path, out, job, progress)
+            continue
+        if job[1:3] not in rated:  # once per framework and device, before its jobs
+            _rates(config_path, out, job[1], job[2], progress)
+            rated.add(job[1:3])
+        _measure(config_path, out, job, progress)
     files = [job_files(out, out / "logs", j) for j in jobs]
     done = [f for f in files if f["csv"].is_file() and f["probe"].is_file()]
     if not done:

@@ -2,6 +2,7 @@
 
     crossover-study study [--config FILE] [--cores N] [-- SNAKEMAKE ARGS]
     crossover-study check FILE.py --size AXIS=N ... | check SEED_CASE [--size AXIS=N]
+    crossover-study rates --framework F --device D (--threads N | --config FILE) --out FILE
     crossover-study validate STUDY_FILE ...
     crossover-study compare RUN_A RUN_B
     crossover-study audit [TARGET ...]
@@ -120,6 +121,10 @@ COMMANDS: dict[str, Command] = {
     "check": Command(
         "one model at one size on every device: the answer in about a minute",
         _main_of("check"),
+    ),
+    "rates": Command(
+        "the step-time model's machine rates for one framework and device, into a file",
+        _main_of("rates_job"),
     ),
     "validate": Command("check study files (YAML, schema, plug-ins, plan) before a run", _validate),
     "compare": Command(

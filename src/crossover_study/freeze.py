@@ -34,6 +34,8 @@ REFERENCE_FILES: tuple[str, ...] = (
     "config.resolved.yaml",
     "points/**/*.csv",
     "points/**/*.probe.json",
+    # The rates files the measuring jobs read (crossover_study.rates_job).
+    "rates/**/*.json",
     # The crate's copy of the workflow definition (crossover_study.crate.copy_workflow).
     "code/Snakefile",
     "code/workflow/rules/*.smk",

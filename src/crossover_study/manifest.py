@@ -17,7 +17,9 @@
   (``points/**/*.probe.json``, when the jobs wrote them) that ``timings.csv`` was
   collected from (a workflow run names them: the study's jobs now; the tables of jobs
   it no longer has, a case or batch dropped from its config, are moved to
-  ``retired/`` first, :func:`retire_tables`), and one entry per measuring
+  ``retired/`` first, :func:`retire_tables`), the rates files they read
+  (``rates``: ``rates/<framework>/<device>.json``, :mod:`crossover_study.rates_job`),
+  and one entry per measuring
   run (``run_id`` of ``timings.csv``) with its machine and software, including
   ``packages``: the package versions of the environment its measuring jobs ran in, from
   their probe records (:func:`run_packages`; under ``--sdm conda`` a
@@ -343,6 +345,7 @@ def build_manifest(
     extra: Mapping | None = None,
     point_tables: Iterable[str | Path] | None = None,
     probe_records: Iterable[str | Path] | None = None,
+    rates_files: Iterable[str | Path] | None = None,
 ) -> dict:
     """The manifest of one study run as a JSON-ready dict (see the module docstring).
 
@@ -350,7 +353,8 @@ def build_manifest(
     ``report`` a role (``html``, ``notebook``) to its file (empty for a run measured
     without its report, such as the GPU reference run); ``figures_dir`` holds the
     figures (None: none); per-job tables and probe records are found under
-    ``<results_dir>/points/``. ``reference_tables`` are the reference runs' tables the
+    ``<results_dir>/points/`` and rates files under ``<results_dir>/rates/`` unless
+    ``point_tables``, ``probe_records`` or ``rates_files`` name them. ``reference_tables`` are the reference runs' tables the
     report read (``results/reference/<run>/timings.csv``), recorded under
     ``reference_tables`` as ``{reference_source_name(path): file record}``. Each
     figure's ``derived_from`` lists the recorded files (study tables and reference
@@ -388,6 +392,7 @@ def build_manifest(
 
     point_paths = listed(point_tables, "points/**/*.csv")
     probe_paths = listed(probe_records, "points/**/*.probe.json")
+    rates_paths = listed(rates_files, "rates/**/*.json")
     point_tables = {}
     for path in point_paths:
         point_tables[rec(path)["path"]] = read_csv_text(path)
@@ -437,6 +442,7 @@ def build_manifest(
         "figures": figures,
         "points": [rec(p) for p in point_paths],
         "probes": probes,
+        "rates": [rec(p) for p in rates_paths],
         "runs": run_packages(run_records(timings, point_tables), probes),
         "measured_with": {
             "git_commits": sorted(set(timings.get("git_commit", pd.Series()).dropna())),

@@ -5,7 +5,9 @@ with Snakemake's wildcards; ``python -m crossover_study.measure_job`` does the s
 a command line, for machines without Snakemake (the GPU reference run,
 :mod:`crossover_study.reference_run`, starts one such process per job). Both run the
 same code: :func:`crossover_study.runner.run_group`, then
-:func:`crossover_study.probe.probe_record`.
+:func:`crossover_study.probe.probe_record`. The job measures no rates of the
+step-time model: it reads those of its framework and device from the rates job's file
+(:mod:`crossover_study.rates_job`), measured once per study before the measuring jobs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from . import config as study_config
 from .journal import JournalBusy, hold
 from .probe import probe_record, write_probe
 from .progress import job_line
+from .rates_job import read_rates
 from .runner import GroupSpec, run_group
 
 
@@ -37,6 +40,7 @@ def measure_job(
     log_path: str | Path,
     echo: Callable[[str], None] | None = None,
     deadline: float | None = None,
+    rates: str | Path | None = None,
 ) -> list[dict]:
     """Measure batch ``batch`` of the group ``(case, framework, device)`` of ``config``
     (a study config; validated here) with ``threads`` CPU threads.
@@ -56,6 +60,11 @@ def measure_job(
     past ``timing.point_deadline_s`` (:func:`config.point_deadline_s`) is ended with
     every thread's stack in ``log_path`` (:mod:`crossover_study.watchdog`); one that
     cannot be interrupted ends the process (SIGKILL) after its error row is journaled.
+
+    ``rates``: the rates job's file for this framework, device and thread count
+    (:func:`rates_job.read_rates`); its rates go into every row's ``rate_*`` columns and
+    the probe record's ``rates``. Without one (None, a missing file, rates not measured
+    or of other threads) those stay empty and the log says why.
 
     The job's journal is held for the job's whole life (:func:`journal.hold`): when
     another live process holds it (the same job of a second run), raises
@@ -95,6 +104,8 @@ def measure_job(
                 print(f"job refused: {exc}", file=sys.__stderr__, flush=True)
             raise
         say(job_line(case, framework, device, len(points), threads, batch, len(batches)))
+        job["rates"], said = read_rates(rates, framework, device, threads)
+        say(said)
         try:
             # Stacks of a point past timing.point_deadline_s go to the log as well, and
             # so does the job's stderr: a failed point's whole traceback (point_measure),
@@ -117,7 +128,7 @@ def measure_job(
             # which must not disturb the thread pinning or the import time. Written even
             # when the job fails, and copied to the log (a failed job's outputs go).
             record = probe_record(framework, device, threads, gpu_start=job.get("gpu_start"))
-            record["rates"] = job.get("rates")  # the step-time model's (step_rates)
+            record["rates"] = job.get("rates")  # the step-time model's, from the rates job
             write_probe(record, out_probe)
             say(f"probe: {json.dumps(record, sort_keys=True)}")
             if record["threads_equal_cpus_given"] is False:
@@ -139,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", required=True, help="the job's probe record")
     parser.add_argument("--journal", required=True, help="the job's journal (JSON lines)")
     parser.add_argument("--log", required=True, help="the job's log (appended)")
+    parser.add_argument("--rates", help="the rates job's file (default: none; no rate columns)")
     parser.add_argument("--echo", action="store_true", help="also print each log line")
     parser.add_argument(
         "--deadline", type=float, help="seconds since the epoch; later points are not measured"
@@ -166,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             args.log,
             echo=echo if args.echo else None,
             deadline=args.deadline,
+            rates=args.rates,
         )
     except JournalBusy:  # measure_job printed its one line
         return 1

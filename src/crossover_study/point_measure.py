@@ -18,7 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import cases, frameworks, paths, precision, programs, step_counts, step_rates
+from . import cases, frameworks, paths, precision, step_counts, step_rates
 from .harness import TimingPolicy, measure
 from .paths import portable_path
 from .spec import PointSpec
@@ -185,14 +185,14 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         m = measure(workload, policy)
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
         # After the timed blocks and the loss read back: counting never changes them.
+        # One count, then the replays of the shapes new to the job (step_rates caches
+        # the others); the rates the model prices the rest at are the rates job's.
+        counted = time.perf_counter()
         counts = step_counts.count_point(workload, point.framework, point.device, m.steps_per_block)
+        replayed = time.perf_counter()
         counts.update(step_rates.replay_columns(counts, point.framework, point.device))
-        if counts:  # a counted point is priced at the op costs of its own moment
-            keras_fit = (
-                programs.program_or_none(point.case, point.framework, point.device, point.variant)
-                in programs.KERAS_FIT_PROGRAMS
-            )
-            counts.update(step_rates.point_rate_columns(point.framework, point.device, keras_fit))
+        counts["count_s"] = replayed - counted
+        counts["replay_s"] = time.perf_counter() - replayed
     except NotApplicable as reason:  # known once a plug-in's builder said what it built
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
     except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded

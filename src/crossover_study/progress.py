@@ -35,7 +35,7 @@ POINT_LINE = re.compile(
 #: A job's first progress line (:func:`job_line`).
 JOB_LINE = re.compile(r"^\[(?P<job>[^\]·]+)\] (?:batch \d+ of \d+: )?\d+ points?, \d+ threads?$")
 #: Beginnings of the other lines a person running the study must see at once.
-ALERTS = ("job failed", "job refused", "warning")
+ALERTS = ("job failed", "job refused", "rates job failed", "warning")
 
 
 def format_seconds(seconds: float) -> str:

@@ -42,8 +42,9 @@ def slug(text: str) -> str:
 
 def job_files(results: Path, logs: Path, job: tuple[str, str, str, int]) -> dict[str, Path]:
     """The files of one measuring job ``(case, framework, device, batch)``, in the
-    layout of the workflow's measure rule: ``csv``, ``probe``, ``journal``, ``log`` and
-    the Snakemake-style benchmark file ``bench``."""
+    layout of the workflow's measure rule: ``csv``, ``probe``, ``journal``, ``log``,
+    the Snakemake-style benchmark file ``bench`` and the rates file it reads, ``rates``
+    (:func:`rates_files`' ``out``)."""
     case, framework, device, batch = job
     stem = f"{case}/{framework}/{device}/batch-{batch}"
     return {
@@ -52,7 +53,36 @@ def job_files(results: Path, logs: Path, job: tuple[str, str, str, int]) -> dict
         "journal": results / "journal" / f"{stem}.jsonl",
         "log": logs / "measure" / f"{stem}.log",
         "bench": logs / "benchmarks" / "measure" / f"{stem}.tsv",
+        "rates": rates_files(results, logs, framework, device)["out"],
     }
+
+
+def rates_files(results: Path, logs: Path, framework: str, device: str) -> dict[str, Path]:
+    """The files of the rates job of ``framework`` on ``device``, in the layout of the
+    workflow's rates rule: ``out`` (the rates file), ``log`` and ``bench``."""
+    return {
+        "out": results / "rates" / framework / f"{device}.json",
+        "log": logs / "rates" / framework / f"{device}.log",
+        "bench": logs / "benchmarks" / "rates" / framework / f"{device}.tsv",
+    }
+
+
+def rates_command(config_path: str | Path, framework: str, device: str, paths: dict) -> list:
+    """The command of one rates job as its own process, printing its log lines:
+    ``python -m crossover_study.rates_job`` (the rates rule's code) with the threads of
+    ``device``'s class in the study config ``config_path`` and its files
+    (:func:`rates_files`; ``bench`` is the caller's to write, :func:`write_benchmark`)."""
+    return [
+        sys.executable,
+        "-m",
+        "crossover_study.rates_job",
+        f"--config={config_path}",
+        f"--framework={framework}",
+        f"--device={device}",
+        "--echo",
+        f"--out={paths['out']}",
+        f"--log={paths['log']}",
+    ]
 
 
 def job_command(config_path: str | Path, job: tuple[str, str, str, int], paths: dict) -> list:
@@ -60,7 +90,7 @@ def job_command(config_path: str | Path, job: tuple[str, str, str, int], paths: 
     (``--echo``): ``python -m crossover_study.measure_job`` (the measure rule's code)
     with the study config ``config_path``, the job ``(case, framework, device, batch)``
     and its files (:func:`job_files`; ``bench`` is the caller's to write,
-    :func:`write_benchmark`)."""
+    :func:`write_benchmark`; ``rates`` is read, the rates job's, run first)."""
     case, framework, device, batch = job
     return [
         sys.executable,

@@ -9,7 +9,11 @@ workflow's ``measure``, ``collect`` and ``crossover`` rules and the manifest do:
    naming what is missing, when a module the run imports still fails to import;
 2. validates the study and runs each measuring job as its own process
    (``python -m crossover_study.measure_job``: the code the ``measure`` rule runs),
-   one job at a time, most informative jobs first, printing a line per point. A job
+   one job at a time, most informative jobs first, printing a line per point; before
+   the first job of a framework and device, that pair's rates job (``python -m
+   crossover_study.rates_job``: the ``rates`` rule's code), whose file its measuring
+   jobs read (``results/<study>/rates/``, in the archive; not run again when a resumed
+   run has it). A job
    whose process fails (a device lost to a sticky CUDA error) is started again and
    measures only what its journal lacks (``runner.MAX_ATTEMPTS`` crashes of one point's
    own make it an ``error`` row); one still failing, or killed inside a point by the
@@ -56,6 +60,8 @@ from .reference_jobs import (
     job_command,
     job_files,
     job_order,
+    rates_command,
+    rates_files,
     slug,
     write_benchmark,
     write_unstarted,
@@ -134,6 +140,23 @@ def _run_job(cmd: list[str], env: dict, timeout: float, progress: Progress) -> t
         print(f"killed after {timeout:.0f} s (the run's deadline)", flush=True)
         return -9, time.time() - start
     return code, time.time() - start
+
+
+def _rates(config_path, results, logs, pair, env, deadline, progress, runner_info) -> None:
+    """The rates job of ``pair`` (framework, device) as its own process, before that
+    pair's first measuring job, unless its rates file is there already (a resumed run,
+    or a job of the same pair before); its benchmark file beside the jobs'. A rates
+    job that fails or passes the deadline leaves no file: its measuring jobs then leave
+    their rate columns empty. Recorded in ``runner_info["rates_jobs"]`` (``job``,
+    ``exit_status``, ``wall_s``)."""
+    paths = rates_files(results, logs, *pair)
+    if paths["out"].is_file():
+        return
+    timeout = max(5.0, deadline + GRACE_S - time.time())
+    code, wall = _run_job(rates_command(config_path, *pair, paths), env, timeout, progress)
+    write_benchmark(paths["bench"], wall)
+    entry = {"job": "/".join(pair), "exit_status": code, "wall_s": round(wall, 3)}
+    runner_info["rates_jobs"].append(entry)
 
 
 def prepare(bundle: str | Path | None, site: str | Path | None = None) -> dict | None:
@@ -266,6 +289,7 @@ def run(
         else {k: record.get(k) for k in ("created_utc", "packages", "git")},
         "study_file": portable_path(study),  # provenance holds no machine path
         "jobs": [],
+        "rates_jobs": [],
     }
     for case, framework, device, batch in jobs:
         stem = f"{case}/{framework}/{device}/batch-{batch}"
@@ -283,6 +307,8 @@ def run(
             print(f"job {stem}: not started (deadline passed)", flush=True)
         else:
             entry["started"] = True
+            pair = (framework, device)
+            _rates(resolved, results, logs, pair, env, deadline, progress, runner_info)
             # A job whose process dies is started again: its journal keeps its points,
             # and a point whose own crashes ended MAX_ATTEMPTS processes becomes an error
             # row (a point ended from outside counts no attempt: it is measured again

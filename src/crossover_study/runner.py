@@ -129,9 +129,12 @@ def run_group(
     Returns the rows written (one per point, in ``group.points`` order). ``job``, when
     given, is filled with what the job's probe record needs: ``gpu_start``, the GPU
     state (:func:`gpu_state.snapshot`) taken after the framework import, before the
-    device is touched. ``deadline`` (seconds since the epoch, as ``time.time()``): a
-    point not yet started when it has passed is not measured; its row is
-    ``unavailable`` and says so (not final: a rerun measures it).
+    device is touched. Its ``rates`` (:func:`step_rates.measure_rates`' form, as the
+    rates job measured them: :func:`crossover_study.rates_job.read_rates`) go into every
+    row's ``rate_*`` columns (:func:`step_rates.row_columns`; empty without them): the
+    job measures no rates itself. ``deadline`` (seconds since the epoch, as
+    ``time.time()``): a point not yet started when it has passed is not measured; its
+    row is ``unavailable`` and says so (not final: a rerun measures it).
 
     ``group.point_deadline_s`` (:mod:`crossover_study.watchdog`): a point still running
     that many seconds after it started is ended, every thread's stack written to
@@ -225,7 +228,6 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
     if probe.available and (deadline is None or time.time() <= deadline):
         frameworks.initialise_device(group.framework, group.device, lstm=cases.get(group.case).lstm)
         device_init_s = time.perf_counter() - init_start
-        job["rates"] = _job_rates(group, log)
     journal = Journal(journal_path, group.settings())
     commit, dirty = git_state()
     common = {
@@ -272,20 +274,6 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
             rows[i] = _run_point(job_state, group.points[i])
     write_csv_atomic(rows, timings_columns(rows), out_csv)
     return rows
-
-
-def _job_rates(group: GroupSpec, log) -> dict | None:
-    """The device's rates for the step-time model (:func:`step_rates.measure_rates`),
-    measured once per job after the device is initialised and before any point, so they
-    disturb no timed block; None, with a line in the log, when they cannot be measured
-    (the rows' ``rate_*`` columns stay empty; the points are still measured)."""
-    try:
-        rates = step_rates.measure_rates(group.framework, group.device)
-    except Exception as exc:  # noqa: BLE001 - a probe must never cost the job its points
-        log(f"rates: not measured ({type(exc).__name__}: {exc})")
-        return None
-    log(f"rates: {step_rates.row_columns(rates)} ({rates['seconds']:.2f} s)")
-    return rates
 
 
 def _measure_again_after_deadline(journal: Journal, key: str, now: float | None) -> float | None:

@@ -1,11 +1,12 @@
-"""What one device costs per unit of work, measured in the job that measures the points:
-the rates of the step-time model (:mod:`crossover_study.step_model`).
+"""What one device costs per unit of work: the rates of the step-time model
+(:mod:`crossover_study.step_model`).
 
-Measured once per job, after the device is initialised and before the first point, each
-as the median over blocks with the blocks' interquartile range (its spread); the op
-costs (``eager_op_s``, ``graph_op_s``, ``function_call_s``) again right after each
-counted point, in shorter blocks (:func:`point_rate_columns`), since a shared machine's
-speed drifts within a job:
+Measured once per study for each (framework, device, threads) by the rates job
+(:mod:`crossover_study.rates_job`, the workflow's ``rates`` rule), in its own process
+pinned to the threads of that device class's measuring jobs, after the device is
+initialised; each rate is the median over blocks with the blocks' interquartile range
+(its spread). Every row of the measuring jobs carries their medians
+(:func:`row_columns`):
 
 - ``eager_op_s``: seconds per operation of a minimal training step dispatched from
   Python (:data:`DEPTH` tanh layers of width 1: forward, loss, gradients, SGD update),
@@ -21,8 +22,7 @@ speed drifts within a job:
   ``fit_step_s`` (TensorFlow): Keras ``fit``'s own cost per call, per epoch, per data
   iterator, per validated epoch and per step, from minimal fits at 1 and
   :data:`FIT_ROWS` steps and at 1 and :data:`FIT_EPOCHS` epochs, with a new iterator
-  each epoch and with one kept (:func:`_keras_fit_rates`); timed again after each fit
-  point (:func:`point_rate_columns`).
+  each epoch and with one kept (:func:`_keras_fit_rates`).
 - ``flop_per_s``: the achieved FLOP/s of dense matrix products in the job's float
   precision (square products of :data:`MATMUL_SIZE` for the device class,
   2·n³ FLOPs each), and ``flop_curve``: the same at the sides :data:`CURVE_SIDES`, net
@@ -435,7 +435,7 @@ def _tf_op_costs(device: str) -> Callable[[float], dict]:
 
 #: Each (framework, device)'s op-cost timer already built in this process
 #: (:func:`op_costs`), and Keras fit's (:func:`_keras_fit_rates`): their minimal steps
-#: and models are built, counted and traced once per job (:func:`_timer`).
+#: and models are built, counted and traced once per process (:func:`_timer`).
 _OP_COSTS: dict[tuple[str, str], Callable[[float], dict]] = {}
 
 
@@ -539,8 +539,7 @@ def _keras_fit_rates(share: float = 1.0) -> dict:
     the call once and the epoch each epoch.
 
     Each series in blocks of ``share`` × 2 fits (at least one); the model is built once
-    per process (:data:`_OP_COSTS`), so that a point's call (:func:`point_rate_columns`)
-    times fit, not its tracing. Returns ``{"fit_step_s", "fit_call_s", "fit_epoch_s",
+    per process (:data:`_OP_COSTS`), so that a second call times fit, not its tracing. Returns ``{"fit_step_s", "fit_call_s", "fit_epoch_s",
     "fit_iterator_s", "fit_validation_s"}``, each ``{"median", "iqr", "blocks"}`` in
     seconds (never below 0). Exceptions from Keras propagate."""
     return _timer(("keras_fit", ""), _keras_fit_timer)(share)
@@ -597,7 +596,7 @@ def _keras_fit_timer() -> Callable[[float], dict]:
 
 
 def measure_rates(framework: str, device: str) -> dict:
-    """The job's rates (module docstring) for ``framework`` (``torch`` or
+    """The rates (module docstring) for ``framework`` (``torch`` or
     ``tensorflow``) on ``device``, as ``{name: {"median", "iqr", "blocks"[, "unit"]}}``
     (``*_op_s`` in seconds per operation, ``flop_per_s`` in FLOP/s, ``*_bytes_per_s``
     in bytes per second), plus ``"seconds"``: how long measuring them took. Call it
@@ -704,6 +703,20 @@ def _faults_per_call(run: Callable[[int], None], sync: Callable[[], None]) -> fl
 REPLAY_FLOPS = 5e7
 REPLAY_REPS = 200
 
+#: Replays already timed in this process (a measuring job is one process), keyed by
+#: what was replayed, the framework, the device and the shape or call: a point pays
+#: only for the shapes new to its job; one replayed before gives its earlier timing
+#: again, so the columns sum the same per-shape seconds (:func:`_replayed`).
+_REPLAYED: dict[tuple, object] = {}
+
+
+def _replayed(key: tuple, replay: Callable[[], object]):
+    """``replay()``'s result kept in :data:`_REPLAYED` under ``key``: timed the first
+    time a job meets ``key``, reused after. An exception is not kept (it propagates)."""
+    if key not in _REPLAYED:
+        _REPLAYED[key] = replay()
+    return _REPLAYED[key]
+
 
 def _torch_product_maker(device: str):
     """``(make, sync)`` for :func:`replay_products` in PyTorch on ``device``."""
@@ -774,17 +787,19 @@ def replay_rnn_layers(device: str, layers) -> dict:
         both = _blocks(make(steps, batch, inputs, hidden, True), sync, 1.0, reps)["median"]
         return forward, max(both - forward, 0.0)
 
-    floor = passes(1, 1, 1, 1, 50) if layers else (0.0, 0.0)
-    timed = {}
+    floor = (
+        _replayed(("lstm floor", "torch", device), lambda: passes(1, 1, 1, 1, 50))
+        if layers
+        else (0.0, 0.0)
+    )
     seconds = flops = 0.0
     for steps, batch, inputs, hidden, backward, per_step in layers:
         shape = (steps, batch, inputs, hidden)
-        if shape not in timed:
-            work = lstm_layer_flops(*shape, False) + lstm_layer_flops(*shape, True)
-            reps = max(1, min(REPLAY_REPS, int(REPLAY_FLOPS / max(work, 1.0))))
-            timed[shape] = passes(*shape, reps)
+        work = lstm_layer_flops(*shape, False) + lstm_layer_flops(*shape, True)
+        reps = max(1, min(REPLAY_REPS, int(REPLAY_FLOPS / max(work, 1.0))))
+        timed = _replayed(("lstm", "torch", device, shape), lambda s=shape, r=reps: passes(*s, r))
         at = int(bool(backward))
-        seconds += per_step * max(timed[shape][at] - floor[at], 0.0)
+        seconds += per_step * max(timed[at] - floor[at], 0.0)
         flops += per_step * lstm_layer_flops(*shape, bool(backward))
     return {"products_s": seconds, "products_flops": flops}
 
@@ -821,7 +836,9 @@ def replay_products(framework: str, device: str, products) -> dict:
     eager shape's operands (random, float32, stored transposed where flagged) are
     multiplied in :data:`BLOCKS` blocks (:func:`_blocks`, about :data:`REPLAY_FLOPS`
     FLOPs each); its time is the median block's per product, net of a 1 × 1 product's
-    (the dispatch, which the model's ops term prices), never below 0.
+    (the dispatch, which the model's ops term prices), never below 0. A shape (and the
+    1 × 1 floor) is timed once per process (:func:`_replayed`); a later step with the
+    same shape is priced at that timing.
 
     Products that ran inside a TensorFlow graph are not replayed (not in
     ``products_flops``: the model prices them at the FLOP-rate curve). Replayed alone
@@ -855,14 +872,22 @@ def replay_products(framework: str, device: str, products) -> dict:
         if graph and graph[0]:  # ran inside a graph: left to the FLOP-rate curve
             continue
         if floor is None:
-            floor = _blocks(make(1, 1, 1, 1, False, False), sync, 1.0, 50)["median"]
+            floor = _replayed(
+                ("product floor", framework, device),
+                lambda: _blocks(make(1, 1, 1, 1, False, False), sync, 1.0, 50)["median"],
+            )
         work = 2.0 * batch * m * k * n
         reps = max(1, min(REPLAY_REPS, int(REPLAY_FLOPS / max(work, 1.0))))
-        run = make(batch, m, k, n, trans_a, trans_b)
-        timed = _blocks(run, sync, 1.0, reps)
-        seconds += per_step * max(timed["median"] - floor, 0.0)
+
+        def replay(shape=(batch, m, k, n, trans_a, trans_b), reps=reps) -> tuple[float, float]:
+            run = make(*shape)
+            return _blocks(run, sync, 1.0, reps)["median"], _faults_per_call(run, sync)
+
+        key = ("product", framework, device, batch, m, k, n, bool(trans_a), bool(trans_b))
+        median, faulted = _replayed(key, replay)
+        seconds += per_step * max(median - floor, 0.0)
         flops += per_step * work
-        faults += per_step * _faults_per_call(run, sync)
+        faults += per_step * faulted
     return {
         "products_s": seconds,
         "products_flops": flops,
@@ -925,7 +950,8 @@ def replay_elementwise(device: str, calls) -> dict:
     :data:`BLOCKS` blocks of about :data:`REPLAY_BYTES` moved; its time is the median
     block's per call net of the same call with every dimension 1 (its dispatch, which
     the ops term prices), never below 0. A call that fails to rebuild or run is left
-    out (its bytes stay priced at the bandwidth).
+    out (its bytes stay priced at the bandwidth). A distinct call is timed once per
+    process (:func:`_replayed`: a failed one is not tried again).
 
     Why: a step's element-wise work is not all bandwidth. On the 2-core VM (2026-12-04)
     ``softmax`` over the 3 classes of 2 000 rows took 82 µs where the same 6 000 floats
@@ -946,15 +972,23 @@ def replay_elementwise(device: str, calls) -> dict:
         seconds = _blocks(run, sync, 1.0, reps)["median"]
         return seconds, 0.0 if floor else _faults_per_call(run, sync)
 
-    seconds = moved = faults = 0.0
-    for name, encoded, nbytes, per_step in calls:
-        reps = max(1, min(REPLAY_REPS, int(REPLAY_BYTES / max(nbytes, 1.0))))
+    def replay(name: str, encoded: str, reps: int) -> tuple[float, float, float] | None:
         try:
             op = _torch_op(name)
             full, faulted = call_s(op, encoded, False, reps)
             floor, _ = call_s(op, encoded, True, 50)
-        except Exception:  # noqa: BLE001, S112 - a call that cannot be rebuilt stays with the bytes
+        except Exception:  # noqa: BLE001 - a call that cannot be rebuilt stays with the bytes
+            return None
+        return full, faulted, floor
+
+    seconds = moved = faults = 0.0
+    for name, encoded, nbytes, per_step in calls:
+        reps = max(1, min(REPLAY_REPS, int(REPLAY_BYTES / max(nbytes, 1.0))))
+        key = ("elementwise", "torch", device, name, encoded)
+        timed = _replayed(key, lambda n=name, e=encoded, r=reps: replay(n, e, r))
+        if timed is None:
             continue
+        full, faulted, floor = timed
         seconds += per_step * max(full - floor, 0.0)
         moved += per_step * nbytes
         faults += per_step * faulted
@@ -1022,51 +1056,6 @@ def _replay_elementwise_columns(columns: dict, framework: str, device: str) -> d
         "step_elementwise_bytes": replay["elementwise_bytes"],
         "step_elementwise_faults": replay["elementwise_faults"],
     }
-
-
-#: Blocks of the per-point op costs (:func:`point_rate_columns`) against the job's: as
-#: long as the job's, about 0.6 s a point on the 2-core VM (PyTorch) to about 4 s
-#: (TensorFlow, whose eager minimal step takes some 9 ms). Shorter blocks scattered too
-#: much: PyTorch's eager_op_s timed ten times in a row in one process came out at 5.1 to
-#: 8.1 µs per op at 0.4 (blocks of 80 steps), 5.6 to 6.1 µs at 1.0 (2-core VM,
-#: 2026-12-04), and one point's prediction moves with it.
-POINT_SHARE = 1.0
-
-#: Blocks of Keras fit's own costs after a fit point (:func:`_keras_fit_rates`): one fit
-#: per block (blocks of 2 fits at 1.0), about 5 s a point on the 2-core VM.
-FIT_POINT_SHARE = 0.4
-
-
-def point_rate_columns(framework: str, device: str, keras_fit: bool = False) -> dict:
-    """The op costs of the model measured again right after a point (:func:`op_costs`
-    in blocks :data:`POINT_SHARE` as long as the job's): ``rate_eager_op_s`` and, for
-    TensorFlow, ``rate_graph_op_s`` and ``rate_function_call_s``, and for a point whose
-    program runs Keras fit (``keras_fit``) fit's own costs ``rate_fit_call_s``,
-    ``rate_fit_epoch_s``, ``rate_fit_iterator_s``, ``rate_fit_validation_s`` and
-    ``rate_fit_step_s`` (:func:`_keras_fit_rates` in blocks of
-    :data:`FIT_POINT_SHARE`, about 5 s a point on the 2-core VM), which replace the
-    job's in that point's row (the job's stay in its probe record). Why: a shared VM's
-    speed drifts within a job, and the ops term priced a point at the speed of the job's
-    start; the same s000-hjb point (PyTorch, batch 100, width 8) took 2.97 ms per step
-    early in a job and 1.91 ms at its end (default study, 2026-12-02), and fit's costs
-    measured at a job's start were 1.4 to 1.5 times those measured outside it, its Iris
-    fit steps predicted at 1.05 to 1.86 times their time (irisfit check study,
-    2026-12-04), so the op costs are timed as close to the point as the products'
-    replay is. Empty (no columns, the job's stay) with a line on stderr (the job log)
-    when it fails. Never raises."""
-    try:
-        rates = op_costs(framework, device)(POINT_SHARE)
-        if keras_fit and framework == "tensorflow":
-            import tensorflow as tf
-
-            with tf.device(_tf_device(device)):
-                rates.update(_keras_fit_rates(FIT_POINT_SHARE))
-    except Exception as exc:  # noqa: BLE001 - the op costs must never lose the row
-        print(
-            f"op costs: not measured after the point ({type(exc).__name__}: {exc})", file=sys.stderr
-        )
-        return {}
-    return {RATE_COLUMNS[name]: rate["median"] for name, rate in rates.items()}
 
 
 #: Rate names and the timings table's column each one's median goes to.

@@ -7,6 +7,9 @@ rule collect:
         csvs=get_batch_csvs(),
         probes=get_batch_probes(),
         benchmarks=get_batch_benchmarks(),
+        # The rates jobs' files and their benchmark files (the wall-time summary).
+        rates=get_rates_files(),
+        rates_benchmarks=get_rates_benchmarks(),
     output:
         timings=report(
             f"{RESULTS}/timings.csv",

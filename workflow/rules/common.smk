@@ -45,6 +45,11 @@ REPORTS = f"reports/{STUDY}"
 # max_points_per_job points is split into batches, each its own job and journal.
 MEASURE_JOBS = study_config.measure_jobs(config)
 POINTS = f"{RESULTS}/points/{{case}}/{{framework}}/{{device}}/batch-{{batch}}"
+# One rates job per (framework, device) the study has measuring jobs for: the machine's
+# rates for the step-time model, measured once, before those measuring jobs.
+RATES_JOBS = sorted({(f, d) for _, f, d, _ in MEASURE_JOBS})
+RATES = f"{RESULTS}/rates/{{framework}}/{{device}}.json"
+RATES_BENCHMARK = f"logs/{STUDY}/benchmarks/rates/{{framework}}/{{device}}.tsv"
 
 # A local run measures on at most one GPU job at a time: two measuring jobs sharing a GPU
 # would time each other's kernels. Each job that uses GPUs takes one gpu_jobs (see
@@ -88,6 +93,16 @@ def get_batch_benchmarks():
     return _measure_paths(
         f"logs/{STUDY}/benchmarks/measure/{{case}}/{{framework}}/{{device}}/batch-{{batch}}.tsv"
     )
+
+
+def get_rates_files():
+    """Rates files of every rates job (one per framework and device of the study)."""
+    return [RATES.format(framework=f, device=d) for f, d in RATES_JOBS]
+
+
+def get_rates_benchmarks():
+    """Snakemake benchmark files of every rates job, in the order of get_rates_files()."""
+    return [RATES_BENCHMARK.format(framework=f, device=d) for f, d in RATES_JOBS]
 
 
 def get_previous_round(wildcards):
@@ -141,7 +156,11 @@ def get_constraint(wildcards):
 
 def _gpu_resources(wildcards):
     """GPU resources of a measuring job: its device class's, except that a cuda_multi
-    job of replicated points asks for as many GPUs as its points have replicas."""
+    job of replicated points asks for as many GPUs as its points have replicas. A job
+    without a case (the rates job of a framework and device) gets its class's own."""
+    if wildcards.get("case") is None:
+        spec = config["devices"][wildcards.device]
+        return {k: spec.get(k) for k in ("gpu", "gpu_model", "gres")}
     return study_config.job_gpu_resources(
         config, wildcards.case, wildcards.framework, wildcards.device, int(wildcards.batch)
     )

@@ -5,6 +5,10 @@
 
 rule measure:
     input:
+        # The machine's rates for this framework and device (rates.smk), measured once
+        # before the measuring jobs; ancient: a rewritten rates file orders the jobs but
+        # reruns none of them.
+        rates=ancient(RATES),
         # timing.repeats: run r waits for run r - 1 on every device (none for run 0).
         previous_round=get_previous_round,
         # A case of your own: its plug-in file (none for a seed).

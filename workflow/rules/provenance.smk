@@ -15,6 +15,8 @@ rule manifest:
         # study's jobs now); others under points/ (a dropped case) are moved to retired/.
         points=get_batch_csvs(),
         probes=get_batch_probes(),
+        # The rates files the measuring jobs read (one per framework and device).
+        rates=get_rates_files(),
         # The reference tables the report read (its cross-machine figures' sources).
         reference_timings=get_reference_files("timings.csv"),
         configfiles=get_config_files(),

@@ -41,6 +41,7 @@ def main(snakemake) -> None:
         reference_tables=snakemake.input.reference_timings,
         point_tables=snakemake.input.points,
         probe_records=snakemake.input.probes,
+        rates_files=snakemake.input.get("rates"),
     )
     write_json(manifest, snakemake.output.manifest)
     with open(snakemake.output.config, "w") as fh:

@@ -36,6 +36,7 @@ def main(snakemake) -> None:
         snakemake.params.journal,
         snakemake.log[0],
         echo=echo,
+        rates=snakemake.input.rates,
     )
 
 

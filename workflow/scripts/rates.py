@@ -1,0 +1,18 @@
+"""Snakemake job: the machine's rates for one framework and device
+(crossover_study.rates_job, the same code that `python -m crossover_study.rates_job`
+runs without Snakemake)."""
+
+import sys
+
+
+def main(snakemake) -> None:
+    sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
+    sys.path.insert(0, snakemake.params.src)
+    from crossover_study.rates_job import rates_job
+
+    w = snakemake.wildcards
+    rates_job(w.framework, w.device, snakemake.threads, snakemake.output.rates, snakemake.log[0])
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 - injected by Snakemake's script directive
