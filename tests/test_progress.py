@@ -108,7 +108,6 @@ def test_the_runner_logs_one_counted_line_per_point_measured_or_kept(tmp_path, m
         }
 
     monkeypatch.setattr(runner, "measure_point", fake)
-    monkeypatch.setattr(runner, "_job_rates", lambda group, log: None)
     journal, out = tmp_path / "j.jsonl", tmp_path / "out.csv"
     said = []
     run_group(_group((128,)), journal, out, log=said.append)

@@ -63,6 +63,11 @@ def test_a_framework_that_does_not_import_gives_available_false(tmp_path, monkey
 
     monkeypatch.setattr(frameworks, "import_framework", no_import)
     monkeypatch.setattr(step_rates, "measure_rates", _no_timing)
+    # The probe record would import the (here importable) TensorFlow and start its
+    # runtime, whose thread pools a later test of this process must still be able to set.
+    monkeypatch.setattr(
+        rates_job, "probe_record", lambda framework, device, threads: {"framework": framework}
+    )
     record = rates_job.rates_job("tensorflow", "cpu", 1, tmp_path / "r.json")
     assert record["available"] is False and "tensorflow" in record["reason"]
 
