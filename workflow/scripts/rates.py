@@ -2,11 +2,15 @@
 (crossover_study.rates_job, the same code that `python -m crossover_study.rates_job`
 runs without Snakemake)."""
 
+import os
 import sys
 
 
 def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
+    # So does what a framework's C++ side writes straight to descriptor 2 (TensorFlow's
+    # absl and oneDNN lines), as in the measure rule's script.
+    os.dup2(sys.stderr.fileno(), 2)
     sys.path.insert(0, snakemake.params.src)
     from crossover_study.rates_job import rates_job
 
