@@ -364,7 +364,8 @@ LOCAL_GPU_STUDY = {
 
 
 def _job_spans(output: str) -> dict[str, tuple[str, str]]:
-    """(start, finish) clock of each measuring job in Snakemake's output, by wildcards."""
+    """(start, finish) clock of each job with wildcards (measuring and rates jobs) in
+    Snakemake's output, by its wildcards."""
     stamps, spans, jobs = {}, {}, {}
     stamp = None
     for line in output.splitlines():
@@ -384,8 +385,8 @@ def _job_spans(output: str) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.slow
 def test_a_local_run_measures_one_gpu_job_at_a_time(tmp_path):
-    """With cores for all four jobs, the two cuda jobs never run at once (gpu_jobs=1);
-    the cpu jobs do run beside them."""
+    """With cores for all six jobs, the cuda jobs (two measuring jobs and the rates
+    job) never run at once (gpu_jobs=1); the cpu jobs do run beside them."""
     from conftest import run_snakemake
 
     path = tmp_path / "study.yaml"
@@ -397,6 +398,7 @@ def test_a_local_run_measures_one_gpu_job_at_a_time(tmp_path):
     assert 'Provided resources: gpu_jobs=Resource("gpu_jobs", 1)' in out
     spans = _job_spans(out)
     cuda = sorted(span for job, span in spans.items() if "device=cuda" in job)
-    assert len(cuda) == 2 and len(spans) == 4, spans
-    (_, first_end), (second_start, _) = cuda
-    assert second_start >= first_end  # one started only after the other finished
+    measuring = [job for job in spans if job.startswith("case=")]
+    assert len(cuda) == 3 and len(measuring) == 4 and len(spans) == 6, spans
+    for (_, end), (start, _) in zip(cuda, cuda[1:], strict=False):
+        assert start >= end  # each started only after the one before it finished

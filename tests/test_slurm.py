@@ -42,6 +42,8 @@ SNAKEMAKE_TIMEOUT_S = 480
 #: its state folder there.
 RUN_CONF = Path("/run/slurm/conf")
 COMMENT = re.compile(r"rule_measure_wildcards_([^_]+)_([^_]+)_(.+)_(\d+)$")
+#: The Slurm comment of a rates job: its framework and device.
+RATES_COMMENT = re.compile(r"rule_rates_wildcards_([^_]+)_([^_]+)$")
 
 
 def _in_ci() -> bool:
@@ -200,6 +202,13 @@ def sacct_jobs(env: dict, run_id: str) -> pd.DataFrame:
         time.sleep(1)
 
 
+def rates_rows(jobs: pd.DataFrame) -> pd.DataFrame:
+    """The rates jobs of ``jobs``, with their framework and device."""
+    parts = jobs["Comment"].str.extract(RATES_COMMENT)
+    parts.columns = ["framework", "device"]
+    return pd.concat([jobs, parts], axis=1).dropna(subset=["device"])
+
+
 def measure_rows(jobs: pd.DataFrame) -> pd.DataFrame:
     parts = jobs["Comment"].str.extract(COMMENT)
     parts.columns = ["case", "framework", "device", "batch"]
@@ -226,7 +235,14 @@ def test_every_job_ran_in_its_device_partition(skip_run):
     assert len(measured) == len(measure_jobs(config)) == 2 * 3  # two cases x three devices
     for _, job in measured.iterrows():
         assert job["Partition"] == PARTITION[job["device"]], job.to_dict()
-    others = jobs.drop(measured.index)
+    # one rates job per framework and device, on its device class's partition
+    rates = rates_rows(jobs)
+    pairs = {(framework, device) for _, framework, device, _ in measure_jobs(config)}
+    assert set(zip(rates["framework"], rates["device"], strict=True)) == pairs
+    assert len(rates) == len(pairs), rates.to_string()
+    for _, job in rates.iterrows():
+        assert job["Partition"] == PARTITION[job["device"]], job.to_dict()
+    others = jobs.drop(measured.index).drop(rates.index)
     # collect, crossover, report_notebook, report_html, manifest, ro_crate: the cpu
     # class's partition
     assert len(others) == 6 and set(others["Partition"]) == {"cpu"}, others.to_string()
@@ -234,14 +250,14 @@ def test_every_job_ran_in_its_device_partition(skip_run):
 
 def test_cuda_jobs_got_one_gpu_and_the_others_none(skip_run):
     _, _, jobs = skip_run
-    measured = measure_rows(jobs)
-    for _, job in measured.iterrows():
+    measured, rates = measure_rows(jobs), rates_rows(jobs)
+    for _, job in pd.concat([measured, rates]).iterrows():
         gpus = re.findall(r"gres/gpu=(\d+)", job["AllocTRES"])
         if job["device"] == "cuda":
             assert gpus == ["1"], job.to_dict()
         else:
             assert gpus == [], job.to_dict()
-    assert "gres/gpu" not in " ".join(jobs.drop(measured.index)["AllocTRES"])
+    assert "gres/gpu" not in " ".join(jobs.drop(measured.index).drop(rates.index)["AllocTRES"])
 
 
 def test_cuda_and_tpu_points_are_unavailable_never_cpu_timings(skip_run):
