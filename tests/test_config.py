@@ -244,9 +244,7 @@ def test_shipped_studies_are_valid_and_cover_every_case():
             assert case_config.get("grid"), case
     assert not any(c.get("grid") for c in default["cases"].values())
     skipped = {c: s["skip_variants"] for c, s in default["cases"].items() if s["skip_variants"]}
-    assert skipped == {
-        "s004-lstm": ["compile", "train_on_batch", "custom_step", "tf_data_repeat"]
-    }
+    assert skipped == {"s004-lstm": ["compile", "train_on_batch", "custom_step", "tf_data_repeat"]}
     smoke = load_config(REPO_ROOT / "config" / "studies" / "smoke.yaml")
     assert len(smoke["cases"]) == 2 and smoke["sweep"]["devices"] == ["cpu"]
     # two sizes of eager, plus copy_data_each_step and the unsynced eager at the seed size
