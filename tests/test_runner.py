@@ -13,7 +13,7 @@ import pytest
 from crossover_study import frameworks, runner
 from crossover_study.harness import TimingPolicy
 from crossover_study.provenance import REPO_ROOT, table_columns
-from crossover_study.runner import GroupSpec, Journal, run_group
+from crossover_study.runner import UNSYNCED_ON_CPU, GroupSpec, Journal, run_group
 from crossover_study.spec import PointSpec
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
@@ -330,8 +330,10 @@ def test_not_applicable_and_unsynced_points_are_labelled(tmp_path):
     rows = run_group(group, tmp_path / "j.jsonl", tmp_path / "o.csv", log=lambda _: None)
     assert rows[0]["status"] == "not_applicable" and "Keras" in rows[0]["message"]
     assert rows[0].get("step_time_s") is None
-    assert rows[1]["status"] == "ok" and rows[1]["timing"] == "unsynced"
-    assert rows[1]["sync_check"] == "skipped"  # no check of the anti-pattern
+    # the unsynced anti-pattern is an accelerator's: on the CPU a call returns after its
+    # work, so the row says why and is never timed
+    assert rows[1]["status"] == "not_applicable" and rows[1]["timing"] == "unsynced"
+    assert rows[1]["message"] == UNSYNCED_ON_CPU and rows[1].get("step_time_s") is None
     assert rows[2]["timing"] == "synced" and rows[2]["sync_check"] in ("passed", "failed")
     assert rows[2]["timer_overhead_s"] > 0
     assert rows[2]["traces_timed"] is None  # eager PyTorch compiles nothing

@@ -325,7 +325,7 @@ def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
     every axis (:func:`crossover_study.cases.check_plugin`, without importing it); its
     ``workload`` is replaced by the stored path (:func:`crossover_study.cases.stored_path`).
     A ``grid`` names two axes of the case; ``skip_variants`` names variants of
-    ``sweep.variants`` other than ``eager``."""
+    ``sweep.variants`` or ``replication.variants`` other than ``eager``."""
     seeds = case_registry.SEEDS
     reserved = set(table_columns("timings")) - {a for c in seeds.values() for a in c.axes}
     for name, spec in config["cases"].items():
@@ -390,12 +390,15 @@ def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
                     f"{where}.grid[{i}]: {axis!r} is not an axis of {name} "
                     f"(axes: {', '.join(own_axes)})"
                 )
+        replicated = (config.get("replication") or {}).get("variants", ())
+        measured = [*config["sweep"]["variants"], *replicated]
         for i, variant in enumerate(spec.get("skip_variants", ())):
-            if variant == "eager" or variant not in config["sweep"]["variants"]:
+            if variant == "eager" or variant not in measured:
                 why = (
                     "eager is the baseline of every curve and is always measured"
                     if variant == "eager"
-                    else f"it is not in sweep.variants ({', '.join(config['sweep']['variants'])})"
+                    else "it is not in sweep.variants or replication.variants "
+                    f"({', '.join(measured)})"
                 )
                 raise ConfigError(f"{where}.skip_variants[{i}]: cannot skip {variant!r}: {why}")
 

@@ -60,13 +60,27 @@ __all__ = [
 ]
 
 
+#: Why an ``unsynced`` point on the CPU is not measured: it would time the same work as
+#: the synced one. PyTorch's and TensorFlow's CPU ops run synchronously (TensorFlow's
+#: eager async mode is off by default), so a call returns after its work; the anti-pattern
+#: of CASES.md P3 (a clock read while the device still works) exists on accelerators only.
+UNSYNCED_ON_CPU = (
+    "on the CPU a step's ops have finished when its call returns: a clock read without a "
+    "device sync times the same work as the synced point (the unsynced anti-pattern is "
+    "measured on accelerators)"
+)
+
+
 def framework_mismatch(point: PointSpec) -> str | None:
     """Why ``point``'s variant does not exist in its framework, or for ``tf32`` on its
     device class (TF32 is a GPU mode), or on a TensorFlow ``tpu`` point why its variant
     has no program there (only ``strategy_step`` runs under TPUStrategy:
-    ``programs.program_of``); None otherwise. Decided before the device is probed, so
+    ``programs.program_of``), or for an ``unsynced`` point on the CPU
+    (:data:`UNSYNCED_ON_CPU`); None otherwise. Decided before the device is probed, so
     such a row is ``not_applicable`` also where the device is missing (never
     ``unavailable``, which would suggest the device would have run it)."""
+    if point.timing == "unsynced" and point.device == "cpu":
+        return UNSYNCED_ON_CPU
     try:
         check_framework(point.variant, point.framework)
         check_tf32(point.variant, point.device)

@@ -80,15 +80,17 @@ def replicated_points(
     variant one replica (the scaling baseline: the same data-parallel program on one
     device, so that efficiency compares like with like) and every replica count x
     scaling of the section (empty when the section is absent, the case or device is not
-    listed). A variant of the other framework is kept: it gives a ``not_applicable`` row
-    with the reason, as the sweep's variants do."""
+    listed), less the case's ``skip_variants``. A variant of the other framework is kept:
+    it gives a ``not_applicable`` row with the reason, as the sweep's variants do."""
     rep = config.get("replication")
     if not rep or case not in rep["cases"] or device not in rep["devices"]:
         return []
     seed = seed_sizes(case)
+    skipped = config["cases"][case].get("skip_variants", ())
     return [
         point
         for v in rep["variants"]
+        if v not in skipped
         for point in (
             PointSpec(case, framework, device, v, seed, replicas=1),
             *(
