@@ -12,6 +12,7 @@ import yaml
 from conftest import REPO_ROOT, run_snakemake
 
 from crossover_study import frameworks, rates_job, step_rates
+from crossover_study.files import sha256_file
 from crossover_study.rates_job import read_rates
 
 #: Rates as step_rates.measure_rates returns them, made up (nothing timed).
@@ -92,6 +93,46 @@ def test_the_rates_file_holds_the_rates_their_spread_and_the_machine(tmp_path, m
     assert "not torch/cpu at 2" in read_rates(out, "torch", "cpu", 2)[1]
     assert read_rates(tmp_path / "none.json", "torch", "cpu", 1)[0] is None
     assert "no rates file given" in read_rates(None, "torch", "cpu", 1)[1]
+
+
+def test_rates_of_the_same_key_are_reused_from_an_earlier_study_and_say_so(tmp_path, monkeypatch):
+    """A second study on this machine copies the first one's rates (same key) instead of
+    timing them, naming the file, its sha256 and when they were measured; another thread
+    count, changed rate-measuring code or no reuse folder measures afresh."""
+    monkeypatch.setattr(
+        step_rates, "measure_rates", lambda fw, device: json.loads(json.dumps(FAKE))
+    )
+    results = tmp_path / "results"
+    first = results / "one" / "rates" / "torch" / "cpu.json"
+    rates_job.rates_job("torch", "cpu", 1, first, reuse_from=[results])
+    measured = json.loads(first.read_text())
+    assert len(measured["key"]) == 64 and "reused_from" not in measured
+    monkeypatch.setattr(step_rates, "measure_rates", _no_timing)
+    second = results / "two" / "rates" / "torch" / "cpu.json"
+    lines = []
+    rates_job.rates_job("torch", "cpu", 1, second, echo=lines.append, reuse_from=[results])
+    reused = json.loads(second.read_text())
+    assert reused["rates"] == measured["rates"] and reused["key"] == measured["key"]
+    assert reused["reused_from"] == {
+        "path": first.as_posix(),
+        "sha256": sha256_file(first),
+        "measured_utc": measured["probe"]["utc_time"],
+    }
+    assert any(f"reused from {first.as_posix()}" in line for line in lines)
+    assert read_rates(second, "torch", "cpu", 1)[0] == FAKE  # a measuring job reads them
+    # a copy is never copied again: a third study names the file that was measured
+    third = results / "three" / "rates" / "torch" / "cpu.json"
+    rates_job.rates_job("torch", "cpu", 1, third, reuse_from=[results])
+    assert json.loads(third.read_text())["reused_from"]["path"] == first.as_posix()
+    # other threads, other rate-measuring code, or reuse off: timed afresh (here the
+    # timing fails on purpose, and the file says so)
+    other = tmp_path / "other.json"
+    for threads, code, reuse in ((2, None, [results]), (1, "changed", [results]), (1, None, [])):
+        if code:
+            monkeypatch.setattr(rates_job, "sha256_file", lambda path: "0" * 64)
+        written = rates_job.rates_job("torch", "cpu", threads, other, reuse_from=reuse)
+        assert "reused_from" not in written and "timed something" in written["error"]
+        monkeypatch.setattr(rates_job, "sha256_file", sha256_file)
 
 
 def test_the_command_line_refuses_bad_arguments_in_one_line(capsys):
@@ -185,3 +226,30 @@ def test_a_rates_job_gets_the_partition_and_resources_of_its_device_class(tmp_pa
         assert res["slurm_partition"] == {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}[device]
         assert res.get("gpu") == ("1" if device == "cuda" else None)
         assert int(res["cpus_per_task"]) >= 1
+
+
+def test_the_audit_notes_reused_rates_and_whether_their_source_changed(tmp_path):
+    """A rates file copied from an earlier study is a note of the audit naming its source
+    and when it was measured; a source changed or deleted since is said, never a failure
+    (the copy holds the rates itself); measured rates give no note."""
+    from crossover_study.audit_hashes import Layout, note_reused_rates
+    from crossover_study.audit_report import AuditReport
+
+    source = tmp_path / "one.json"
+    source.write_text('{"rates": {}}')
+    copy = tmp_path / "two.json"
+
+    def notes(reused_from) -> list[str]:
+        copy.write_text(json.dumps({"rates": {}, "reused_from": reused_from}))
+        report = AuditReport(tmp_path)
+        note_reused_rates(report, Layout(tmp_path, None), copy)
+        assert not report.failures
+        return [f"{f.kind}: {f.message}" for f in report.findings]
+
+    given = {"path": str(source), "sha256": sha256_file(source), "measured_utc": "T0"}
+    assert notes(given) == [f"reused rates: copied from {source} (measured T0; unchanged)"]
+    source.write_text('{"rates": {"x": 1}}')
+    assert notes(given)[0].endswith("(measured T0; changed since)")
+    source.unlink()
+    assert notes(given)[0].endswith("(measured T0; no longer there)")
+    assert notes(None) == []  # measured by the run itself

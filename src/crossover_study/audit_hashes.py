@@ -140,6 +140,35 @@ def check_inputs(report: AuditReport, layout: Layout, manifest: dict, strict: bo
                 )
 
 
+def note_reused_rates(report: AuditReport, layout: Layout, path: Path) -> None:
+    """A rates file copied from an earlier study (its ``reused_from``,
+    :mod:`crossover_study.rates_job`): a ``note`` naming the file it was copied from and
+    when those rates were measured, and whether that file is still there with the sha256
+    it had (the copy stands alone: a changed or deleted source is a note, not a
+    failure). Nothing for rates measured by the run, or a file that is not JSON."""
+    try:
+        source = json.loads(path.read_text()).get("reused_from")
+    except (OSError, ValueError, AttributeError):
+        return
+    if not isinstance(source, dict):
+        return
+    origin = Path(source.get("path", ""))
+    if not origin.is_absolute():
+        origin = REPO_ROOT / origin
+    if not origin.is_file():
+        state = "no longer there"
+    elif sha256_file(origin) != source.get("sha256"):
+        state = "changed since"
+    else:
+        state = "unchanged"
+    report.add(
+        "note",
+        "reused rates",
+        layout.shown(path),
+        f"copied from {source.get('path')} (measured {source.get('measured_utc')}; {state})",
+    )
+
+
 def check_records(report: AuditReport, layout: Layout, manifest: dict) -> list[Path]:
     """Per-job tables and probe records: recorded ones present and unchanged, none
     unrecorded (findings in ``report``); recorded rates files present and unchanged.
@@ -162,7 +191,9 @@ def check_records(report: AuditReport, layout: Layout, manifest: dict) -> list[P
         else:
             check_file(report, layout, record, "probe record")
     for record in manifest.get("rates", []):  # manifests written before rates jobs: none
-        check_file(report, layout, record, "rates file")
+        path = check_file(report, layout, record, "rates file")
+        if path is not None:
+            note_reused_rates(report, layout, path)
     results = layout.target
     known = {
         layout.locate(r).resolve()

@@ -17,23 +17,93 @@ accelerator's name), ``framework``, ``device``, ``threads``, ``rates`` (each ``{
 "iqr", "blocks"[, "unit"]}``: its spread), ``seconds`` (measuring them), ``wall_s`` (the
 whole job, import included) and ``probe``: the probe record of the process that measured
 them (:func:`crossover_study.probe.probe_record`).
+
+Rates are reused across studies: ``key`` (:func:`rates_key`) names what they depend on
+(the machine's host name, CPU model, logical CPUs and affinity, the framework and its
+version, the device class, the threads, Python's version, the rates file's layout and the
+sha256 of the code that measures them). A job given earlier studies' folders
+(``reuse_from``: ``results/``; the config's ``rates.reuse``, on by default) copies the
+newest file there whose ``key`` and device availability match instead of timing again,
+and says so: ``reused_from`` holds that file's path, sha256 and the time its rates were
+measured (its probe's ``utc_time``), so that the audit and a reader can tell reused rates
+from measured ones. ``rates.reuse: false`` measures afresh.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
+import platform
+import socket
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from . import frameworks, step_rates
+from .files import sha256_file
 from .probe import check_cpus_given, probe_record, write_probe
+from .provenance import cpu_model
 from .spec import DEVICES
 
 #: Version of the rates file's layout.
 RATES_VERSION = 1
+
+
+def rates_key(framework: str, framework_version: str | None, device: str, threads: int) -> str:
+    """The identity of a rates measurement (64 hex digits, sha256 of a JSON object): this
+    machine (host name, :func:`provenance.cpu_model`, logical CPUs, this process's CPU affinity),
+    ``framework`` at ``framework_version``, the device class ``device``, ``threads``,
+    Python's version, :data:`RATES_VERSION` and the sha256 of the source file of
+    :func:`crossover_study.step_rates.measure_rates` (rates measured by other code are
+    not these). Two files with one key hold rates of one machine, framework and thread
+    count measured the same way."""
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    facts = {
+        "rates_version": RATES_VERSION,
+        "host": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "affinity": affinity,
+        "framework": framework,
+        "framework_version": framework_version,
+        "device": device,
+        "threads": threads,
+        "python": platform.python_version(),
+        "code_sha256": sha256_file(step_rates.__file__),
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def earlier_rates(key: str, folders, out: str | Path) -> tuple[Path, dict] | None:
+    """The newest rates file under the folders ``folders`` (each searched as
+    ``*/rates/*/*.json``: the studies of a ``results/`` folder) whose ``key`` is ``key``
+    and that holds rates (not ``available: false``, not an error, not itself reused: a
+    copy names the file measured), other than ``out``; None when there is none. Newest
+    by its probe's ``utc_time``. Files that are not JSON are passed over."""
+    found = []
+    target = Path(out).resolve()
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*/rates/*/*.json")):
+            if path.resolve() == target:
+                continue
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if (
+                isinstance(record, dict)
+                and record.get("key") == key
+                and record.get("rates")
+                and not record.get("reused_from")
+            ):
+                found.append((str((record.get("probe") or {}).get("utc_time") or ""), path, record))
+    if not found:
+        return None
+    _, path, record = max(found, key=lambda f: f[0])
+    return path, record
 
 
 def rates_job(
@@ -43,11 +113,14 @@ def rates_job(
     out: str | Path,
     log_path: str | Path | None = None,
     echo: Callable[[str], None] | None = None,
+    reuse_from=(),
 ) -> dict:
     """Measure the rates of ``framework`` (``torch`` or ``tensorflow``) on ``device`` (a
     device class: ``cpu``, ``cuda``, ``cuda_multi``, ``tpu``) with ``threads`` CPU
     threads, in this process, and write them to ``out`` (JSON, atomically; layout in the
-    module docstring). Returns what it wrote.
+    module docstring). Returns what it wrote. ``reuse_from``: folders of earlier studies
+    (``results/``) whose rates of the same ``key`` are copied instead of timed
+    (:func:`earlier_rates`; empty: always measure).
 
     Pins the threads and imports the framework as a measuring job does
     (:func:`frameworks.pin_thread_env`, :func:`frameworks.import_framework`), probes
@@ -81,7 +154,7 @@ def rates_job(
             "device": device,
             "threads": threads,
         }
-        record.update(_measured(framework, device, threads, say))
+        record.update(_measured(framework, device, threads, say, reuse_from, out))
         record["wall_s"] = time.time() - started
         record["probe"] = probe_record(framework, device, threads)
         write_probe(record, out)  # indented JSON, temporary file + rename
@@ -92,9 +165,9 @@ def rates_job(
             log.close()
 
 
-def _measured(framework: str, device: str, threads: int, say) -> dict:
-    """``available``, ``reason`` or ``rates``/``seconds`` (or ``error``) of
-    :func:`rates_job`."""
+def _measured(framework: str, device: str, threads: int, say, reuse_from=(), out=None) -> dict:
+    """``available``, ``reason`` or ``key`` and ``rates``/``seconds`` (or ``error``), and
+    ``reused_from`` for rates copied from an earlier study, of :func:`rates_job`."""
     frameworks.pin_thread_env(threads)
     try:
         frameworks.import_framework(framework, device, threads)
@@ -106,15 +179,32 @@ def _measured(framework: str, device: str, threads: int, say) -> dict:
     if not probe.available:
         say(f"rates {framework}/{device}: not measured: {probe.reason}")
         return {"available": False, "reason": probe.reason, "rates": None, "seconds": None}
+    key = rates_key(framework, probe.framework_version, device, threads)
+    earlier = earlier_rates(key, reuse_from, out) if reuse_from else None
+    if earlier is not None:
+        path, record = earlier
+        source = {
+            "path": path.as_posix(),
+            "sha256": sha256_file(path),
+            "measured_utc": (record.get("probe") or {}).get("utc_time"),
+        }
+        say(f"rates {framework}/{device}: reused from {source['path']} (same key {key[:12]})")
+        return {
+            "available": True,
+            "key": key,
+            "rates": record["rates"],
+            "seconds": record.get("seconds"),
+            "reused_from": source,
+        }
     frameworks.initialise_device(framework, device)
     try:
         rates = step_rates.measure_rates(framework, device)
     except Exception as exc:  # noqa: BLE001 - the file says why; the measuring jobs go on
         say(f"rates {framework}/{device}: not measured ({type(exc).__name__}: {exc})")
-        return {"available": True, "rates": None, "seconds": None, "error": f"{exc}"}
+        return {"available": True, "key": key, "rates": None, "seconds": None, "error": f"{exc}"}
     seconds = rates.pop("seconds")
     say(f"rates {framework}/{device}: {step_rates.row_columns(rates)} ({seconds:.2f} s)")
-    return {"available": True, "rates": rates, "seconds": seconds}
+    return {"available": True, "key": key, "rates": rates, "seconds": seconds}
 
 
 def read_rates(
@@ -158,6 +248,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--out", required=True, help="the rates file (JSON)")
     parser.add_argument("--log", help="the job's log (appended)")
     parser.add_argument("--echo", action="store_true", help="also print each log line")
+    parser.add_argument(
+        "--reuse-from",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of earlier studies (results/) whose rates of the same key are copied "
+        "instead of timed (repeatable; default: none, measure)",
+    )
     args = parser.parse_args(argv)
     threads = args.threads
     if threads is None:
@@ -184,6 +282,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             args.out,
             args.log,
             echo=(lambda text: print(text, flush=True)) if args.echo else None,
+            reuse_from=args.reuse_from,
         )
     except Exception as exc:  # noqa: BLE001 - one line, the log has the rest
         print(f"rates job failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

@@ -15,7 +15,14 @@ def main(snakemake) -> None:
     from crossover_study.rates_job import rates_job
 
     w = snakemake.wildcards
-    rates_job(w.framework, w.device, snakemake.threads, snakemake.output.rates, snakemake.log[0])
+    rates_job(
+        w.framework,
+        w.device,
+        snakemake.threads,
+        snakemake.output.rates,
+        snakemake.log[0],
+        reuse_from=snakemake.params.reuse_from,
+    )
 
 
 if __name__ == "__main__":
