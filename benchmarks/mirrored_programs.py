@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import pandas as pd  # noqa: E402
 
 from crossover_study.answers import format_seconds, replica_program_sentence  # noqa: E402
-from crossover_study.harness import TimingPolicy  # noqa: E402
 from crossover_study.runner import GroupSpec, run_group  # noqa: E402
 from crossover_study.spec import PointSpec, seed_sizes  # noqa: E402
+from crossover_study.study_points import TimingPolicy  # noqa: E402
 
 PROGRAMS = ("mirrored", "mirrored_fit")
 

@@ -54,10 +54,10 @@ def _row(
     import pandas as pd
 
     from crossover_study import step_model, step_rates
-    from crossover_study.harness import TimingPolicy
     from crossover_study.point_measure import measure_point
     from crossover_study.programs import program_of
     from crossover_study.spec import PointSpec
+    from crossover_study.study_points import TimingPolicy
 
     point = PointSpec(case, framework, "cpu", "eager", sizes)
     policy = TimingPolicy(min_block_s=0.05, n_blocks=5, max_warmup_s=1.0, sync_check_s=sync_check_s)

@@ -17,10 +17,10 @@ import torch
 import yaml
 
 from crossover_study import frameworks, runner
-from crossover_study.harness import TimingPolicy
 from crossover_study.provenance import REPO_ROOT
 from crossover_study.runner import GroupSpec, Journal, run_group
 from crossover_study.spec import PointSpec
+from crossover_study.study_points import TimingPolicy
 from crossover_study.workloads import torch_base, torch_cases
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}

@@ -18,10 +18,10 @@ from conftest import OWN_MODELS, SNAKEMAKE
 
 from crossover_study import cases, config, programs
 from crossover_study.config import ConfigError, validate_config
-from crossover_study.harness import TimingPolicy
 from crossover_study.provenance import REPO_ROOT
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec, size_columns
+from crossover_study.study_points import TimingPolicy
 from crossover_study.tables import TableError, read_job_tables, validate_timings
 
 FAST = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1, sync_check_s=0)

@@ -12,11 +12,11 @@ import psutil
 import pytest
 
 from crossover_study import frameworks, watchdog
-from crossover_study.harness import TimingPolicy
 from crossover_study.measure_job import measure_job
 from crossover_study.provenance import REPO_ROOT
 from crossover_study.runner import GroupSpec, Journal, run_group
 from crossover_study.spec import PointSpec
+from crossover_study.study_points import TimingPolicy
 
 SEED = {"batch": 64, "d_in": 1024}
 POLICY = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1)

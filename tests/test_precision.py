@@ -6,10 +6,10 @@ import pytest
 
 from crossover_study import frameworks, precision
 from crossover_study.crossover import crossover_table
-from crossover_study.harness import TimingPolicy
 from crossover_study.provenance import REPO_ROOT, table_columns
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import VARIANTS, PointSpec
+from crossover_study.study_points import TimingPolicy
 from crossover_study.tables import collect_timings
 
 SMALL = {"batch": 16, "d_in": 32, "hidden": 8}

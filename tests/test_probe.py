@@ -13,7 +13,6 @@ import pytest
 
 from crossover_study import frameworks
 from crossover_study.gpu_bundle import pins
-from crossover_study.harness import TimingPolicy
 from crossover_study.probe import (
     ENV_DISTRIBUTIONS,
     CpusNotGivenError,
@@ -30,6 +29,7 @@ from crossover_study.probe import (
 from crossover_study.provenance import REPO_ROOT
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec
+from crossover_study.study_points import TimingPolicy
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
 

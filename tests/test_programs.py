@@ -15,7 +15,6 @@ from crossover_study.answers import answer_sentence, program_legend
 from crossover_study.cases import SEEDS
 from crossover_study.config import ConfigError, points, validate_config
 from crossover_study.crossover import crossover_table
-from crossover_study.harness import TimingPolicy
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import (
     ACCELERATORS,
@@ -25,6 +24,7 @@ from crossover_study.spec import (
     PointSpec,
     tpu_global_batch,
 )
+from crossover_study.study_points import TimingPolicy
 from crossover_study.workloads import NotApplicable, Unavailable
 
 CASES = tuple(SEEDS)  # the seed cases, from the registry

@@ -6,9 +6,9 @@ import re
 import pytest
 
 from crossover_study import progress, runner
-from crossover_study.harness import TimingPolicy
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec
+from crossover_study.study_points import TimingPolicy
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
 POINT = PointSpec("s001-mlp", "torch", "cpu", "eager", SEED)

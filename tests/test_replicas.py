@@ -30,10 +30,11 @@ from crossover_study.config import (
     points,
     validate_config,
 )
-from crossover_study.harness import TimingPolicy, measure
+from crossover_study.harness import measure
 from crossover_study.provenance import REPO_ROOT, table_columns
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec, without_replicas
+from crossover_study.study_points import TimingPolicy
 from crossover_study.workloads import NotApplicable
 
 SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from crossover_study import frameworks, runner
-from crossover_study.harness import TimingPolicy
 from crossover_study.provenance import REPO_ROOT, table_columns
 from crossover_study.runner import GroupSpec, Journal, run_group
 from crossover_study.spec import PointSpec
+from crossover_study.study_points import TimingPolicy
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
 

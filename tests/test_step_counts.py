@@ -165,7 +165,7 @@ def test_a_program_the_counters_cannot_follow_keeps_its_row(capsys):
 def test_counting_runs_after_the_timed_blocks(monkeypatch):
     """measure_point counts only once the harness has returned its measurement."""
     from crossover_study import point_measure
-    from crossover_study.harness import TimingPolicy
+    from crossover_study.study_points import TimingPolicy
 
     events = []
     real_measure = point_measure.measure
@@ -225,7 +225,7 @@ def test_a_counted_point_times_no_rates_and_says_what_it_paid(framework, monkeyp
     common columns, runner): measure_point never times the op costs or Keras fit's costs
     again, and says in count_s and replay_s what its count and its replays took."""
     from crossover_study import frameworks, point_measure
-    from crossover_study.harness import TimingPolicy
+    from crossover_study.study_points import TimingPolicy
 
     frameworks.import_framework(framework, "cpu", 1)
 

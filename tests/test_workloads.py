@@ -8,7 +8,8 @@ import pytest
 
 from crossover_study import frameworks
 from crossover_study.cases import SEEDS
-from crossover_study.harness import TimingPolicy, measure
+from crossover_study.harness import measure
+from crossover_study.study_points import TimingPolicy
 from crossover_study.workloads import data
 
 CASES = tuple(SEEDS)  # the seed cases, from the registry

@@ -28,11 +28,7 @@ from crossover_study.answer_remedies import (
     remedy_sentence,
     remedy_shift_sentence,
 )
-from crossover_study.answer_replicas import (
-    FIT_PROGRAM,
-    STEP_PROGRAM,
-    replica_program_sentence,
-)
+from crossover_study.answer_replicas import FIT_PROGRAM, STEP_PROGRAM, replica_program_sentence
 from crossover_study.answer_rows import (
     failed_at_seed,
     first_number,

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from . import cases
-from .spec import (
+from crossover_study import cases
+from crossover_study.spec import (
     DEVICES,
     FRAMEWORK_OF_VARIANT,
     KERAS_PATHS,

@@ -46,8 +46,8 @@ import base64
 import sys
 from pathlib import Path
 
-from . import cases as case_registry
-from .audit_hashes import (
+from crossover_study import cases as case_registry
+from crossover_study.audit_hashes import (
     MACHINE_PATH,
     Layout,
     check_crate,
@@ -57,17 +57,17 @@ from .audit_hashes import (
     check_portable,
     check_records,
 )
-from .audit_report import MAX_ROWS, AuditReport, Finding
-from .audit_stages import (
+from crossover_study.audit_report import MAX_ROWS, AuditReport, Finding
+from crossover_study.audit_stages import (
     check_collect,
     check_crossover,
     check_paper,
     check_plugin_rows,
     check_rows,
 )
-from .files import MANIFEST_NAME, sha256_file
-from .manifest import load_manifest
-from .paper import PAPER_FIGURES, reference_dirs
+from crossover_study.files import MANIFEST_NAME, sha256_file
+from crossover_study.manifest import load_manifest
+from crossover_study.paper import PAPER_FIGURES, reference_dirs
 
 __all__ = [
     "MACHINE_PATH",
@@ -85,7 +85,7 @@ def _check_figures(report: AuditReport, layout: Layout, manifest: dict) -> None:
     """The report stage's figures: hash, every recorded source a recorded table (the
     study's or a recorded reference table) with the recorded sha256, shown in the
     report. They are not drawn again (the report notebook draws them)."""
-    from .figure_files import FIGURE_FORMATS, figure_sources
+    from crossover_study.figure_files import FIGURE_FORMATS, figure_sources
 
     # A figure may be drawn from the study's tables (recorded by file name) and, for the
     # cross-machine figures, from reference runs' tables (reference/<run>/timings.csv).
@@ -183,7 +183,7 @@ def _audit_study(report: AuditReport, target: Path, manifest: dict, strict: bool
 
 def _audit_paper(report: AuditReport, target: Path, manifest: dict, regenerate: bool) -> None:
     """Paper figures: hashes, sources = reference tables, redrawn byte for byte."""
-    from .figure_files import figure_sources
+    from crossover_study.figure_files import figure_sources
 
     report.title = f"paper figures, manifest of {manifest['created_utc']}"
     check_portable(report, target / MANIFEST_NAME, manifest, "manifest")

@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import sha256_file
-from .paths import REPO_ROOT
-from .plugin import KerasFit, pinned_arguments
+from crossover_study.files import sha256_file
+from crossover_study.paths import REPO_ROOT
+from crossover_study.plugin import KerasFit, pinned_arguments
 
 #: The entry point a plug-in case's file exposes when the study file names none.
 DEFAULT_ENTRY = "build"
@@ -118,7 +118,7 @@ class Case:
 
 
 def _lstm_assumption() -> str:
-    from .workloads.data import LSTM_TRAIN_SAMPLES, lstm_steps_per_epoch
+    from crossover_study.workloads.data import LSTM_TRAIN_SAMPLES, lstm_steps_per_epoch
 
     seed = SEEDS_SIZES_S004
     return (

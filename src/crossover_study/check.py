@@ -42,12 +42,12 @@ from pathlib import Path
 
 import yaml
 
-from . import cases
-from . import config as study_config
-from .applicability import applicability, case_kind
-from .paths import REPO_ROOT
-from .progress import for_terminal
-from .reference_jobs import (
+from crossover_study import cases
+from crossover_study import config as study_config
+from crossover_study.applicability import applicability, case_kind
+from crossover_study.paths import REPO_ROOT
+from crossover_study.progress import for_terminal
+from crossover_study.reference_jobs import (
     Progress,
     job_command,
     job_files,
@@ -56,7 +56,7 @@ from .reference_jobs import (
     write_benchmark,
     write_unstarted,
 )
-from .spec import DEVICES, FRAMEWORKS, PLUGIN_VARIANTS, REPLICA_VARIANTS, VARIANTS
+from crossover_study.spec import DEVICES, FRAMEWORKS, PLUGIN_VARIANTS, REPLICA_VARIANTS, VARIANTS
 
 #: The timing of ``--quick`` (tests, a first look): 3 short blocks, little warm-up, no
 #: block-length check. Without ``--quick`` the study's defaults (the schema's) apply.
@@ -129,7 +129,7 @@ def present_devices(snapshot: dict | None = None) -> dict[str, str | None]:
     nvidia-smi list them (:func:`gpu_state.snapshot`, no framework imported); tpu is
     never found here (a TPU host is asked for with ``--devices tpu``, and its job's
     probe decides)."""
-    from .gpu_state import snapshot as gpu_snapshot
+    from crossover_study.gpu_state import snapshot as gpu_snapshot
 
     snap = snapshot if snapshot is not None else gpu_snapshot()
     gpus = len(snap.get("gpus") or [])
@@ -353,11 +353,11 @@ def _fd_stderr_to(path: Path):
 def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdir: Path) -> dict:
     """Measure, collect, answer and record the check in ``out`` (see the module
     docstring); prints one line per point and the answer. Returns the answer (dict)."""
-    from .check_text import answer, answer_lines
-    from .crate import write_crate
-    from .crossover import write_crossover
-    from .manifest import unreported_manifest, write_json
-    from .tables import collect_study
+    from crossover_study.check_text import answer, answer_lines
+    from crossover_study.crate import write_crate
+    from crossover_study.crossover import write_crossover
+    from crossover_study.manifest import unreported_manifest, write_json
+    from crossover_study.tables import collect_study
 
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "study.yaml"

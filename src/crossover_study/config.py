@@ -19,11 +19,11 @@ from typing import Any
 import jsonschema
 import yaml
 
-from . import cases as case_registry
-from .programs import classified
-from .provenance import REPO_ROOT, SCHEMAS, table_columns
-from .spec import REPLICA_VARIANTS, seed_sizes
-from .study_file import (
+from crossover_study import cases as case_registry
+from crossover_study.programs import classified
+from crossover_study.provenance import REPO_ROOT, SCHEMAS, table_columns
+from crossover_study.spec import REPLICA_VARIANTS, seed_sizes
+from crossover_study.study_file import (
     RESERVED_STUDY_NAMES,
     ConfigError,
     check_config_files,
@@ -34,7 +34,7 @@ from .study_file import (
     read_yaml,
     shown,
 )
-from .study_points import (
+from crossover_study.study_points import (
     DEFAULT_POINT_DEADLINE_S,
     MEASURE_ENVS,
     NOT_MEASUREMENT_KEYS,

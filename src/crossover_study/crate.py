@@ -53,8 +53,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import cases as case_registry
-from .crate_files import (
+from crossover_study import cases as case_registry
+from crossover_study.crate_files import (
     CODE_DIR,
     WORKFLOW_FILES,
     copy_workflow,
@@ -62,8 +62,8 @@ from .crate_files import (
     outside_id,
     outside_where,
 )
-from .manifest import file_record, write_json
-from .provenance import REPO_ROOT
+from crossover_study.manifest import file_record, write_json
+from crossover_study.provenance import REPO_ROOT
 
 #: The public names, those of :mod:`crossover_study.crate_files` included (callers
 #: import them from here).

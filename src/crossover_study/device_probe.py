@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import DeviceMissingError
-from .provenance import cpu_model
+from crossover_study.errors import DeviceMissingError
+from crossover_study.provenance import cpu_model
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import errno
 import os
 import sys
 
-from .device_probe import (
+from crossover_study.device_probe import (
     DeviceProbe,
     _cvd_text,
     gpu_names,
@@ -20,9 +20,9 @@ from .device_probe import (
     tpu_names,
     tpu_strategy,
 )
-from .errors import DeviceMissingError
-from .paths import portable_path
-from .provenance import cpu_model
+from crossover_study.errors import DeviceMissingError
+from crossover_study.paths import portable_path
+from crossover_study.provenance import cpu_model
 
 __all__ = [
     "COMPILE_CACHE_ENV",
@@ -80,7 +80,7 @@ def import_framework(framework: str, device: str, threads: int, logical_cpus: in
     (:func:`crossover_study.precision.pin_fp32`: TF32 off in both frameworks, cuDNN
     included); the ``tf32`` variant turns it on for its own point only.
     """
-    from .precision import pin_fp32
+    from crossover_study.precision import pin_fp32
 
     if logical_cpus < 1:
         raise ValueError(f"logical_cpus must be at least 1, got {logical_cpus}")
@@ -304,7 +304,7 @@ def workload_class(framework: str, case: str):
     :func:`crossover_study.workloads.plugins.plugin_workload`)."""
     import importlib
 
-    from . import cases
+    from crossover_study import cases
 
     own = cases.get(case)
     if not own.builtin:
@@ -344,17 +344,17 @@ def make_workload(point, threads: int):
     own), and :class:`DeviceMissingError` when fewer GPUs
     are visible than replicas or no TPU is.
     """
-    from .applicability import case_kind, require
-    from .programs import program_of
-    from .spec import REPLICA_VARIANTS
+    from crossover_study.applicability import case_kind, require
+    from crossover_study.programs import program_of
+    from crossover_study.spec import REPLICA_VARIANTS
 
     case, device, sizes = point.case, point.device, dict(point.sizes)
     kind = case_kind(case, point.framework) | ({"replicated"} if point.replicas > 1 else set())
     require(point.variant, point.framework, device, kind, case=case)
     program = program_of(case, point.framework, device, point.variant)
     if program == "plugin":
-        from . import cases
-        from .workloads.plugins import plugin_workload
+        from crossover_study import cases
+        from crossover_study.workloads.plugins import plugin_workload
 
         return plugin_workload(cases.get(case), point.framework, device, sizes, point.variant)
     if point.variant in REPLICA_VARIANTS:
@@ -366,15 +366,15 @@ def make_workload(point, threads: int):
                     f"visible to {point.framework} (CUDA_VISIBLE_DEVICES={_cvd_text()})"
                 )
         if program == "ddp_step":
-            from .workloads.torch_ddp import DDPWorkload
+            from crossover_study.workloads.torch_ddp import DDPWorkload
 
             return DDPWorkload(case, device, sizes, point.replicas, point.scaling, threads)
-        from .workloads.tf_strategy import mirrored_fit_workload, mirrored_workload
+        from crossover_study.workloads.tf_strategy import mirrored_fit_workload, mirrored_workload
 
         build = mirrored_fit_workload if point.variant == "mirrored_fit" else mirrored_workload
         return build(case, device, sizes, point.replicas, point.scaling, threads)
     if program == "strategy_step":
-        from .workloads.tf_strategy import StrategyWorkload, one_device_strategy
+        from crossover_study.workloads.tf_strategy import StrategyWorkload, one_device_strategy
 
         strategy = tpu_strategy() if device == "tpu" else one_device_strategy(device)
         return StrategyWorkload(case, device, sizes, strategy, global_batch=point.global_batch())

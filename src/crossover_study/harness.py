@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from .host_load import cpus_others, faults_per_step, host_sample
+from .study_points import TimingPolicy
 
 
 class Workload(Protocol):
@@ -39,58 +41,6 @@ class Workload(Protocol):
     def run(self, n_steps: int) -> None: ...
     def sync(self) -> None: ...
     def loss(self) -> float: ...
-
-
-@dataclass(frozen=True)
-class TimingPolicy:
-    """How long and how carefully to time one point.
-
-    min_block_s: a timed block lasts at least this many seconds (block length doubles
-        until it does), and at least ``100 x`` the measured timer+sync overhead, so that
-        the overhead stays below 1% of a block (as ``blocked_autorange`` does).
-    n_blocks: timed blocks per point (at least 3).
-    max_warmup_s: warm-up stops after this many seconds even if not yet stable.
-    stable_rel: warm-up is over when two consecutive blocks differ by less than this
-        relative amount in seconds per step.
-    noise_threshold: IQR/median above it flags the point as noisy (STUDY.md: 0.1).
-    max_point_s: soft budget per point; fewer blocks (never under 3) when exceeded.
-    sync_check_s: time budget of the block-length check's long blocks; they run
-        ``sync_check_factor`` blocks' worth of steps, fewer (never under 2) when one
-        block already lasts longer than this budget allows; split in two halves, one
-        just before and one just after the timed blocks, when each half can hold at
-        least 2 blocks' worth.
-    synced: False times the anti-pattern on purpose (clock read without a device
-        sync); never the default.
-    disable_gc: Python's garbage collector is switched off during warm-up and timed
-        blocks, as ``timeit`` (and so ``torch.utils.benchmark``) does, without a full
-        collection first (neither does ``timeit``: with a framework loaded it pauses the
-        steps for about half a second, and the steps after a pause run slower); autograd's
-        many small objects otherwise trigger collections inside blocks.
-    """
-
-    min_block_s: float = 0.05
-    n_blocks: int = 7
-    max_warmup_s: float = 1.0
-    stable_rel: float = 0.1
-    noise_threshold: float = 0.1
-    max_point_s: float = 10.0
-    sync_check_s: float = 1.0
-    sync_check_factor: int = 10
-    synced: bool = True
-    disable_gc: bool = True
-
-    def __post_init__(self) -> None:
-        if self.n_blocks < 3:
-            raise ValueError(f"timing.blocks must be at least 3, got {self.n_blocks}")
-        for name in ("min_block_s", "max_warmup_s", "noise_threshold", "max_point_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"timing.{name} must be positive, got {getattr(self, name)}")
-        if self.sync_check_s < 0:
-            raise ValueError(f"timing.sync_check_s must be >= 0, got {self.sync_check_s}")
-        if self.sync_check_factor < 2:
-            raise ValueError(
-                f"timing.sync_check_factor must be at least 2, got {self.sync_check_factor}"
-            )
 
 
 @dataclass
@@ -284,92 +234,9 @@ def sync_check_explanation(row: Mapping) -> str:
     return "; ".join(parts)
 
 
-@dataclass(frozen=True)
-class HostSample:
-    """The host's load at one moment: ``wall_s`` (perf_counter), ``load_1m`` (the
-    1-minute load average, None where the OS has none), ``busy_s`` (CPU-seconds all the
-    host's CPUs have been busy since boot, from /proc/stat, the hypervisor's steal time
-    included; None without /proc/stat) and ``own_s`` (CPU-seconds of this process, all
-    its threads); ``minor_faults``: the page faults this process has taken without a disk
-    read (``getrusage``'s ``ru_minflt``, all its threads; None where the OS has no
-    ``resource`` module)."""
-
-    wall_s: float
-    load_1m: float | None
-    busy_s: float | None
-    own_s: float
-    minor_faults: int | None = None
-
-
-def _busy_s(path: str = "/proc/stat") -> float | None:
-    """CPU-seconds the host's CPUs have been busy since boot: user, nice, system, irq,
-    softirq and steal of /proc/stat's ``cpu`` line (guest time is part of user)."""
-    try:
-        with open(path) as f:
-            fields = f.readline().split()
-        if not fields or fields[0] != "cpu":
-            return None
-        ticks = [int(x) for x in fields[1:9]] + [0] * (9 - len(fields))
-    except (OSError, ValueError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def host_sample() -> HostSample:
-    """A :class:`HostSample` now (reads two small files; never inside a timed block)."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = None
-    times = os.times()
-    return HostSample(
-        time.perf_counter(), load, _busy_s(), times.user + times.system, minor_faults()
-    )
-
-
-def minor_faults() -> int | None:
-    """Minor page faults this process has taken so far, all its threads (``getrusage``'s
-    ``ru_minflt``); None where the OS has no ``resource`` module (Windows)."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def faults_per_step(start: HostSample, end: HostSample, steps: int) -> float | None:
-    """Minor page faults per step between two samples that ``steps`` steps ran between
-    (None without fault counts or steps). A step that allocates and frees tensors of
-    hundreds of KB or more can fault in fresh pages every step: glibc serves large
-    blocks with mmap and gives the top of its heap back to the kernel when it frees
-    enough, and each fault costs a few µs (:func:`crossover_study.step_rates.
-    _page_fault`)."""
-    if start.minor_faults is None or end.minor_faults is None or steps < 1:
-        return None
-    return (end.minor_faults - start.minor_faults) / steps
-
-
-#: :func:`cpus_others` needs a window at least this long (seconds): CPU time is counted
-#: in clock ticks (1/100 s), too coarse for a shorter one.
-MIN_OTHERS_WINDOW_S = 0.1
-
-
-def cpus_others(start: HostSample, end: HostSample) -> float | None:
-    """CPUs that work other than this process kept busy between two samples, on
-    average: (host busy CPU-seconds - this process's CPU-seconds) / wall seconds,
-    never below 0. None without /proc/stat or for a window under
-    :data:`MIN_OTHERS_WINDOW_S`."""
-    wall = end.wall_s - start.wall_s
-    if start.busy_s is None or end.busy_s is None or wall < MIN_OTHERS_WINDOW_S:
-        return None
-    others = (end.busy_s - start.busy_s) - (end.own_s - start.own_s)
-    return max(0.0, others / wall)
-
-
 def measure(
     workload: Workload,
-    policy: TimingPolicy = TimingPolicy(),
+    policy: TimingPolicy = TimingPolicy(),  # noqa: B008 - frozen: never changed
     clock: Callable[[], float] = time.perf_counter,
     built: bool = False,
 ) -> Measurement:

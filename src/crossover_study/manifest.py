@@ -54,14 +54,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import cases
-from .config import measurement_hash
-from .figure_files import FIGURE_FORMATS, figure_sources
-from .files import MANIFEST_NAME, sha256_file
-from .gpu_bundle import pins
-from .paths import REPO_ROOT
-from .provenance import git_state
-from .tables import read_csv_text
+from crossover_study import cases
+from crossover_study.config import measurement_hash
+from crossover_study.figure_files import FIGURE_FORMATS, figure_sources
+from crossover_study.files import MANIFEST_NAME, sha256_file
+from crossover_study.gpu_bundle import pins
+from crossover_study.paths import REPO_ROOT
+from crossover_study.provenance import git_state
+from crossover_study.tables import read_csv_text
 
 #: Version of the manifest's layout; the audit refuses other versions.
 MANIFEST_VERSION = 1

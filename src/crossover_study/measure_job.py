@@ -19,12 +19,12 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from . import config as study_config
-from .journal import JournalBusy, hold
-from .probe import probe_record, write_probe
-from .progress import job_line
-from .rates_job import read_rates
-from .runner import GroupSpec, run_group
+from crossover_study import config as study_config
+from crossover_study.journal import JournalBusy, hold
+from crossover_study.probe import probe_record, write_probe
+from crossover_study.progress import job_line
+from crossover_study.rates_job import read_rates
+from crossover_study.runner import GroupSpec, run_group
 
 
 def measure_job(

@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .files import MANIFEST_NAME, PAPER_DIR, REFERENCE_DIR, sha256_file
-from .paths import REPO_ROOT
+from crossover_study.files import MANIFEST_NAME, PAPER_DIR, REFERENCE_DIR, sha256_file
+from crossover_study.paths import REPO_ROOT
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,7 +80,7 @@ def load_reference(path: str | Path) -> ReferenceRun:
     when ``timings.csv`` is missing, :class:`tables.TableError` for a broken table."""
     import pandas as pd
 
-    from .tables import read_crossover, read_timings
+    from crossover_study.tables import read_crossover, read_timings
 
     path = Path(path)
     timings = read_timings(path / "timings.csv")
@@ -94,7 +94,7 @@ def load_reference(path: str | Path) -> ReferenceRun:
 def _ok(run: ReferenceRun, case: str):
     """ok rows of ``case`` in ``run``, every size (:func:`spec.select_rows`: replicated
     rows left out, as the figures drawn from them leave them out)."""
-    from .spec import select_rows
+    from crossover_study.spec import select_rows
 
     return select_rows(run.timings, case, at_seed=False)
 
@@ -136,8 +136,8 @@ def step_time_figure(runs: Iterable[ReferenceRun], case: str):
     Returns the Figure (a one-panel note when no run measured the case)."""
     import pandas as pd
 
-    from . import figures
-    from .spec import case_axes
+    from crossover_study import figures
+    from crossover_study.spec import case_axes
 
     runs = [r for r in runs if not _ok(r, case).empty]
     if not runs:
@@ -164,9 +164,9 @@ def speedup_figure(runs: Iterable[ReferenceRun]):
     has no accelerator rows, as its title says). The accelerator is the first of
     ``spec.ACCELERATORS`` with ok rows of the case in that run. Returns the Figure (a
     one-panel note when no run measured a grid)."""
-    from . import cases as case_registry
-    from . import figures
-    from .spec import ACCELERATORS, FRAMEWORKS
+    from crossover_study import cases as case_registry
+    from crossover_study import figures
+    from crossover_study.spec import ACCELERATORS, FRAMEWORKS
 
     panels = []
     for run in runs:
@@ -202,8 +202,8 @@ def cross_machine_figure(runs: Iterable[ReferenceRun]):
     drawn across them. Cases run in the case registry's order (the seeds first,
     :func:`crossover_study.cases.names`); a case no run measured has no panel. Returns
     the Figure (a one-panel note when no run has ok rows)."""
-    from . import cases as case_registry
-    from . import figures
+    from crossover_study import cases as case_registry
+    from crossover_study import figures
 
     runs = list(runs)
     cases = [c for c in case_registry.names() if any(not _ok(r, c).empty for r in runs)]
@@ -252,7 +252,7 @@ def paper_figures(
     files written, in order. Raises KeyError for an unknown name."""
     import matplotlib.pyplot as plt
 
-    from . import figures
+    from crossover_study import figures
 
     runs = [load_reference(p) for p in run_dirs]
     sources = table_sources(runs)
@@ -275,9 +275,9 @@ def paper_manifest(
 ) -> dict:
     """The paper's manifest: every reference run's tables and manifest (sha256), every
     figure written (sha256, the sources it records), package versions, git state."""
-    from .figures import figure_sources
-    from .manifest import MANIFEST_VERSION, file_record, package_versions
-    from .provenance import git_state
+    from crossover_study.figures import figure_sources
+    from crossover_study.manifest import MANIFEST_VERSION, file_record, package_versions
+    from crossover_study.provenance import git_state
 
     workdir = Path(workdir)
     runs = []

@@ -18,12 +18,13 @@ import time
 import traceback
 from pathlib import Path
 
-from . import cases, frameworks, paths, precision, step_counts, step_rates
-from .harness import TimingPolicy, measure
-from .paths import portable_path
-from .spec import PointSpec
-from .watchdog import PointDeadlineExceeded, stopped_where
-from .workloads import NotApplicable, Unavailable
+from crossover_study import cases, frameworks, paths, precision, step_counts, step_rates
+from crossover_study.harness import measure
+from crossover_study.paths import portable_path
+from crossover_study.spec import PointSpec
+from crossover_study.study_points import TimingPolicy
+from crossover_study.watchdog import PointDeadlineExceeded, stopped_where
+from crossover_study.workloads import NotApplicable, Unavailable
 
 
 def deadline_row(exc: PointDeadlineExceeded, import_s, device_init_s, started) -> dict:

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .spec import POINT_COLUMNS, size_columns
+from crossover_study.spec import POINT_COLUMNS, size_columns
 
 #: Coverage of :func:`prediction_interval`.
 PREDICTION_LEVEL = 0.95

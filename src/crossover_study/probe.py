@@ -46,10 +46,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import frameworks, gpu_state
-from .gpu_bundle import pins
-from .paths import portable_path
-from .provenance import REPO_ROOT
+from crossover_study import frameworks, gpu_state
+from crossover_study.gpu_bundle import pins
+from crossover_study.paths import portable_path
+from crossover_study.provenance import REPO_ROOT
 
 #: Format version of the record; bump it when a key changes meaning.
 PROBE_VERSION = 3

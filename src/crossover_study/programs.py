@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from . import cases
-from .applicability import (
+from crossover_study import cases
+from crossover_study.applicability import (
     KERAS_PATHS,
     KERAS_PROGRAM_OF_VARIANT,
     PLUGIN_VARIANTS,
@@ -46,12 +46,7 @@ from .applicability import (
     case_kind,
     require,
 )
-from .spec import (
-    DEVICES,
-    FRAMEWORKS,
-    REPLICA_VARIANTS,
-    VARIANTS,
-)
+from crossover_study.spec import DEVICES, FRAMEWORKS, REPLICA_VARIANTS, VARIANTS
 
 __all__ = [
     "EXECUTION_VARIANTS",

@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import frameworks, step_rates
-from .probe import check_cpus_given, probe_record, write_probe
-from .spec import DEVICES
+from crossover_study import frameworks, step_rates
+from crossover_study.probe import check_cpus_given, probe_record, write_probe
+from crossover_study.spec import DEVICES
 
 #: Version of the rates file's layout.
 RATES_VERSION = 1
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             parser.error("give --threads or --config")
         import yaml
 
-        from . import config as study_config
+        from crossover_study import config as study_config
 
         try:
             config = study_config.validate_config(yaml.safe_load(Path(args.config).read_text()))

@@ -17,7 +17,7 @@ import tarfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .reference_jobs import job_files, job_order, slug
+from crossover_study.reference_jobs import job_files, job_order, slug
 
 #: Files that come back from the GPU machine may be at most 16 MiB each.
 ARCHIVE_LIMIT_BYTES = 16 * 1024 * 1024
@@ -46,10 +46,10 @@ def finish(
     ``runner``. Prints the summary line and returns the archive's path. Raises
     RuntimeError when no job has a table or the archive exceeds
     :data:`ARCHIVE_LIMIT_BYTES` (the archive is then removed)."""
-    from . import config as study_config
-    from .crossover import write_crossover
-    from .manifest import unreported_manifest, write_json
-    from .tables import collect_study
+    from crossover_study import config as study_config
+    from crossover_study.crossover import write_crossover
+    from crossover_study.manifest import unreported_manifest, write_json
+    from crossover_study.tables import collect_study
 
     results, logs = workdir / "results" / name, workdir / "logs" / name
     done, incomplete = [], []
@@ -112,7 +112,7 @@ def finish_partial(partial: str | Path, out: str | Path) -> Path:
 
     import yaml
 
-    from . import config as study_config
+    from crossover_study import config as study_config
 
     with tempfile.TemporaryDirectory(prefix="crossover-finish-") as tmp:
         work = Path(tmp)

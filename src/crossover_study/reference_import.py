@@ -39,11 +39,11 @@ import tempfile
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
-from .files import MANIFEST_NAME, REFERENCE_DIR, sha256_file
-from .freeze import freeze
-from .manifest import load_manifest
-from .provenance import REPO_ROOT
-from .reference_run import slug
+from crossover_study.files import MANIFEST_NAME, REFERENCE_DIR, sha256_file
+from crossover_study.freeze import freeze
+from crossover_study.manifest import load_manifest
+from crossover_study.provenance import REPO_ROOT
+from crossover_study.reference_run import slug
 
 
 class ArchiveError(ValueError):
@@ -208,8 +208,8 @@ def import_archive(
     elsewhere (or a ``name`` that would), naming the member or field;
     FileExistsError when the destination exists (give another ``name``), ValueError
     when the run fails its audit (nothing is copied)."""
-    from .audit import audit
-    from .crate import CRATE_NAME, write_crate
+    from crossover_study.audit import audit
+    from crossover_study.crate import CRATE_NAME, write_crate
 
     archive = Path(archive)
     if name is not None:

@@ -49,10 +49,16 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import gpu_bundle
-from .paths import portable_path
-from .reference_finish import ARCHIVE_LIMIT_BYTES, RUNNER_RECORD, finish, finish_partial, pack
-from .reference_jobs import (
+from crossover_study import gpu_bundle
+from crossover_study.paths import portable_path
+from crossover_study.reference_finish import (
+    ARCHIVE_LIMIT_BYTES,
+    RUNNER_RECORD,
+    finish,
+    finish_partial,
+    pack,
+)
+from crossover_study.reference_jobs import (
     CASE_ORDER,
     DEVICE_ORDER,
     POINT_LINE,
@@ -230,10 +236,10 @@ def run(
         sys.path.insert(0, str(SRC))
     import yaml
 
-    from . import config as study_config
-    from .provenance import GIT_ENV, git_state
-    from .runner import MAX_ATTEMPTS
-    from .workloads.torch_cases import compile_toolchain_missing
+    from crossover_study import config as study_config
+    from crossover_study.provenance import GIT_ENV, git_state
+    from crossover_study.runner import MAX_ATTEMPTS
+    from crossover_study.workloads.torch_cases import compile_toolchain_missing
 
     config = study_config.load_config(study)  # a bad study stops here, nothing measured
     name = config["study"]

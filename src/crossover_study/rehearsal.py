@@ -34,8 +34,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import gpu_bundle
-from .reference_run import ARCHIVE_LIMIT_BYTES
+from crossover_study import gpu_bundle
+from crossover_study.reference_run import ARCHIVE_LIMIT_BYTES
 
 REPO_ROOT = gpu_bundle.REPO_ROOT
 #: make's variables that an inner make would inherit (REHEARSE=1 would recurse).

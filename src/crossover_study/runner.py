@@ -27,25 +27,25 @@ from pathlib import Path
 
 import psutil
 
-from . import cases, frameworks, gpu_state, precision, step_rates
-from .config import logical_cpus
-from .files import write_csv_atomic
-from .harness import TimingPolicy
-from .journal import FINAL, MAX_ATTEMPTS, Journal, hold, json_default
-from .point_measure import deadline_row, measure_point
-from .probe import check_cpus_given
-from .programs import not_applicable_reason, program_or_none
-from .progress import point_line
-from .provenance import git_state, placement
-from .spec import PointSpec, timings_columns
-from .watchdog import (
+from crossover_study import cases, frameworks, gpu_state, precision, step_rates
+from crossover_study.config import logical_cpus
+from crossover_study.files import write_csv_atomic
+from crossover_study.journal import FINAL, MAX_ATTEMPTS, Journal, hold, json_default
+from crossover_study.point_measure import deadline_row, measure_point
+from crossover_study.probe import check_cpus_given
+from crossover_study.programs import not_applicable_reason, program_or_none
+from crossover_study.progress import point_line
+from crossover_study.provenance import git_state, placement
+from crossover_study.spec import PointSpec, timings_columns
+from crossover_study.study_points import TimingPolicy
+from crossover_study.watchdog import (
     PointDeadlineExceeded,
     PointWatchdog,
     ended_at_deadline,
     grace_s,
     hard_message,
 )
-from .workloads import NotApplicable, check_framework, check_tf32
+from crossover_study.workloads import NotApplicable, check_framework, check_tf32
 
 #: The public names, those of the journal and of one point's measurement included
 #: (callers import them from here).

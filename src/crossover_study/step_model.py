@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .programs import KERAS_FIT_PROGRAMS
+from crossover_study.programs import KERAS_FIT_PROGRAMS
 
 #: Keras ``fit`` programs whose one ``fit`` call per timed block is one long epoch of
 #: ``steps_per_block`` steps (a repeating ``tf.data`` pipeline), not epochs of
@@ -333,7 +333,7 @@ def _page_faults(number) -> pd.Series:
     written before them, a prediction for another machine). Why: the replays' outputs
     reuse memory just freed, so their times hold no faults but those of outputs mmapped
     afresh each call (32 MiB or more, counted in their ``*_faults``), while a step's
-    allocations fault in fresh pages (``harness.faults_per_step``)."""
+    allocations fault in fresh pages (``host_load.faults_per_step``)."""
     replayed = number("step_products_faults").fillna(0.0) + number(
         "step_elementwise_faults"
     ).fillna(0.0)

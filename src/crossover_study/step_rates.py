@@ -262,7 +262,7 @@ def _torch_op_costs(device: str) -> Callable[[float], dict]:
     of ``share`` × 200 steps."""
     import torch
 
-    from .step_counts import count_torch_step
+    from crossover_study.step_counts import count_torch_step
 
     target, sync = _torch_sync(device)
     layers = []
@@ -404,7 +404,7 @@ def _tf_op_costs(device: str) -> Callable[[float], dict]:
     traced once."""
     import tensorflow as tf
 
-    from .step_counts import count_tf_step
+    from crossover_study.step_counts import count_tf_step
 
     name = _tf_device(device)
     with tf.device(name):
@@ -688,7 +688,7 @@ def _faults_per_call(run: Callable[[int], None], sync: Callable[[], None]) -> fl
     where the OS counts none): what a replay's calls faulted in, so that the model
     prices only the step's other faults (a product or element-wise call whose output
     is 32 MiB or more is mmapped afresh every call, in the step as in its replay)."""
-    from .harness import minor_faults
+    from crossover_study.host_load import minor_faults
 
     before = minor_faults()
     run(FAULT_CALLS)
@@ -777,7 +777,7 @@ def replay_rnn_layers(device: str, layers) -> dict:
     Returns ``{"products_s": seconds per step, "products_flops": the FLOPs per step of
     the layers' gate products (:func:`crossover_study.step_counts.lstm_layer_flops`)}``.
     Exceptions from torch propagate. Hand-rolled: a timeit per shape is all it is."""
-    from .step_counts import lstm_layer_flops
+    from crossover_study.step_counts import lstm_layer_flops
 
     make = _torch_lstm_layer_maker(device)
     sync = _torch_sync(device)[1]

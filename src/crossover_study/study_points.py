@@ -2,8 +2,8 @@
 of every case x framework x device group, the measuring jobs (batches of points, repeat
 runs, their GPUs, CPUs and conda env) and the measurement settings and hash.
 
-Split from :mod:`crossover_study.config` (which loads and validates the config and
-re-exports every name here, so ``config.points`` etc. are reached as before).
+:class:`TimingPolicy` is the spec of one point's timing (what the harness is asked to
+do), read from the config's ``timing`` (:func:`timing_policy`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,68 @@ import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from . import cases as case_registry
-from .harness import TimingPolicy
-from .spec import DEFAULT_TPU_CORES, REPLICA_VARIANTS, PointSpec, config_hash, seed_sizes
+from crossover_study import cases as case_registry
+from crossover_study.spec import (
+    DEFAULT_TPU_CORES,
+    REPLICA_VARIANTS,
+    PointSpec,
+    config_hash,
+    seed_sizes,
+)
 
 T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingPolicy:
+    """How long and how carefully to time one point.
+
+    min_block_s: a timed block lasts at least this many seconds (block length doubles
+        until it does), and at least ``100 x`` the measured timer+sync overhead, so that
+        the overhead stays below 1% of a block (as ``blocked_autorange`` does).
+    n_blocks: timed blocks per point (at least 3).
+    max_warmup_s: warm-up stops after this many seconds even if not yet stable.
+    stable_rel: warm-up is over when two consecutive blocks differ by less than this
+        relative amount in seconds per step.
+    noise_threshold: IQR/median above it flags the point as noisy (STUDY.md: 0.1).
+    max_point_s: soft budget per point; fewer blocks (never under 3) when exceeded.
+    sync_check_s: time budget of the block-length check's long blocks; they run
+        ``sync_check_factor`` blocks' worth of steps, fewer (never under 2) when one
+        block already lasts longer than this budget allows; split in two halves, one
+        just before and one just after the timed blocks, when each half can hold at
+        least 2 blocks' worth.
+    synced: False times the anti-pattern on purpose (clock read without a device
+        sync); never the default.
+    disable_gc: Python's garbage collector is switched off during warm-up and timed
+        blocks, as ``timeit`` (and so ``torch.utils.benchmark``) does, without a full
+        collection first (neither does ``timeit``: with a framework loaded it pauses the
+        steps for about half a second, and the steps after a pause run slower); autograd's
+        many small objects otherwise trigger collections inside blocks.
+    """
+
+    min_block_s: float = 0.05
+    n_blocks: int = 7
+    max_warmup_s: float = 1.0
+    stable_rel: float = 0.1
+    noise_threshold: float = 0.1
+    max_point_s: float = 10.0
+    sync_check_s: float = 1.0
+    sync_check_factor: int = 10
+    synced: bool = True
+    disable_gc: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_blocks < 3:
+            raise ValueError(f"timing.blocks must be at least 3, got {self.n_blocks}")
+        for name in ("min_block_s", "max_warmup_s", "noise_threshold", "max_point_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"timing.{name} must be positive, got {getattr(self, name)}")
+        if self.sync_check_s < 0:
+            raise ValueError(f"timing.sync_check_s must be >= 0, got {self.sync_check_s}")
+        if self.sync_check_factor < 2:
+            raise ValueError(
+                f"timing.sync_check_factor must be at least 2, got {self.sync_check_factor}"
+            )
 
 
 def case_sizes(case: str, case_config: Mapping[str, Any]) -> list[dict[str, int]]:

@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .files import write_csv_atomic
-from .harness import TimingPolicy
-from .point_runs import merge_repeats
-from .provenance import SCHEMAS, table_columns
-from .spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
-from .step_model import model_columns
+from crossover_study.files import write_csv_atomic
+from crossover_study.point_runs import merge_repeats
+from crossover_study.provenance import SCHEMAS, table_columns
+from crossover_study.spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
+from crossover_study.step_model import model_columns
+from crossover_study.study_points import TimingPolicy
 
 #: Format of the tables this version writes (column ``format_version`` of
 #: ``timings.csv`` and ``crossover.csv``): 2 since cases are plug-ins (size columns
@@ -467,8 +467,8 @@ def collect_study(
     """
     import json
 
-    from .environments import check_environments
-    from .probe import check_tables
+    from crossover_study.environments import check_environments
+    from crossover_study.probe import check_tables
 
     csvs = list(csvs)
     if probes is not None:

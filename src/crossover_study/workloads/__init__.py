@@ -9,7 +9,7 @@ workloads ask it with the traits of their program (``applicability.KINDS``).
 
 from __future__ import annotations
 
-from ..applicability import (
+from crossover_study.applicability import (
     FIT_READS_EVERY_STEP,
     FRAMEWORK_OF_VARIANT,
     LOSS_READ_VARIANTS,
@@ -17,7 +17,7 @@ from ..applicability import (
     case_kind,
     require,
 )
-from ..spec import REPLICA_VARIANTS
+from crossover_study.spec import REPLICA_VARIANTS
 
 __all__ = [
     "FIT_READS_EVERY_STEP",

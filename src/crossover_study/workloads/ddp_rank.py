@@ -23,10 +23,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .. import cases
-from ..precision import pin_fp32
-from . import NotApplicable, data
-from .torch_cases import KERAS_ADAM_EPS, LSTMRegressor, _glorot
+from crossover_study import cases
+from crossover_study.precision import pin_fp32
+from crossover_study.workloads import NotApplicable, data
+from crossover_study.workloads.torch_cases import KERAS_ADAM_EPS, LSTMRegressor, _glorot
 
 #: Control ops broadcast by rank 0.
 STOP, RUN, SYNC, ALLREDUCE = 0, 1, 2, 3

@@ -18,8 +18,8 @@ import re
 import sys
 from pathlib import Path
 
-from ..cases import Case
-from ..files import sha256_file
+from crossover_study.cases import Case
+from crossover_study.files import sha256_file
 
 _loaded: dict[tuple[str, str], object] = {}
 
@@ -66,9 +66,9 @@ def plugin_workload(case: Case, framework: str, device: str, sizes: dict, varian
     if not callable(entry):
         raise TypeError(f"the entry point of {case.name} is a {type(entry).__name__}, not callable")
     if framework == "torch":
-        from .plugin_torch import TorchPluginWorkload
+        from crossover_study.workloads.plugin_torch import TorchPluginWorkload
 
         return TorchPluginWorkload(entry, device, sizes, variant)
-    from .plugin_tf import TFPluginWorkload
+    from crossover_study.workloads.plugin_tf import TFPluginWorkload
 
     return TFPluginWorkload(entry, device, sizes, variant)

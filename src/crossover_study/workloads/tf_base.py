@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from ..applicability import loss_kind, require
-from . import loss_read_every
+from crossover_study.applicability import loss_kind, require
+from crossover_study.workloads import loss_read_every
 
 
 def tf_function_traces(fn, depth: int = 3) -> int | None:

@@ -18,11 +18,11 @@ import math
 import tensorflow as tf
 from tensorflow import keras
 
-from ..applicability import case_kind, require
-from ..errors import DeviceMissingError
-from . import data, replica_batches
-from .tf_cases import SeedFit, lstm_regressor, tf_function_traces
-from .tf_strategy_step import (
+from crossover_study.applicability import case_kind, require
+from crossover_study.errors import DeviceMissingError
+from crossover_study.workloads import data, replica_batches
+from crossover_study.workloads.tf_cases import SeedFit, lstm_regressor, tf_function_traces
+from crossover_study.workloads.tf_strategy_step import (
     ALLREDUCE_PER_BLOCK,
     ALLREDUCE_REPEATS,
     LOSS_READ_EVERY,

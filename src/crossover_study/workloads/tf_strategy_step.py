@@ -38,8 +38,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from . import NotApplicable, data
-from .tf_cases import HJB, lstm_regressor, tf_function_traces
+from crossover_study.workloads import NotApplicable, data
+from crossover_study.workloads.tf_cases import HJB, lstm_regressor, tf_function_traces
 
 #: Timed blocks of all-reduces per point (the median is the row's ``allreduce_s``)
 #: and all-reduces per block.

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..applicability import loss_kind, require
-from . import Unavailable, loss_read_every
+from crossover_study.applicability import loss_kind, require
+from crossover_study.workloads import Unavailable, loss_read_every
 
 #: Keras' Adam default epsilon (keras.optimizers.Adam, epsilon=1e-7); torch's is 1e-8.
 KERAS_ADAM_EPS = 1e-7

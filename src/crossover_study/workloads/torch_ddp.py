@@ -43,8 +43,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import data, replica_batches
-from .ddp_rank import (
+from crossover_study.workloads import data, replica_batches
+from crossover_study.workloads.ddp_rank import (
     ALLREDUCE,
     ALLREDUCE_PER_BLOCK,
     ALLREDUCE_REPEATS,
