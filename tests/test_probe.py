@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from crossover_study import frameworks
-from crossover_study.gpu_bundle import pins
+from crossover_study.paths import pins
 from crossover_study.probe import (
     ENV_DISTRIBUTIONS,
     CpusNotGivenError,

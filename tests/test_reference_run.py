@@ -13,6 +13,7 @@ import yaml
 
 from crossover_study import gpu_bundle, reference_import, reference_run
 from crossover_study.audit import audit
+from crossover_study.paths import pins
 
 TINY = {
     "study": "tiny-reference",
@@ -39,7 +40,7 @@ TINY = {
 
 
 def test_bundle_and_gpu_machine_packages_are_pinned_by_the_lock():
-    locked = gpu_bundle.pins()
+    locked = pins()
     for wanted in gpu_bundle.requirements(
         gpu_bundle.BUNDLE_PACKAGES + gpu_bundle.GPU_MACHINE_PACKAGES
     ):

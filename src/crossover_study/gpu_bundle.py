@@ -26,8 +26,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LOCK = REPO_ROOT / "requirements.lock"
+from crossover_study.paths import LOCK, REPO_ROOT, pins
+
 BUNDLE_DIR = REPO_ROOT / ".gpu-bundle"
 BUNDLE_RECORD = "bundle.json"
 #: The issue's budget for what travels besides the working tree (64 MiB in all).
@@ -94,19 +94,6 @@ PLATFORMS: tuple[str, ...] = (
 class BundleError(RuntimeError):
     """The bundle is missing, too large, or does not install; the message says which
     package and what to do."""
-
-
-def pins(lock: str | Path = LOCK) -> dict[str, str]:
-    """``{name: version}`` of every ``name==version`` line of the lock file (comments
-    and other lines ignored). Standard library only: it runs before the bundle is
-    installed; :func:`manifest.pinned_packages` is this function."""
-    out = {}
-    for line in Path(lock).read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if "==" in line:
-            name, version = line.split("==", 1)
-            out[name.strip()] = version.strip()
-    return out
 
 
 def requirements(names, lock: str | Path = LOCK) -> list[str]:
@@ -218,7 +205,7 @@ def stamp(bundle: str | Path = BUNDLE_DIR) -> dict:
     machine's copy has no ``.git``; the reference run records this commit as the one
     its code came from). ``make gpu-bundle`` and the rehearsal call it right before the
     tree travels. Returns the updated record; raises BundleError without a bundle."""
-    from .provenance import git_state  # imports yaml: only where the bundle is made
+    from crossover_study.provenance import git_state  # imports yaml: only where the bundle is made
 
     record = load_record(bundle)
     commit, dirty = git_state(REPO_ROOT)

@@ -58,8 +58,7 @@ from crossover_study import cases
 from crossover_study.config import measurement_hash
 from crossover_study.figure_files import FIGURE_FORMATS, figure_sources
 from crossover_study.files import MANIFEST_NAME, sha256_file
-from crossover_study.gpu_bundle import pins
-from crossover_study.paths import REPO_ROOT
+from crossover_study.paths import LOCK, REPO_ROOT, pins
 from crossover_study.provenance import git_state
 from crossover_study.tables import read_csv_text
 
@@ -202,18 +201,13 @@ def data_files(config: Mapping) -> list[dict]:
     ]
 
 
-#: ``{name: version}`` of every ``name==version`` line of the lock file (one parser for
-#: the manifest and the GPU bundle).
-pinned_packages = pins
-
-
-def package_versions(lock: str | Path = REPO_ROOT / "requirements.lock") -> dict[str, dict]:
+def package_versions(lock: str | Path = LOCK) -> dict[str, dict]:
     """Pinned and installed version (``importlib.metadata``, in this process's
     environment: the manifest job's) of every locked package:
     ``{name: {"pinned": "2.13.0", "installed": "2.13.0+cpu"}}``; ``installed`` is None
     for a package that is not installed."""
     out = {}
-    for name, pinned in sorted(pinned_packages(lock).items(), key=lambda kv: kv[0].lower()):
+    for name, pinned in sorted(pins(lock).items(), key=lambda kv: kv[0].lower()):
         try:
             installed = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

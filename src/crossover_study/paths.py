@@ -14,6 +14,8 @@ from pathlib import Path
 
 #: The repository root (this file is src/crossover_study/paths.py).
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The lock file: every package of the study, pinned (``name==version`` lines).
+LOCK = REPO_ROOT / "requirements.lock"
 
 
 def portable_path(path: str | Path, bases: Iterable[str | Path] | None = None) -> str:
@@ -40,3 +42,16 @@ def shown_path(path: str | Path) -> str:
         return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
     except ValueError:
         return str(path)
+
+
+def pins(lock: str | Path = LOCK) -> dict[str, str]:
+    """``{name: version}`` of every ``name==version`` line of the lock file (comments
+    and other lines ignored). Standard library only: it runs before the bundle is
+    installed (:mod:`crossover_study.gpu_bundle`)."""
+    out = {}
+    for line in Path(lock).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            out[name.strip()] = version.strip()
+    return out

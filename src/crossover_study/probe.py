@@ -47,8 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from crossover_study import frameworks, gpu_state
-from crossover_study.gpu_bundle import pins
-from crossover_study.paths import portable_path
+from crossover_study.paths import pins, portable_path
 from crossover_study.provenance import REPO_ROOT
 
 #: Format version of the record; bump it when a key changes meaning.
