@@ -49,7 +49,6 @@ from crossover_study.spec import (
     select_rows,
     without_replicas,
 )
-from crossover_study.step_reference import prediction_text
 
 __all__ = [
     "ANTI_PATTERNS",
@@ -207,7 +206,7 @@ def answer_sentence(
     ``predictions``: :func:`step_reference.predict_on_reference`'s table (this study's
     counts priced at a committed reference run's rates); its rows at the seed's size end
     the sentence, labelled as a prediction naming the reference and its device
-    (:func:`step_reference.prediction_text`).
+    (:func:`prediction_text`).
     """
     crossover = crossover if crossover is not None else pd.DataFrame()
     timings = without_replicas(timings)  # replicated rows have their own section
@@ -360,3 +359,44 @@ def program_legend(timings: pd.DataFrame, case: str) -> str:
     if not found:
         return ""
     return "Programs measured: " + "; ".join(f"{p} ({PROGRAMS.get(p, p)})" for p in found) + "."
+
+
+def prediction_text(predictions: pd.DataFrame, case: str) -> str:
+    """'predicted on NVIDIA H200 from reference <name> (a prediction from this study's
+    counts and the reference's measured rates, not a measurement): with torch 912 µs
+    per step, launch-bound (the CPU measured 3 ms)' for the rows of ``case`` at the
+    seed's size in :func:`predict_on_reference`'s table, eager first; empty text when
+    there are none."""
+    if predictions.empty:
+        return ""
+    rows = predictions[predictions["case"] == case]
+    for axis, value in seed_sizes(case).items():
+        if axis in rows:
+            rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
+    if rows.empty:
+        return ""
+    rows = rows.sort_values(["variant"], key=lambda v: v != "eager", kind="stable")
+    parts = []
+    for (reference, device_name), group in rows.groupby(
+        ["reference", "device_name"], sort=False, dropna=False
+    ):
+        machine = device_name if isinstance(device_name, str) else group["device"].iloc[0]
+        texts = []
+        for _, row in group.iterrows():
+            label = (
+                row["framework"]
+                if row["variant"] == "eager"
+                else (f"{row['framework']}/{row['variant']}")
+            )
+            measured = row["cpu_step_time_s"]
+            cpu = f" (the CPU measured {format_seconds(measured)})" if pd.notna(measured) else ""
+            texts.append(
+                f"with {label} {format_seconds(row['predicted_step_s'])} per step, "
+                f"{row['regime']}{cpu}"
+            )
+        parts.append(
+            f"predicted on {machine} from reference {reference} (a prediction from this "
+            "study's counts and the reference's measured rates, not a measurement): "
+            + "; ".join(texts)
+        )
+    return "; ".join(parts)

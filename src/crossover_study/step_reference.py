@@ -25,8 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from crossover_study import step_counts, step_rates
-from crossover_study.progress import format_seconds
-from crossover_study.spec import seed_sizes, size_columns, synced
+from crossover_study.spec import size_columns, synced
 from crossover_study.step_model import MODEL_COLUMNS, TERM_COLUMNS, model_columns
 from crossover_study.tables import read_timings
 
@@ -143,47 +142,6 @@ def read_reference(folder: str | Path) -> tuple[pd.DataFrame, str]:
     and :class:`tables.TableError`."""
     folder = Path(folder)
     return read_timings(folder / "timings.csv"), folder.name
-
-
-def prediction_text(predictions: pd.DataFrame, case: str) -> str:
-    """'predicted on NVIDIA H200 from reference <name> (a prediction from this study's
-    counts and the reference's measured rates, not a measurement): with torch 912 µs
-    per step, launch-bound (the CPU measured 3 ms)' for the rows of ``case`` at the
-    seed's size in :func:`predict_on_reference`'s table, eager first; empty text when
-    there are none."""
-    if predictions.empty:
-        return ""
-    rows = predictions[predictions["case"] == case]
-    for axis, value in seed_sizes(case).items():
-        if axis in rows:
-            rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
-    if rows.empty:
-        return ""
-    rows = rows.sort_values(["variant"], key=lambda v: v != "eager", kind="stable")
-    parts = []
-    for (reference, device_name), group in rows.groupby(
-        ["reference", "device_name"], sort=False, dropna=False
-    ):
-        machine = device_name if isinstance(device_name, str) else group["device"].iloc[0]
-        texts = []
-        for _, row in group.iterrows():
-            label = (
-                row["framework"]
-                if row["variant"] == "eager"
-                else (f"{row['framework']}/{row['variant']}")
-            )
-            measured = row["cpu_step_time_s"]
-            cpu = f" (the CPU measured {format_seconds(measured)})" if pd.notna(measured) else ""
-            texts.append(
-                f"with {label} {format_seconds(row['predicted_step_s'])} per step, "
-                f"{row['regime']}{cpu}"
-            )
-        parts.append(
-            f"predicted on {machine} from reference {reference} (a prediction from this "
-            "study's counts and the reference's measured rates, not a measurement): "
-            + "; ".join(texts)
-        )
-    return "; ".join(parts)
 
 
 def predict_references(timings: pd.DataFrame, reference_timings: list[str | Path]) -> pd.DataFrame:
