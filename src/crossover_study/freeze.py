@@ -20,8 +20,8 @@ from crossover_study.audit import audit, audited
 from crossover_study.audit_hashes import Layout
 from crossover_study.crate import CODE_DIR, CRATE_NAME, write_crate
 from crossover_study.files import MANIFEST_NAME, PAPER_DIR, PLUGIN_COPY_DIR, REFERENCE_DIR
-from crossover_study.manifest import load_manifest, portable_manifest, write_json
-from crossover_study.paper import PAPER_FIGURES, paper_figures, paper_manifest, reference_dirs
+from crossover_study.manifest import load_manifest, paper_manifest, portable_manifest, write_json
+from crossover_study.paper import PAPER_FIGURES, paper_figures, reference_dirs
 from crossover_study.paths import REPO_ROOT
 
 #: Files a reference run keeps (globs relative to the study's results folder).

@@ -534,3 +534,36 @@ def load_manifest(path: str | Path) -> dict:
             f"this code reads {MANIFEST_VERSION}"
         )
     return data
+
+
+def paper_manifest(
+    run_dirs: Iterable[str | Path],
+    written: Iterable[str | Path],
+    workdir: str | Path = ".",
+    repo: str | Path = REPO_ROOT,
+) -> dict:
+    """The paper's manifest: every reference run's tables and manifest (sha256), every
+    figure written (sha256, the sources it records), package versions, git state."""
+    workdir = Path(workdir)
+    runs = []
+    for path in run_dirs:
+        path = Path(path)
+        files = {
+            table: file_record(path / table, workdir, repo)
+            for table in ("timings.csv", "crossover.csv", MANIFEST_NAME)
+            if (path / table).exists()
+        }
+        runs.append({"name": path.name, "files": files})
+    commit, dirty = git_state(Path(repo))
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "kind": "paper",
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "reference_runs": runs,
+        "figures": [
+            {**file_record(p, workdir, repo), "sources": figure_sources(p)} for p in written
+        ],
+        "git": {"commit": commit, "dirty": dirty},
+        "packages": package_versions(Path(repo) / "requirements.lock"),
+        "python": sys.version.split()[0],
+    }

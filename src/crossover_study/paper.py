@@ -19,20 +19,17 @@ freezing lives above the audit (:mod:`crossover_study.freeze`) and this module b
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crossover_study.files import MANIFEST_NAME, PAPER_DIR, REFERENCE_DIR, sha256_file
-from crossover_study.paths import REPO_ROOT
+from crossover_study.files import PAPER_DIR, REFERENCE_DIR, sha256_file
 
 if TYPE_CHECKING:
     import pandas as pd
 
-# pandas, matplotlib and the manifest module are imported where used: the workflow
+# pandas and matplotlib are imported where used: the workflow
 # imports this module while it is parsed (for PAPER_FIGURES), which must stay quick.
 #: Formats of every paper figure.
 PAPER_FORMATS: tuple[str, ...] = ("pdf", "png")
@@ -265,48 +262,3 @@ def paper_figures(
         plt.close(fig)
         written += [path.with_suffix(f".{f}") for f in formats]
     return written
-
-
-def paper_manifest(
-    run_dirs: Iterable[str | Path],
-    written: Iterable[str | Path],
-    workdir: str | Path = ".",
-    repo: str | Path = REPO_ROOT,
-) -> dict:
-    """The paper's manifest: every reference run's tables and manifest (sha256), every
-    figure written (sha256, the sources it records), package versions, git state."""
-    from crossover_study.figures import figure_sources
-    from crossover_study.manifest import MANIFEST_VERSION, file_record, package_versions
-    from crossover_study.provenance import git_state
-
-    workdir = Path(workdir)
-    runs = []
-    for path in run_dirs:
-        path = Path(path)
-        files = {
-            table: file_record(path / table, workdir, repo)
-            for table in ("timings.csv", "crossover.csv", MANIFEST_NAME)
-            if (path / table).exists()
-        }
-        runs.append({"name": path.name, "files": files})
-    commit, dirty = git_state(Path(repo))
-    return {
-        "manifest_version": MANIFEST_VERSION,
-        "kind": "paper",
-        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "reference_runs": runs,
-        "figures": [
-            {**file_record(p, workdir, repo), "sources": figure_sources(p)} for p in written
-        ],
-        "git": {"commit": commit, "dirty": dirty},
-        "packages": package_versions(Path(repo) / "requirements.lock"),
-        "python": sys.version.split()[0],
-    }
-
-
-if __name__ == "__main__":
-    # The command line of old (figures, freeze, refreeze) is crossover_study.freeze's:
-    # freezing audits, and the audit redraws these figures, so it lives above this module.
-    from crossover_study.freeze import main
-
-    sys.exit(main())
