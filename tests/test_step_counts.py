@@ -8,14 +8,21 @@ import json
 
 import pytest
 
-from crossover_study import step_counts, step_rates
+from crossover_study import (
+    step_counts,
+    step_faults,
+    step_fit_rates,
+    step_rates,
+    step_replay,
+    step_timing,
+)
 from crossover_study.spec import PointSpec
 
 
 @pytest.fixture(autouse=True)
 def fresh_replays(monkeypatch):
     """Each test starts with no replay kept (step_rates keeps them for the process)."""
-    monkeypatch.setattr(step_rates, "_REPLAYED", {})
+    monkeypatch.setattr(step_replay, "_REPLAYED", {})
 
 
 def _built(framework: str, case: str, sizes: dict, variant: str = "eager"):
@@ -33,7 +40,7 @@ def _built(framework: str, case: str, sizes: dict, variant: str = "eager"):
 def test_s001_counts_match_the_closed_form(framework):
     sizes = {"batch": 64, "d_in": 256, "hidden": 128}
     columns = step_counts.count_point(_built(framework, "s001-mlp", sizes), framework, "cpu")
-    columns.update(step_rates.replay_columns(columns, framework, "cpu"))
+    columns.update(step_replay.replay_columns(columns, framework, "cpu"))
     assert columns["step_flops"] == step_counts.mlp_matmul_flops(64, 256, 128)
     assert columns["step_ops"] >= 20  # a few dozen small operations per step
     assert columns["step_ops_kind"] == ("aten_ops" if framework == "torch" else "tf_ops")
@@ -233,7 +240,7 @@ def test_a_counted_point_times_no_rates_and_says_what_it_paid(framework, monkeyp
         raise AssertionError("a point timed the machine's rates")
 
     monkeypatch.setattr(step_rates, "op_costs", timed)
-    monkeypatch.setattr(step_rates, "_keras_fit_rates", timed)
+    monkeypatch.setattr(step_rates, "_keras_fit_rates", timed)  # as _tf_rates calls it
     monkeypatch.setattr(step_rates, "measure_rates", timed)
     policy = TimingPolicy(min_block_s=0.001, n_blocks=3, max_warmup_s=0.05, sync_check_s=0)
     points = [
@@ -260,7 +267,7 @@ def test_keras_fit_costs_are_measured():
 
     tf = frameworks.import_framework("tensorflow", "cpu", 1)
     with tf.device("/CPU:0"):
-        fit = step_rates._keras_fit_rates(0.4)
+        fit = step_fit_rates._keras_fit_rates(0.4)
     assert set(fit) == {
         "fit_call_s",
         "fit_epoch_s",
@@ -282,8 +289,8 @@ def test_a_shape_replayed_before_in_the_job_is_not_replayed_again(monkeypatch):
         timed.append(n)
         return {"median": 1e-3 * len(timed), "iqr": 0.0, "blocks": []}
 
-    monkeypatch.setattr(step_rates, "_blocks", blocks)
-    monkeypatch.setattr(step_rates, "_faults_per_call", lambda run, sync: 2.0)
+    monkeypatch.setattr(step_replay, "_blocks", blocks)
+    monkeypatch.setattr(step_replay, "_faults_per_call", lambda run, sync: 2.0)
     products = [[1, 8, 8, 8, False, False, False, 3.0], [2, 4, 4, 4, True, False, False, 1.0]]
     layers = [[5, 2, 3, 4, False, 1.0], [5, 2, 3, 4, True, 1.0]]
     tanh = json.dumps([[{"t": [4, 4], "dtype": "float32"}], {}])
@@ -292,22 +299,22 @@ def test_a_shape_replayed_before_in_the_job_is_not_replayed_again(monkeypatch):
         "step_rnn_layers": json.dumps(layers),
         "step_elementwise": json.dumps([["aten.tanh.default", tanh, 128.0, 2.0]]),
     }
-    first = step_rates.replay_columns(columns, "torch", "cpu")
+    first = step_replay.replay_columns(columns, "torch", "cpu")
     # products: the floor and two shapes; LSTM: the floor's and one shape's forward and
     # forward-and-backward; the tanh call at full size and at its floor
     assert len(timed) == 3 + 4 + 2
     assert first["step_products_s"] is not None and first["step_elementwise_s"] is not None
-    again = step_rates.replay_columns(columns, "torch", "cpu")
+    again = step_replay.replay_columns(columns, "torch", "cpu")
     assert len(timed) == 9 and again == first
     products.append([1, 16, 16, 16, False, False, False, 1.0])
-    step_rates.replay_columns({"step_products": json.dumps(products)}, "torch", "cpu")
+    step_replay.replay_columns({"step_products": json.dumps(products)}, "torch", "cpu")
     assert len(timed) == 10  # the new shape only
 
 
 def test_rate_blocks_drop_each_result_at_once():
     """A rate's calls free their outputs as a step's temporaries are freed: kept to
     the block's end, every output was fresh memory and the bandwidth curve timed page
-    faults (step_rates._repeat)."""
+    faults (step_timing._repeat)."""
     import weakref
 
     class Output:
@@ -321,7 +328,7 @@ def test_rate_blocks_drop_each_result_at_once():
         made.append(len(alive))
         return out
 
-    step_rates._repeat(call)(5)
+    step_timing._repeat(call)(5)
     assert made == [1, 1, 1, 1, 1] and len(alive) == 0
 
 
@@ -368,7 +375,7 @@ def test_products_are_replayed_one_shape_at_a_time(framework):
     frameworks.import_framework(framework, "cpu", 1)
     products = [(1, 96, 96, 96, False, True, False, 3.0), (4, 8, 16, 8, True, False, False, 0.5)]
     products.append((1, 96, 96, 96, False, False, True, 2.0))  # ran in a graph: not replayed
-    replay = step_rates.replay_products(framework, "cpu", products)
+    replay = step_replay.replay_products(framework, "cpu", products)
     assert replay["products_flops"] == 3 * 2 * 96**3 + 0.5 * 2 * 4 * 8 * 16 * 8
     assert replay["products_s"] > 0 and replay["seconds"] > 0
 
@@ -381,16 +388,16 @@ def test_lstm_layers_are_replayed_whole():
 
     frameworks.import_framework("torch", "cpu", 1)
     layers = [(20, 16, 8, 32, False, 2.0), (20, 16, 8, 32, True, 2.0)]
-    replay = step_rates.replay_rnn_layers("cpu", layers)
+    replay = step_replay.replay_rnn_layers("cpu", layers)
     flops = 2 * (step_counts.lstm_layer_flops(20, 16, 8, 32, False))
     flops += 2 * step_counts.lstm_layer_flops(20, 16, 8, 32, True)
     assert replay["products_flops"] == pytest.approx(flops)
     assert replay["products_s"] > 0
     products = [(1, 96, 96, 96, False, True, False, 1.0)]
     columns = {"step_products": json.dumps(products), "step_rnn_layers": json.dumps(layers)}
-    both = step_rates.replay_columns(columns, "torch", "cpu")
+    both = step_replay.replay_columns(columns, "torch", "cpu")
     assert both["step_products_flops"] == pytest.approx(flops + 2 * 96**3)
-    alone = step_rates.replay_columns({"step_rnn_layers": json.dumps(layers)}, "torch", "cpu")
+    alone = step_replay.replay_columns({"step_rnn_layers": json.dumps(layers)}, "torch", "cpu")
     assert alone["step_products_flops"] == pytest.approx(flops)
 
 
@@ -411,25 +418,25 @@ def test_replay_faults_are_counted_per_call():
             del view
             region.close()
 
-    assert step_rates._faults_per_call(fresh, lambda: None) >= pages
-    assert step_rates._faults_per_call(lambda n: None, lambda: None) < 1
+    assert step_faults._faults_per_call(fresh, lambda: None) >= pages
+    assert step_faults._faults_per_call(lambda n: None, lambda: None) < 1
     # the rate: a fresh 64 MiB write costs more than the same write into kept memory
-    rate = step_rates._page_fault(*step_rates._mapped_pages(step_rates._numpy_fill))
+    rate = step_faults._page_fault(*step_faults._mapped_pages(step_faults._numpy_fill))
     rate = rate["page_fault_s"]
     assert 1e-8 < rate["median"] < 1e-4
     # an allocator that keeps its blocks faults nothing: no rate rather than a wrong one
-    assert step_rates._page_fault(lambda: None, lambda: None) == {}
+    assert step_faults._page_fault(lambda: None, lambda: None) == {}
 
 
 def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):
     def broken(*args):
         raise RuntimeError("no device")
 
-    monkeypatch.setattr(step_rates, "replay_products", broken)
+    monkeypatch.setattr(step_replay, "replay_products", broken)
     columns = step_counts.count_point(
         _built("torch", "s001-mlp", {"batch": 4, "d_in": 4, "hidden": 4}), "torch", "cpu"
     )
-    replayed = step_rates.replay_columns(columns, "torch", "cpu")
+    replayed = step_replay.replay_columns(columns, "torch", "cpu")
     assert columns["step_flops"] > 0 and columns["step_products"]
     assert replayed["step_products_s"] is None and replayed["step_products_flops"] is None
     assert "not replayed (RuntimeError: no device)" in capsys.readouterr().err
@@ -445,7 +452,7 @@ def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):
             "step_elementwise_faults",
         ]
     )
-    assert step_rates.replay_columns({"step_products": None}, "torch", "cpu") == nothing
+    assert step_replay.replay_columns({"step_products": None}, "torch", "cpu") == nothing
 
 
 def test_elementwise_calls_are_listed_and_replayed():
@@ -463,13 +470,13 @@ def test_elementwise_calls_are_listed_and_replayed():
     assert 0 < listed <= columns["step_mem_bytes"] * (1 + 1e-9)
     assert not any(name.startswith("aten.randperm") for name, *_ in calls)
     softmax = next(call for call in calls if call[0] == "aten._softmax.default")
-    args, _ = step_rates._torch_args(softmax[1], "cpu", floor=False)
+    args, _ = step_replay._torch_args(softmax[1], "cpu", floor=False)
     assert list(args[0].shape) == [20, 3] and args[1] == 1  # the batch's 3 class scores
-    small, _ = step_rates._torch_args(softmax[1], "cpu", floor=True)
+    small, _ = step_replay._torch_args(softmax[1], "cpu", floor=True)
     assert list(small[0].shape) == [1, 1]
     tanh = step_counts.encode_args((torch.empty(1000, 1000),), {})
     bogus = ["aten.no_such_op.default", tanh, 8e6, 1.0]
-    replay = step_rates.replay_elementwise("cpu", [["aten.tanh.default", tanh, 8e6, 2.0], bogus])
+    replay = step_replay.replay_elementwise("cpu", [["aten.tanh.default", tanh, 8e6, 2.0], bogus])
     assert replay["elementwise_bytes"] == 16e6  # the call that cannot be rebuilt: not covered
     assert replay["elementwise_s"] > 0  # a million tanh take longer than one
     with pytest.raises(step_counts._Unencodable):

@@ -84,7 +84,11 @@ LAYERS: dict[str, int] = {
     "harness": 2,
     "agreement": 2,
     "step_counts": 2,
+    "step_timing": 2,
+    "step_faults": 2,
+    "step_fit_rates": 2,
     "step_rates": 2,
+    "step_replay": 2,
     # 3: analysis
     "point_runs": 3,
     "tables": 3,

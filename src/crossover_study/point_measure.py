@@ -18,7 +18,14 @@ import time
 import traceback
 from pathlib import Path
 
-from crossover_study import cases, frameworks, paths, precision, step_counts, step_rates
+from crossover_study import (
+    cases,
+    frameworks,
+    paths,
+    precision,
+    step_counts,
+    step_replay,
+)
 from crossover_study.harness import measure
 from crossover_study.paths import portable_path
 from crossover_study.spec import PointSpec
@@ -186,12 +193,12 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         m = measure(workload, policy)
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
         # After the timed blocks and the loss read back: counting never changes them.
-        # One count, then the replays of the shapes new to the job (step_rates caches
+        # One count, then the replays of the shapes new to the job (step_replay caches
         # the others); the rates the model prices the rest at are the rates job's.
         counted = time.perf_counter()
         counts = step_counts.count_point(workload, point.framework, point.device, m.steps_per_block)
         replayed = time.perf_counter()
-        counts.update(step_rates.replay_columns(counts, point.framework, point.device))
+        counts.update(step_replay.replay_columns(counts, point.framework, point.device))
         counts["count_s"] = replayed - counted
         counts["replay_s"] = time.perf_counter() - replayed
     except NotApplicable as reason:  # known once a plug-in's builder said what it built

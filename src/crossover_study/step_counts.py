@@ -32,7 +32,7 @@ What is counted, and how:
   as bytes.
 - **products**: the matrix products behind ``flops``, by shape and layout
   (:attr:`StepCounts.products`), which the measuring job then times one shape at a
-  time (:func:`crossover_study.step_rates.replay_products`): a product's speed depends
+  time (:func:`crossover_study.step_replay.replay_products`): a product's speed depends
   on its shape, not only its size (on the 2-core VM a 32 × 180 · 180 × 720 gate product
   ran at 58 GFLOP/s, a square product of the same FLOPs at 108, a 2000 × 4 · 4 × 2048
   one at 6; 2026-12-02).
@@ -47,7 +47,7 @@ What is counted, and how:
   their tensor inputs and outputs: the memory traffic of the roofline's memory roof.
 - **elementwise** (PyTorch): the calls behind ``mem_bytes`` by ATen overload and
   arguments, tensors by shape and dtype (:func:`encode_args`), which the measuring job
-  then times one call at a time (:func:`crossover_study.step_rates.replay_elementwise`):
+  then times one call at a time (:func:`crossover_study.step_replay.replay_elementwise`):
   an element-wise op's speed is not only its bytes (``softmax`` over 3 classes of 2 000
   rows took ten times as long as over 3 rows of 2 000 on the 2-core VM, 2026-12-04).
 - **copy_bytes**: bytes copied between host memory and a device (PyTorch: ``_to_copy``
@@ -103,7 +103,7 @@ class StepCounts:
         ``batch`` of them at once, an operand stored transposed where its flag is set
         (the layout changes the speed), run inside a compiled TensorFlow graph where
         ``in_graph`` is set (a graph may run a product on other kernels than eager
-        mode); what :func:`crossover_study.step_rates.replay_products`
+        mode); what :func:`crossover_study.step_replay.replay_products`
         times one shape at a time. Products whose shapes are not known (a convolution,
         attention, a dimension unknown at trace time) are in ``flops`` but not here,
         nor are an LSTM layer op's gate products (they are in ``rnn_layers``).
@@ -113,14 +113,14 @@ class StepCounts:
         ...)``: ``per_step`` forward (``backward`` false) or backward passes of a layer
         of ``hidden`` units over ``steps`` time steps of ``batch`` sequences of
         ``inputs`` features, which
-        :func:`crossover_study.step_rates.replay_products` times whole. Their FLOPs
+        :func:`crossover_study.step_replay.replay_products` times whole. Their FLOPs
         (:func:`lstm_layer_flops`) are in ``flops``.
     elementwise: PyTorch's operations behind ``mem_bytes`` by operator and arguments,
         ``((op, args, bytes, per_step), ...)``: ``per_step`` calls of ``op`` (an ATen
         overload, e.g. ``aten._softmax.default``) with ``args`` (JSON of its positional
         and keyword arguments, each tensor ``{"t": shape, "dtype": name}``; see
         :func:`encode_args`), each moving ``bytes``; what
-        :func:`crossover_study.step_rates.replay_elementwise` times one call at a time.
+        :func:`crossover_study.step_replay.replay_elementwise` times one call at a time.
         An operation whose arguments cannot be written so (a random generator) is in
         ``mem_bytes`` but not here.
     """
@@ -286,7 +286,7 @@ class _Unencodable(Exception):
 
 def encode_args(args, kwargs) -> str:
     """JSON of a PyTorch operation's arguments ``[args, kwargs]`` from which
-    :func:`crossover_study.step_rates.replay_elementwise` rebuilds a call of the same
+    :func:`crossover_study.step_replay.replay_elementwise` rebuilds a call of the same
     shapes: a tensor as ``{"t": shape, "dtype": name}`` (its values are not kept), a
     ``torch.dtype`` as ``{"dtype_arg": name}``, a device as ``{"device_arg": type}``, a
     memory format or layout as ``{"torch_attr": name}``; numbers, strings, booleans and
@@ -718,7 +718,7 @@ def count_point(workload, framework: str, device: str, steps_per_block: int | No
     (``workload.steps_per_call`` steps) counted by :func:`count_torch_step` or
     :func:`count_tf_step`, after the timed blocks and the loss read back (the counted
     steps are applied to the model but are never timed); the measuring job then replays
-    its products (:func:`crossover_study.step_rates.replay_columns`). Never raises: a
+    its products (:func:`crossover_study.step_replay.replay_columns`). Never raises: a
     program the counters cannot follow gives empty columns and a line on stderr (the
     job log) saying why.
 

@@ -437,13 +437,13 @@ def model_columns(timings: pd.DataFrame) -> pd.DataFrame:
       steps_per_block + (rate_fit_epoch_s + rate_fit_validation_s where the program
       validates each epoch) / steps per epoch + rate_fit_step_s), plus the graph ops;
     - ``model_compute_s`` = step_products_s (the step's products timed alone, shape by
-      shape, right after the point: step_rates.replay_products) + the FLOPs they do
+      shape, right after the point: step_replay.replay_products) + the FLOPs they do
       not cover (step_flops − step_products_flops) at the FLOP rate; a row without
       the replay: step_flops / FLOP rate, the rate read off the job's curve
       (``rate_flop_curve``) at step_flops / step_flop_ops FLOPs per product, else
       rate_flop_per_s;
     - ``model_memory_s`` = step_elementwise_s (PyTorch's element-wise calls timed
-      alone: step_rates.replay_elementwise) + the bytes they do not cover
+      alone: step_replay.replay_elementwise) + the bytes they do not cover
       (step_mem_bytes − step_elementwise_bytes) / bandwidth (without the replay:
       step_mem_bytes / bandwidth), the bandwidth read off the job's
       curve (``rate_mem_curve``, :func:`curve_rate`) at step_mem_bytes / step_mem_ops

@@ -45,16 +45,32 @@ initialised; each rate is the median over blocks with the blocks' interquartile 
   (:func:`_page_fault`), which prices the fresh pages a step's allocations fault in
   (the timings table's ``step_page_faults``).
 
-Everything is synchronised before each clock read (the device's own sync).
+Everything is synchronised before each clock read (the device's own sync). The timing
+of blocks and the op-cost timers are :mod:`crossover_study.step_timing`'s, the price of
+a page fault :mod:`crossover_study.step_faults`'s, Keras fit's costs
+:mod:`crossover_study.step_fit_rates`'s; a step's shapes replayed on the device are
+:mod:`crossover_study.step_replay`'s.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
-import sys
 import time
 from collections.abc import Callable
+
+from crossover_study.step_faults import _mapped_pages, _numpy_fill, _page_fault
+from crossover_study.step_fit_rates import _keras_fit_rates
+from crossover_study.step_timing import (
+    BLOCKS,
+    _blocks,
+    _inverse,
+    _line,
+    _repeat,
+    _tf_device,
+    _tf_reader,
+    _timer,
+    _torch_sync,
+)
 
 #: Side of the square float32 matrix product that measures ``flop_per_s``, per device
 #: class: large enough to be compute-bound there, small enough to take well under 1 s.
@@ -63,56 +79,6 @@ MATMUL_SIZE = {"cpu": 512, "cuda": 8192, "cuda_multi": 8192, "tpu": 8192}
 #: Elements (float32) of the element-wise and copy measurements: 64 MiB, larger than
 #: any CPU cache.
 STREAM_ELEMENTS = 2**24
-
-#: Timed blocks per rate (median and IQR over them).
-BLOCKS = 5
-
-
-def _blocks(run: Callable[[int], None], sync: Callable[[], None], units: float, n: int) -> dict:
-    """Time ``BLOCKS`` blocks of ``run(n)`` (synchronised) after one untimed block;
-    ``units`` per call of the work (seconds per unit: ``per``). Returns
-    ``{"median": s, "iqr": s, "blocks": BLOCKS}`` in seconds per unit."""
-    run(n)
-    sync()
-    per = []
-    for _ in range(BLOCKS):
-        start = time.perf_counter()
-        run(n)
-        sync()
-        per.append((time.perf_counter() - start) / (n * units))
-    q = statistics.quantiles(per, n=4)
-    return {"median": statistics.median(per), "iqr": q[2] - q[0], "blocks": BLOCKS}
-
-
-def _repeat(call: Callable[[], object]) -> Callable[[int], None]:
-    """``run(n)`` for :func:`_blocks`: ``call()`` n times, each result dropped at once,
-    as a training step drops its temporaries, so that the allocator hands the same
-    memory back to the next call. Keeping every result until the block ends (a list
-    comprehension, as the rates did until 2026-12-02) makes each call's output fresh
-    memory, and the curve then times page faults: PyTorch's element-wise additions
-    measured 6.8 GB/s at 393 KB and 6.3 GB/s at 3.1 MB per op that way, 47 and 97 GB/s
-    with each output dropped (2-core VM, 2026-12-02), so the model priced s001-mlp's
-    element-wise traffic several times too high (its CPU steps predicted at 1.3 to 2.3
-    times the measured time)."""
-
-    def run(n: int) -> None:
-        for _ in range(n):
-            call()
-
-    return run
-
-
-def _inverse(rate: dict, units_name: str) -> dict:
-    """Seconds per unit turned into units per second (median and IQR of the blocks'
-    rates, from :func:`_blocks`' result, approximated by the reciprocal of the median
-    and the relative spread)."""
-    median = 1.0 / rate["median"]
-    return {
-        "median": median,
-        "iqr": rate["iqr"] / rate["median"] * median,
-        "blocks": rate["blocks"],
-        "unit": units_name,
-    }
 
 
 #: Hidden layers of the minimal training step (width 1, tanh): few enough that its
@@ -241,21 +207,6 @@ def _flop_curve(products, sync, per_call: int = 1) -> dict:
     return {"flop_curve": {"flops_per_op": per_op, "flop_per_s": rate}}
 
 
-def _torch_sync(device: str) -> tuple[str, Callable[[], None]]:
-    """``(target, sync)``: torch's device name for ``device`` (``cuda`` or ``cpu``) and
-    the wait for its queued work (``torch.cuda.synchronize`` on CUDA, nothing on the
-    CPU, whose ops return when done)."""
-    import torch
-
-    target = "cuda" if device.startswith("cuda") else "cpu"
-
-    def sync() -> None:
-        if target == "cuda":
-            torch.cuda.synchronize()
-
-    return target, sync
-
-
 def _torch_op_costs(device: str) -> Callable[[float], dict]:
     """``measure(share)`` timing PyTorch's ``eager_op_s`` on ``device``: the minimal
     training step (:data:`DEPTH` layers, SGD) built and counted once, timed in blocks
@@ -327,19 +278,6 @@ def _torch_rates(device: str) -> dict:
     return rates
 
 
-def _line(x_a: float, a: dict, x_b: float, b: dict, min_slope: float) -> tuple[dict, dict]:
-    """The line through two timings (:func:`_blocks` results ``a`` and ``b``, seconds
-    per call at ``x_a`` and ``x_b`` units of work per call): its slope (seconds per
-    unit, at least ``min_slope``) and its intercept (seconds per call beyond the work,
-    at least 0), each as ``{"median", "iqr", "blocks"}``; the slope's spread is the two
-    IQRs over the distance between the points, the intercept's the first point's IQR."""
-    slope = max((b["median"] - a["median"]) / (x_b - x_a), min_slope)
-    return (
-        {"median": slope, "iqr": (a["iqr"] + b["iqr"]) / (x_b - x_a), "blocks": a["blocks"]},
-        {"median": max(a["median"] - x_a * slope, 0.0), "iqr": a["iqr"], "blocks": a["blocks"]},
-    )
-
-
 def _tf_chain_step(tf, depth: int):
     """A TensorFlow training step of ``depth`` tanh layers of width 1 (GradientTape,
     SGD by assign_sub) and a function reading its first weight back (the sync)."""
@@ -378,23 +316,6 @@ def _tf_chain(tf, box: dict, first, op):
     return run
 
 
-def _tf_device(device: str) -> str:
-    """TensorFlow's device name for a device class: the host CPU for ``cpu`` (and
-    ``tpu``, whose rates are the host's here), the first GPU otherwise."""
-    return {"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")
-
-
-def _tf_reader(tf, box: dict) -> Callable[[], None]:
-    """TensorFlow's sync for the rates: read one element of the last result kept in
-    ``box["y"]`` back to the host (nothing before the first result)."""
-
-    def sync() -> None:
-        if "y" in box:
-            tf.reshape(box["y"], [-1])[0].numpy()
-
-    return sync
-
-
 def _tf_op_costs(device: str) -> Callable[[float], dict]:
     """``measure(share)`` timing TensorFlow's ``eager_op_s``, ``graph_op_s`` and
     ``function_call_s`` on ``device``: the minimal step eager (blocks of ``share`` × 50
@@ -431,20 +352,6 @@ def _tf_op_costs(device: str) -> Callable[[float], dict]:
         return rates
 
     return measure
-
-
-#: Each (framework, device)'s op-cost timer already built in this process
-#: (:func:`op_costs`), and Keras fit's (:func:`_keras_fit_rates`): their minimal steps
-#: and models are built, counted and traced once per process (:func:`_timer`).
-_OP_COSTS: dict[tuple[str, str], Callable[[float], dict]] = {}
-
-
-def _timer(key: tuple[str, str], build: Callable[[], Callable[[float], dict]]):
-    """The ``measure(share)`` kept in :data:`_OP_COSTS` under ``key``, ``build()`` the
-    first time."""
-    if key not in _OP_COSTS:
-        _OP_COSTS[key] = build()
-    return _OP_COSTS[key]
 
 
 def op_costs(framework: str, device: str) -> Callable[[float], dict]:
@@ -498,103 +405,6 @@ def _tf_rates(device: str) -> dict:
     return rates
 
 
-#: Epochs of the minimal fit calls whose slope is fit's cost per epoch.
-FIT_EPOCHS = 4
-
-#: Rows of the minimal fits: one step at batch FIT_ROWS against FIT_ROWS steps at
-#: batch 1 give fit's cost per step. Enough steps that their cost stands above the
-#: scatter of a fit call: at 8 rows (7 extra steps, some 10 ms) the slope's median came
-#: out anywhere from 0 to 3 ms over five measurements in one process, its blocks' IQR
-#: 1 to 4 ms (2-core VM, 2026-12-04).
-FIT_ROWS = 32
-
-
-def _keras_fit_rates(share: float = 1.0) -> dict:
-    """Keras ``fit``'s own cost, beyond the operations of its train function, per call
-    (callbacks, data adapter, the train function's set-up), per epoch (the epoch's
-    callbacks and logs), per data iterator (a fresh pass over the data: a new
-    ``tf.data`` iterator), per validated epoch (``validation_data``: evaluate's
-    iterator, test function and callbacks, each epoch) and per step (its Python loop,
-    the logs read back, the train function's call), from fits of a 1-unit Dense model
-    over :data:`FIT_ROWS` rows, each line the medians of two fits' blocks:
-
-    - per step: one epoch at 1 step (batch FIT_ROWS) and at FIT_ROWS steps (batch 1);
-    - per call and per epoch with a new iterator: 1 and :data:`FIT_EPOCHS` epochs of 1
-      step (intercept: the call; slope less a step: epoch and iterator);
-    - per epoch on a kept iterator: the same with ``steps_per_epoch=1`` at batch 1,
-      whose FIT_ROWS batches last every epoch (slope less a step); the iterator is the
-      difference of the two slopes;
-    - per validated epoch: the kept-iterator fits with ``validation_data`` (the same
-      rows, one batch), the excess of their slope.
-
-    Why the iterator apart: Keras 3's ``EpochIterator`` makes a new iterator every epoch
-    unless fit is given ``steps_per_epoch``, when it keeps one until a pass over the
-    data's batches is used up; s002-iris's seed gives ``steps_per_epoch=2``, so at
-    batch 20 (6 batches) one iterator serves 3 epochs. An iterator cost some 22 ms and
-    an epoch besides it some 3 ms; Iris's own fit at batch 20, hidden 32 took 8.1 ms an
-    epoch without validation, a 1-unit model fitted the same way 8.6 ms, and fit's epoch
-    priced with an iterator each had predicted Iris's steps at 1.3 to 2.1 times their
-    time (2-core VM, 2026-12-04). Why per epoch and not only per call: a program that
-    calls fit once for many epochs (every fit program here, once per timed block) pays
-    the call once and the epoch each epoch.
-
-    Each series in blocks of ``share`` × 2 fits (at least one); the model is built once
-    per process (:data:`_OP_COSTS`), so that a second call times fit, not its tracing. Returns ``{"fit_step_s", "fit_call_s", "fit_epoch_s",
-    "fit_iterator_s", "fit_validation_s"}``, each ``{"median", "iqr", "blocks"}`` in
-    seconds (never below 0). Exceptions from Keras propagate."""
-    return _timer(("keras_fit", ""), _keras_fit_timer)(share)
-
-
-def _keras_fit_timer() -> Callable[[float], dict]:
-    """``measure(share)`` of :func:`_keras_fit_rates`, its model built and compiled once."""
-    import keras
-    import numpy as np
-
-    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    x, y = np.ones((FIT_ROWS, 1), "float32"), np.zeros((FIT_ROWS, 1), "float32")
-    kept = {"steps_per_epoch": 1}
-    validated = {**kept, "validation_data": (x, y), "validation_batch_size": FIT_ROWS}
-
-    def measure(share: float = 1.0) -> dict:
-        fits = max(1, round(2 * share))
-
-        def timed(steps: int, epochs: int, **kwargs) -> dict:
-            fit = lambda n: [  # noqa: E731
-                model.fit(x, y, batch_size=FIT_ROWS // steps, epochs=epochs, verbose=0, **kwargs)
-                for _ in range(n)
-            ]
-            return _blocks(fit, lambda: None, 1.0, fits)
-
-        def less(rate: dict, *others: dict) -> dict:
-            rest = rate["median"] - sum(other["median"] for other in others)
-            return {**rate, "median": max(rest, 0.0)}
-
-        def epochs(steps: int, **kwargs) -> tuple[dict, dict]:
-            return _line(
-                1,
-                timed(steps, 1, **kwargs),
-                FIT_EPOCHS,
-                timed(steps, FIT_EPOCHS, **kwargs),
-                min_slope=0.0,
-            )
-
-        one = timed(1, 1)
-        per_step, _ = _line(1, one, FIT_ROWS, timed(FIT_ROWS, 1), min_slope=0.0)
-        renewed, per_call = _line(1, one, FIT_EPOCHS, timed(1, FIT_EPOCHS), min_slope=0.0)
-        kept_epoch = epochs(FIT_ROWS, **kept)[0]
-        validated_epoch = epochs(FIT_ROWS, **validated)[0]
-        return {
-            "fit_step_s": per_step,
-            "fit_call_s": per_call,
-            "fit_epoch_s": less(kept_epoch, per_step),
-            "fit_iterator_s": less(renewed, kept_epoch),
-            "fit_validation_s": less(validated_epoch, kept_epoch),
-        }
-
-    return measure
-
-
 def measure_rates(framework: str, device: str) -> dict:
     """The rates (module docstring) for ``framework`` (``torch`` or
     ``tensorflow``) on ``device``, as ``{name: {"median", "iqr", "blocks"[, "unit"]}}``
@@ -605,457 +415,6 @@ def measure_rates(framework: str, device: str) -> dict:
     started = time.perf_counter()
     rates = _torch_rates(device) if framework == "torch" else _tf_rates(device)
     return {**rates, "seconds": time.perf_counter() - started}
-
-
-#: float32 elements of each mapping of :func:`_page_fault` (64 MiB, 16 384 pages): enough
-#: that its mmap and munmap are a small part of a call.
-FAULT_ELEMENTS = 2**24
-
-
-def _page_fault(fresh: Callable[[], object], reuse: Callable[[], object]) -> dict:
-    """Seconds per minor page fault as the job's framework takes them: ``fresh()``
-    writes :data:`FAULT_ELEMENTS` float32 into new memory (faulting in every page),
-    ``reuse()`` writes as many into memory it keeps; their difference in time per fault
-    that ``fresh()`` took (:data:`BLOCKS` blocks of one call each, after one untimed).
-    Returns ``{"page_fault_s": {"median", "iqr", "blocks"}}``; ``{}`` where the fresh
-    call faulted in fewer than half its pages or the OS counts no faults
-    (:func:`_mapped_pages` makes the calls).
-
-    Why: a PyTorch step that allocates and frees tensors of a MB or more can fault in
-    fresh pages at every step (glibc returns the top of its heap to the kernel), and
-    the replays, whose outputs reuse the memory just freed, do not: s000-hjb at batch
-    10 000, width 128 took 4 645 faults a step, s004-lstm at batch 128 40 848 (default
-    study, 2026-12-04). Written by PyTorch's two threads a fault cost 1.3 to 1.4 µs on
-    the 2-core VM, one thread 2.1 µs, a one-byte-a-page write from NumPy with the
-    mapping's mmap and munmap 3.4 µs; priced at 3.2 µs the faulting points were
-    over-predicted (s004-lstm at batch 128: 1.41). Hand-rolled: two timed writes."""
-    import mmap
-
-    faults = _faults_per_call(_repeat(fresh), lambda: None)
-    if faults < FAULT_ELEMENTS * 4 / mmap.PAGESIZE / 2:
-        return {}
-    fresh_s = _blocks(_repeat(fresh), lambda: None, faults, 1)
-    reuse_s = _blocks(_repeat(reuse), lambda: None, faults, 1)
-    return {
-        "page_fault_s": {
-            "median": max(fresh_s["median"] - reuse_s["median"], 0.0),
-            "iqr": fresh_s["iqr"] + reuse_s["iqr"],
-            "blocks": BLOCKS,
-        }
-    }
-
-
-def _mapped_pages(fill: Callable[[object], None]) -> tuple[Callable[[], None], Callable[[], None]]:
-    """``(fresh, reuse)`` for :func:`_page_fault`: ``fill(region)`` writes every float32
-    of an anonymous mapping of :data:`FAULT_ELEMENTS` float32 (an ``mmap``), fresh:
-    into a new mapping, unmapped afterwards; reuse: into one mapping kept.
-
-    Why a mapping of its own and not the framework's allocation: whether a 64 MiB
-    tensor gets fresh pages depends on the process's heap. glibc serves it from a free
-    block of its heap where one is large enough, and mmaps fresh pages only where none
-    is: torch.ones(2**24) faulted 16 385 times a call in some processes and never in
-    others, the same code run four times after the job's rates (2-core VM,
-    2026-12-04)."""
-    import mmap
-
-    size = FAULT_ELEMENTS * 4
-    kept = mmap.mmap(-1, size)
-
-    def fresh() -> None:
-        region = mmap.mmap(-1, size)
-        fill(region)
-        region.close()
-
-    return fresh, lambda: fill(kept)
-
-
-def _numpy_fill(region) -> None:
-    """Fill ``region`` (a buffer) with float32 ones from NumPy, one thread: the page
-    writes of :func:`_page_fault` for TensorFlow, whose CPU allocator keeps its large
-    blocks (its 64 MiB outputs took 0.05 faults a call on the 2-core VM)."""
-    import numpy as np
-
-    np.frombuffer(region, dtype=np.float32).fill(1.0)
-
-
-#: Calls of a replayed shape after its timed blocks over which
-#: :func:`_faults_per_call` counts its page faults.
-FAULT_CALLS = 3
-
-
-def _faults_per_call(run: Callable[[int], None], sync: Callable[[], None]) -> float:
-    """Minor page faults per call of ``run(1)`` over :data:`FAULT_CALLS` calls (0
-    where the OS counts none): what a replay's calls faulted in, so that the model
-    prices only the step's other faults (a product or element-wise call whose output
-    is 32 MiB or more is mmapped afresh every call, in the step as in its replay)."""
-    from crossover_study.host_load import minor_faults
-
-    before = minor_faults()
-    run(FAULT_CALLS)
-    sync()
-    after = minor_faults()
-    return 0.0 if before is None or after is None else (after - before) / FAULT_CALLS
-
-
-#: FLOPs of work per timed block of :func:`replay_products` (a product's repetitions per
-#: block: this over its FLOPs, 1 to :data:`REPLAY_REPS`): about a millisecond on the
-#: 2-core VM, so that a small product's block is not all clock reads.
-REPLAY_FLOPS = 5e7
-REPLAY_REPS = 200
-
-#: Replays already timed in this process (a measuring job is one process), keyed by
-#: what was replayed, the framework, the device and the shape or call: a point pays
-#: only for the shapes new to its job; one replayed before gives its earlier timing
-#: again, so the columns sum the same per-shape seconds (:func:`_replayed`).
-_REPLAYED: dict[tuple, object] = {}
-
-
-def _replayed(key: tuple, replay: Callable[[], object]):
-    """``replay()``'s result kept in :data:`_REPLAYED` under ``key``: timed the first
-    time a job meets ``key``, reused after. An exception is not kept (it propagates)."""
-    if key not in _REPLAYED:
-        _REPLAYED[key] = replay()
-    return _REPLAYED[key]
-
-
-def _torch_product_maker(device: str):
-    """``(make, sync)`` for :func:`replay_products` in PyTorch on ``device``."""
-    import torch
-
-    target, sync = _torch_sync(device)
-
-    def operand(batch: int, rows: int, cols: int, transposed: bool):
-        stored = (batch, cols, rows) if transposed else (batch, rows, cols)
-        t = torch.randn(*stored, device=target)
-        t = t.transpose(-1, -2) if transposed else t
-        return t[0] if batch == 1 else t
-
-    def make(batch, m, k, n, trans_a, trans_b):
-        a, b = operand(batch, m, k, trans_a), operand(batch, k, n, trans_b)
-        return _repeat(lambda: a @ b)
-
-    return make, sync
-
-
-def _torch_lstm_layer_maker(device: str):
-    """``make(steps, batch, inputs, hidden, backward)`` for :func:`replay_rnn_layers`:
-    ``run(n)`` (:func:`_blocks`) of a one-layer ``torch.nn.LSTM(inputs, hidden)`` on
-    ``device`` over a (steps × batch × inputs) input that needs its gradient (as every
-    layer's but the first does in a stack), forward only, or forward and backward
-    (``backward``) from a fixed output gradient."""
-    import torch
-
-    target = _torch_sync(device)[0]
-
-    def make(steps, batch, inputs, hidden, backward):
-        layer = torch.nn.LSTM(inputs, hidden).to(target)
-        x = torch.randn(steps, batch, inputs, device=target, requires_grad=True)
-        grad = torch.randn(steps, batch, hidden, device=target)
-        if backward:
-            return _repeat(lambda: layer(x)[0].backward(grad))
-        return _repeat(lambda: layer(x))
-
-    return make
-
-
-def replay_rnn_layers(device: str, layers) -> dict:
-    """PyTorch's LSTM layers of a step (:attr:`crossover_study.step_counts.StepCounts.
-    rnn_layers`, rows ``(steps, batch, inputs, hidden, backward, per_step)``) timed
-    whole on ``device`` with the job's threads: a shape's forward pass is its
-    one-layer ``torch.nn.LSTM``'s forward call, its backward pass the forward and
-    backward call less the forward (:func:`_torch_lstm_layer_maker`), each the median
-    of :data:`BLOCKS` blocks (about :data:`REPLAY_FLOPS` FLOPs each) net of the same
-    at one time step, one sequence, one input and one unit (the dispatch of the ops
-    around the layer, which the model's ops term prices), never below 0.
-
-    Why whole and not as its gate products: oneDNN's layer also runs the gates'
-    element-wise arithmetic and a loop over the time steps, which its products alone
-    leave out; s004-lstm's three layers at batch 32, 45 units, 60 time steps took 17 ms
-    forward and backward, their gate products replayed alone 11.7 ms (2-core VM,
-    2026-12-02).
-
-    Returns ``{"products_s": seconds per step, "products_flops": the FLOPs per step of
-    the layers' gate products (:func:`crossover_study.step_counts.lstm_layer_flops`)}``.
-    Exceptions from torch propagate. Hand-rolled: a timeit per shape is all it is."""
-    from crossover_study.step_counts import lstm_layer_flops
-
-    make = _torch_lstm_layer_maker(device)
-    sync = _torch_sync(device)[1]
-
-    def passes(steps, batch, inputs, hidden, reps) -> tuple[float, float]:
-        forward = _blocks(make(steps, batch, inputs, hidden, False), sync, 1.0, reps)["median"]
-        both = _blocks(make(steps, batch, inputs, hidden, True), sync, 1.0, reps)["median"]
-        return forward, max(both - forward, 0.0)
-
-    floor = (
-        _replayed(("lstm floor", "torch", device), lambda: passes(1, 1, 1, 1, 50))
-        if layers
-        else (0.0, 0.0)
-    )
-    seconds = flops = 0.0
-    for steps, batch, inputs, hidden, backward, per_step in layers:
-        shape = (steps, batch, inputs, hidden)
-        work = lstm_layer_flops(*shape, False) + lstm_layer_flops(*shape, True)
-        reps = max(1, min(REPLAY_REPS, int(REPLAY_FLOPS / max(work, 1.0))))
-        timed = _replayed(("lstm", "torch", device, shape), lambda s=shape, r=reps: passes(*s, r))
-        at = int(bool(backward))
-        seconds += per_step * max(timed[at] - floor[at], 0.0)
-        flops += per_step * lstm_layer_flops(*shape, bool(backward))
-    return {"products_s": seconds, "products_flops": flops}
-
-
-def _tf_product_maker(device: str):
-    """``(make, sync)`` for :func:`replay_products` in TensorFlow on ``device``."""
-    import tensorflow as tf
-
-    name = _tf_device(device)
-    box = {}
-    sync = _tf_reader(tf, box)
-
-    def make(batch, m, k, n, trans_a, trans_b):
-        lead = (batch,) if batch > 1 else ()
-        with tf.device(name):
-            a = tf.random.normal((*lead, *((k, m) if trans_a else (m, k))))
-            b = tf.random.normal((*lead, *((n, k) if trans_b else (k, n))))
-
-        def run(reps: int) -> None:
-            with tf.device(name):
-                for _ in range(reps):
-                    box["y"] = tf.linalg.matmul(a, b, transpose_a=trans_a, transpose_b=trans_b)
-
-        return run
-
-    return make, sync
-
-
-def replay_products(framework: str, device: str, products) -> dict:
-    """The step's matrix products timed alone, one shape at a time, on the device and
-    with the threads of the job that measured the step: ``products`` is
-    :attr:`crossover_study.step_counts.StepCounts.products` (rows ``(batch, m, k, n,
-    trans_a, trans_b, in_graph, per_step)``; without ``in_graph``: eager). Each
-    eager shape's operands (random, float32, stored transposed where flagged) are
-    multiplied in :data:`BLOCKS` blocks (:func:`_blocks`, about :data:`REPLAY_FLOPS`
-    FLOPs each); its time is the median block's per product, net of a 1 × 1 product's
-    (the dispatch, which the model's ops term prices), never below 0. A shape (and the
-    1 × 1 floor) is timed once per process (:func:`_replayed`); a later step with the
-    same shape is priced at that timing.
-
-    Products that ran inside a TensorFlow graph are not replayed (not in
-    ``products_flops``: the model prices them at the FLOP-rate curve). Replayed alone
-    in a ``tf.function``'s while loop they took 2 to 6 times the whole measured step
-    (s000-hjb at batch 1000, width 128: 84 ms of products against a 16.8 ms step;
-    default study, 2026-12-02), so a product alone in a loop is not how the graph runs
-    it; priced at the curve, 64 of 103 synced CPU points of that run were within 30 %,
-    replayed that way 59.
-
-    Why a replay and not the FLOP-rate curve: a product's speed depends on its shape,
-    not only its FLOPs (a thin product moves more bytes per FLOP, a transposed operand
-    takes another kernel), and the step's products are timed on the machine as it is
-    just after the step was (a shared VM's speed drifts within a job). Operation-level
-    timing is how Habitat predicts a step (G. X. Yu et al., "Habitat: A Runtime-Based
-    Computational Performance Predictor for Deep Neural Network Training", USENIX ATC
-    2021).
-
-    Returns ``{"products_s": seconds per step (the per-step counts times each shape's
-    net seconds), "products_flops": the FLOPs per step they cover, "products_faults":
-    the page faults per step their calls took in the replay (:func:`_faults_per_call`),
-    "seconds": how long the replay took}``. Exceptions from the framework propagate. Hand-rolled: a timeit
-    per shape is all it is.
-    """
-    started = time.perf_counter()
-    maker = _torch_product_maker if framework == "torch" else _tf_product_maker
-    make, sync = maker(device)
-    floor = None
-    seconds = flops = faults = 0.0
-    for *shape, per_step in products:
-        batch, m, k, n, trans_a, trans_b, *graph = shape
-        if graph and graph[0]:  # ran inside a graph: left to the FLOP-rate curve
-            continue
-        if floor is None:
-            floor = _replayed(
-                ("product floor", framework, device),
-                lambda: _blocks(make(1, 1, 1, 1, False, False), sync, 1.0, 50)["median"],
-            )
-        work = 2.0 * batch * m * k * n
-        reps = max(1, min(REPLAY_REPS, int(REPLAY_FLOPS / max(work, 1.0))))
-
-        def replay(shape=(batch, m, k, n, trans_a, trans_b), reps=reps) -> tuple[float, float]:
-            run = make(*shape)
-            return _blocks(run, sync, 1.0, reps)["median"], _faults_per_call(run, sync)
-
-        key = ("product", framework, device, batch, m, k, n, bool(trans_a), bool(trans_b))
-        median, faulted = _replayed(key, replay)
-        seconds += per_step * max(median - floor, 0.0)
-        flops += per_step * work
-        faults += per_step * faulted
-    return {
-        "products_s": seconds,
-        "products_flops": flops,
-        "products_faults": faults,
-        "seconds": time.perf_counter() - started,
-    }
-
-
-#: Bytes moved per timed block of :func:`replay_elementwise` (a call's repetitions
-#: per block: this over its bytes, 1 to :data:`REPLAY_REPS`): about a millisecond at
-#: the 2-core VM's DRAM bandwidth.
-REPLAY_BYTES = 4e7
-
-
-def _torch_op(name: str):
-    """The ATen overload ``name`` (``str`` of an ``OpOverload``, e.g.
-    ``aten._softmax.default``) from ``torch.ops``."""
-    import torch
-
-    namespace, packet, overload = name.split(".")
-    return getattr(getattr(getattr(torch.ops, namespace), packet), overload)
-
-
-def _torch_args(encoded: str, target: str, floor: bool):
-    """``(args, kwargs)`` of a call rebuilt from :func:`crossover_study.step_counts.
-    encode_args`' JSON on device ``target``: each tensor new, random normal (floating
-    point), zeros (integers: valid indices) or ones (booleans), of its shape, or with
-    every dimension 1 (``floor``: the call's dispatch, which the ops term prices)."""
-    import torch
-
-    def decode(x):
-        if isinstance(x, list):
-            return [decode(v) for v in x]
-        if not isinstance(x, dict):
-            return x
-        if "t" in x:
-            dtype = getattr(torch, x["dtype"])
-            shape = [1] * len(x["t"]) if floor else x["t"]
-            if dtype.is_floating_point:
-                return torch.randn(shape, dtype=dtype, device=target)
-            if dtype == torch.bool:
-                return torch.ones(shape, dtype=dtype, device=target)
-            return torch.zeros(shape, dtype=dtype, device=target)
-        if "dtype_arg" in x:
-            return getattr(torch, x["dtype_arg"])
-        if "device_arg" in x:
-            return torch.device(x["device_arg"])
-        return getattr(torch, x["torch_attr"])
-
-    args, kwargs = json.loads(encoded)
-    return decode(args), {k: decode(v) for k, v in kwargs.items()}
-
-
-def replay_elementwise(device: str, calls) -> dict:
-    """PyTorch's operations behind a step's ``mem_bytes`` (element-wise ops,
-    reductions, copies, indexing) timed alone, one distinct call at a time, on
-    ``device`` with the job's threads: ``calls`` is :attr:`crossover_study.step_counts.
-    StepCounts.elementwise` (rows ``(op, args, bytes, per_step)``). Each call is rebuilt
-    on new random tensors of its shapes (:func:`_torch_args`) and timed in
-    :data:`BLOCKS` blocks of about :data:`REPLAY_BYTES` moved; its time is the median
-    block's per call net of the same call with every dimension 1 (its dispatch, which
-    the ops term prices), never below 0. A call that fails to rebuild or run is left
-    out (its bytes stay priced at the bandwidth). A distinct call is timed once per
-    process (:func:`_replayed`: a failed one is not tried again).
-
-    Why: a step's element-wise work is not all bandwidth. On the 2-core VM (2026-12-04)
-    ``softmax`` over the 3 classes of 2 000 rows took 82 µs where the same 6 000 floats
-    as 3 rows of 2 000 took 8 µs, and ``exp`` of 131 072 floats 94 µs where their bytes
-    at DRAM speed take 24 µs; s000-hjb's ``tanh`` at batch 10 000, width 32 took 3.4 ms
-    of a 13.7 ms step. This is the products' replay (:func:`replay_products`) carried
-    over to every operation, as Habitat times a step operation by operation.
-
-    Returns ``{"elementwise_s": seconds per step, "elementwise_bytes": the bytes per
-    step of the calls timed, "elementwise_faults": the page faults per step their
-    full-shape calls took in the replay (:func:`_faults_per_call`)}``. Hand-rolled: a
-    timeit per call is all it is."""
-    target, sync = _torch_sync(device)
-
-    def call_s(op, encoded: str, floor: bool, reps: int) -> tuple[float, float]:
-        args, kwargs = _torch_args(encoded, target, floor)
-        run = _repeat(lambda: op(*args, **kwargs))
-        seconds = _blocks(run, sync, 1.0, reps)["median"]
-        return seconds, 0.0 if floor else _faults_per_call(run, sync)
-
-    def replay(name: str, encoded: str, reps: int) -> tuple[float, float, float] | None:
-        try:
-            op = _torch_op(name)
-            full, faulted = call_s(op, encoded, False, reps)
-            floor, _ = call_s(op, encoded, True, 50)
-        except Exception:  # noqa: BLE001 - a call that cannot be rebuilt stays with the bytes
-            return None
-        return full, faulted, floor
-
-    seconds = moved = faults = 0.0
-    for name, encoded, nbytes, per_step in calls:
-        reps = max(1, min(REPLAY_REPS, int(REPLAY_BYTES / max(nbytes, 1.0))))
-        key = ("elementwise", "torch", device, name, encoded)
-        timed = _replayed(key, lambda n=name, e=encoded, r=reps: replay(n, e, r))
-        if timed is None:
-            continue
-        full, faulted, floor = timed
-        seconds += per_step * max(full - floor, 0.0)
-        moved += per_step * nbytes
-        faults += per_step * faulted
-    return {"elementwise_s": seconds, "elementwise_bytes": moved, "elementwise_faults": faults}
-
-
-def replay_columns(columns: dict, framework: str, device: str) -> dict:
-    """``step_products_s`` and ``step_products_flops`` of a counted point (``columns``:
-    its ``step_*`` columns from :func:`crossover_study.step_counts.count_point`): its
-    ``step_products`` timed by :func:`replay_products` plus its ``step_rnn_layers``
-    (PyTorch) by :func:`replay_rnn_layers`; both None without either, or with a line
-    on stderr (the job log) when the replay fails. And ``step_elementwise_s`` and
-    ``step_elementwise_bytes``: its ``step_elementwise`` (PyTorch) timed by
-    :func:`replay_elementwise`, None without them or when that fails. Each replay's
-    page faults per step beside it (``step_products_faults``,
-    ``step_elementwise_faults``). Never raises."""
-    return {
-        **_replay_products_columns(columns, framework, device),
-        **_replay_elementwise_columns(columns, framework, device),
-    }
-
-
-def _replay_products_columns(columns: dict, framework: str, device: str) -> dict:
-    """:func:`replay_columns`' products."""
-    empty = {"step_products_s": None, "step_products_flops": None, "step_products_faults": None}
-    products, layers = columns.get("step_products"), columns.get("step_rnn_layers")
-    if not products and not layers:
-        return empty
-    seconds = flops = faults = 0.0
-    try:
-        if products:
-            replay = replay_products(framework, device, json.loads(products))
-            seconds, flops = replay["products_s"], replay["products_flops"]
-            faults = replay["products_faults"]
-        if layers and framework == "torch":
-            replay = replay_rnn_layers(device, json.loads(layers))
-            seconds, flops = seconds + replay["products_s"], flops + replay["products_flops"]
-    except Exception as exc:  # noqa: BLE001 - the replay must never lose the counts
-        print(f"step products: not replayed ({type(exc).__name__}: {exc})", file=sys.stderr)
-        return empty
-    return {
-        "step_products_s": seconds,
-        "step_products_flops": flops,
-        "step_products_faults": faults,
-    }
-
-
-def _replay_elementwise_columns(columns: dict, framework: str, device: str) -> dict:
-    """:func:`replay_columns`' element-wise calls."""
-    calls = columns.get("step_elementwise")
-    empty = {
-        "step_elementwise_s": None,
-        "step_elementwise_bytes": None,
-        "step_elementwise_faults": None,
-    }
-    if not calls or framework != "torch":
-        return empty
-    try:
-        replay = replay_elementwise(device, json.loads(calls))
-    except Exception as exc:  # noqa: BLE001 - the replay must never lose the counts
-        print(f"step element-wise ops: not replayed ({type(exc).__name__}: {exc})", file=sys.stderr)
-        return empty
-    return {
-        "step_elementwise_s": replay["elementwise_s"],
-        "step_elementwise_bytes": replay["elementwise_bytes"],
-        "step_elementwise_faults": replay["elementwise_faults"],
-    }
 
 
 #: Rate names and the timings table's column each one's median goes to.
