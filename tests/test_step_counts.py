@@ -10,9 +10,12 @@ import pytest
 
 from crossover_study import (
     step_counts,
+    step_counts_tf,
+    step_counts_torch,
     step_faults,
     step_fit_rates,
     step_rates,
+    step_record,
     step_replay,
     step_timing,
 )
@@ -41,7 +44,7 @@ def test_s001_counts_match_the_closed_form(framework):
     sizes = {"batch": 64, "d_in": 256, "hidden": 128}
     columns = step_counts.count_point(_built(framework, "s001-mlp", sizes), framework, "cpu")
     columns.update(step_replay.replay_columns(columns, framework, "cpu"))
-    assert columns["step_flops"] == step_counts.mlp_matmul_flops(64, 256, 128)
+    assert columns["step_flops"] == step_record.mlp_matmul_flops(64, 256, 128)
     assert columns["step_ops"] >= 20  # a few dozen small operations per step
     assert columns["step_ops_kind"] == ("aten_ops" if framework == "torch" else "tf_ops")
     assert columns["step_copy_bytes"] == 0  # nothing crosses to a device on the CPU
@@ -49,7 +52,7 @@ def test_s001_counts_match_the_closed_form(framework):
     # The products by shape make the same FLOPs; the first layer's x (64 × 256) · w1
     # (256 × 128) is one of them; all of them were replayed.
     products = json.loads(columns["step_products"])
-    assert step_counts.product_flops(products) == columns["step_flops"]
+    assert step_record.product_flops(products) == columns["step_flops"]
     assert any(p[:4] == [1, 64, 256, 128] for p in products)
     assert columns["step_products_flops"] == columns["step_flops"]
     assert columns["step_products_s"] > 0
@@ -90,12 +93,12 @@ def test_torch_lstm_gates_are_counted():
     for *_, backward, per_step in layers:
         passes[backward] += per_step
     assert passes == {False: 3.0, True: 3.0}
-    layer_flops = sum(step_counts.lstm_layer_flops(*row[:5]) * row[5] for row in layers)
+    layer_flops = sum(step_record.lstm_layer_flops(*row[:5]) * row[5] for row in layers)
     assert layer_flops == pytest.approx(3 * forward)
     # The products are the Dense layer's alone; with the layers they make the FLOPs.
     products = json.loads(columns["step_products"])
     assert not any(24 in p[1:4] for p in products)  # no gate (4H = 24) product
-    assert step_counts.product_flops(products) + layer_flops == pytest.approx(columns["step_flops"])
+    assert step_record.product_flops(products) + layer_flops == pytest.approx(columns["step_flops"])
     # flop_ops: the gate products as oneDNN runs them (per layer forward 1 + T, backward
     # 3 + T) besides the Dense's.
     gates = 3 * ((1 + 5) + (3 + 5))
@@ -105,12 +108,12 @@ def test_torch_lstm_gates_are_counted():
 def test_lstm_products_as_onednn_runs_them():
     """Per layer one hidden-state product (B × H)·(H × 4H) per time step forward and
     one (B × 4H)·(4H × H) backward, the input's over all steps at once."""
-    forward = step_counts.lstm_products(5, 4, [(3, 6)], backward=False)
-    backward = step_counts.lstm_products(5, 4, [(3, 6)], backward=True)
+    forward = step_record.lstm_products(5, 4, [(3, 6)], backward=False)
+    backward = step_record.lstm_products(5, 4, [(3, 6)], backward=True)
     assert forward == {(1, 20, 3, 24, False, True): 1, (1, 4, 6, 24, False, True): 5}
     assert backward[(1, 4, 24, 6, False, False)] == 5
-    assert step_counts.product_flops(forward) == 2 * 5 * 4 * 24 * (3 + 6)
-    assert step_counts.lstm_layer_flops(5, 4, 3, 6, True) == 2 * step_counts.product_flops(forward)
+    assert step_record.product_flops(forward) == 2 * 5 * 4 * 24 * (3 + 6)
+    assert step_record.lstm_layer_flops(5, 4, 3, 6, True) == 2 * step_record.product_flops(forward)
 
 
 def test_tf_products_say_whether_they_ran_inside_a_graph():
@@ -150,9 +153,9 @@ def test_torch_copy_bytes_count_a_copy_across_devices():
     import torch
 
     host = torch.ones(10, 10)
-    counts = step_counts.count_torch_step(lambda: host.to("meta"))
+    counts = step_counts_torch.count_torch_step(lambda: host.to("meta"))
     assert counts.copy_bytes == 400
-    assert step_counts.count_torch_step(lambda: host.clone()).copy_bytes == 0
+    assert step_counts_torch.count_torch_step(lambda: host.clone()).copy_bytes == 0
 
 
 def test_a_program_the_counters_cannot_follow_keeps_its_row(capsys):
@@ -344,7 +347,7 @@ def test_tf_step_that_only_runs_traced_is_counted_from_a_fresh_trace():
     assert all("traced afresh" in c["step_flops_source"] for c in counted)
     assert counted[1]["step_flops"] == 2 * counted[0]["step_flops"] > 0
     for c in counted:  # the traced products, with their static shapes
-        assert step_counts.product_flops(json.loads(c["step_products"])) == c["step_flops"]
+        assert step_record.product_flops(json.loads(c["step_products"])) == c["step_flops"]
     assert counted[0]["step_ops"] == counted[1]["step_ops"] > 200  # a few hundred ops
 
 
@@ -353,14 +356,14 @@ def test_keras_fit_counted_over_a_window_of_steps_matches_the_whole_call(monkeyp
     fetches): per step it gives what counting the whole call gives."""
     sizes = {"batch": 8, "units": 4, "seq_len": 3}
     workload = _built("tensorflow", "s004-lstm", sizes)
-    assert workload.steps_per_call > step_counts.WINDOW_STEPS
+    assert workload.steps_per_call > step_counts_tf.WINDOW_STEPS
     windowed = step_counts.count_point(workload, "tensorflow", "cpu")
-    monkeypatch.setattr(step_counts, "WINDOW_STEPS", 10**6)
+    monkeypatch.setattr(step_counts_tf, "WINDOW_STEPS", 10**6)
     whole = step_counts.count_point(workload, "tensorflow", "cpu")
     assert windowed["step_flops"] == pytest.approx(whole["step_flops"], rel=0.02)
     assert windowed["step_ops"] == pytest.approx(whole["step_ops"], rel=0.05)
     assert windowed["step_function_calls"] == whole["step_function_calls"] > 0
-    windowed_flops = step_counts.product_flops(json.loads(windowed["step_products"]))
+    windowed_flops = step_record.product_flops(json.loads(windowed["step_products"]))
     assert windowed_flops == pytest.approx(windowed["step_flops"])
 
 
@@ -389,8 +392,8 @@ def test_lstm_layers_are_replayed_whole():
     frameworks.import_framework("torch", "cpu", 1)
     layers = [(20, 16, 8, 32, False, 2.0), (20, 16, 8, 32, True, 2.0)]
     replay = step_replay.replay_rnn_layers("cpu", layers)
-    flops = 2 * (step_counts.lstm_layer_flops(20, 16, 8, 32, False))
-    flops += 2 * step_counts.lstm_layer_flops(20, 16, 8, 32, True)
+    flops = 2 * (step_record.lstm_layer_flops(20, 16, 8, 32, False))
+    flops += 2 * step_record.lstm_layer_flops(20, 16, 8, 32, True)
     assert replay["products_flops"] == pytest.approx(flops)
     assert replay["products_s"] > 0
     products = [(1, 96, 96, 96, False, True, False, 1.0)]
@@ -474,13 +477,13 @@ def test_elementwise_calls_are_listed_and_replayed():
     assert list(args[0].shape) == [20, 3] and args[1] == 1  # the batch's 3 class scores
     small, _ = step_replay._torch_args(softmax[1], "cpu", floor=True)
     assert list(small[0].shape) == [1, 1]
-    tanh = step_counts.encode_args((torch.empty(1000, 1000),), {})
+    tanh = step_counts_torch.encode_args((torch.empty(1000, 1000),), {})
     bogus = ["aten.no_such_op.default", tanh, 8e6, 1.0]
     replay = step_replay.replay_elementwise("cpu", [["aten.tanh.default", tanh, 8e6, 2.0], bogus])
     assert replay["elementwise_bytes"] == 16e6  # the call that cannot be rebuilt: not covered
     assert replay["elementwise_s"] > 0  # a million tanh take longer than one
-    with pytest.raises(step_counts._Unencodable):
-        step_counts.encode_args((torch.Generator(),), {})
+    with pytest.raises(step_counts_torch._Unencodable):
+        step_counts_torch.encode_args((torch.Generator(),), {})
 
 
 @pytest.mark.parametrize("fetches", [(-1, 1), (0, 0)])
@@ -489,5 +492,5 @@ def test_tf_count_refuses_a_window_it_cannot_place(fetches):
     count of at least 0 and at least 1: anything else is refused before the step runs."""
     ran = []
     with pytest.raises(ValueError, match="fetches must be"):
-        step_counts.count_tf_step(lambda: ran.append(1), 3, fetches=fetches)
+        step_counts_tf.count_tf_step(lambda: ran.append(1), 3, fetches=fetches)
     assert not ran

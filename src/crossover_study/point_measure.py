@@ -18,14 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from crossover_study import (
-    cases,
-    frameworks,
-    paths,
-    precision,
-    step_counts,
-    step_replay,
-)
+from crossover_study import cases, frameworks, paths, precision, step_counts, step_replay
 from crossover_study.harness import measure
 from crossover_study.paths import portable_path
 from crossover_study.spec import PointSpec

@@ -213,7 +213,7 @@ def _torch_op_costs(device: str) -> Callable[[float], dict]:
     of ``share`` × 200 steps."""
     import torch
 
-    from crossover_study.step_counts import count_torch_step
+    from crossover_study.step_counts_torch import count_torch_step
 
     target, sync = _torch_sync(device)
     layers = []
@@ -325,7 +325,7 @@ def _tf_op_costs(device: str) -> Callable[[float], dict]:
     traced once."""
     import tensorflow as tf
 
-    from crossover_study.step_counts import count_tf_step
+    from crossover_study.step_counts_tf import count_tf_step
 
     name = _tf_device(device)
     with tf.device(name):

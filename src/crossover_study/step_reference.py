@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from crossover_study import step_counts, step_rates
+from crossover_study import step_rates, step_record
 from crossover_study.spec import size_columns, synced
 from crossover_study.step_model import MODEL_COLUMNS, TERM_COLUMNS, model_columns
 from crossover_study.tables import read_timings
@@ -36,11 +36,11 @@ RATE_COLUMNS = tuple(step_rates.RATE_COLUMNS.values())
 #: as a median of curves measured at different sizes is not a curve.
 CURVE_COLUMNS = tuple(step_rates.CURVE_COLUMNS)
 #: The study's counts a prediction uses (from its own CPU rows): every column a count
-#: writes (:meth:`step_counts.StepCounts.columns`), and the program, its steps per call
+#: writes (:meth:`step_record.StepCounts.columns`), and the program, its steps per call
 #: and per block and whether it validates each epoch, which price a Keras fit program's
 #: own cost (step_model._fit_host).
 COUNT_COLUMNS = (
-    *(f"step_{field.name}" for field in dataclasses.fields(step_counts.StepCounts)),
+    *(f"step_{field.name}" for field in dataclasses.fields(step_record.StepCounts)),
     "program",
     "steps_per_call",
     "steps_per_block",

@@ -78,7 +78,7 @@ def _torch_lstm_layer_maker(device: str):
 
 
 def replay_rnn_layers(device: str, layers) -> dict:
-    """PyTorch's LSTM layers of a step (:attr:`crossover_study.step_counts.StepCounts.
+    """PyTorch's LSTM layers of a step (:attr:`crossover_study.step_record.StepCounts.
     rnn_layers`, rows ``(steps, batch, inputs, hidden, backward, per_step)``) timed
     whole on ``device`` with the job's threads: a shape's forward pass is its
     one-layer ``torch.nn.LSTM``'s forward call, its backward pass the forward and
@@ -94,9 +94,9 @@ def replay_rnn_layers(device: str, layers) -> dict:
     2026-12-02).
 
     Returns ``{"products_s": seconds per step, "products_flops": the FLOPs per step of
-    the layers' gate products (:func:`crossover_study.step_counts.lstm_layer_flops`)}``.
+    the layers' gate products (:func:`crossover_study.step_record.lstm_layer_flops`)}``.
     Exceptions from torch propagate. Hand-rolled: a timeit per shape is all it is."""
-    from crossover_study.step_counts import lstm_layer_flops
+    from crossover_study.step_record import lstm_layer_flops
 
     make = _torch_lstm_layer_maker(device)
     sync = _torch_sync(device)[1]
@@ -150,7 +150,7 @@ def _tf_product_maker(device: str):
 def replay_products(framework: str, device: str, products) -> dict:
     """The step's matrix products timed alone, one shape at a time, on the device and
     with the threads of the job that measured the step: ``products`` is
-    :attr:`crossover_study.step_counts.StepCounts.products` (rows ``(batch, m, k, n,
+    :attr:`crossover_study.step_record.StepCounts.products` (rows ``(batch, m, k, n,
     trans_a, trans_b, in_graph, per_step)``; without ``in_graph``: eager). Each
     eager shape's operands (random, float32, stored transposed where flagged) are
     multiplied in :data:`BLOCKS` blocks (:func:`_blocks`, about :data:`REPLAY_FLOPS`
