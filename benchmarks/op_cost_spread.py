@@ -35,6 +35,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from crossover_study import step_columns
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 #: Points mostly made of operations (tiny arithmetic), per case: (case, sizes).
@@ -53,7 +55,7 @@ def _row(
     the model: a dict of the timings table's columns."""
     import pandas as pd
 
-    from crossover_study import step_model, step_rates
+    from crossover_study import step_rates
     from crossover_study.point_measure import measure_point
     from crossover_study.programs import program_of
     from crossover_study.spec import PointSpec
@@ -72,7 +74,7 @@ def _row(
     }
     if row["status"] != "ok":
         raise RuntimeError(f"{case} {framework}: {row['status']}: {row.get('message')}")
-    return step_model.model_columns(pd.DataFrame([row])).iloc[0].to_dict()
+    return step_columns.model_columns(pd.DataFrame([row])).iloc[0].to_dict()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,6 +105,7 @@ LAYERS: dict[str, int] = {
     "answers": 3,
     "repeat": 3,
     "step_model": 3,
+    "step_columns": 3,
     "step_reference": 3,
     # 4: presentation
     "figure_data": 4,

@@ -4,7 +4,7 @@ size, with the share of the measured step it explains, and the crossover the mod
 predicts beside the measured one.
 
 Every number is read from the ``model_*``, ``step_*`` and ``rate_*`` columns of
-``timings.csv`` (set by collect, :func:`step_model.model_columns`) and only rounded for
+``timings.csv`` (set by collect, :func:`step_columns.model_columns`) and only rounded for
 display. A table without the model's columns (written before they existed) gets no
 clause: the functions here return empty text or None, never an estimate of their own.
 """
@@ -17,9 +17,11 @@ import pandas as pd
 from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_size
 from crossover_study.answer_rows import seed_rows, to_number
 from crossover_study.crossover import cpu_side, crossover_size
+from crossover_study.programs import KERAS_FIT_PROGRAMS
 from crossover_study.progress import format_seconds
 from crossover_study.spec import ACCELERATORS, row_axes, select_rows, synced
-from crossover_study.step_model import KERAS_FIT_PROGRAMS, TERM_COLUMNS, fit_parts
+from crossover_study.step_columns import fit_parts
+from crossover_study.step_model import TERM_COLUMNS
 
 #: Devices in the order a "why" clause names them.
 DEVICE_ORDER = ("cpu", *ACCELERATORS)
@@ -44,7 +46,7 @@ def _has_model(rows: pd.DataFrame) -> bool:
 
 
 def _launch_parts(row: pd.Series) -> list[str]:
-    """The ops term's parts as the model prices them (step_model.model_columns): eager
+    """The ops term's parts as the model prices them (step_columns.model_columns): eager
     ops, graph ops, traced-function calls, or Keras fit's own cost per call and step."""
     ops, graph = to_number(row.get("step_ops")) or 0.0, to_number(row.get("step_graph_ops")) or 0.0
     calls = to_number(row.get("step_function_calls")) or 0.0

@@ -26,7 +26,8 @@ import pandas as pd
 
 from crossover_study import step_rates, step_record
 from crossover_study.spec import size_columns, synced
-from crossover_study.step_model import MODEL_COLUMNS, TERM_COLUMNS, model_columns
+from crossover_study.step_columns import model_columns
+from crossover_study.step_model import MODEL_COLUMNS, TERM_COLUMNS
 from crossover_study.tables import read_timings
 
 #: The reference's measured rates (per framework and accelerator, their medians): every
@@ -38,7 +39,7 @@ CURVE_COLUMNS = tuple(step_rates.CURVE_COLUMNS)
 #: The study's counts a prediction uses (from its own CPU rows): every column a count
 #: writes (:meth:`step_record.StepCounts.columns`), and the program, its steps per call
 #: and per block and whether it validates each epoch, which price a Keras fit program's
-#: own cost (step_model._fit_host).
+#: own cost (step_columns._fit_host).
 COUNT_COLUMNS = (
     *(f"step_{field.name}" for field in dataclasses.fields(step_record.StepCounts)),
     "program",
@@ -96,7 +97,7 @@ def predict_on_reference(timings: pd.DataFrame, reference: pd.DataFrame, name: s
     """Each ok CPU point of ``timings`` (synced rows with counts) predicted on every
     accelerator of ``reference`` (a reference run's timings table, folder ``name``)
     that ran the point's framework: the point's counts (:data:`COUNT_COLUMNS`) priced at
-    :func:`reference_rates` by :func:`step_model.model_columns` on that device class
+    :func:`reference_rates` by :func:`step_columns.model_columns` on that device class
     (asynchronous). One row per point × accelerator, columns
     :data:`PREDICTION_COLUMNS` and the size axes after ``case``: ``predicted_step_s``
     and its terms in seconds per step, ``regime`` the largest term named,

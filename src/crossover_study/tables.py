@@ -18,7 +18,7 @@ from crossover_study.files import write_csv_atomic
 from crossover_study.point_runs import merge_repeats
 from crossover_study.provenance import SCHEMAS, table_columns
 from crossover_study.spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
-from crossover_study.step_model import model_columns
+from crossover_study.step_columns import model_columns
 from crossover_study.study_points import TimingPolicy
 
 #: Format of the tables this version writes (column ``format_version`` of
@@ -308,7 +308,7 @@ def collect_timings(
     """Concatenate per-job CSVs into the study's timings table (atomically written).
 
     The step-time model's columns (``model_*``) are set from each row's counts and rates
-    (:func:`step_model.model_columns`; empty without them). Rows of one point measured
+    (:func:`step_columns.model_columns`; empty without them). Rows of one point measured
     in several runs (``timing.repeats``, column ``repeat``) become one row (:func:`point_runs.merge_repeats`, which flags a merged point noisy
     against ``noise_threshold``, the config's ``timing.noise_threshold``); a table
     without the column (written before runs existed) is kept as it is. ``runs``: the
