@@ -139,7 +139,7 @@ def seal_reference(folder: Path) -> Path:
 
     from crossover_study.crate import CRATE_NAME, write_crate
     from crossover_study.crossover import write_crossover
-    from crossover_study.manifest import file_record
+    from crossover_study.manifest_inputs import file_record
 
     manifest = json.loads((COMMITTED_CPU_RUN / "manifest.json").read_text())
     settings = manifest["config"]["resolved"]["crossover"]

@@ -33,13 +33,9 @@ from crossover_study.environments import (
     check_environments,
     environment_conflicts,
 )
-from crossover_study.manifest import (
-    code_files,
-    file_record,
-    load_manifest,
-    package_versions,
-    sha256_file,
-)
+from crossover_study.files import sha256_file
+from crossover_study.manifest import load_manifest
+from crossover_study.manifest_inputs import code_files, file_record, package_versions
 from crossover_study.provenance import REPO_ROOT
 
 REFERENCE_RUNS = paper.reference_dirs(REPO_ROOT / "results" / "reference")
@@ -210,7 +206,7 @@ def test_file_records_and_code_files(tmp_path):
 
 
 def test_package_data_is_named_by_package_not_by_install_path():
-    from crossover_study.manifest import data_files, locate_package_file
+    from crossover_study.manifest_inputs import data_files, locate_package_file
 
     (iris,) = data_files({"cases": {"s002-iris": {}}})
     assert iris["root"] == "package"
@@ -588,7 +584,8 @@ def _study_with_cross_machine_figure(tmp_path: Path):
     (conftest) under results/reference/. Returns (study results folder, figure PNG,
     the reference timings)."""
     from crossover_study.crate import CRATE_NAME, write_crate
-    from crossover_study.manifest import build_manifest, reference_source_name, write_json
+    from crossover_study.manifest import build_manifest, write_json
+    from crossover_study.manifest_inputs import reference_source_name
 
     work = tmp_path / "work"
     results = work / "results" / "mini"

@@ -116,6 +116,7 @@ LAYERS: dict[str, int] = {
     "figures": 4,
     "browser": 4,
     # 5: provenance and audit
+    "manifest_inputs": 5,
     "manifest": 5,
     "crate_files": 5,
     "crate": 5,

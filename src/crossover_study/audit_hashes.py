@@ -13,7 +13,7 @@ from pathlib import Path
 
 from crossover_study.audit_report import MAX_ROWS, AuditReport, clipped
 from crossover_study.files import PLUGIN_COPY_DIR, sha256_file
-from crossover_study.manifest import locate_package_file
+from crossover_study.manifest_inputs import locate_package_file
 from crossover_study.paths import shown_path
 from crossover_study.provenance import REPO_ROOT, git_state
 

@@ -62,7 +62,8 @@ from crossover_study.crate_files import (
     outside_id,
     outside_where,
 )
-from crossover_study.manifest import file_record, write_json
+from crossover_study.manifest import write_json
+from crossover_study.manifest_inputs import file_record
 from crossover_study.provenance import REPO_ROOT
 
 #: The public names, those of :mod:`crossover_study.crate_files` included (callers
