@@ -3,7 +3,7 @@
 import pandas as pd
 from conftest import s001_rows
 
-from crossover_study.answers import remedy_sentence
+from crossover_study.answer_remedies import remedy_sentence
 
 
 def _row(framework, variant, t, device="cpu", timing="synced"):
@@ -49,7 +49,7 @@ def test_no_variants_measured():
 def test_remedy_shift_sentence_sets_the_remedy_beside_eager():
     import json
 
-    from crossover_study.answers import remedy_shift_sentence
+    from crossover_study.answer_remedies import remedy_shift_sentence
     from crossover_study.crossover import crossover_table, remedy_shift
 
     rows = []
@@ -139,7 +139,8 @@ def _mlp_rows(device, times):
 
 
 def test_noise_is_answered_as_indistinguishable_not_as_faster():
-    from crossover_study.answers import answer_sentence, remedy_shift_sentence
+    from crossover_study.answer_remedies import remedy_shift_sentence
+    from crossover_study.answers import answer_sentence
     from crossover_study.crossover import crossover_table, remedy_shift
 
     cpu = [1e-5 * h for h in (32, 128, 512, 2048)]

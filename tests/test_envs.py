@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crossover_study.config import MEASURE_ENVS, measure_env
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.paths import REPO_ROOT
 from crossover_study.spec import DEVICES, FRAMEWORKS
+from crossover_study.study_points import MEASURE_ENVS, measure_env
 
 ENVS = REPO_ROOT / "envs"
 #: conda-forge or PyPI name -> name in requirements.lock, where they differ. The CUDA
@@ -364,7 +364,7 @@ def conda_rules():
         target = m.group(1).strip("\"'")
         if target == "get_env":
             common = (RULES / "common.smk").read_text()
-            assert "study_config.measure_env(wildcards.framework, wildcards.device)" in common
+            assert "study_points.measure_env(wildcards.framework, wildcards.device)" in common
             envs: dict[str, set[str]] = {}
             for framework, device in MEASURE_ENVS:
                 envs.setdefault(measure_env(framework, device), set()).add(framework)

@@ -12,7 +12,7 @@ import yaml
 
 from crossover_study.journal import Journal, JournalBusy, hold
 from crossover_study.measure_job import measure_job
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.paths import REPO_ROOT
 
 HOLD_SCRIPT = """
 import sys, time

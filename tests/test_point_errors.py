@@ -18,7 +18,7 @@ import pytest
 from test_plugins import FAST, _bad, _plugin_config
 
 from crossover_study import cases, frameworks
-from crossover_study.audit import MACHINE_PATH
+from crossover_study.audit_hashes import MACHINE_PATH
 from crossover_study.config import validate_config
 from crossover_study.measure_job import measure_job
 from crossover_study.plugin import KerasFit

@@ -11,8 +11,8 @@ from unittest.mock import ANY
 import pandas as pd
 import pytest
 
-from crossover_study import frameworks
-from crossover_study.paths import pins
+from crossover_study import device_probe, errors, frameworks
+from crossover_study.paths import REPO_ROOT, pins
 from crossover_study.probe import (
     ENV_DISTRIBUTIONS,
     CpusNotGivenError,
@@ -26,7 +26,6 @@ from crossover_study.probe import (
     shows_device,
     write_probe,
 )
-from crossover_study.provenance import REPO_ROOT
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec
 from crossover_study.study_points import TimingPolicy
@@ -167,7 +166,7 @@ def test_check_tables_reads_the_files(tmp_path):
 )
 def test_unmeasurable_classes_probe_unavailable_with_the_reason(framework, device, reason):
     frameworks.import_framework(framework, device, 1)
-    seen = frameworks.probe(framework, device)
+    seen = device_probe.probe(framework, device)
     assert seen.available is False and reason in seen.reason
     assert seen.framework_version
 
@@ -185,7 +184,7 @@ def test_tpu_and_multi_gpu_jobs_follow_missing_device(tmp_path, device):
     out = run_group(_group(device, "skip"), tmp_path / "j.jsonl", tmp_path / "o.csv", log=print)
     assert [r["status"] for r in out] == ["unavailable", "unavailable"]
     assert all(r.get("step_time_s") is None and r["message"] for r in out)
-    with pytest.raises(frameworks.DeviceMissingError, match=f"'{device}' was asked for"):
+    with pytest.raises(errors.DeviceMissingError, match=f"'{device}' was asked for"):
         run_group(_group(device, "fail"), tmp_path / "j2.jsonl", tmp_path / "o2.csv")
     assert not (tmp_path / "o2.csv").exists()
 

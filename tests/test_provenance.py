@@ -26,8 +26,8 @@ from conftest import (
     synthetic_reference_gpu,
 )
 
-from crossover_study import audit, figures, freeze, paper
-from crossover_study.config import ConfigError, measurement_hash, validate_config
+from crossover_study import audit, figure_files, figures, freeze, paper
+from crossover_study.config import validate_config
 from crossover_study.environments import (
     EnvironmentMixError,
     check_environments,
@@ -36,7 +36,9 @@ from crossover_study.environments import (
 from crossover_study.files import sha256_file
 from crossover_study.manifest import load_manifest
 from crossover_study.manifest_inputs import code_files, file_record, package_versions
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.paths import REPO_ROOT
+from crossover_study.study_file import ConfigError
+from crossover_study.study_points import measurement_hash
 
 REFERENCE_RUNS = paper.reference_dirs(REPO_ROOT / "results" / "reference")
 
@@ -85,21 +87,23 @@ def test_save_figure_writes_identical_bytes_in_every_format(tmp_path):
     for out in ("one", "two"):
         fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
         figures.step_time_vs_size(_table(), "s001-mlp", "hidden", ax=ax)
-        figures.save_figure(fig, tmp_path / out / "f.png", formats=("svg", "pdf"), sources=sources)
+        figure_files.save_figure(
+            fig, tmp_path / out / "f.png", formats=("svg", "pdf"), sources=sources
+        )
         plt.close(fig)
-    for fmt in figures.FIGURE_FORMATS:
+    for fmt in figure_files.FIGURE_FORMATS:
         one, two = tmp_path / "one" / f"f.{fmt}", tmp_path / "two" / f"f.{fmt}"
         assert one.read_bytes() == two.read_bytes(), fmt
         data = one.read_bytes()
         assert b"Matplotlib v" not in data and b"CreationDate" not in data
-        assert figures.figure_sources(one) == sources
+        assert figure_files.figure_sources(one) == sources
     assert b"<dc:date>" not in (tmp_path / "one" / "f.svg").read_bytes()
 
 
 def test_save_figure_rejects_an_unknown_format(tmp_path):
     fig, _ = plt.subplots()
     with pytest.raises(ValueError, match="unknown figure format"):
-        figures.save_figure(fig, tmp_path / "f.jpg")
+        figure_files.save_figure(fig, tmp_path / "f.jpg")
     plt.close(fig)
 
 
@@ -109,10 +113,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
-from crossover_study import figures
+from crossover_study import figure_files, figures
 fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
 figures.step_time_vs_size(pd.read_csv(sys.argv[1]), "s001-mlp", "hidden", ax=ax)
-figures.save_figure(fig, sys.argv[2], formats=("svg", "pdf"), sources={"timings.csv": "0" * 64})
+figure_files.save_figure(fig, sys.argv[2], formats=("svg", "pdf"), sources={"timings.csv": "0" * 64})
 """
 
 
@@ -125,7 +129,7 @@ def test_figures_regenerate_byte_for_byte_in_fresh_processes(tmp_path):
     for out in ("a", "b"):
         target = tmp_path / out / "fig.png"
         subprocess.run([sys.executable, "-c", _DRAW, str(table), str(target)], check=True, env=env)
-        hashes.append({f: _sha(target.with_suffix(f".{f}")) for f in figures.FIGURE_FORMATS})
+        hashes.append({f: _sha(target.with_suffix(f".{f}")) for f in figure_files.FIGURE_FORMATS})
     assert hashes[0] == hashes[1]
 
 
@@ -453,7 +457,7 @@ def test_paper_figures_regenerate_byte_for_byte(tmp_path):
     assert set(written["a"]) == expected
     assert written["a"] == written["b"]
     fig = tmp_path / "a" / "fig-5-speedup-heatmap.png"
-    recorded = figures.figure_sources(fig)
+    recorded = figure_files.figure_sources(fig)
     assert recorded == paper.table_sources([paper.load_reference(r) for r in REFERENCE_RUNS])
 
 
@@ -573,7 +577,7 @@ def test_paper_cross_machine_figure_one_curve_per_run_and_device(tmp_path):
     written = paper.paper_figures(
         [_reference(), synthetic], tmp_path / "out", ["fig-6-cross-machine"]
     )
-    recorded = figures.figure_sources(written[0])
+    recorded = figure_files.figure_sources(written[0])
     assert recorded["reference-gpu/timings.csv"] == sha256_file(synthetic / "timings.csv")
     assert f"{_reference().name}/timings.csv" in recorded
 
@@ -605,7 +609,7 @@ def _study_with_cross_machine_figure(tmp_path: Path):
         "timings.csv": sha256_file(results / "timings.csv"),
         reference_source_name(reference): sha256_file(reference),
     }
-    figures.save_figure(fig, png, formats=("svg", "pdf"), sources=sources)
+    figure_files.save_figure(fig, png, formats=("svg", "pdf"), sources=sources)
     plt.close(fig)
     html = work / "reports" / "mini" / "report.html"
     html.write_text(
@@ -645,7 +649,7 @@ def test_manifest_records_the_reference_tables_a_cross_machine_figure_used(tmp_p
         }
     }
     (record,) = [f for f in manifest["figures"] if f["path"].endswith(".png")]
-    assert record["sources"] == figures.figure_sources(png)
+    assert record["sources"] == figure_files.figure_sources(png)
     assert record["derived_from"] == [
         "results/mini/timings.csv",
         "results/reference/reference-gpu/timings.csv",
@@ -673,12 +677,12 @@ def test_audit_fails_a_cross_machine_figure_whose_reference_hash_differs(tmp_pat
     edited = pd.read_csv(reference)
     edited["step_time_s"] *= 3
     edited.to_csv(other, index=False)
-    sources = dict(figures.figure_sources(png))
+    sources = dict(figure_files.figure_sources(png))
     sources["reference/reference-gpu/timings.csv"] = sha256_file(other)
     fig, ax = plt.subplots(figsize=(7, 6.2), layout="constrained")
     curves = [("this study", pd.read_csv(results / "timings.csv")), ("reference-gpu", edited)]
     figures.cross_machine_step_time(curves, "s001-mlp", "hidden", ax=ax)
-    figures.save_figure(fig, png, formats=("svg", "pdf"), sources=sources)
+    figure_files.save_figure(fig, png, formats=("svg", "pdf"), sources=sources)
     plt.close(fig)
     assert audit.main([str(results)]) == 1
     out = capsys.readouterr().out
@@ -691,9 +695,9 @@ def test_audit_fails_a_cross_machine_figure_whose_reference_hash_differs(tmp_pat
 def test_audit_fails_a_changed_or_unrecorded_reference_table(tmp_path):
     results, png, reference = _study_with_cross_machine_figure(tmp_path)
     # A figure naming a reference run the manifest never recorded.
-    sources = {**figures.figure_sources(png), "reference/elsewhere/timings.csv": "0" * 64}
+    sources = {**figure_files.figure_sources(png), "reference/elsewhere/timings.csv": "0" * 64}
     fig, _ = plt.subplots()
-    figures.save_figure(fig, png.with_suffix(".svg"), sources=sources)
+    figure_files.save_figure(fig, png.with_suffix(".svg"), sources=sources)
     plt.close(fig)
     report = audit.audit(results)
     found = {(f.kind, f.message, f.expected) for f in report.failures}
@@ -741,5 +745,5 @@ def test_paper_leaves_out_a_reference_run_that_fails_its_audit(tmp_path, capsys)
     assert freeze.main(args) == 0
     err = capsys.readouterr().err
     assert "paper: reference run edited-copy left out: it fails its audit" in err
-    sources = figures.figure_sources(out / "fig-6-cross-machine.png")
+    sources = figure_files.figure_sources(out / "fig-6-cross-machine.png")
     assert {name.split("/")[0] for name in sources} == {ref.name}

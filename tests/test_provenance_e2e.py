@@ -20,11 +20,11 @@ import pytest
 import yaml
 from conftest import run_crate_validator, run_snakemake
 
-from crossover_study import audit, figures, freeze
+from crossover_study import audit, figure_data, figure_files, figures, freeze
 from crossover_study.files import sha256_file
 from crossover_study.manifest import load_manifest
 from crossover_study.paper import PAPER_FIGURES, PAPER_FORMATS
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -130,9 +130,11 @@ def test_audit_catches_a_figure_drawn_from_other_data(smoke_run, tmp_path, capsy
     other["step_time_s"] *= 3
     other.to_csv(tmp_path / "other.csv", index=False)
     fig, ax = plt.subplots(figsize=(7, 4.6), layout="constrained")
-    figures.step_time_vs_size(figures.programs(other), "s001-mlp", "hidden", ax=ax)
+    figures.step_time_vs_size(figure_data.programs(other), "s001-mlp", "hidden", ax=ax)
     target = work / "reports/smoke/figures/s001-mlp-step-time-hidden.png"
-    figures.save_figure(fig, target, sources={"timings.csv": sha256_file(tmp_path / "other.csv")})
+    figure_files.save_figure(
+        fig, target, sources={"timings.csv": sha256_file(tmp_path / "other.csv")}
+    )
     plt.close(fig)
     assert audit.main([str(results)]) == 1
     out = capsys.readouterr().out

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, run_snakemake
 
-from crossover_study import frameworks, rates_job, step_rates
+from crossover_study import device_probe, frameworks, rates_job, step_rates
 from crossover_study.rates_job import read_rates
 
 #: Rates as step_rates.measure_rates returns them, made up (nothing timed).
@@ -33,9 +33,9 @@ def test_a_device_not_visible_gives_available_false_and_times_nothing(tmp_path, 
     """cuda on a machine without a GPU: the file says so with the probe's reason; no
     rate is timed (never a CPU timing under the accelerator's name)."""
     monkeypatch.setattr(
-        frameworks,
+        device_probe,
         "probe",
-        lambda fw, device: frameworks.DeviceProbe(
+        lambda fw, device: device_probe.DeviceProbe(
             False, None, "no CUDA device visible to torch (test)", None, None, "none"
         ),
     )

@@ -11,7 +11,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from crossover_study import gpu_bundle, reference_import, reference_run
+from crossover_study import (
+    gpu_bundle,
+    reference_finish,
+    reference_import,
+    reference_jobs,
+    reference_run,
+)
 from crossover_study.audit import audit
 from crossover_study.paths import pins
 
@@ -81,7 +87,7 @@ def test_jobs_run_case_by_case_gpu_first_other_frameworks_last():
         ("s000-hjb", "torch", "cuda", 0),
         ("s001-mlp", "torch", "cuda", 0),
     ]
-    assert sorted(jobs, key=reference_run.job_order) == [
+    assert sorted(jobs, key=reference_jobs.job_order) == [
         ("s001-mlp", "torch", "cuda", 0),
         ("s001-mlp", "torch", "cpu", 0),
         ("s000-hjb", "torch", "cuda", 0),
@@ -91,7 +97,7 @@ def test_jobs_run_case_by_case_gpu_first_other_frameworks_last():
 
 
 def test_progress_counts_each_point_once(capsys):
-    progress = reference_run.Progress(2, time.time())
+    progress = reference_jobs.Progress(2, time.time())
     key = "s001-mlp|torch|cpu|eager|batch=64,d_in=1024,hidden=32"
     point = "[s001-mlp torch cpu · 1/1] eager synced batch=64 d_in=1024 hidden=32"
     for line in (
@@ -320,7 +326,7 @@ def test_a_partial_archive_of_a_killed_run_is_finished_elsewhere(tiny_run, tmp_p
             if path.is_file() and path.name not in finished:
                 tar.add(path, arcname=path.relative_to(work).as_posix())
         tar.add(work / "logs", arcname="logs")
-    archive = reference_run.finish_partial(partial, tmp_path / "out")
+    archive = reference_finish.finish_partial(partial, tmp_path / "out")
     dest = reference_import.import_archive(archive, tmp_path / "ref", log=lambda _: None)
     manifest = json.loads((dest / "manifest.json").read_text())
     assert manifest["runner"]["finished_from_partial"]["archive"] == partial.name
@@ -363,7 +369,7 @@ def test_the_rehearsal_passes_on_a_fresh_clone(tmp_path):
 
 
 def test_a_job_past_its_timeout_is_killed(capsys):
-    progress = reference_run.Progress(1, time.time())
+    progress = reference_jobs.Progress(1, time.time())
     script = "import time; print('started', flush=True); time.sleep(60)"
     code, seconds = reference_run._run_job(
         [reference_run.sys.executable, "-c", script], dict(reference_run.os.environ), 1.0, progress

@@ -10,9 +10,11 @@ import time
 import pandas as pd
 import pytest
 
-from crossover_study import frameworks, runner
-from crossover_study.provenance import REPO_ROOT, table_columns
-from crossover_study.runner import GroupSpec, Journal, run_group
+from crossover_study import errors, frameworks, point_measure, runner
+from crossover_study.journal import Journal
+from crossover_study.paths import REPO_ROOT
+from crossover_study.provenance import table_columns
+from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec
 from crossover_study.study_points import TimingPolicy
 
@@ -56,7 +58,7 @@ def test_rerun_keeps_measured_points_and_measures_only_new_ones(tmp_path, monkey
     journal, out = tmp_path / "j.jsonl", tmp_path / "out.csv"
     first = run_group(mlp_group(hidden=(128,)), journal, out, log=lambda _: None)
     calls = []
-    original = runner.measure_point
+    original = point_measure.measure_point
 
     def counting(point, *args):
         calls.append(point.sizes["hidden"])
@@ -75,7 +77,7 @@ def test_a_row_measured_under_other_threads_or_timing_is_measured_again(tmp_path
     journal, out = tmp_path / "j.jsonl", tmp_path / "out.csv"
     first = run_group(mlp_group(hidden=(128,)), journal, out, log=lambda _: None)
     calls, said = [], []
-    original = runner.measure_point
+    original = point_measure.measure_point
 
     def counting(point, *args):
         calls.append(point.sizes["hidden"])
@@ -150,7 +152,7 @@ def test_missing_device_skip_gives_unavailable_rows_never_cpu_timings(tmp_path):
 
 
 def test_missing_device_fail_stops_before_measuring(tmp_path):
-    with pytest.raises(frameworks.DeviceMissingError, match="'cuda' was asked for .* not visible"):
+    with pytest.raises(errors.DeviceMissingError, match="'cuda' was asked for .* not visible"):
         run_group(mlp_group("cuda", missing="fail"), tmp_path / "j.jsonl", tmp_path / "o.csv")
     assert not (tmp_path / "o.csv").exists()
 
@@ -199,7 +201,7 @@ def test_a_point_killed_before_is_measured_after_the_others(tmp_path, monkeypatc
     journal = tmp_path / "j.jsonl"
     start = {"event": "start", "key": group.points[0].key(), "settings": group.settings()}
     journal.write_text(json.dumps(start) + "\n")
-    calls, original = [], runner.measure_point
+    calls, original = [], point_measure.measure_point
 
     def counting(point, *args):
         calls.append(point.sizes["hidden"])

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from crossover_study import (
+    harness,
     step_counts,
     step_counts_tf,
     step_counts_torch,
@@ -178,7 +179,7 @@ def test_counting_runs_after_the_timed_blocks(monkeypatch):
     from crossover_study.study_points import TimingPolicy
 
     events = []
-    real_measure = point_measure.measure
+    real_measure = harness.measure
 
     def measure(*args, **kwargs):
         result = real_measure(*args, **kwargs)

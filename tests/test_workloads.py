@@ -111,8 +111,8 @@ SLOW_TO_BUILD = {"compile"}
 
 @pytest.mark.parametrize("case", CASES)
 def test_variant_applicability_and_reasons(framework, case):
+    from crossover_study.applicability import NotApplicable
     from crossover_study.spec import VARIANTS
-    from crossover_study.workloads import NotApplicable
 
     cls = frameworks.workload_class(framework, case)
     reasons = applicable(framework, case)
@@ -156,7 +156,7 @@ def test_tf_function_traces_are_counted_and_stay_constant_in_the_steady_state():
 
 
 def test_gpu_only_variants_say_why_on_the_cpu():
-    from crossover_study.workloads import NotApplicable
+    from crossover_study.applicability import NotApplicable
 
     frameworks.import_framework("torch", "cpu", 1)
     from crossover_study.workloads.torch_cases import LSTM, MLP

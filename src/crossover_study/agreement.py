@@ -89,8 +89,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import frameworks
-from .harness import TimingPolicy, measure
+from crossover_study import device_probe, frameworks
+from crossover_study.harness import measure
+from crossover_study.study_points import TimingPolicy
 
 #: Points of the agreement check: s001-mlp at three hidden widths (seed D_in and N) and
 #: s000-hjb at its seed size.
@@ -475,7 +476,7 @@ def _targets(names: list[str], threads: int, devices: dict[str, list[str]]):
     for framework in names:
         if framework not in devices:
             frameworks.import_framework(framework, "cpu", threads)
-            cuda = frameworks.probe(framework, "cuda").available
+            cuda = device_probe.probe(framework, "cuda").available
             devices[framework] = ["cpu"] + (["cuda"] if cuda else [])
         for device in devices[framework]:
             yield framework, device

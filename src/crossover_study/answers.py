@@ -5,7 +5,7 @@ Every number in a sentence is read from the tables (``timings.csv`` and
 sentence quotes are selected in :mod:`crossover_study.answer_rows` and written as
 :mod:`crossover_study.answer_format` says; the remedy sentences
 (:mod:`crossover_study.answer_remedies`) and the replica sentence
-(:mod:`crossover_study.answer_replicas`) are importable from here too.
+(:mod:`crossover_study.answer_replicas`) are in their own modules.
 """
 
 from __future__ import annotations
@@ -22,13 +22,6 @@ from crossover_study.answer_format import (
     fmt_size,
 )
 from crossover_study.answer_regime import model_crossover_text, regime_clause
-from crossover_study.answer_remedies import (
-    ANTI_PATTERNS,
-    MARGIN,
-    remedy_sentence,
-    remedy_shift_sentence,
-)
-from crossover_study.answer_replicas import FIT_PROGRAM, STEP_PROGRAM, replica_program_sentence
 from crossover_study.answer_rows import (
     failed_at_seed,
     first_number,
@@ -51,18 +44,10 @@ from crossover_study.spec import (
 )
 
 __all__ = [
-    "ANTI_PATTERNS",
-    "FIT_PROGRAM",
-    "MARGIN",
-    "STEP_PROGRAM",
     "case_assumption",
     "case_question",
     "answer_sentence",
-    "format_seconds",
     "program_legend",
-    "remedy_sentence",
-    "remedy_shift_sentence",
-    "replica_program_sentence",
 ]
 
 

@@ -48,7 +48,6 @@ from pathlib import Path
 
 from crossover_study import cases as case_registry
 from crossover_study.audit_hashes import (
-    MACHINE_PATH,
     Layout,
     check_crate,
     check_environment,
@@ -57,7 +56,7 @@ from crossover_study.audit_hashes import (
     check_portable,
     check_records,
 )
-from crossover_study.audit_report import MAX_ROWS, AuditReport, Finding
+from crossover_study.audit_report import AuditReport
 from crossover_study.audit_stages import (
     check_collect,
     check_crossover,
@@ -70,10 +69,6 @@ from crossover_study.manifest import load_manifest
 from crossover_study.paper import PAPER_FIGURES, reference_dirs
 
 __all__ = [
-    "MACHINE_PATH",
-    "MAX_ROWS",
-    "AuditReport",
-    "Finding",
     "audit",
     "audited",
     "discover",

@@ -14,8 +14,8 @@ from pathlib import Path
 from crossover_study.audit_report import MAX_ROWS, AuditReport, clipped
 from crossover_study.files import PLUGIN_COPY_DIR, sha256_file
 from crossover_study.manifest_inputs import locate_package_file
-from crossover_study.paths import shown_path
-from crossover_study.provenance import REPO_ROOT, git_state
+from crossover_study.paths import REPO_ROOT, shown_path
+from crossover_study.provenance import git_state
 
 #: A string that names a place on the machine that wrote it: an absolute POSIX or
 #: Windows path, a file:// URI, or a path into an installed environment.

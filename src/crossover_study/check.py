@@ -42,7 +42,7 @@ from pathlib import Path
 
 import yaml
 
-from crossover_study import cases
+from crossover_study import cases, study_file, study_points
 from crossover_study import config as study_config
 from crossover_study.applicability import applicability, case_kind
 from crossover_study.paths import REPO_ROOT
@@ -224,7 +224,7 @@ def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]
         raw["timing"] = dict(QUICK_TIMING)
     try:
         study_config.validate_config(raw)  # the case must be known to list its variants
-    except study_config.ConfigError as error:
+    except study_file.ConfigError as error:
         raise CheckError(str(error)) from None
     present = present_devices()
     if devices is None:
@@ -238,7 +238,7 @@ def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]
         raise CheckError("--devices cuda_multi: a check measures no replicated points; use a study")
     try:
         config = study_config.validate_config(raw)
-    except study_config.ConfigError as error:
+    except study_file.ConfigError as error:
         raise CheckError(str(error)) from None
     return config, case, [d for d in raw["sweep"]["devices"] if d not in absent], absent
 
@@ -320,13 +320,13 @@ def _unstarted(config: dict, out: Path, job: tuple, why: str) -> None:
     saying ``why`` (:func:`reference_jobs.write_unstarted`), no process started."""
     case, framework, device, batch = job
     paths = job_files(out, out / "logs", job)
-    points = study_config.batches(config, case, framework, device)[batch]
+    points = study_points.batches(config, case, framework, device)[batch]
     threads = config["devices"][device]["threads"]
     # Its probe record lists the framework's devices (an import here, nothing timed):
     # what the framework's C++ side writes to stderr at import (TensorFlow's absl and
     # oneDNN lines) goes to the job's log, as a measuring job's does.
     with _fd_stderr_to(paths["log"]):
-        write_unstarted(points, paths, study_config.measurement_hash(config, case), threads, why)
+        write_unstarted(points, paths, study_points.measurement_hash(config, case), threads, why)
     write_benchmark(paths["bench"], 0.0)
 
 
@@ -375,9 +375,9 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
             f"{device}: absent on this machine ({why}); not measured, never timed on the CPU",
             flush=True,
         )
-    jobs = study_config.measure_jobs(config)
+    jobs = study_points.measure_jobs(config)
     measured = [j for j in jobs if j[2] not in absent]
-    total = sum(len(study_config.batches(config, *j[:3])[j[3]]) for j in measured)
+    total = sum(len(study_points.batches(config, *j[:3])[j[3]]) for j in measured)
     progress = Progress(total, time.time())
     rated = set()
     for job in jobs:

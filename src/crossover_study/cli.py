@@ -80,7 +80,7 @@ def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
     YAML error names no file or line): a syntax error or a key given twice as
     ``FILE:LINE:COLUMN: ...``, then the schema, the cases' plug-ins and the plan of
     points and jobs (:func:`crossover_study.config.load_config`,
-    :func:`crossover_study.config.measure_jobs`). Prints one line per file (errors on
+    :func:`crossover_study.study_points.measure_jobs`). Prints one line per file (errors on
     stderr; ``quiet``: errors only); returns 0 when every file is valid, else 1."""
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -89,12 +89,14 @@ def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
     parser.add_argument("files", nargs="+", metavar="STUDY_FILE")
     args = parser.parse_args(argv)
     study_config = importlib.import_module(f"{__package__}.config")
+    study_file = importlib.import_module(f"{__package__}.study_file")
+    study_points = importlib.import_module(f"{__package__}.study_points")
     status = 0
     for path in args.files:
         try:
             config = study_config.load_config(path)
-            jobs = study_config.measure_jobs(config)
-        except study_config.ConfigError as error:
+            jobs = study_points.measure_jobs(config)
+        except study_file.ConfigError as error:
             print(f"{prog}: {error}", file=sys.stderr)
             status = 1
             continue

@@ -1,6 +1,6 @@
 """Load and validate a study config; its expansion into measurement points and jobs is
-:mod:`crossover_study.study_points`, whose names are re-exported here (``config.points``,
-``config.batches``, ``config.measurement_hash`` ... as before).
+:mod:`crossover_study.study_points`; reading the study file and the checks its schema
+cannot express are :mod:`crossover_study.study_file`.
 
 Validation uses jsonschema against ``workflow/schemas/config.schema.yaml`` (filling
 each property's ``default``, as ``snakemake.utils.validate`` does). We call jsonschema
@@ -20,79 +20,25 @@ import jsonschema
 import yaml
 
 from crossover_study import cases as case_registry
+from crossover_study.paths import REPO_ROOT
 from crossover_study.programs import classified
-from crossover_study.provenance import REPO_ROOT, SCHEMAS, table_columns
+from crossover_study.provenance import SCHEMAS, table_columns
 from crossover_study.spec import REPLICA_VARIANTS, seed_sizes
 from crossover_study.study_file import (
     RESERVED_STUDY_NAMES,
     ConfigError,
-    check_config_files,
     check_keys_and_numbers,
-    check_threads,
     key_path,
-    local_cores,
     read_yaml,
     shown,
-)
-from crossover_study.study_points import (
-    DEFAULT_POINT_DEADLINE_S,
-    MEASURE_ENVS,
-    NOT_MEASUREMENT_KEYS,
-    NOT_MEASUREMENT_TIMING_KEYS,
-    batch_repeat,
-    batches,
-    case_sizes,
-    groups,
-    job_gpu_resources,
-    job_replicas,
-    logical_cpus,
-    measure_env,
-    measure_jobs,
-    measurement_hash,
-    measurement_timing,
-    point_deadline_s,
-    points,
-    previous_round_jobs,
-    repeats,
-    replicated_points,
-    split_batches,
-    timing_policy,
 )
 
 __all__ = [
     "SCHEMA_PATH",
-    "ConfigError",
     "PLUGIN_KEYS",
     "load_config",
     "schema_default",
     "validate_config",
-    "RESERVED_STUDY_NAMES",
-    "read_yaml",
-    "check_config_files",
-    "check_threads",
-    "local_cores",
-    "case_sizes",
-    "points",
-    "replicated_points",
-    "groups",
-    "split_batches",
-    "batches",
-    "repeats",
-    "batch_repeat",
-    "previous_round_jobs",
-    "job_replicas",
-    "job_gpu_resources",
-    "logical_cpus",
-    "measure_jobs",
-    "MEASURE_ENVS",
-    "measure_env",
-    "timing_policy",
-    "DEFAULT_POINT_DEADLINE_S",
-    "point_deadline_s",
-    "NOT_MEASUREMENT_KEYS",
-    "NOT_MEASUREMENT_TIMING_KEYS",
-    "measurement_timing",
-    "measurement_hash",
 ]
 
 SCHEMA_PATH = SCHEMAS / "config.schema.yaml"

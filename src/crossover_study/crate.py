@@ -42,8 +42,7 @@ Everything is read from the study's manifest (:mod:`crossover_study.manifest`):
   ``timings.csv``.
 
 Which files lie inside the crate, the ids of those outside and the copy of the
-workflow's definition are :mod:`crossover_study.crate_files`'s (importable from here
-too). :mod:`crossover_study.crate_validation` checks a crate with ``roc-validator``.
+workflow's definition are :mod:`crossover_study.crate_files`'s. :mod:`crossover_study.crate_validation` checks a crate with ``roc-validator``.
 """
 
 from __future__ import annotations
@@ -64,20 +63,15 @@ from crossover_study.crate_files import (
 )
 from crossover_study.manifest import write_json
 from crossover_study.manifest_inputs import file_record
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.paths import REPO_ROOT
 
 #: The public names, those of :mod:`crossover_study.crate_files` included (callers
 #: import them from here).
 __all__ = [
-    "CODE_DIR",
     "CRATE_NAME",
     "PROFILES",
     "SOFTWARE_URLS",
-    "WORKFLOW_FILES",
     "build_crate",
-    "copy_workflow",
-    "crate_path",
-    "outside_id",
     "write_crate",
 ]
 

@@ -41,12 +41,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .files import write_csv_atomic
-from .point_runs import resample_medians, row_runs
-from .programs import cpu_rows, no_cpu_program_reason, program_column, program_of_rows
-from .provenance import table_columns
-from .spec import ACCELERATORS, case_axes, seed_sizes, select_rows, synced, without_replicas
-from .tables import FORMAT_VERSION, read_timings
+from crossover_study.files import write_csv_atomic
+from crossover_study.point_runs import resample_medians, row_runs
+from crossover_study.programs import (
+    cpu_rows,
+    no_cpu_program_reason,
+    program_column,
+    program_of_rows,
+)
+from crossover_study.provenance import table_columns
+from crossover_study.spec import (
+    ACCELERATORS,
+    case_axes,
+    seed_sizes,
+    select_rows,
+    synced,
+    without_replicas,
+)
+from crossover_study.tables import FORMAT_VERSION, read_timings
 
 #: Percentiles of every bootstrap interval here: the two-sided 95% percentile interval.
 PERCENTILES = (2.5, 97.5)

@@ -1,8 +1,7 @@
 """Whether a framework sees the job's device, and its name (the device probe).
 
-Part of the framework set-up inside a measuring job (:mod:`crossover_study.frameworks`
-re-exports every name here, so ``frameworks.probe`` and ``frameworks.gpu_names`` are
-reached and patched as before). Every function imports its framework lazily, after
+Part of the framework set-up inside a measuring job (:mod:`crossover_study.frameworks`).
+Every function imports its framework lazily, after
 ``frameworks.pin_thread_env`` has set the thread variables the framework reads at
 import time.
 """

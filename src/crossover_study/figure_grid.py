@@ -1,7 +1,7 @@
 """The speedup heat map's data: which two size axes form a full grid of measured points,
 and each cell's CPU and accelerator step times. Pure pandas, like
 :mod:`crossover_study.figure_data` (whose row selection it uses); drawn by
-:func:`crossover_study.figures.speedup_heatmap`.
+:func:`crossover_study.figure_draw.speedup_heatmap`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The data-parallel scaling figure's data: replicated rows beside their one-replica
 baseline, and the lines drawn through them. Pure pandas, like
 :mod:`crossover_study.figure_data` (whose row selection it uses); drawn by
-:func:`crossover_study.figures.replica_scaling`.
+:func:`crossover_study.figure_draw.replica_scaling`.
 """
 
 from __future__ import annotations

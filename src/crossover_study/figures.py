@@ -11,8 +11,7 @@ are the study's own (median ± IQR/2 of the block step times), never seaborn's
 bootstrap. matplotlib draws only what seaborn lacks: those error bars, the seed size,
 the crossover lines and bands, failed-check markers, annotations. Colours, markers,
 dashes and number formats come from :mod:`crossover_study.figure_style`; writing a
-figure (and reading the sources it records) is :mod:`crossover_study.figure_files`,
-re-exported here.
+figure (and reading the sources it records) is :mod:`crossover_study.figure_files`.
 """
 
 from __future__ import annotations
@@ -25,29 +24,19 @@ import seaborn as sns
 from matplotlib.axes import Axes
 
 from crossover_study.figure_data import (
-    UNSYNCED_LABEL,
     cross_machine_frame,
     crossover_marks,
-    most_swept_axis,
     order,
-    programs,
     step_time_frame,
     sweep_title,
-    swept_axes,
     time_to_train_frame,
 )
 from crossover_study.figure_draw import (
     curve_semantics,
     empty_axes,
     new_ax,
-    replica_scaling,
     seaborn_lines,
-    speedup_heatmap,
-    variant_comparison,
 )
-from crossover_study.figure_files import FIGURE_FORMATS, figure_sources, save_figure, sources_text
-from crossover_study.figure_grid import grid_axes
-from crossover_study.figure_scaling import scaling_table
 from crossover_study.figure_style import (
     CROSSOVER_STYLES,
     EN_DASH,
@@ -63,28 +52,13 @@ from crossover_study.figure_style import (
     palette,
     variant_dashes,
 )
-from crossover_study.spec import FRAMEWORKS, seed_sizes, size_columns
+from crossover_study.spec import FRAMEWORKS, seed_sizes
 
 __all__ = [
     "CROSS_MACHINE_NOTE",
-    "FIGURE_FORMATS",
-    "NOISY_ALPHA",
-    "UNSYNCED_LABEL",
     "cross_machine_step_time",
-    "figure_sources",
-    "grid_axes",
-    "most_swept_axis",
-    "programs",
-    "replica_scaling",
-    "save_figure",
-    "scaling_table",
-    "size_columns",
-    "sources_text",
-    "speedup_heatmap",
     "step_time_vs_size",
-    "swept_axes",
     "time_to_train",
-    "variant_comparison",
 ]
 
 #: What every cross-machine figure says about itself (the legend's title, gid

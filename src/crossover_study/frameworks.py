@@ -1,6 +1,5 @@
 """Framework set-up inside a measuring job: threads, device visibility, faults, the
-workload of a point. The device probe is :mod:`crossover_study.device_probe` (its
-names re-exported here).
+workload of a point. The device probe is :mod:`crossover_study.device_probe`.
 
 Every function here imports its framework lazily, after :func:`pin_thread_env` has set
 the thread variables the framework reads at import time.
@@ -13,29 +12,21 @@ import os
 import sys
 
 from crossover_study.device_probe import (
-    DeviceProbe,
     _cvd_text,
     gpu_names,
-    probe,
-    tpu_names,
     tpu_strategy,
 )
 from crossover_study.errors import DeviceMissingError
 from crossover_study.paths import portable_path
-from crossover_study.provenance import cpu_model
 
 __all__ = [
     "COMPILE_CACHE_ENV",
     "FRAMEWORK_MODULES",
     "OOM_MARKERS",
     "THREAD_ENV",
-    "cpu_model",
     "DeviceLostError",
-    "DeviceMissingError",
-    "DeviceProbe",
     "device_fault",
     "fresh_compile_cache",
-    "gpu_names",
     "import_framework",
     "initialise_device",
     "is_oom",
@@ -43,11 +34,8 @@ __all__ = [
     "make_workload",
     "not_importable",
     "pin_thread_env",
-    "probe",
     "release_memory",
     "thread_settings",
-    "tpu_names",
-    "tpu_strategy",
     "workload_class",
 ]
 
@@ -328,7 +316,7 @@ def make_workload(point, threads: int):
       :func:`~crossover_study.workloads.tf_strategy.mirrored_fit_workload` (one replica
       is each one's scaling baseline, the same program on one device);
     - ``strategy_step`` (variant ``strategy_step``):
-      :class:`~crossover_study.workloads.tf_strategy.StrategyWorkload` under
+      :class:`~crossover_study.workloads.tf_strategy_step.StrategyWorkload` under
       ``OneDeviceStrategy`` on ``cpu`` (``/cpu:0``) and ``cuda`` (``/gpu:0``) and under
       this host's ``TPUStrategy`` on ``tpu``, with the point's global batch (its batch
       rounded to divide over ``tpu_cores``, :meth:`PointSpec.global_batch`);
@@ -374,7 +362,7 @@ def make_workload(point, threads: int):
         build = mirrored_fit_workload if point.variant == "mirrored_fit" else mirrored_workload
         return build(case, device, sizes, point.replicas, point.scaling, threads)
     if program == "strategy_step":
-        from crossover_study.workloads.tf_strategy import StrategyWorkload, one_device_strategy
+        from crossover_study.workloads.tf_strategy_step import StrategyWorkload, one_device_strategy
 
         strategy = tpu_strategy() if device == "tpu" else one_device_strategy(device)
         return StrategyWorkload(case, device, sizes, strategy, global_batch=point.global_batch())

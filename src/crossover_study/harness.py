@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .host_load import cpus_others, faults_per_step, host_sample
-from .study_points import TimingPolicy
+from crossover_study.host_load import cpus_others, faults_per_step, host_sample
+from crossover_study.study_points import TimingPolicy
 
 
 class Workload(Protocol):

@@ -53,7 +53,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from crossover_study.config import measurement_hash
 from crossover_study.figure_files import FIGURE_FORMATS, figure_sources
 from crossover_study.files import MANIFEST_NAME
 from crossover_study.manifest_inputs import (
@@ -66,6 +65,7 @@ from crossover_study.manifest_inputs import (
 )
 from crossover_study.paths import REPO_ROOT
 from crossover_study.provenance import git_state
+from crossover_study.study_points import measurement_hash
 from crossover_study.tables import read_csv_text
 
 #: Version of the manifest's layout; the audit refuses other versions.

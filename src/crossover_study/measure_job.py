@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from crossover_study import config as study_config
+from crossover_study import study_points
 from crossover_study.journal import JournalBusy, hold
 from crossover_study.probe import probe_record, write_probe
 from crossover_study.progress import job_line
@@ -72,7 +73,7 @@ def measure_job(
     ``log_path`` (no table, no probe record).
     """
     config = study_config.validate_config(config)
-    batches = study_config.batches(config, case, framework, device)
+    batches = study_points.batches(config, case, framework, device)
     if not 0 <= batch < len(batches):
         raise IndexError(f"{case}/{framework}/{device} has {len(batches)} batch(es), not {batch}")
     points = batches[batch]
@@ -82,10 +83,10 @@ def measure_job(
         device=device,
         points=points,
         threads=threads,
-        policy=study_config.timing_policy(config),
+        policy=study_points.timing_policy(config),
         missing_device=config["missing_device"],
-        config_hash=study_config.measurement_hash(config, case),
-        point_deadline_s=study_config.point_deadline_s(config),
+        config_hash=study_points.measurement_hash(config, case),
+        point_deadline_s=study_points.point_deadline_s(config),
     )
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     job: dict = {}

@@ -133,7 +133,7 @@ def step_time_figure(runs: Iterable[ReferenceRun], case: str):
     Returns the Figure (a one-panel note when no run measured the case)."""
     import pandas as pd
 
-    from crossover_study import figures
+    from crossover_study import figure_data, figures
     from crossover_study.spec import case_axes
 
     runs = [r for r in runs if not _ok(r, case).empty]
@@ -146,7 +146,7 @@ def step_time_figure(runs: Iterable[ReferenceRun], case: str):
     ] or list(case_axes(case))
     fig, panels = _grid(len(runs) * len(axes_swept), (5.6, 4.0), len(axes_swept))
     for i, run in enumerate(runs):
-        program = figures.programs(run.timings, include_unsynced=False)
+        program = figure_data.programs(run.timings, include_unsynced=False)
         for j, axis in enumerate(axes_swept):
             ax = panels[i * len(axes_swept) + j]
             figures.step_time_vs_size(program, case, axis, crossover=run.crossover, ax=ax)
@@ -162,13 +162,13 @@ def speedup_figure(runs: Iterable[ReferenceRun]):
     ``spec.ACCELERATORS`` with ok rows of the case in that run. Returns the Figure (a
     one-panel note when no run measured a grid)."""
     from crossover_study import cases as case_registry
-    from crossover_study import figures
+    from crossover_study import figure_draw, figure_grid
     from crossover_study.spec import ACCELERATORS, FRAMEWORKS
 
     panels = []
     for run in runs:
         for case in case_registry.names():
-            grid = figures.grid_axes(run.timings, case)
+            grid = figure_grid.grid_axes(run.timings, case)
             if grid is None:
                 continue
             ok = _ok(run, case)
@@ -182,7 +182,7 @@ def speedup_figure(runs: Iterable[ReferenceRun]):
         )
     fig, axes = _grid(len(panels), (6.2, 4.8), 3)
     for ax, (run, case, (x_axis, y_axis), accelerator, framework) in zip(axes, panels, strict=True):
-        figures.speedup_heatmap(
+        figure_draw.speedup_heatmap(
             run.timings, case, x_axis, y_axis, accelerator=accelerator, ax=ax, framework=framework
         )
         ax.set_title(f"{run.name}\n{ax.get_title()}", fontsize="small")
@@ -200,16 +200,16 @@ def cross_machine_figure(runs: Iterable[ReferenceRun]):
     :func:`crossover_study.cases.names`); a case no run measured has no panel. Returns
     the Figure (a one-panel note when no run has ok rows)."""
     from crossover_study import cases as case_registry
-    from crossover_study import figures
+    from crossover_study import figure_data, figures
 
     runs = list(runs)
     cases = [c for c in case_registry.names() if any(not _ok(r, c).empty for r in runs)]
     if not cases:
         return _no_data("no reference run has ok rows", "step time on every reference machine")
-    curves = [(run.name, figures.programs(run.timings, include_unsynced=False)) for run in runs]
+    curves = [(run.name, figure_data.programs(run.timings, include_unsynced=False)) for run in runs]
     fig, panels = _grid(len(cases), (6.4, 6.0), 2)
     for ax, case in zip(panels, cases, strict=True):
-        axis = figures.most_swept_axis([t for _, t in curves], case)
+        axis = figure_data.most_swept_axis([t for _, t in curves], case)
         figures.cross_machine_step_time(curves, case, axis, ax=ax)
     return fig
 
@@ -249,7 +249,7 @@ def paper_figures(
     files written, in order. Raises KeyError for an unknown name."""
     import matplotlib.pyplot as plt
 
-    from crossover_study import figures
+    from crossover_study import figure_files
 
     runs = [load_reference(p) for p in run_dirs]
     sources = table_sources(runs)
@@ -258,7 +258,7 @@ def paper_figures(
     for name in names if names is not None else PAPER_FIGURES:
         fig = draw(name, runs)
         path = Path(outdir) / f"{name}.{formats[0]}"
-        figures.save_figure(fig, path, formats=formats[1:], sources=sources)
+        figure_files.save_figure(fig, path, formats=formats[1:], sources=sources)
         plt.close(fig)
         written += [path.with_suffix(f".{f}") for f in formats]
     return written

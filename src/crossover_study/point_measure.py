@@ -18,13 +18,14 @@ import time
 import traceback
 from pathlib import Path
 
-from crossover_study import cases, frameworks, paths, precision, step_counts, step_replay
+from crossover_study import cases, errors, frameworks, paths, precision, step_counts, step_replay
+from crossover_study.applicability import NotApplicable
 from crossover_study.harness import measure
 from crossover_study.paths import portable_path
 from crossover_study.spec import PointSpec
 from crossover_study.study_points import TimingPolicy
 from crossover_study.watchdog import PointDeadlineExceeded, stopped_where
-from crossover_study.workloads import NotApplicable, Unavailable
+from crossover_study.workloads import Unavailable
 
 
 def deadline_row(exc: PointDeadlineExceeded, import_s, device_init_s, started) -> dict:
@@ -177,7 +178,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         workload = frameworks.make_workload(point, threads)
     except NotApplicable as reason:
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
-    except (frameworks.DeviceMissingError, Unavailable) as reason:
+    except (errors.DeviceMissingError, Unavailable) as reason:
         return {"status": "unavailable", "message": str(reason), "import_s": import_s}
     except Exception as exc:  # noqa: BLE001 - a plug-in that fails to import or build
         return _error_row(exc, point, import_s, device_init_s, started)

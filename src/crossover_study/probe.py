@@ -46,9 +46,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from crossover_study import frameworks, gpu_state
-from crossover_study.paths import pins, portable_path
-from crossover_study.provenance import REPO_ROOT
+from crossover_study import device_probe, frameworks, gpu_state
+from crossover_study.paths import REPO_ROOT, pins, portable_path
 
 #: Format version of the record; bump it when a key changes meaning.
 PROBE_VERSION = 3
@@ -194,7 +193,7 @@ def installed_packages(lock: str | Path = REPO_ROOT / "requirements.lock") -> di
 def _framework_devices(framework: str) -> list[str]:
     """Every device the framework lists in this process (its own names)."""
     if framework == "torch":
-        return ["cpu", *(f"cuda:{i} {n}" for i, n in enumerate(frameworks.gpu_names("torch")))]
+        return ["cpu", *(f"cuda:{i} {n}" for i, n in enumerate(device_probe.gpu_names("torch")))]
     import tensorflow as tf
 
     return [d.name for d in tf.config.list_physical_devices()] + [
@@ -216,10 +215,10 @@ def probe_record(framework: str, device: str, threads: int, gpu_start: dict | No
     gpu_end = gpu_state.snapshot()
     missing = frameworks.not_importable(framework)
     if missing is None:
-        seen = frameworks.probe(framework, device)
+        seen = device_probe.probe(framework, device)
         framework_view = {
-            "gpus": frameworks.gpu_names(framework),
-            "tpus": frameworks.tpu_names(framework),
+            "gpus": device_probe.gpu_names(framework),
+            "tpus": device_probe.tpu_names(framework),
             "framework_devices": _framework_devices(framework),
             # TensorFlow's logical devices (CPU:0, CPU:1, ... when mirrored replicas split
             # the CPU); empty for torch.

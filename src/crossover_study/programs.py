@@ -38,25 +38,23 @@ from collections.abc import Iterable
 
 from crossover_study import cases
 from crossover_study.applicability import (
-    KERAS_PATHS,
     KERAS_PROGRAM_OF_VARIANT,
-    PLUGIN_VARIANTS,
-    TPU_ONLY_STRATEGY_STEP,
     NotApplicable,
     case_kind,
     require,
 )
-from crossover_study.spec import DEVICES, FRAMEWORKS, REPLICA_VARIANTS, VARIANTS
+from crossover_study.spec import (
+    DEVICES,
+    FRAMEWORKS,
+    REPLICA_VARIANTS,
+    VARIANTS,
+)
 
 __all__ = [
     "EXECUTION_VARIANTS",
     "KERAS_FIT_PROGRAMS",
-    "KERAS_PATHS",
-    "KERAS_PROGRAM_OF_VARIANT",
-    "PLUGIN_VARIANTS",
     "PROGRAMS",
     "REPLICA_PROGRAMS",
-    "TPU_ONLY_STRATEGY_STEP",
     "classified",
     "cpu_rows",
     "cpu_variants",

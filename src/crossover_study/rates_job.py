@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from crossover_study import frameworks, step_rates
+from crossover_study import device_probe, frameworks, step_rates
 from crossover_study.probe import check_cpus_given, probe_record, write_probe
 from crossover_study.spec import DEVICES
 
@@ -102,7 +102,7 @@ def _measured(framework: str, device: str, threads: int, say) -> dict:
         reason = frameworks.not_importable(framework, exc)
         say(f"rates {framework}/{device}: not measured: {reason}")
         return {"available": False, "reason": reason, "rates": None, "seconds": None}
-    probe = frameworks.probe(framework, device)
+    probe = device_probe.probe(framework, device)
     if not probe.available:
         say(f"rates {framework}/{device}: not measured: {probe.reason}")
         return {"available": False, "reason": probe.reason, "rates": None, "seconds": None}
@@ -166,11 +166,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         import yaml
 
         from crossover_study import config as study_config
+        from crossover_study import study_file
 
         try:
             config = study_config.validate_config(yaml.safe_load(Path(args.config).read_text()))
             threads = config["devices"][args.device]["threads"]
-        except (OSError, study_config.ConfigError) as exc:
+        except (OSError, study_file.ConfigError) as exc:
             parser.error(str(exc))
         except KeyError:
             parser.error(f"--device {args.device!r}: not a device class of {args.config}")

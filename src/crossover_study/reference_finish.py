@@ -46,14 +46,14 @@ def finish(
     ``runner``. Prints the summary line and returns the archive's path. Raises
     RuntimeError when no job has a table or the archive exceeds
     :data:`ARCHIVE_LIMIT_BYTES` (the archive is then removed)."""
-    from crossover_study import config as study_config
+    from crossover_study import study_points
     from crossover_study.crossover import write_crossover
     from crossover_study.manifest import unreported_manifest, write_json
     from crossover_study.tables import collect_study
 
     results, logs = workdir / "results" / name, workdir / "logs" / name
     done, incomplete = [], []
-    for job in sorted(study_config.measure_jobs(config), key=job_order):
+    for job in sorted(study_points.measure_jobs(config), key=job_order):
         paths = job_files(results, logs, job)
         files = (paths["csv"], paths["probe"], paths["bench"])
         stem = "{}/{}/{}/batch-{}".format(*job)

@@ -42,8 +42,8 @@ from pathlib import Path, PurePosixPath
 from crossover_study.files import MANIFEST_NAME, REFERENCE_DIR, sha256_file
 from crossover_study.freeze import freeze
 from crossover_study.manifest import load_manifest
-from crossover_study.provenance import REPO_ROOT
-from crossover_study.reference_run import slug
+from crossover_study.paths import REPO_ROOT
+from crossover_study.reference_jobs import slug
 
 
 class ArchiveError(ValueError):

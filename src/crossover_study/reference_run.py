@@ -30,8 +30,7 @@ workflow's ``measure``, ``collect`` and ``crossover`` rules and the manifest do:
    and removes the partial archive.
 
 The jobs' order, files and progress lines are :mod:`crossover_study.reference_jobs`'s;
-steps 3 and 4 (and ``finish``) are :mod:`crossover_study.reference_finish`'s; their
-public names are importable from here too. Only the standard library,
+steps 3 and 4 (and ``finish``) are :mod:`crossover_study.reference_finish`'s. Only the standard library,
 :mod:`gpu_bundle` and those two modules (standard library only at their top) are
 imported before the bundle is installed.
 """
@@ -50,25 +49,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from crossover_study import gpu_bundle
-from crossover_study.paths import portable_path
+from crossover_study.paths import REPO_ROOT, portable_path
 from crossover_study.reference_finish import (
-    ARCHIVE_LIMIT_BYTES,
     RUNNER_RECORD,
     finish,
     finish_partial,
     pack,
 )
 from crossover_study.reference_jobs import (
-    CASE_ORDER,
-    DEVICE_ORDER,
-    POINT_LINE,
     Progress,
     job_command,
     job_files,
     job_order,
     rates_command,
     rates_files,
-    slug,
     write_benchmark,
     write_unstarted,
 )
@@ -76,28 +70,17 @@ from crossover_study.reference_jobs import (
 #: The public names, those of the jobs and of the finishing steps included (callers
 #: import them from here).
 __all__ = [
-    "ARCHIVE_LIMIT_BYTES",
     "BUDGET_S",
-    "CASE_ORDER",
-    "DEVICE_ORDER",
     "FINISH_RESERVE_S",
     "GRACE_S",
-    "POINT_LINE",
-    "RUNNER_RECORD",
     "SALVAGE_TIMEOUT_S",
     "SRC",
-    "Progress",
-    "finish",
-    "finish_partial",
-    "job_files",
-    "job_order",
     "main",
     "prepare",
     "run",
-    "slug",
 ]
 
-SRC = gpu_bundle.REPO_ROOT / "src"
+SRC = REPO_ROOT / "src"
 #: Default wall-clock budget of the whole run (install, measure, collect, pack): the
 #: issue's 8 minutes. The measuring deadline is the budget less :data:`GRACE_S` and
 #: :data:`FINISH_RESERVE_S`, so that a point in flight and the finishing steps fit in it.
@@ -237,9 +220,10 @@ def run(
     import yaml
 
     from crossover_study import config as study_config
+    from crossover_study import study_points
+    from crossover_study.journal import MAX_ATTEMPTS
     from crossover_study.provenance import GIT_ENV, git_state
-    from crossover_study.runner import MAX_ATTEMPTS
-    from crossover_study.workloads.torch_cases import compile_toolchain_missing
+    from crossover_study.workloads.torch_base import compile_toolchain_missing
 
     config = study_config.load_config(study)  # a bad study stops here, nothing measured
     name = config["study"]
@@ -274,8 +258,8 @@ def run(
         fh.write("# The study's config as validated, every default filled in.\n")
         yaml.safe_dump(config, fh, sort_keys=False)
 
-    jobs = sorted(study_config.measure_jobs(config), key=job_order)
-    total = sum(len(study_config.batches(config, c, f, d)[b]) for c, f, d, b in jobs)
+    jobs = sorted(study_points.measure_jobs(config), key=job_order)
+    total = sum(len(study_points.batches(config, c, f, d)[b]) for c, f, d, b in jobs)
     print(f"study {name}: {len(jobs)} measuring jobs, {total} points, budget {budget_s:.0f} s")
     deadline = started + budget_s - FINISH_RESERVE_S - GRACE_S
     when = datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds")
@@ -305,10 +289,10 @@ def run(
         wall = 0.0
         if time.time() > deadline and not paths["csv"].is_file():
             why = f"not measured: the run's deadline ({when}) passed before this job started"
-            points = study_config.batches(config, case, framework, device)[batch]
+            points = study_points.batches(config, case, framework, device)[batch]
             threads = config["devices"][device]["threads"]
             write_unstarted(
-                points, paths, study_config.measurement_hash(config, points[0].case), threads, why
+                points, paths, study_points.measurement_hash(config, points[0].case), threads, why
             )
             print(f"job {stem}: not started (deadline passed)", flush=True)
         else:

@@ -34,10 +34,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from crossover_study import gpu_bundle
-from crossover_study.reference_run import ARCHIVE_LIMIT_BYTES
+from crossover_study import gpu_bundle, paths
+from crossover_study.reference_finish import ARCHIVE_LIMIT_BYTES
 
-REPO_ROOT = gpu_bundle.REPO_ROOT
+REPO_ROOT = paths.REPO_ROOT
 #: make's variables that an inner make would inherit (REHEARSE=1 would recurse).
 MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "REHEARSE")
 STUDY = "config/studies/reference-gpu-rehearsal.yaml"

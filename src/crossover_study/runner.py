@@ -4,8 +4,7 @@ Framework import and process start are paid once per group, not once per point. 
 finished point is appended to a journal (JSON lines, flushed and fsynced:
 :mod:`crossover_study.journal`), so a crash or ``kill -9`` loses at most the point in
 flight, and a rerun measures only what is missing. One point is timed by
-:func:`crossover_study.point_measure.measure_point` (importable from here too, as are
-the journal's names). The group's CSV is written atomically (temporary file + rename)
+:func:`crossover_study.point_measure.measure_point`. The group's CSV is written atomically (temporary file + rename)
 at the end.
 """
 
@@ -27,17 +26,26 @@ from pathlib import Path
 
 import psutil
 
-from crossover_study import cases, frameworks, gpu_state, precision, step_rates
-from crossover_study.config import logical_cpus
+from crossover_study import (
+    cases,
+    device_probe,
+    errors,
+    frameworks,
+    gpu_state,
+    precision,
+    provenance,
+    step_rates,
+)
+from crossover_study.applicability import NotApplicable
 from crossover_study.files import write_csv_atomic
-from crossover_study.journal import FINAL, MAX_ATTEMPTS, Journal, hold, json_default
+from crossover_study.journal import MAX_ATTEMPTS, Journal, hold, json_default
 from crossover_study.point_measure import deadline_row, measure_point
 from crossover_study.probe import check_cpus_given
 from crossover_study.programs import not_applicable_reason, program_or_none
 from crossover_study.progress import point_line
 from crossover_study.provenance import git_state, placement
 from crossover_study.spec import PointSpec, timings_columns
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study_points import TimingPolicy, logical_cpus
 from crossover_study.watchdog import (
     PointDeadlineExceeded,
     PointWatchdog,
@@ -45,17 +53,12 @@ from crossover_study.watchdog import (
     grace_s,
     hard_message,
 )
-from crossover_study.workloads import NotApplicable, check_framework, check_tf32
+from crossover_study.workloads import check_framework, check_tf32
 
-#: The public names, those of the journal and of one point's measurement included
-#: (callers import them from here).
+#: The public names.
 __all__ = [
-    "FINAL",
-    "MAX_ATTEMPTS",
     "GroupSpec",
-    "Journal",
     "framework_mismatch",
-    "measure_point",
     "run_group",
 ]
 
@@ -219,10 +222,10 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
 
     init_start = time.perf_counter()
     if not_importable is None:
-        probe = frameworks.probe(group.framework, group.device)
+        probe = device_probe.probe(group.framework, group.device)
         intra, interop = frameworks.thread_settings(group.framework)
     else:
-        probe = frameworks.DeviceProbe(False, None, not_importable, None, None, "not importable")
+        probe = device_probe.DeviceProbe(False, None, not_importable, None, None, "not importable")
         intra = interop = None
     device_init_s = None
     if probe.available and (deadline is None or time.time() <= deadline):
@@ -236,7 +239,7 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
         "framework_version": probe.framework_version,
         "cuda_version": probe.cuda_version,
         "python_version": sys.version.split()[0],
-        "cpu_model": frameworks.cpu_model(),
+        "cpu_model": provenance.cpu_model(),
         "git_commit": commit,
         "git_dirty": dirty,
         "config_hash": group.config_hash,
@@ -248,7 +251,7 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
     log(f"{group.case}/{group.framework}/{group.device}: {probe.visible}; import {import_s:.2f} s")
 
     if not probe.available and group.missing_device == "fail":
-        raise frameworks.DeviceMissingError(
+        raise errors.DeviceMissingError(
             f"device {group.device!r} was asked for ({group.case}, {group.framework}) "
             f"but is not visible: {probe.reason}. Set missing_device: skip to record "
             "it as unavailable instead."
@@ -292,7 +295,7 @@ class _Job:
     group: GroupSpec
     journal: Journal
     common: dict
-    probe: frameworks.DeviceProbe
+    probe: device_probe.DeviceProbe
     log: Callable[[str], None]
     watchdog: PointWatchdog | None
     gpu_start: dict | None

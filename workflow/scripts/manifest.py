@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from crossover_study import study_points
+
 
 def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
@@ -25,7 +27,7 @@ def main(snakemake) -> None:
     manifest = build_manifest(
         study=snakemake.params.study,
         config=config,
-        config_hash=study_config.measurement_hash(config),
+        config_hash=study_points.measurement_hash(config),
         config_files=snakemake.input.configfiles,
         workdir=os.getcwd(),
         results_dir=results_dir,

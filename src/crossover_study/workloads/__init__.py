@@ -9,21 +9,10 @@ workloads ask it with the traits of their program (``applicability.KINDS``).
 
 from __future__ import annotations
 
-from crossover_study.applicability import (
-    FIT_READS_EVERY_STEP,
-    FRAMEWORK_OF_VARIANT,
-    LOSS_READ_VARIANTS,
-    NotApplicable,
-    case_kind,
-    require,
-)
-from crossover_study.spec import REPLICA_VARIANTS
+from crossover_study.applicability import NotApplicable, case_kind, require
+from crossover_study.spec import LOSS_READ_VARIANTS, REPLICA_VARIANTS
 
 __all__ = [
-    "FIT_READS_EVERY_STEP",
-    "FRAMEWORK_OF_VARIANT",
-    "LOSS_READ_VARIANTS",
-    "NotApplicable",
     "Unavailable",
     "check_framework",
     "check_tf32",

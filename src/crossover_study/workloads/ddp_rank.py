@@ -24,9 +24,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from crossover_study import cases
+from crossover_study.applicability import NotApplicable
 from crossover_study.precision import pin_fp32
-from crossover_study.workloads import NotApplicable, data
-from crossover_study.workloads.torch_cases import KERAS_ADAM_EPS, LSTMRegressor, _glorot
+from crossover_study.workloads import data
+from crossover_study.workloads.torch_base import KERAS_ADAM_EPS, _glorot
+from crossover_study.workloads.torch_cases import LSTMRegressor
 
 #: Control ops broadcast by rank 0.
 STOP, RUN, SYNC, ALLREDUCE = 0, 1, 2, 3

@@ -3,8 +3,7 @@
 reading the loss back), the count of ``tf.function`` traces, and the Keras ``fit``
 program of the Keras seeds (:class:`SeedFit`, its training paths).
 
-The per-case classes are :mod:`crossover_study.workloads.tf_cases` (which re-exports
-the names here that callers use). Keras ``compile`` pins ``jit_compile=False`` and
+The per-case classes are :mod:`crossover_study.workloads.tf_cases`. Keras ``compile`` pins ``jit_compile=False`` and
 ``steps_per_execution=1`` (STUDY.md item 6).
 """
 

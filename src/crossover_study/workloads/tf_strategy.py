@@ -6,9 +6,8 @@ weak scaling of the seed's batch.
 
 The strategy step itself, for every strategy (``strategy_step``: ``TPUStrategy`` on
 ``tpu``, ``OneDeviceStrategy`` on ``cpu`` and ``cuda``), is
-:mod:`~crossover_study.workloads.tf_strategy_step`; its names (``StrategyWorkload``,
-``one_device_strategy``, ``build_case`` ...) are re-exported here, where callers import
-them.
+:mod:`~crossover_study.workloads.tf_strategy_step` (``StrategyWorkload``,
+``one_device_strategy``, ``build_case`` ...).
 """
 
 from __future__ import annotations
@@ -21,28 +20,16 @@ from tensorflow import keras
 from crossover_study.applicability import case_kind, require
 from crossover_study.errors import DeviceMissingError
 from crossover_study.workloads import data, replica_batches
-from crossover_study.workloads.tf_cases import SeedFit, lstm_regressor, tf_function_traces
+from crossover_study.workloads.tf_base import SeedFit, tf_function_traces
+from crossover_study.workloads.tf_cases import lstm_regressor
 from crossover_study.workloads.tf_strategy_step import (
-    ALLREDUCE_PER_BLOCK,
-    ALLREDUCE_REPEATS,
-    LOSS_READ_EVERY,
-    CaseProgram,
     StrategyWorkload,
-    build_case,
-    one_device_strategy,
 )
 
 __all__ = [
-    "ALLREDUCE_PER_BLOCK",
-    "ALLREDUCE_REPEATS",
-    "LOSS_READ_EVERY",
-    "CaseProgram",
     "MirroredFitWorkload",
-    "StrategyWorkload",
-    "build_case",
     "mirrored_fit_workload",
     "mirrored_workload",
-    "one_device_strategy",
 ]
 
 _MIRRORED: dict[tuple[str, ...], object] = {}
@@ -136,7 +123,7 @@ class MirroredFitWorkload(SeedFit, StrategyWorkload):
     (``n`` a multiple of the steps per epoch; a timed block is at least one epoch).
     As in the seed (and the one-device ``fit``), each epoch ends with a
     ``ModelCheckpoint`` of the whole model and the progress bar is drawn
-    (:class:`~crossover_study.workloads.tf_cases.SeedFit`). Raises NotApplicable for a case
+    (:class:`~crossover_study.workloads.tf_base.SeedFit`). Raises NotApplicable for a case
     whose seed is not a Keras ``fit`` program, or a global batch the replicas cannot
     split evenly.
     """

@@ -3,8 +3,7 @@ class (placing data, the step as each variant runs it: eager, ``torch.compile``,
 CUDA graph; reading the loss back), the CUDA-graph replay, the compiler check and
 torch.compile's counters, Keras's defaults (Adam epsilon, Glorot init).
 
-The per-case classes are :mod:`crossover_study.workloads.torch_cases` (which re-exports
-the names here that callers use). Import only inside a job that has already pinned its
+The per-case classes are :mod:`crossover_study.workloads.torch_cases`. Import only inside a job that has already pinned its
 threads (``runner``): importing torch reads ``OMP_NUM_THREADS``.
 """
 

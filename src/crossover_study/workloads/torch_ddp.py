@@ -25,8 +25,8 @@ on ``cuda:r``; commands still go through gloo). Strong scaling keeps the global 
 the seed's batch and gives each rank ``batch / replicas`` rows; weak scaling gives each
 rank the seed's batch (global batch ``batch x replicas``).
 
-A rank's program and the followers' body are :mod:`crossover_study.workloads.ddp_rank`
-(its names re-exported here); this module is rank 0's :class:`DDPWorkload` and the
+A rank's program and the followers' body are :mod:`crossover_study.workloads.ddp_rank`;
+this module is rank 0's :class:`DDPWorkload` and the
 followers' ``__main__``.
 """
 
@@ -46,38 +46,21 @@ import torch.distributed as dist
 from crossover_study.workloads import data, replica_batches
 from crossover_study.workloads.ddp_rank import (
     ALLREDUCE,
-    ALLREDUCE_PER_BLOCK,
     ALLREDUCE_REPEATS,
     RUN,
     STOP,
     SYNC,
-    TIMEOUT_S,
-    MLPNet,
     RankProgram,
     _device,
-    _gloo_on_loopback,
     _init,
     _release_program,
     follower_main,
-    loopback_interface,
 )
 
 __all__ = [
-    "ALLREDUCE",
-    "ALLREDUCE_PER_BLOCK",
-    "ALLREDUCE_REPEATS",
     "JOIN_TIMEOUT_S",
-    "RUN",
-    "STOP",
-    "SYNC",
-    "TIMEOUT_S",
     "DDPWorkload",
-    "MLPNet",
-    "RankProgram",
-    "_gloo_on_loopback",
-    "follower_main",
     "free_port",
-    "loopback_interface",
 ]
 
 #: Seconds ``close`` waits for a follower to exit before killing it.
