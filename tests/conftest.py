@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from crossover_study import cases
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 
 # The tests assert what a machine without a usable GPU records (cuda rows unavailable,
 # empty GPU lists in the probes). On a machine with a GPU, the GPU is hidden from the

@@ -6,7 +6,7 @@ import pytest
 
 from crossover_study import study_points
 from crossover_study.config import load_config, validate_config
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.spec import config_hash
 from crossover_study.study_file import ConfigError
 from crossover_study.study_points import (

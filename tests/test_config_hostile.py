@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from crossover_study import cli, study_points
 from crossover_study.config import load_config, validate_config
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.study_file import (
     ConfigError,
     check_config_files,

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 from conftest import s001_rows
 
+from crossover_study.core.origin import table_columns
 from crossover_study.crossover import (
     SHIFT_COLUMNS,
     crossover_size,
@@ -13,7 +14,6 @@ from crossover_study.crossover import (
     n_star,
     remedy_shift,
 )
-from crossover_study.provenance import table_columns
 
 
 def test_power_law_curves_cross_where_expected():

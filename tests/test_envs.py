@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.spec import DEVICES, FRAMEWORKS
 from crossover_study.study_points import MEASURE_ENVS, measure_env
 

@@ -765,7 +765,7 @@ def test_notebook_draws_the_reference_machines_beside_the_study(tmp_path, monkey
         "s001-mlp-cross-machine-d_in.png",
         "s001-mlp-cross-machine-hidden.png",
     ]
-    from crossover_study.files import sha256_file
+    from crossover_study.core.files import sha256_file
 
     for name in cross:
         for fmt in figure_files.FIGURE_FORMATS:

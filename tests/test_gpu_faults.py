@@ -17,8 +17,8 @@ import torch
 import yaml
 
 from crossover_study import device_probe, frameworks, point_measure, runner
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.journal import Journal
-from crossover_study.paths import REPO_ROOT
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec
 from crossover_study.study_points import TimingPolicy

@@ -260,7 +260,7 @@ def test_no_full_collection_pauses_the_steps_before_the_warm_up(monkeypatch):
 # ------------------------------------------------------------- host load and causes
 def test_host_load_is_read_just_outside_the_timed_blocks(monkeypatch):
     from crossover_study import harness
-    from crossover_study.host_load import HostSample
+    from crossover_study.core.host_load import HostSample
 
     clock = FakeClock()
     w = QueuedWorkload(clock)
@@ -293,8 +293,8 @@ def test_host_load_is_read_just_outside_the_timed_blocks(monkeypatch):
 
 
 def test_faults_per_step_needs_counts_and_steps():
-    from crossover_study import host_load
-    from crossover_study.host_load import HostSample, faults_per_step
+    from crossover_study.core import host_load
+    from crossover_study.core.host_load import HostSample, faults_per_step
 
     start, end = HostSample(0.0, None, None, 0.0, 10), HostSample(1.0, None, None, 0.0, 70)
     assert faults_per_step(start, end, 20) == 3.0
@@ -304,7 +304,7 @@ def test_faults_per_step_needs_counts_and_steps():
 
 
 def test_host_sample_reads_this_host():
-    from crossover_study.host_load import host_sample
+    from crossover_study.core.host_load import host_sample
 
     sample = host_sample()
     assert sample.own_s > 0
@@ -315,7 +315,7 @@ def test_host_sample_reads_this_host():
 
 
 def test_busy_seconds_from_proc_stat(tmp_path):
-    from crossover_study.host_load import _busy_s
+    from crossover_study.core.host_load import _busy_s
 
     hz = os.sysconf("SC_CLK_TCK")
     stat = tmp_path / "stat"
@@ -328,7 +328,7 @@ def test_busy_seconds_from_proc_stat(tmp_path):
 
 
 def test_cpus_others_subtracts_the_process_and_needs_a_long_enough_window():
-    from crossover_study.host_load import HostSample, cpus_others
+    from crossover_study.core.host_load import HostSample, cpus_others
 
     start = HostSample(wall_s=0.0, load_1m=2.0, busy_s=50.0, own_s=10.0)
     alone = HostSample(wall_s=1.0, load_1m=2.0, busy_s=52.0, own_s=12.0)

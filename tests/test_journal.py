@@ -10,9 +10,9 @@ import sys
 import pytest
 import yaml
 
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.journal import Journal, JournalBusy, hold
 from crossover_study.measure_job import measure_job
-from crossover_study.paths import REPO_ROOT
 
 HOLD_SCRIPT = """
 import sys, time

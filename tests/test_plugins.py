@@ -16,9 +16,10 @@ import pytest
 import yaml
 from conftest import OWN_MODELS, SNAKEMAKE
 
-from crossover_study import cases, files, programs, study_points
+from crossover_study import cases, programs, study_points
 from crossover_study.config import validate_config
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core import files
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec, size_columns
 from crossover_study.study_file import ConfigError

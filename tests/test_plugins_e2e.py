@@ -15,7 +15,7 @@ import pytest
 import yaml
 from conftest import OWN_MODELS, run_snakemake, slurm_dry_run
 
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import psutil
 import pytest
 
 from crossover_study import frameworks, watchdog
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.journal import Journal
 from crossover_study.measure_job import measure_job
-from crossover_study.paths import REPO_ROOT
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec
 from crossover_study.study_points import TimingPolicy

@@ -10,6 +10,7 @@ import pytest
 
 from crossover_study import study_file, study_points
 from crossover_study.config import validate_config
+from crossover_study.core.origin import table_columns
 from crossover_study.crossover import estimate_crossover
 from crossover_study.point_runs import (
     merge_repeats,
@@ -17,7 +18,6 @@ from crossover_study.point_runs import (
     resample_medians,
     row_runs,
 )
-from crossover_study.provenance import table_columns
 from crossover_study.spec import PointSpec
 from crossover_study.tables import collect_timings
 

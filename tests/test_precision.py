@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from crossover_study import frameworks, precision
+from crossover_study.core.origin import table_columns
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.crossover import crossover_table
-from crossover_study.paths import REPO_ROOT
-from crossover_study.provenance import table_columns
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import VARIANTS, PointSpec
 from crossover_study.study_points import TimingPolicy

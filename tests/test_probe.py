@@ -11,8 +11,9 @@ from unittest.mock import ANY
 import pandas as pd
 import pytest
 
-from crossover_study import device_probe, errors, frameworks
-from crossover_study.paths import REPO_ROOT, pins
+from crossover_study import device_probe, frameworks
+from crossover_study.core import errors
+from crossover_study.core.paths import REPO_ROOT, pins
 from crossover_study.probe import (
     ENV_DISTRIBUTIONS,
     CpusNotGivenError,
@@ -190,7 +191,7 @@ def test_tpu_and_multi_gpu_jobs_follow_missing_device(tmp_path, device):
 
 
 def test_the_interpreter_is_named_without_the_machines_folders(tmp_path, monkeypatch):
-    from crossover_study.paths import portable_path
+    from crossover_study.core.paths import portable_path
 
     monkeypatch.chdir(tmp_path)
     conda = tmp_path / ".snakemake" / "conda" / "abc123" / "bin" / "python"

@@ -10,11 +10,12 @@ import math
 import pandas as pd
 import pytest
 
-from crossover_study import applicability, cases, errors, figure_draw, frameworks, programs
+from crossover_study import applicability, cases, figure_draw, frameworks, programs
 from crossover_study.answers import answer_sentence, program_legend
 from crossover_study.applicability import NotApplicable
 from crossover_study.cases import SEEDS
 from crossover_study.config import validate_config
+from crossover_study.core import errors
 from crossover_study.crossover import crossover_table
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import (

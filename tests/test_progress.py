@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from crossover_study import progress, runner
+from crossover_study import runner
+from crossover_study.core import progress
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec
 from crossover_study.study_points import TimingPolicy

@@ -21,10 +21,10 @@ import yaml
 from conftest import run_crate_validator, run_snakemake
 
 from crossover_study import audit, figure_data, figure_files, figures, freeze
-from crossover_study.files import sha256_file
+from crossover_study.core.files import sha256_file
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.manifest import load_manifest
 from crossover_study.paper import PAPER_FIGURES, PAPER_FORMATS
-from crossover_study.paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

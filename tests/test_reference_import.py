@@ -23,7 +23,7 @@ from conftest import COMMITTED_CPU_RUN
 
 from crossover_study import reference_import
 from crossover_study.audit import audit
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 
 STUDY = "results/x"
 PROBE = "points/s001-mlp/torch/cpu.probe.json"

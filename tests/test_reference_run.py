@@ -19,7 +19,7 @@ from crossover_study import (
     reference_run,
 )
 from crossover_study.audit import audit
-from crossover_study.paths import pins
+from crossover_study.core.paths import pins
 
 TINY = {
     "study": "tiny-reference",

@@ -21,20 +21,20 @@ import pytest
 
 from crossover_study import (
     device_probe,
-    errors,
     figure_draw,
     figure_scaling,
     frameworks,
     point_measure,
-    provenance,
     runner,
 )
 from crossover_study.applicability import NotApplicable
 from crossover_study.cases import SEEDS
 from crossover_study.config import validate_config
+from crossover_study.core import errors
+from crossover_study.core import origin as provenance
+from crossover_study.core.origin import table_columns
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.harness import measure
-from crossover_study.paths import REPO_ROOT
-from crossover_study.provenance import table_columns
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec, without_replicas
 from crossover_study.study_file import ConfigError

@@ -10,10 +10,11 @@ import time
 import pandas as pd
 import pytest
 
-from crossover_study import errors, frameworks, point_measure, runner
+from crossover_study import frameworks, point_measure, runner
+from crossover_study.core import errors
+from crossover_study.core.origin import table_columns
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.journal import Journal
-from crossover_study.paths import REPO_ROOT
-from crossover_study.provenance import table_columns
 from crossover_study.runner import GroupSpec, run_group
 from crossover_study.spec import PointSpec
 from crossover_study.study_points import TimingPolicy

@@ -27,7 +27,7 @@ import yaml
 
 from crossover_study import frameworks
 from crossover_study.config import load_config
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.study_points import measure_jobs
 
 pytestmark = pytest.mark.slurm

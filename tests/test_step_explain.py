@@ -149,7 +149,7 @@ def test_rates_and_terms_refuse_what_they_cannot_price():
 
 
 def test_collect_writes_the_model_columns_and_is_deterministic(tmp_path):
-    from crossover_study.provenance import table_columns
+    from crossover_study.core.origin import table_columns
     from crossover_study.tables import collect_timings, read_timings
 
     documented = list(table_columns("timings"))
@@ -172,7 +172,7 @@ def test_collect_writes_the_model_columns_and_is_deterministic(tmp_path):
 
 
 def test_collect_under_an_older_header_adds_no_model_columns(tmp_path):
-    from crossover_study.provenance import table_columns
+    from crossover_study.core.origin import table_columns
     from crossover_study.tables import collect_timings
 
     old = [c for c in table_columns("timings") if not c.startswith("model_")]
@@ -365,7 +365,7 @@ def test_no_prediction_without_rates_or_counts():
 
 def test_read_reference_names_the_folder(tmp_path):
     from crossover_study import step_reference
-    from crossover_study.provenance import table_columns
+    from crossover_study.core.origin import table_columns
 
     documented = list(table_columns("timings"))
     folder = tmp_path / "synthetic-gpu-ref"
@@ -380,7 +380,7 @@ def test_read_reference_names_the_folder(tmp_path):
 
 def test_predict_references_skips_measured_devices_and_old_references(tmp_path):
     from crossover_study import step_reference
-    from crossover_study.provenance import table_columns
+    from crossover_study.core.origin import table_columns
 
     documented = list(table_columns("timings"))
     paths = []

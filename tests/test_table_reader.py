@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from crossover_study.provenance import table_columns
+from crossover_study.core.origin import table_columns
 from crossover_study.tables import (
     FORMAT_VERSION,
     TableError,

@@ -7,7 +7,7 @@ import os
 import pandas as pd
 import pytest
 
-from crossover_study.provenance import table_columns
+from crossover_study.core.origin import table_columns
 from crossover_study.tables import (
     TableError,
     collect_study,

@@ -31,9 +31,9 @@ from crossover_study.answer_rows import (
     to_number,
     verdict_at_seed,
 )
+from crossover_study.core.progress import format_seconds
 from crossover_study.programs import PROGRAMS, program_column, program_of_rows
 from crossover_study.programs import cpu_rows as same_program_cpu_rows
-from crossover_study.progress import format_seconds
 from crossover_study.spec import (
     ACCELERATORS,
     FRAMEWORKS,

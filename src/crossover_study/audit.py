@@ -64,7 +64,7 @@ from crossover_study.audit_stages import (
     check_plugin_rows,
     check_rows,
 )
-from crossover_study.files import MANIFEST_NAME, sha256_file
+from crossover_study.core.files import MANIFEST_NAME, sha256_file
 from crossover_study.manifest import load_manifest
 from crossover_study.paper import PAPER_FIGURES, reference_dirs
 

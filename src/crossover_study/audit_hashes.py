@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 
 from crossover_study.audit_report import MAX_ROWS, AuditReport, clipped
-from crossover_study.files import PLUGIN_COPY_DIR, sha256_file
+from crossover_study.core.files import PLUGIN_COPY_DIR, sha256_file
+from crossover_study.core.origin import git_state
+from crossover_study.core.paths import REPO_ROOT, shown_path
 from crossover_study.manifest_inputs import locate_package_file
-from crossover_study.paths import REPO_ROOT, shown_path
-from crossover_study.provenance import git_state
 
 #: A string that names a place on the machine that wrote it: an absolute POSIX or
 #: Windows path, a file:// URI, or a path into an installed environment.
@@ -77,7 +77,7 @@ class Layout:
 
     def shown(self, path: Path) -> str:
         """A path as printed: relative to the working directory when possible
-        (:func:`crossover_study.paths.shown_path`)."""
+        (:func:`crossover_study.core.paths.shown_path`)."""
         return shown_path(path)
 
 

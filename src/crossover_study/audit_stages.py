@@ -24,9 +24,9 @@ from pathlib import Path
 
 from crossover_study.audit_hashes import Layout
 from crossover_study.audit_report import MAX_ROWS, AuditReport, clipped
-from crossover_study.files import sha256_file
+from crossover_study.core.files import sha256_file
+from crossover_study.core.origin import table_columns
 from crossover_study.paper import paper_figures
-from crossover_study.provenance import table_columns
 from crossover_study.spec import POINT_COLUMNS, size_columns
 from crossover_study.study_points import TimingPolicy
 

@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from crossover_study.files import sha256_file
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.files import sha256_file
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.plugin import KerasFit, pinned_arguments
 
 #: The entry point a plug-in case's file exposes when the study file names none.

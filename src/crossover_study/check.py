@@ -45,8 +45,8 @@ import yaml
 from crossover_study import cases, study_file, study_points
 from crossover_study import config as study_config
 from crossover_study.applicability import applicability, case_kind
-from crossover_study.paths import REPO_ROOT
-from crossover_study.progress import for_terminal
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.core.progress import for_terminal
 from crossover_study.reference_jobs import (
     Progress,
     job_command,

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 
 PROG = "crossover-study"
 

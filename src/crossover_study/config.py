@@ -20,9 +20,9 @@ import jsonschema
 import yaml
 
 from crossover_study import cases as case_registry
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.origin import SCHEMAS, table_columns
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.programs import classified
-from crossover_study.provenance import SCHEMAS, table_columns
 from crossover_study.spec import REPLICA_VARIANTS, seed_sizes
 from crossover_study.study_file import (
     RESERVED_STUDY_NAMES,

@@ -53,6 +53,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from crossover_study import cases as case_registry
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.crate_files import (
     CODE_DIR,
     WORKFLOW_FILES,
@@ -63,7 +64,6 @@ from crossover_study.crate_files import (
 )
 from crossover_study.manifest import write_json
 from crossover_study.manifest_inputs import file_record
-from crossover_study.paths import REPO_ROOT
 
 #: The public names, those of :mod:`crossover_study.crate_files` included (callers
 #: import them from here).

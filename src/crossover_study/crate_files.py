@@ -17,8 +17,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
-from crossover_study.files import sha256_file
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.files import sha256_file
+from crossover_study.core.paths import REPO_ROOT
 
 #: Folder of the crate that holds the copy of the workflow's definition.
 CODE_DIR = "code"

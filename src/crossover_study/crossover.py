@@ -41,7 +41,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crossover_study.files import write_csv_atomic
+from crossover_study.core.files import write_csv_atomic
+from crossover_study.core.origin import table_columns
 from crossover_study.point_runs import resample_medians, row_runs
 from crossover_study.programs import (
     cpu_rows,
@@ -49,7 +50,6 @@ from crossover_study.programs import (
     program_column,
     program_of_rows,
 )
-from crossover_study.provenance import table_columns
 from crossover_study.spec import (
     ACCELERATORS,
     case_axes,

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from crossover_study.errors import DeviceMissingError
-from crossover_study.provenance import cpu_model
+from crossover_study.core.errors import DeviceMissingError
+from crossover_study.core.origin import cpu_model
 
 
 @dataclass(frozen=True)

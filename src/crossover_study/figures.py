@@ -31,12 +31,7 @@ from crossover_study.figure_data import (
     sweep_title,
     time_to_train_frame,
 )
-from crossover_study.figure_draw import (
-    curve_semantics,
-    empty_axes,
-    new_ax,
-    seaborn_lines,
-)
+from crossover_study.figure_draw import curve_semantics, empty_axes, new_ax, seaborn_lines
 from crossover_study.figure_style import (
     CROSSOVER_STYLES,
     EN_DASH,

@@ -11,13 +11,9 @@ import errno
 import os
 import sys
 
-from crossover_study.device_probe import (
-    _cvd_text,
-    gpu_names,
-    tpu_strategy,
-)
-from crossover_study.errors import DeviceMissingError
-from crossover_study.paths import portable_path
+from crossover_study.core.errors import DeviceMissingError
+from crossover_study.core.paths import portable_path
+from crossover_study.device_probe import _cvd_text, gpu_names, tpu_strategy
 
 __all__ = [
     "COMPILE_CACHE_ENV",

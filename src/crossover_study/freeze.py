@@ -18,12 +18,12 @@ from pathlib import Path
 
 from crossover_study.audit import audit, audited
 from crossover_study.audit_hashes import Layout
+from crossover_study.core.files import MANIFEST_NAME, PAPER_DIR, PLUGIN_COPY_DIR, REFERENCE_DIR
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.crate import CRATE_NAME, write_crate
 from crossover_study.crate_files import CODE_DIR
-from crossover_study.files import MANIFEST_NAME, PAPER_DIR, PLUGIN_COPY_DIR, REFERENCE_DIR
 from crossover_study.manifest import load_manifest, paper_manifest, portable_manifest, write_json
 from crossover_study.paper import PAPER_FIGURES, paper_figures, reference_dirs
-from crossover_study.paths import REPO_ROOT
 
 #: Files a reference run keeps (globs relative to the study's results folder).
 REFERENCE_FILES: tuple[str, ...] = (

@@ -26,7 +26,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from crossover_study.paths import LOCK, REPO_ROOT, pins
+from crossover_study.core.paths import LOCK, REPO_ROOT, pins
 
 BUNDLE_DIR = REPO_ROOT / ".gpu-bundle"
 BUNDLE_RECORD = "bundle.json"
@@ -205,7 +205,7 @@ def stamp(bundle: str | Path = BUNDLE_DIR) -> dict:
     machine's copy has no ``.git``; the reference run records this commit as the one
     its code came from). ``make gpu-bundle`` and the rehearsal call it right before the
     tree travels. Returns the updated record; raises BundleError without a bundle."""
-    from crossover_study.provenance import git_state  # imports yaml: only where the bundle is made
+    from crossover_study.core.origin import git_state  # imports yaml: only where the bundle is made
 
     record = load_record(bundle)
     commit, dirty = git_state(REPO_ROOT)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from crossover_study.host_load import cpus_others, faults_per_step, host_sample
+from crossover_study.core.host_load import cpus_others, faults_per_step, host_sample
 from crossover_study.study_points import TimingPolicy
 
 

@@ -53,8 +53,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from crossover_study.core.files import MANIFEST_NAME
+from crossover_study.core.origin import git_state
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.figure_files import FIGURE_FORMATS, figure_sources
-from crossover_study.files import MANIFEST_NAME
 from crossover_study.manifest_inputs import (
     code_files,
     data_files,
@@ -63,8 +65,6 @@ from crossover_study.manifest_inputs import (
     plugin_files,
     reference_source_name,
 )
-from crossover_study.paths import REPO_ROOT
-from crossover_study.provenance import git_state
 from crossover_study.study_points import measurement_hash
 from crossover_study.tables import read_csv_text
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from crossover_study import cases
-from crossover_study.files import sha256_file
-from crossover_study.paths import LOCK, REPO_ROOT, pins
+from crossover_study.core.files import sha256_file
+from crossover_study.core.paths import LOCK, REPO_ROOT, pins
 
 #: Code whose hash is recorded: glob patterns relative to the repository root.
 CODE_PATTERNS: tuple[str, ...] = (

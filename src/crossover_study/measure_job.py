@@ -21,9 +21,9 @@ from pathlib import Path
 
 from crossover_study import config as study_config
 from crossover_study import study_points
+from crossover_study.core.progress import job_line
 from crossover_study.journal import JournalBusy, hold
 from crossover_study.probe import probe_record, write_probe
-from crossover_study.progress import job_line
 from crossover_study.rates_job import read_rates
 from crossover_study.runner import GroupSpec, run_group
 
@@ -48,8 +48,8 @@ def measure_job(
 
     Writes the job's table ``out_csv`` (atomically), appends every line it logs to
     ``log_path`` (and passes it to ``echo`` when given, e.g. a printer of the progress
-    lines, :func:`crossover_study.progress.for_terminal`: the job's first line and one
-    per point, :mod:`crossover_study.progress`), sends
+    lines, :func:`crossover_study.core.progress.for_terminal`: the job's first line and one
+    per point, :mod:`crossover_study.core.progress`), sends
     what the measurement writes to ``sys.stderr`` there too (a failed point's whole
     traceback: :func:`crossover_study.point_measure.measure_point`), and
     writes the probe record ``out_probe`` also when the job fails (copied into the log:

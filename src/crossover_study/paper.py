@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crossover_study.files import PAPER_DIR, REFERENCE_DIR, sha256_file
+from crossover_study.core.files import PAPER_DIR, REFERENCE_DIR, sha256_file
 
 if TYPE_CHECKING:
     import pandas as pd

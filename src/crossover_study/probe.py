@@ -24,7 +24,7 @@ Version 3 added the environment the job ran in (:func:`installed_packages`):
 ``requirements.lock`` that this Python finds (``importlib.metadata``; missing ones left
 out), TensorFlow under the name an env installs it by (``tensorflow`` where the lock has
 ``tensorflow-cpu``) and ``python`` (this interpreter's version); ``python_executable``
-(:func:`crossover_study.paths.portable_path`: relative to the working directory or the
+(:func:`crossover_study.core.paths.portable_path`: relative to the working directory or the
 repository, e.g. ``.snakemake/conda/<hash>/bin/python`` under ``--sdm conda``, never
 the machine's absolute path);
 and ``packages_outside_prefix``, the recorded packages whose metadata lies outside
@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from crossover_study import device_probe, frameworks, gpu_state
-from crossover_study.paths import REPO_ROOT, pins, portable_path
+from crossover_study.core.paths import REPO_ROOT, pins, portable_path
 
 #: Format version of the record; bump it when a key changes meaning.
 PROBE_VERSION = 3

@@ -43,12 +43,7 @@ from crossover_study.applicability import (
     case_kind,
     require,
 )
-from crossover_study.spec import (
-    DEVICES,
-    FRAMEWORKS,
-    REPLICA_VARIANTS,
-    VARIANTS,
-)
+from crossover_study.spec import DEVICES, FRAMEWORKS, REPLICA_VARIANTS, VARIANTS
 
 __all__ = [
     "EXECUTION_VARIANTS",

@@ -39,10 +39,10 @@ import tempfile
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
-from crossover_study.files import MANIFEST_NAME, REFERENCE_DIR, sha256_file
+from crossover_study.core.files import MANIFEST_NAME, REFERENCE_DIR, sha256_file
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.freeze import freeze
 from crossover_study.manifest import load_manifest
-from crossover_study.paths import REPO_ROOT
 from crossover_study.reference_jobs import slug
 
 

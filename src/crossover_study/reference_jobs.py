@@ -14,7 +14,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from crossover_study.progress import POINT_LINE
+from crossover_study.core.progress import POINT_LINE
 
 #: Order of the jobs when the deadline may cut the run short: a case's accelerator and
 #: CPU jobs together (a crossover needs both), cases by what the GPU run is checked
@@ -139,10 +139,10 @@ def write_unstarted(points, paths: dict, config_hash: str, threads: int, why: st
     ``unavailable`` with ``why`` (``not_applicable`` where the variant does not exist in
     the framework, as the runner decides), written by this process, whose probe record
     says ``job_started: false``."""
-    from crossover_study.files import write_csv_atomic
+    from crossover_study.core.files import write_csv_atomic
+    from crossover_study.core.origin import placement, table_columns
     from crossover_study.probe import probe_record, write_probe
     from crossover_study.programs import program_or_none
-    from crossover_study.provenance import placement, table_columns
     from crossover_study.runner import framework_mismatch
 
     now = datetime.now(UTC).isoformat(timespec="seconds")

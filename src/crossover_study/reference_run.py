@@ -49,13 +49,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from crossover_study import gpu_bundle
-from crossover_study.paths import REPO_ROOT, portable_path
-from crossover_study.reference_finish import (
-    RUNNER_RECORD,
-    finish,
-    finish_partial,
-    pack,
-)
+from crossover_study.core.paths import REPO_ROOT, portable_path
+from crossover_study.reference_finish import RUNNER_RECORD, finish, finish_partial, pack
 from crossover_study.reference_jobs import (
     Progress,
     job_command,
@@ -221,8 +216,8 @@ def run(
 
     from crossover_study import config as study_config
     from crossover_study import study_points
+    from crossover_study.core.origin import GIT_ENV, git_state
     from crossover_study.journal import MAX_ATTEMPTS
-    from crossover_study.provenance import GIT_ENV, git_state
     from crossover_study.workloads.torch_base import compile_toolchain_missing
 
     config = study_config.load_config(study)  # a bad study stops here, nothing measured

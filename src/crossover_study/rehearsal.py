@@ -34,7 +34,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from crossover_study import gpu_bundle, paths
+from crossover_study import gpu_bundle
+from crossover_study.core import paths
 from crossover_study.reference_finish import ARCHIVE_LIMIT_BYTES
 
 REPO_ROOT = paths.REPO_ROOT

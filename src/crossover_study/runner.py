@@ -26,24 +26,17 @@ from pathlib import Path
 
 import psutil
 
-from crossover_study import (
-    cases,
-    device_probe,
-    errors,
-    frameworks,
-    gpu_state,
-    precision,
-    provenance,
-    step_rates,
-)
+from crossover_study import cases, device_probe, frameworks, gpu_state, precision, step_rates
 from crossover_study.applicability import NotApplicable
-from crossover_study.files import write_csv_atomic
+from crossover_study.core import errors
+from crossover_study.core import origin as provenance
+from crossover_study.core.files import write_csv_atomic
+from crossover_study.core.origin import git_state, placement
+from crossover_study.core.progress import point_line
 from crossover_study.journal import MAX_ATTEMPTS, Journal, hold, json_default
 from crossover_study.point_measure import deadline_row, measure_point
 from crossover_study.probe import check_cpus_given
 from crossover_study.programs import not_applicable_reason, program_or_none
-from crossover_study.progress import point_line
-from crossover_study.provenance import git_state, placement
 from crossover_study.spec import PointSpec, timings_columns
 from crossover_study.study_points import TimingPolicy, logical_cpus
 from crossover_study.watchdog import (

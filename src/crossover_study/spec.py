@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from crossover_study import cases as case_registry
-from crossover_study.provenance import table_columns
+from crossover_study.core.origin import table_columns
 
 FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow")
 #: Device classes. ``cpu`` is the baseline; every other class is an accelerator:

@@ -90,7 +90,7 @@ def _faults_per_call(run: Callable[[int], None], sync: Callable[[], None]) -> fl
     where the OS counts none): what a replay's calls faulted in, so that the model
     prices only the step's other faults (a product or element-wise call whose output
     is 32 MiB or more is mmapped afresh every call, in the step as in its replay)."""
-    from crossover_study.host_load import minor_faults
+    from crossover_study.core.host_load import minor_faults
 
     before = minor_faults()
     run(FAULT_CALLS)

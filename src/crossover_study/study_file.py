@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from crossover_study.paths import shown_path
+from crossover_study.core.paths import shown_path
 
 
 class ConfigError(ValueError):

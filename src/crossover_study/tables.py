@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from crossover_study.files import write_csv_atomic
+from crossover_study.core.files import write_csv_atomic
+from crossover_study.core.origin import SCHEMAS, table_columns
 from crossover_study.point_runs import merge_repeats
-from crossover_study.provenance import SCHEMAS, table_columns
 from crossover_study.spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
 from crossover_study.step_columns import model_columns
 from crossover_study.study_points import TimingPolicy

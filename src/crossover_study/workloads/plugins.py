@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from crossover_study.cases import Case
-from crossover_study.files import sha256_file
+from crossover_study.core.files import sha256_file
 
 _loaded: dict[tuple[str, str], object] = {}
 

@@ -18,13 +18,11 @@ import tensorflow as tf
 from tensorflow import keras
 
 from crossover_study.applicability import case_kind, require
-from crossover_study.errors import DeviceMissingError
+from crossover_study.core.errors import DeviceMissingError
 from crossover_study.workloads import data, replica_batches
 from crossover_study.workloads.tf_base import SeedFit, tf_function_traces
 from crossover_study.workloads.tf_cases import lstm_regressor
-from crossover_study.workloads.tf_strategy_step import (
-    StrategyWorkload,
-)
+from crossover_study.workloads.tf_strategy_step import StrategyWorkload
 
 __all__ = [
     "MirroredFitWorkload",
@@ -46,7 +44,7 @@ def _replica_strategy(variant: str, device: str, replicas: int):
     (``cuda_multi``) or logical CPU devices (``cpu``) for ``variant``'s point.
 
     Raises RuntimeError when fewer logical CPU devices exist than replicas;
-    :class:`~crossover_study.errors.DeviceMissingError` when fewer GPUs are visible."""
+    :class:`~crossover_study.core.errors.DeviceMissingError` when fewer GPUs are visible."""
     if device == "cuda_multi":
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) < replicas:
@@ -82,7 +80,7 @@ def mirrored_workload(
 
     Raises NotApplicable for cases without replicas (s000, s002) or a batch strong
     scaling cannot split; RuntimeError when fewer logical CPU devices exist than
-    replicas; :class:`~crossover_study.errors.DeviceMissingError` when fewer GPUs are visible.
+    replicas; :class:`~crossover_study.core.errors.DeviceMissingError` when fewer GPUs are visible.
     """
     return _on_replicas(
         "mirrored", StrategyWorkload, case, device, sizes, replicas, scaling, threads, seed
@@ -216,7 +214,7 @@ def mirrored_fit_workload(
 
     Raises NotApplicable for cases without replicas (s000, s002), a case whose seed is
     not Keras fit (s001), or a batch strong scaling cannot split; RuntimeError when
-    fewer logical CPU devices exist than replicas; :class:`~crossover_study.errors.DeviceMissingError`
+    fewer logical CPU devices exist than replicas; :class:`~crossover_study.core.errors.DeviceMissingError`
     when fewer GPUs are visible.
     """
     return _on_replicas(

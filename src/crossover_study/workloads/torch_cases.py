@@ -21,10 +21,7 @@ import torch
 from torch import nn
 
 from crossover_study.workloads import data
-from crossover_study.workloads.torch_base import (
-    _glorot,
-    _TorchWorkload,
-)
+from crossover_study.workloads.torch_base import _glorot, _TorchWorkload
 
 __all__ = [
     "HJB",

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-#: The repository root (this file is src/crossover_study/paths.py).
-REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The repository root (this file is src/crossover_study/core/paths.py).
+REPO_ROOT = Path(__file__).resolve().parents[3]
 #: The lock file: every package of the study, pinned (``name==version`` lines).
 LOCK = REPO_ROOT / "requirements.lock"
 

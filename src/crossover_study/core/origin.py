@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from crossover_study.paths import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 
 SCHEMAS = REPO_ROOT / "workflow" / "schemas"
 
