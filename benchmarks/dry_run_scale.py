@@ -38,8 +38,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from crossover_study import config as study_config  # noqa: E402
-from crossover_study import study_points  # noqa: E402
+from crossover_study.study import config as study_config  # noqa: E402
+from crossover_study.study import points as study_points  # noqa: E402
 
 #: The plan's goal for 100 000 points, seconds (issue 36).
 GOAL_S = 60.0

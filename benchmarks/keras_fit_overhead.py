@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from crossover_study import frameworks  # noqa: E402
 from crossover_study.harness import measure  # noqa: E402
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
 
 #: The study's default timing policy (config/config.yaml, section timing), with room
 #: for five blocks of a 3-second epoch.

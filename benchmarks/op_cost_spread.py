@@ -57,9 +57,9 @@ def _row(
 
     from crossover_study import step_rates
     from crossover_study.point_measure import measure_point
-    from crossover_study.programs import program_of
-    from crossover_study.spec import PointSpec
-    from crossover_study.study_points import TimingPolicy
+    from crossover_study.study.points import TimingPolicy
+    from crossover_study.study.programs import program_of
+    from crossover_study.study.spec import PointSpec
 
     point = PointSpec(case, framework, "cpu", "eager", sizes)
     policy = TimingPolicy(min_block_s=0.05, n_blocks=5, max_warmup_s=1.0, sync_check_s=sync_check_s)

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from crossover_study import cases
 from crossover_study.core.paths import REPO_ROOT
+from crossover_study.study import cases
 
 # The tests assert what a machine without a usable GPU records (cuda rows unavailable,
 # empty GPU lists in the probes). On a machine with a GPU, the GPU is hidden from the
@@ -40,7 +40,7 @@ def _seeds_only_registry():
 def own_models():
     """The validated config of config/studies/own-models.yaml, its two plug-in cases
     (examples/digits_cnn.py, examples/digits_keras_fit.py) in the registry."""
-    from crossover_study.config import load_config
+    from crossover_study.study.config import load_config
 
     return load_config(OWN_MODELS)
 

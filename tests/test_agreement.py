@@ -10,7 +10,7 @@ from crossover_study import agreement as agreement_module
 from crossover_study import frameworks
 from crossover_study.agreement import Agreement, agreement, ratio_interval
 from crossover_study.harness import Measurement
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
 
 
 @pytest.mark.slow

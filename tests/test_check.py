@@ -78,7 +78,7 @@ def test_devices_present_from_the_gpu_snapshot():
 
 
 def test_default_variants_are_those_that_apply(tmp_path):
-    from crossover_study import config as study_config
+    from crossover_study.study import config as study_config
 
     raw = {
         "study": "t",

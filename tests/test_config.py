@@ -4,12 +4,10 @@ import copy
 
 import pytest
 
-from crossover_study import study_points
-from crossover_study.config import load_config, validate_config
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.spec import config_hash
-from crossover_study.study_file import ConfigError
-from crossover_study.study_points import (
+from crossover_study.study import points as study_points
+from crossover_study.study.config import load_config, validate_config
+from crossover_study.study.points import (
     batches,
     case_sizes,
     groups,
@@ -17,6 +15,8 @@ from crossover_study.study_points import (
     points,
     split_batches,
 )
+from crossover_study.study.spec import config_hash
+from crossover_study.study.study_file import ConfigError
 
 GOOD = {
     "study": "t",

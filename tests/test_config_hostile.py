@@ -15,17 +15,18 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crossover_study import cli, study_points
-from crossover_study.config import load_config, validate_config
+from crossover_study import cli
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.study_file import (
+from crossover_study.study import points as study_points
+from crossover_study.study.config import load_config, validate_config
+from crossover_study.study.points import measure_jobs
+from crossover_study.study.study_file import (
     ConfigError,
     check_config_files,
     check_threads,
     local_cores,
     read_yaml,
 )
-from crossover_study.study_points import measure_jobs
 
 GOOD = {
     "study": "t",

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.spec import DEVICES, FRAMEWORKS
-from crossover_study.study_points import MEASURE_ENVS, measure_env
+from crossover_study.study.points import MEASURE_ENVS, measure_env
+from crossover_study.study.spec import DEVICES, FRAMEWORKS
 
 ENVS = REPO_ROOT / "envs"
 #: conda-forge or PyPI name -> name in requirements.lock, where they differ. The CUDA

@@ -42,7 +42,7 @@ from crossover_study import (
     figures,
 )
 from crossover_study.answers import answer_sentence
-from crossover_study.cases import SEEDS
+from crossover_study.study.cases import SEEDS
 
 SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
 SIZE_COLUMNS = tuple(dict.fromkeys(a for case in SEEDS.values() for a in case.axes))

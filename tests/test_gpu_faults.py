@@ -20,8 +20,8 @@ from crossover_study import device_probe, frameworks, point_measure, runner
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.journal import Journal
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec
 from crossover_study.workloads import torch_base, torch_cases
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}

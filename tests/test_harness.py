@@ -6,7 +6,7 @@ import os
 import pytest
 
 from crossover_study.harness import Measurement, measure
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
 
 
 class FakeClock:

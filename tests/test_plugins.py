@@ -16,14 +16,15 @@ import pytest
 import yaml
 from conftest import OWN_MODELS, SNAKEMAKE
 
-from crossover_study import cases, programs, study_points
-from crossover_study.config import validate_config
 from crossover_study.core import files
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec, size_columns
-from crossover_study.study_file import ConfigError
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study import cases, programs
+from crossover_study.study import points as study_points
+from crossover_study.study.config import validate_config
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec, size_columns
+from crossover_study.study.study_file import ConfigError
 from crossover_study.tables import TableError, read_job_tables, validate_timings
 
 FAST = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1, sync_check_s=0)
@@ -417,7 +418,7 @@ def test_tables_of_format_1_read_the_seeds_axes():
 
 
 def test_plugin_modules_import_neither_framework():
-    code = "import sys; import crossover_study.plugin, crossover_study.cases; "
+    code = "import sys; import crossover_study.plugin, crossover_study.study.cases; "
     code += "print('torch' in sys.modules, 'tensorflow' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code],

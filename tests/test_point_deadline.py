@@ -16,8 +16,8 @@ from crossover_study.core.paths import REPO_ROOT
 from crossover_study.journal import Journal
 from crossover_study.measure_job import measure_job
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec
 
 SEED = {"batch": 64, "d_in": 1024}
 POLICY = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1)
@@ -114,7 +114,7 @@ sys.path.insert(0, {src!r})
 from crossover_study import frameworks
 from crossover_study.harness import TimingPolicy
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.study.spec import PointSpec
 
 real = frameworks.workload_class("torch", "s001-mlp")
 libc = ctypes.PyDLL(None)  # PyDLL: the call keeps the GIL

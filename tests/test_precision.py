@@ -9,8 +9,8 @@ from crossover_study.core.origin import table_columns
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.crossover import crossover_table
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import VARIANTS, PointSpec
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import VARIANTS, PointSpec
 from crossover_study.tables import collect_timings
 
 SMALL = {"batch": 16, "d_in": 32, "hidden": 8}
@@ -147,7 +147,7 @@ def test_tf32_context_turns_tf32_on_and_restores_what_it_found(framework, found)
 def test_a_tf32_point_does_not_leak_into_the_next_point(framework, tmp_path, monkeypatch):
     # No GPU here: let the tf32 variant run on the CPU (its applicability check off) to
     # see the runner's context around a point that really runs, then an eager point.
-    from crossover_study import applicability
+    from crossover_study.study import applicability
 
     rules = tuple(r for r in applicability.RULES if r.name != "tf32")
     monkeypatch.setattr(applicability, "RULES", rules)

@@ -28,8 +28,8 @@ from crossover_study.probe import (
     write_probe,
 )
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
 

@@ -10,15 +10,17 @@ import math
 import pandas as pd
 import pytest
 
-from crossover_study import applicability, cases, figure_draw, frameworks, programs
+from crossover_study import figure_draw, frameworks
 from crossover_study.answers import answer_sentence, program_legend
-from crossover_study.applicability import NotApplicable
-from crossover_study.cases import SEEDS
-from crossover_study.config import validate_config
 from crossover_study.core import errors
 from crossover_study.crossover import crossover_table
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import (
+from crossover_study.study import applicability, cases, programs
+from crossover_study.study.applicability import NotApplicable
+from crossover_study.study.cases import SEEDS
+from crossover_study.study.config import validate_config
+from crossover_study.study.points import TimingPolicy, points
+from crossover_study.study.spec import (
     ACCELERATORS,
     DEVICES,
     FRAMEWORKS,
@@ -26,8 +28,7 @@ from crossover_study.spec import (
     PointSpec,
     tpu_global_batch,
 )
-from crossover_study.study_file import ConfigError
-from crossover_study.study_points import TimingPolicy, points
+from crossover_study.study.study_file import ConfigError
 from crossover_study.workloads import Unavailable
 
 CASES = tuple(SEEDS)  # the seed cases, from the registry

@@ -27,7 +27,6 @@ from conftest import (
 )
 
 from crossover_study import audit, figure_files, figures, freeze, paper
-from crossover_study.config import validate_config
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.environments import (
@@ -37,8 +36,9 @@ from crossover_study.environments import (
 )
 from crossover_study.manifest import load_manifest
 from crossover_study.manifest_inputs import code_files, file_record, package_versions
-from crossover_study.study_file import ConfigError
-from crossover_study.study_points import measurement_hash
+from crossover_study.study.config import validate_config
+from crossover_study.study.points import measurement_hash
+from crossover_study.study.study_file import ConfigError
 
 REFERENCE_RUNS = paper.reference_dirs(REPO_ROOT / "results" / "reference")
 

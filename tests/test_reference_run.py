@@ -185,8 +185,8 @@ def test_jobs_past_the_deadline_are_not_started_and_their_rows_say_so(tmp_path):
 def test_points_past_the_deadline_inside_a_job_are_unavailable_rows(tmp_path, monkeypatch):
     from crossover_study import frameworks
     from crossover_study.runner import GroupSpec, run_group
-    from crossover_study.spec import PointSpec
-    from crossover_study.study_points import TimingPolicy
+    from crossover_study.study.points import TimingPolicy
+    from crossover_study.study.spec import PointSpec
 
     initialised = []
     monkeypatch.setattr(

@@ -27,18 +27,16 @@ from crossover_study import (
     point_measure,
     runner,
 )
-from crossover_study.applicability import NotApplicable
-from crossover_study.cases import SEEDS
-from crossover_study.config import validate_config
 from crossover_study.core import errors
 from crossover_study.core import origin as provenance
 from crossover_study.core.origin import table_columns
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.harness import measure
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec, without_replicas
-from crossover_study.study_file import ConfigError
-from crossover_study.study_points import (
+from crossover_study.study.applicability import NotApplicable
+from crossover_study.study.cases import SEEDS
+from crossover_study.study.config import validate_config
+from crossover_study.study.points import (
     TimingPolicy,
     batches,
     job_gpu_resources,
@@ -46,6 +44,8 @@ from crossover_study.study_points import (
     measure_jobs,
     points,
 )
+from crossover_study.study.spec import PointSpec, without_replicas
+from crossover_study.study.study_file import ConfigError
 from crossover_study.workloads import ddp_rank
 
 SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
@@ -465,7 +465,7 @@ import json, sys
 sys.path.insert(0, {src!r})
 from crossover_study.harness import TimingPolicy
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.study.spec import PointSpec
 from crossover_study import frameworks
 seed = {{"batch": 32, "units": 8, "seq_len": 5}}
 mlp = {{"batch": 64, "d_in": 1024, "hidden": 128}}
@@ -551,7 +551,7 @@ def test_mirrored_fit_points_jobs_and_reasons():
 
 
 def test_default_study_measures_mirrored_fit_for_s004_only():
-    from crossover_study.config import load_config
+    from crossover_study.study.config import load_config
 
     config = load_config(REPO_ROOT / "config" / "config.yaml")
     assert "mirrored_fit" in config["replication"]["variants"]
@@ -572,7 +572,7 @@ import json, sys
 sys.path.insert(0, {src!r})
 from crossover_study.harness import TimingPolicy
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.study.spec import PointSpec
 # Tiny LSTM; batch 400 makes s004's data set (1 198 windows) 3 global batches per epoch
 # (2 at weak scaling's global batch of 800).
 lstm = {{"batch": 400, "units": 8, "seq_len": 5}}

@@ -16,8 +16,8 @@ from crossover_study.core.origin import table_columns
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.journal import Journal
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
 
@@ -251,7 +251,7 @@ sys.path.insert(0, {src!r})
 from crossover_study import runner
 from crossover_study.harness import TimingPolicy
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.study.spec import PointSpec
 
 def crash(*_):  # a step that crashes its process (a segfault in a C extension)
     os.kill(os.getpid(), signal.SIGSEGV)
@@ -290,7 +290,7 @@ import sys
 sys.path.insert(0, {src!r})
 from crossover_study.harness import TimingPolicy
 from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.study.spec import PointSpec
 seed = {{"batch": 64, "d_in": 1024}}
 pts = tuple(PointSpec("s001-mlp", "torch", "cpu", "eager", {{**seed, "hidden": h}}) for h in (64, 128, 256, 512))
 policy = TimingPolicy(min_block_s=0.2, n_blocks=5, max_warmup_s=0.3)

@@ -26,9 +26,9 @@ import pytest
 import yaml
 
 from crossover_study import frameworks
-from crossover_study.config import load_config
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.study_points import measure_jobs
+from crossover_study.study.config import load_config
+from crossover_study.study.points import measure_jobs
 
 pytestmark = pytest.mark.slurm
 

@@ -20,7 +20,7 @@ from crossover_study import (
     step_replay,
     step_timing,
 )
-from crossover_study.spec import PointSpec
+from crossover_study.study.spec import PointSpec
 
 
 @pytest.fixture(autouse=True)
@@ -176,7 +176,7 @@ def test_a_program_the_counters_cannot_follow_keeps_its_row(capsys):
 def test_counting_runs_after_the_timed_blocks(monkeypatch):
     """measure_point counts only once the harness has returned its measurement."""
     from crossover_study import point_measure
-    from crossover_study.study_points import TimingPolicy
+    from crossover_study.study.points import TimingPolicy
 
     events = []
     real_measure = harness.measure
@@ -236,7 +236,7 @@ def test_a_counted_point_times_no_rates_and_says_what_it_paid(framework, monkeyp
     common columns, runner): measure_point never times the op costs or Keras fit's costs
     again, and says in count_s and replay_s what its count and its replays took."""
     from crossover_study import frameworks, point_measure
-    from crossover_study.study_points import TimingPolicy
+    from crossover_study.study.points import TimingPolicy
 
     frameworks.import_framework(framework, "cpu", 1)
 

@@ -91,7 +91,7 @@ import numpy as np
 
 from crossover_study import device_probe, frameworks
 from crossover_study.harness import measure
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
 
 #: Points of the agreement check: s001-mlp at three hidden widths (seed D_in and N) and
 #: s000-hjb at its seed size.

@@ -18,10 +18,10 @@ from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_size
 from crossover_study.answer_rows import seed_rows, to_number
 from crossover_study.core.progress import format_seconds
 from crossover_study.crossover import cpu_side, crossover_size
-from crossover_study.programs import KERAS_FIT_PROGRAMS
-from crossover_study.spec import ACCELERATORS, row_axes, select_rows, synced
 from crossover_study.step_columns import fit_parts
 from crossover_study.step_model import TERM_COLUMNS
+from crossover_study.study.programs import KERAS_FIT_PROGRAMS
+from crossover_study.study.spec import ACCELERATORS, row_axes, select_rows, synced
 
 #: Devices in the order a "why" clause names them.
 DEVICE_ORDER = ("cpu", *ACCELERATORS)

@@ -12,7 +12,7 @@ import pandas as pd
 from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_count, fmt_ratio, fmt_size
 from crossover_study.answer_rows import flag_text, seed_rows, to_number
 from crossover_study.core.progress import format_seconds
-from crossover_study.spec import ACCELERATORS, FRAMEWORKS, synced
+from crossover_study.study.spec import ACCELERATORS, FRAMEWORKS, synced
 
 #: A variant must be this much faster than eager to be called a remedy: the noise
 #: threshold of STUDY.md item 4 (IQR/median 0.1), so noise is not sold as a speed-up.

@@ -12,7 +12,7 @@ import pandas as pd
 from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_ratio
 from crossover_study.answer_rows import replica_times, to_number
 from crossover_study.core.progress import format_seconds
-from crossover_study.spec import ACCELERATORS
+from crossover_study.study.spec import ACCELERATORS
 
 #: The two TensorFlow replica programs the replica sentence compares: the seed's Keras
 #: ``fit`` under MirroredStrategy and the lean custom step under the same strategy.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study.spec import select_rows, truthy
+from crossover_study.study.spec import select_rows, truthy
 
 
 def to_number(value) -> float | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study import cases
 from crossover_study.answer_format import (
     DEVICE_NAMES,
     EN_DASH,
@@ -32,9 +31,10 @@ from crossover_study.answer_rows import (
     verdict_at_seed,
 )
 from crossover_study.core.progress import format_seconds
-from crossover_study.programs import PROGRAMS, program_column, program_of_rows
-from crossover_study.programs import cpu_rows as same_program_cpu_rows
-from crossover_study.spec import (
+from crossover_study.study import cases
+from crossover_study.study.programs import PROGRAMS, program_column, program_of_rows
+from crossover_study.study.programs import cpu_rows as same_program_cpu_rows
+from crossover_study.study.spec import (
     ACCELERATORS,
     FRAMEWORKS,
     case_axes,

@@ -46,7 +46,6 @@ import base64
 import sys
 from pathlib import Path
 
-from crossover_study import cases as case_registry
 from crossover_study.audit_hashes import (
     Layout,
     check_crate,
@@ -67,6 +66,7 @@ from crossover_study.audit_stages import (
 from crossover_study.core.files import MANIFEST_NAME, sha256_file
 from crossover_study.manifest import load_manifest
 from crossover_study.paper import PAPER_FIGURES, reference_dirs
+from crossover_study.study import cases as case_registry
 
 __all__ = [
     "audit",

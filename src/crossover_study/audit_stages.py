@@ -27,8 +27,8 @@ from crossover_study.audit_report import MAX_ROWS, AuditReport, clipped
 from crossover_study.core.files import sha256_file
 from crossover_study.core.origin import table_columns
 from crossover_study.paper import paper_figures
-from crossover_study.spec import POINT_COLUMNS, size_columns
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import POINT_COLUMNS, size_columns
 
 
 def _id_columns(table) -> list[str]:

@@ -42,9 +42,6 @@ from pathlib import Path
 
 import yaml
 
-from crossover_study import cases, study_file, study_points
-from crossover_study import config as study_config
-from crossover_study.applicability import applicability, case_kind
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.core.progress import for_terminal
 from crossover_study.reference_jobs import (
@@ -56,7 +53,17 @@ from crossover_study.reference_jobs import (
     write_benchmark,
     write_unstarted,
 )
-from crossover_study.spec import DEVICES, FRAMEWORKS, PLUGIN_VARIANTS, REPLICA_VARIANTS, VARIANTS
+from crossover_study.study import cases, study_file
+from crossover_study.study import config as study_config
+from crossover_study.study import points as study_points
+from crossover_study.study.applicability import applicability, case_kind
+from crossover_study.study.spec import (
+    DEVICES,
+    FRAMEWORKS,
+    PLUGIN_VARIANTS,
+    REPLICA_VARIANTS,
+    VARIANTS,
+)
 
 #: The timing of ``--quick`` (tests, a first look): 3 short blocks, little warm-up, no
 #: block-length check. Without ``--quick`` the study's defaults (the schema's) apply.

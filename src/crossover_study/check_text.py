@@ -28,8 +28,8 @@ from crossover_study.answers import answer_sentence, prediction_text
 from crossover_study.core.files import REFERENCE_DIR as REFERENCE_RUNS
 from crossover_study.core.paths import REPO_ROOT, shown_path
 from crossover_study.core.progress import format_seconds
-from crossover_study.spec import DEVICES, seed_sizes, select_rows, synced
 from crossover_study.step_reference import predict_references
+from crossover_study.study.spec import DEVICES, seed_sizes, select_rows, synced
 
 #: Where the committed reference runs are (their ``timings.csv`` price predictions).
 REFERENCE_DIR = REPO_ROOT / REFERENCE_RUNS

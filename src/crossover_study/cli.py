@@ -79,8 +79,8 @@ def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
     """Check study files as the workflow will, before Snakemake reads them (its own
     YAML error names no file or line): a syntax error or a key given twice as
     ``FILE:LINE:COLUMN: ...``, then the schema, the cases' plug-ins and the plan of
-    points and jobs (:func:`crossover_study.config.load_config`,
-    :func:`crossover_study.study_points.measure_jobs`). Prints one line per file (errors on
+    points and jobs (:func:`crossover_study.study.config.load_config`,
+    :func:`crossover_study.study.points.measure_jobs`). Prints one line per file (errors on
     stderr; ``quiet``: errors only); returns 0 when every file is valid, else 1."""
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -88,9 +88,9 @@ def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
     )
     parser.add_argument("files", nargs="+", metavar="STUDY_FILE")
     args = parser.parse_args(argv)
-    study_config = importlib.import_module(f"{__package__}.config")
-    study_file = importlib.import_module(f"{__package__}.study_file")
-    study_points = importlib.import_module(f"{__package__}.study_points")
+    study_config = importlib.import_module(f"{__package__}.study.config")
+    study_file = importlib.import_module(f"{__package__}.study.study_file")
+    study_points = importlib.import_module(f"{__package__}.study.points")
     status = 0
     for path in args.files:
         try:

@@ -52,7 +52,6 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from crossover_study import cases as case_registry
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.crate_files import (
     CODE_DIR,
@@ -64,6 +63,7 @@ from crossover_study.crate_files import (
 )
 from crossover_study.manifest import write_json
 from crossover_study.manifest_inputs import file_record
+from crossover_study.study import cases as case_registry
 
 #: The public names, those of :mod:`crossover_study.crate_files` included (callers
 #: import them from here).

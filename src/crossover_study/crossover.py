@@ -44,13 +44,13 @@ import pandas as pd
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import table_columns
 from crossover_study.point_runs import resample_medians, row_runs
-from crossover_study.programs import (
+from crossover_study.study.programs import (
     cpu_rows,
     no_cpu_program_reason,
     program_column,
     program_of_rows,
 )
-from crossover_study.spec import (
+from crossover_study.study.spec import (
     ACCELERATORS,
     case_axes,
     seed_sizes,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study.spec import size_columns
+from crossover_study.study.spec import size_columns
 
 #: What one curve is drawn from.
 CURVE_COLUMNS: tuple[str, ...] = ("case", "framework", "device", "variant", "timing")

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from crossover_study.spec import (
+from crossover_study.study.spec import (
     DEVICES,
     FRAMEWORKS,
     case_axes,

@@ -33,7 +33,7 @@ from crossover_study.figure_style import (
     fmt_size,
     palette,
 )
-from crossover_study.spec import DEVICES
+from crossover_study.study.spec import DEVICES
 
 __all__ = [
     "empty_axes",
@@ -118,7 +118,7 @@ def speedup_heatmap(
         framework in ``spec.FRAMEWORKS`` order with rows, and ``eager`` when present.
 
     The CPU side runs the same training program as the accelerator
-    (:func:`crossover_study.programs.cpu_rows`: the same variant, else the CPU's eager
+    (:func:`crossover_study.study.programs.cpu_rows`: the same variant, else the CPU's eager
     where that is the same program); without such CPU rows no speed-up is drawn.
 
     seaborn's ``heatmap``, ``x_axis`` left to right and ``y_axis`` bottom to top, both

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.figure_data import at_seed, ok_rows, order
-from crossover_study.programs import cpu_rows
-from crossover_study.spec import FRAMEWORKS, case_axes, seed_sizes
+from crossover_study.study.programs import cpu_rows
+from crossover_study.study.spec import FRAMEWORKS, case_axes, seed_sizes
 
 __all__ = ["SpeedupGrid", "grid_axes", "speedup_grid"]
 
@@ -113,7 +113,7 @@ def speedup_grid(
     none, every measured pair of sizes. ``framework`` defaults to the first in
     ``spec.FRAMEWORKS`` order with rows, ``variant`` to ``eager`` when present. The CPU
     side runs the same training program as the accelerator
-    (:func:`crossover_study.programs.cpu_rows`); without such CPU rows there is no
+    (:func:`crossover_study.study.programs.cpu_rows`); without such CPU rows there is no
     speedup (see :class:`SpeedupGrid`). Raises KeyError for an unknown case.
     """
     df = ok_rows(timings, case)

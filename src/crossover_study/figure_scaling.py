@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.figure_data import at_seed
-from crossover_study.spec import REPLICA_VARIANTS, synced, truthy
+from crossover_study.study.spec import REPLICA_VARIANTS, synced, truthy
 
 __all__ = ["ideal_scaling", "scaling_lines", "scaling_table"]
 

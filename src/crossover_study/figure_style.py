@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from crossover_study.spec import DEVICES
+from crossover_study.study.spec import DEVICES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

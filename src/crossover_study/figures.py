@@ -47,7 +47,7 @@ from crossover_study.figure_style import (
     palette,
     variant_dashes,
 )
-from crossover_study.spec import FRAMEWORKS, seed_sizes
+from crossover_study.study.spec import FRAMEWORKS, seed_sizes
 
 __all__ = [
     "CROSS_MACHINE_NOTE",

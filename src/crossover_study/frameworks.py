@@ -282,13 +282,13 @@ def fresh_compile_cache(root: str | None = None) -> str:
 
 def workload_class(framework: str, case: str):
     """The workload class of seed ``case`` in ``framework``: its registered entry point
-    (:mod:`crossover_study.cases`, a ``module:Class`` of the package; imports the
+    (:mod:`crossover_study.study.cases`, a ``module:Class`` of the package; imports the
     framework). Raises KeyError for an unknown case or framework and ValueError for a
     plug-in case (its entry point is built by
     :func:`crossover_study.workloads.plugins.plugin_workload`)."""
     import importlib
 
-    from crossover_study import cases
+    from crossover_study.study import cases
 
     own = cases.get(case)
     if not own.builtin:
@@ -298,10 +298,10 @@ def workload_class(framework: str, case: str):
 
 
 def make_workload(point, threads: int):
-    """The workload that measures ``point`` (a :class:`~crossover_study.spec.PointSpec`)
+    """The workload that measures ``point`` (a :class:`~crossover_study.study.spec.PointSpec`)
     in a job of ``threads`` CPU threads. Imports the framework's workload modules.
 
-    The program comes from the program table (:func:`crossover_study.programs.program_of`,
+    The program comes from the program table (:func:`crossover_study.study.programs.program_of`,
     which raises ``workloads.NotApplicable`` with the reason before anything is built):
 
     - ``ddp_step`` (variant ``ddp``, torch):
@@ -316,28 +316,28 @@ def make_workload(point, threads: int):
       ``OneDeviceStrategy`` on ``cpu`` (``/cpu:0``) and ``cuda`` (``/gpu:0``) and under
       this host's ``TPUStrategy`` on ``tpu``, with the point's global batch (its batch
       rounded to divide over ``tpu_cores``, :meth:`PointSpec.global_batch`);
-    - ``plugin`` (a case of the user's own, :mod:`crossover_study.cases`): what its
+    - ``plugin`` (a case of the user's own, :mod:`crossover_study.study.cases`): what its
       plug-in's entry point builds (:func:`~crossover_study.workloads.plugins.plugin_workload`);
     - any other program: the case's one-device program (:func:`workload_class`).
 
     Raises ``workloads.NotApplicable`` where the point's variant does not apply (the
-    first reason of :func:`crossover_study.applicability.applicability`, in the order
+    first reason of :func:`crossover_study.study.applicability.applicability`, in the order
     of its table: e.g. an ordinary variant of a replicated point, a variant of the other
     framework, a replica variant of a case without replicas, an ordinary point on
     ``cuda_multi``, any variant but ``strategy_step`` on ``tpu``; then the workloads'
     own), and :class:`DeviceMissingError` when fewer GPUs
     are visible than replicas or no TPU is.
     """
-    from crossover_study.applicability import case_kind, require
-    from crossover_study.programs import program_of
-    from crossover_study.spec import REPLICA_VARIANTS
+    from crossover_study.study.applicability import case_kind, require
+    from crossover_study.study.programs import program_of
+    from crossover_study.study.spec import REPLICA_VARIANTS
 
     case, device, sizes = point.case, point.device, dict(point.sizes)
     kind = case_kind(case, point.framework) | ({"replicated"} if point.replicas > 1 else set())
     require(point.variant, point.framework, device, kind, case=case)
     program = program_of(case, point.framework, device, point.variant)
     if program == "plugin":
-        from crossover_study import cases
+        from crossover_study.study import cases
         from crossover_study.workloads.plugins import plugin_workload
 
         return plugin_workload(cases.get(case), point.framework, device, sizes, point.variant)

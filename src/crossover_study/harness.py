@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from crossover_study.core.host_load import cpus_others, faults_per_step, host_sample
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
 
 
 class Workload(Protocol):

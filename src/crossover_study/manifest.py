@@ -65,7 +65,7 @@ from crossover_study.manifest_inputs import (
     plugin_files,
     reference_source_name,
 )
-from crossover_study.study_points import measurement_hash
+from crossover_study.study.points import measurement_hash
 from crossover_study.tables import read_csv_text
 
 #: Version of the manifest's layout; the audit refuses other versions.

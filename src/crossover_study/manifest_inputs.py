@@ -11,9 +11,9 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from crossover_study import cases
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import LOCK, REPO_ROOT, pins
+from crossover_study.study import cases
 
 #: Code whose hash is recorded: glob patterns relative to the repository root.
 CODE_PATTERNS: tuple[str, ...] = (
@@ -111,7 +111,7 @@ def locate_package_file(record: Mapping) -> Path | None:
 
 def plugin_files(config: Mapping) -> list[tuple[str, str, Path]]:
     """(case, framework, absolute path) of the plug-in file of every case of a validated
-    ``config`` that is not a seed (:mod:`crossover_study.cases`), in config order."""
+    ``config`` that is not a seed (:mod:`crossover_study.study.cases`), in config order."""
     found = []
     for name, spec in config.get("cases", {}).items():
         if name in cases.SEEDS or "workload" not in spec:

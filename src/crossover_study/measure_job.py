@@ -19,13 +19,13 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from crossover_study import config as study_config
-from crossover_study import study_points
 from crossover_study.core.progress import job_line
 from crossover_study.journal import JournalBusy, hold
 from crossover_study.probe import probe_record, write_probe
 from crossover_study.rates_job import read_rates
 from crossover_study.runner import GroupSpec, run_group
+from crossover_study.study import config as study_config
+from crossover_study.study import points as study_points
 
 
 def measure_job(

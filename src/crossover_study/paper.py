@@ -91,7 +91,7 @@ def load_reference(path: str | Path) -> ReferenceRun:
 def _ok(run: ReferenceRun, case: str):
     """ok rows of ``case`` in ``run``, every size (:func:`spec.select_rows`: replicated
     rows left out, as the figures drawn from them leave them out)."""
-    from crossover_study.spec import select_rows
+    from crossover_study.study.spec import select_rows
 
     return select_rows(run.timings, case, at_seed=False)
 
@@ -134,7 +134,7 @@ def step_time_figure(runs: Iterable[ReferenceRun], case: str):
     import pandas as pd
 
     from crossover_study import figure_data, figures
-    from crossover_study.spec import case_axes
+    from crossover_study.study.spec import case_axes
 
     runs = [r for r in runs if not _ok(r, case).empty]
     if not runs:
@@ -161,9 +161,9 @@ def speedup_figure(runs: Iterable[ReferenceRun]):
     has no accelerator rows, as its title says). The accelerator is the first of
     ``spec.ACCELERATORS`` with ok rows of the case in that run. Returns the Figure (a
     one-panel note when no run measured a grid)."""
-    from crossover_study import cases as case_registry
     from crossover_study import figure_draw, figure_grid
-    from crossover_study.spec import ACCELERATORS, FRAMEWORKS
+    from crossover_study.study import cases as case_registry
+    from crossover_study.study.spec import ACCELERATORS, FRAMEWORKS
 
     panels = []
     for run in runs:
@@ -197,10 +197,10 @@ def cross_machine_figure(runs: Iterable[ReferenceRun]):
     each labelled with the run's folder name, the device class and its
     ``device_name``. Curves of different runs are never merged and no crossover is
     drawn across them. Cases run in the case registry's order (the seeds first,
-    :func:`crossover_study.cases.names`); a case no run measured has no panel. Returns
+    :func:`crossover_study.study.cases.names`); a case no run measured has no panel. Returns
     the Figure (a one-panel note when no run has ok rows)."""
-    from crossover_study import cases as case_registry
     from crossover_study import figure_data, figures
+    from crossover_study.study import cases as case_registry
 
     runs = list(runs)
     cases = [c for c in case_registry.names() if any(not _ok(r, c).empty for r in runs)]

@@ -18,13 +18,14 @@ import time
 import traceback
 from pathlib import Path
 
-from crossover_study import cases, frameworks, precision, step_counts, step_replay
-from crossover_study.applicability import NotApplicable
+from crossover_study import frameworks, precision, step_counts, step_replay
 from crossover_study.core import errors, paths
 from crossover_study.core.paths import portable_path
 from crossover_study.harness import measure
-from crossover_study.spec import PointSpec
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study import cases
+from crossover_study.study.applicability import NotApplicable
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec
 from crossover_study.watchdog import PointDeadlineExceeded, stopped_where
 from crossover_study.workloads import Unavailable
 

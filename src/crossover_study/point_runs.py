@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from crossover_study.spec import POINT_COLUMNS, size_columns
+from crossover_study.study.spec import POINT_COLUMNS, size_columns
 
 #: Coverage of :func:`prediction_interval`.
 PREDICTION_LEVEL = 0.95
@@ -208,7 +208,7 @@ def merge_repeats(rows: pd.DataFrame, noise_threshold: float) -> pd.DataFrame:
     """One row per point from per-job rows with a ``repeat`` column (typed as the
     timings schema types them: numbers as floats, booleans as bools).
 
-    Rows of one point are those equal in :data:`~crossover_study.spec.POINT_COLUMNS` and
+    Rows of one point are those equal in :data:`~crossover_study.study.spec.POINT_COLUMNS` and
     the size columns. For each point: the ok runs' blocks are pooled
     (``block_step_times_s``, run by run, ``blocks_per_run``), ``step_time_s`` and
     ``step_time_iqr_s`` are their median and interquartile range, ``noisy`` compares the

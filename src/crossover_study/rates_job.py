@@ -30,7 +30,7 @@ from pathlib import Path
 
 from crossover_study import device_probe, frameworks, step_rates
 from crossover_study.probe import check_cpus_given, probe_record, write_probe
-from crossover_study.spec import DEVICES
+from crossover_study.study.spec import DEVICES
 
 #: Version of the rates file's layout.
 RATES_VERSION = 1
@@ -165,8 +165,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             parser.error("give --threads or --config")
         import yaml
 
-        from crossover_study import config as study_config
-        from crossover_study import study_file
+        from crossover_study.study import config as study_config
+        from crossover_study.study import study_file
 
         try:
             config = study_config.validate_config(yaml.safe_load(Path(args.config).read_text()))

@@ -142,8 +142,8 @@ def write_unstarted(points, paths: dict, config_hash: str, threads: int, why: st
     from crossover_study.core.files import write_csv_atomic
     from crossover_study.core.origin import placement, table_columns
     from crossover_study.probe import probe_record, write_probe
-    from crossover_study.programs import program_or_none
     from crossover_study.runner import framework_mismatch
+    from crossover_study.study.programs import program_or_none
 
     now = datetime.now(UTC).isoformat(timespec="seconds")
     rows = []

@@ -214,10 +214,10 @@ def run(
         sys.path.insert(0, str(SRC))
     import yaml
 
-    from crossover_study import config as study_config
-    from crossover_study import study_points
     from crossover_study.core.origin import GIT_ENV, git_state
     from crossover_study.journal import MAX_ATTEMPTS
+    from crossover_study.study import config as study_config
+    from crossover_study.study import points as study_points
     from crossover_study.workloads.torch_base import compile_toolchain_missing
 
     config = study_config.load_config(study)  # a bad study stops here, nothing measured

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crossover_study.spec import POINT_COLUMNS, size_columns
+from crossover_study.study.spec import POINT_COLUMNS, size_columns
 from crossover_study.tables import TableError, read_crossover, read_timings
 
 #: Two runs' step times agree when b/a is within 1 +- this (STUDY.md's noise threshold).
@@ -32,7 +32,7 @@ class RepeatSummary:
     """What two runs share and how well they agree.
 
     ``points``: one row per point measured ok in both runs (columns of
-    :data:`~crossover_study.spec.POINT_COLUMNS`, sizes, ``step_time_a_s``, ``step_time_b_s``, ``ratio`` = b / a,
+    :data:`~crossover_study.study.spec.POINT_COLUMNS`, sizes, ``step_time_a_s``, ``step_time_b_s``, ``ratio`` = b / a,
     ``iqr_overlap``, run a's prediction interval ``pi_low_a_s``/``pi_high_a_s`` and
     ``pi_covers``: whether it holds run b's median, None where run a has no interval,
     i.e. measured its points once). ``crossovers``: one row per crossover found in both runs with
@@ -136,7 +136,7 @@ def compare_runs(
 ) -> RepeatSummary:
     """Compare two runs' ``timings.csv`` (and ``crossover.csv``) tables.
 
-    Points are matched on :data:`~crossover_study.spec.POINT_COLUMNS` and the size columns; only rows with
+    Points are matched on :data:`~crossover_study.study.spec.POINT_COLUMNS` and the size columns; only rows with
     ``status=ok`` in both runs count. The summary also counts the points whose ratio is
     within ``1 +- AGREE``. Two intervals [lo, hi] overlap when
     ``lo_a <= hi_b and lo_b <= hi_a``. Raises KeyError when a table lacks a key column

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from crossover_study import cases, device_probe, frameworks, gpu_state, precision, step_rates
-from crossover_study.applicability import NotApplicable
+from crossover_study import device_probe, frameworks, gpu_state, precision, step_rates
 from crossover_study.core import errors
 from crossover_study.core import origin as provenance
 from crossover_study.core.files import write_csv_atomic
@@ -36,9 +35,11 @@ from crossover_study.core.progress import point_line
 from crossover_study.journal import MAX_ATTEMPTS, Journal, hold, json_default
 from crossover_study.point_measure import deadline_row, measure_point
 from crossover_study.probe import check_cpus_given
-from crossover_study.programs import not_applicable_reason, program_or_none
-from crossover_study.spec import PointSpec, timings_columns
-from crossover_study.study_points import TimingPolicy, logical_cpus
+from crossover_study.study import cases
+from crossover_study.study.applicability import NotApplicable
+from crossover_study.study.points import TimingPolicy, logical_cpus
+from crossover_study.study.programs import not_applicable_reason, program_or_none
+from crossover_study.study.spec import PointSpec, timings_columns
 from crossover_study.watchdog import (
     PointDeadlineExceeded,
     PointWatchdog,

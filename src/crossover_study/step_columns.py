@@ -11,8 +11,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from crossover_study.programs import KERAS_FIT_PROGRAMS
 from crossover_study.step_model import REGIME_OF_TERM, SYNCHRONOUS, TERM_COLUMNS, combine
+from crossover_study.study.programs import KERAS_FIT_PROGRAMS
 
 #: Keras ``fit`` programs whose one ``fit`` call per timed block is one long epoch of
 #: ``steps_per_block`` steps (a repeating ``tf.data`` pipeline), not epochs of

@@ -25,9 +25,9 @@ from pathlib import Path
 import pandas as pd
 
 from crossover_study import step_rates, step_record
-from crossover_study.spec import size_columns, synced
 from crossover_study.step_columns import model_columns
 from crossover_study.step_model import MODEL_COLUMNS, TERM_COLUMNS
+from crossover_study.study.spec import size_columns, synced
 from crossover_study.tables import read_timings
 
 #: The reference's measured rates (per framework and accelerator, their medians): every

@@ -17,9 +17,9 @@ import yaml
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import SCHEMAS, table_columns
 from crossover_study.point_runs import merge_repeats
-from crossover_study.spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
 from crossover_study.step_columns import model_columns
-from crossover_study.study_points import TimingPolicy
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
 
 #: Format of the tables this version writes (column ``format_version`` of
 #: ``timings.csv`` and ``crossover.csv``): 2 since cases are plug-ins (size columns

@@ -8,9 +8,9 @@ from pathlib import Path
 SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
 
-from crossover_study import cases as case_registry  # noqa: E402
-from crossover_study import config as study_config  # noqa: E402
-from crossover_study import study_file, study_points  # noqa: E402
+from crossover_study.study import cases as case_registry  # noqa: E402
+from crossover_study.study import config as study_config  # noqa: E402
+from crossover_study.study import study_file, points as study_points  # noqa: E402
 
 # Validate before any job is planned: a bad key stops here with its key path. Snakemake
 # has read the study files keeping the last of a key given twice; read again, a duplicate

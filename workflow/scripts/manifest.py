@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from crossover_study import study_points
+from crossover_study.study import points as study_points
 
 
 def main(snakemake) -> None:
@@ -15,8 +15,8 @@ def main(snakemake) -> None:
     sys.path.insert(0, snakemake.params.src)
     import yaml
 
-    from crossover_study import config as study_config
     from crossover_study.manifest import build_manifest, retire_tables, write_json
+    from crossover_study.study import config as study_config
 
     config = study_config.validate_config(snakemake.config)
     results_dir = Path(snakemake.output.manifest).parent

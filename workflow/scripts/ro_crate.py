@@ -8,9 +8,9 @@ import sys
 def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
-    from crossover_study import cases
     from crossover_study.crate import write_crate
     from crossover_study.manifest import load_manifest
+    from crossover_study.study import cases
 
     cases.use(snakemake.config)  # figure names start with the study's case names
     manifest = load_manifest(snakemake.input.manifest)

@@ -85,7 +85,7 @@ def job_line(
 def point_text(point) -> str:
     """What was measured, without the job's part: variant, timing, sizes in the
     point's own order, and replicas, TPU cores or the run of a repeated point where
-    they apply (``point`` a :class:`crossover_study.spec.PointSpec`)."""
+    they apply (``point`` a :class:`crossover_study.study.spec.PointSpec`)."""
     parts = [point.variant, point.timing, *(f"{k}={v}" for k, v in point.sizes.items())]
     if point.replicas > 1:
         parts.append(f"replicas={point.replicas} {point.scaling}")

@@ -3,14 +3,14 @@
 Every workload takes ``(device, sizes, variant)``; a variant that does not apply to a
 case, framework or device raises :class:`NotApplicable` from the constructor, before
 anything is built, and the runner records ``status=not_applicable`` with the reason.
-Which variant applies where is one table, :mod:`crossover_study.applicability`; the
+Which variant applies where is one table, :mod:`crossover_study.study.applicability`; the
 workloads ask it with the traits of their program (``applicability.KINDS``).
 """
 
 from __future__ import annotations
 
-from crossover_study.applicability import NotApplicable, case_kind, require
-from crossover_study.spec import LOSS_READ_VARIANTS, REPLICA_VARIANTS
+from crossover_study.study.applicability import NotApplicable, case_kind, require
+from crossover_study.study.spec import LOSS_READ_VARIANTS, REPLICA_VARIANTS
 
 __all__ = [
     "Unavailable",

@@ -23,10 +23,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from crossover_study import cases
-from crossover_study.applicability import NotApplicable
 from crossover_study.precision import pin_fp32
-from crossover_study.workloads import data
+from crossover_study.study import cases
+from crossover_study.study import seed_data as data
+from crossover_study.study.applicability import NotApplicable
 from crossover_study.workloads.torch_base import KERAS_ADAM_EPS, _glorot
 from crossover_study.workloads.torch_cases import LSTMRegressor
 

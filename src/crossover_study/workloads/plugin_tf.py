@@ -26,8 +26,8 @@ import math
 
 import tensorflow as tf
 
-from crossover_study.applicability import loss_kind, require
 from crossover_study.plugin import KerasFit, TFStep
+from crossover_study.study.applicability import loss_kind, require
 from crossover_study.workloads import loss_read_every as _loss_read_every
 from crossover_study.workloads.tf_base import _TFWorkload, tf_function_traces
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from crossover_study.applicability import loss_kind, require
 from crossover_study.plugin import TorchStep
+from crossover_study.study.applicability import loss_kind, require
 from crossover_study.workloads import loss_read_every as _loss_read_every
 from crossover_study.workloads.torch_base import _TorchWorkload, check_torch_variant
 

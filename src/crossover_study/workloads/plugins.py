@@ -18,8 +18,8 @@ import re
 import sys
 from pathlib import Path
 
-from crossover_study.cases import Case
 from crossover_study.core.files import sha256_file
+from crossover_study.study.cases import Case
 
 _loaded: dict[tuple[str, str], object] = {}
 

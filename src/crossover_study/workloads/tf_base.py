@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from crossover_study.applicability import loss_kind, require
+from crossover_study.study.applicability import loss_kind, require
 from crossover_study.workloads import loss_read_every
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from crossover_study.workloads import data
+from crossover_study.study import seed_data as data
 from crossover_study.workloads.tf_base import _KerasFit, _TFWorkload, tf_function_traces
 
 __all__ = [

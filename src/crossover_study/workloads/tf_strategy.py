@@ -17,9 +17,10 @@ import math
 import tensorflow as tf
 from tensorflow import keras
 
-from crossover_study.applicability import case_kind, require
 from crossover_study.core.errors import DeviceMissingError
-from crossover_study.workloads import data, replica_batches
+from crossover_study.study import seed_data as data
+from crossover_study.study.applicability import case_kind, require
+from crossover_study.workloads import replica_batches
 from crossover_study.workloads.tf_base import SeedFit, tf_function_traces
 from crossover_study.workloads.tf_cases import lstm_regressor
 from crossover_study.workloads.tf_strategy_step import StrategyWorkload

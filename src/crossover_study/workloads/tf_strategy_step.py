@@ -38,8 +38,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from crossover_study.applicability import NotApplicable
-from crossover_study.workloads import data
+from crossover_study.study import seed_data as data
+from crossover_study.study.applicability import NotApplicable
 from crossover_study.workloads.tf_base import tf_function_traces
 from crossover_study.workloads.tf_cases import HJB, lstm_regressor
 

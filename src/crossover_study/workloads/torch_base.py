@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from crossover_study.applicability import loss_kind, require
+from crossover_study.study.applicability import loss_kind, require
 from crossover_study.workloads import Unavailable, loss_read_every
 
 #: Keras' Adam default epsilon (keras.optimizers.Adam, epsilon=1e-7); torch's is 1e-8.
@@ -87,7 +87,7 @@ def compile_toolchain_missing(device: str) -> str | None:
 def check_torch_variant(variant: str, device: str, kind=frozenset({"one_device"})) -> None:
     """Raise NotApplicable for a variant no PyTorch one-device program of ``kind`` (traits
     of ``applicability.KINDS``) has on ``device`` (the table's reason:
-    :func:`crossover_study.applicability.applicability`) and Unavailable for
+    :func:`crossover_study.study.applicability.applicability`) and Unavailable for
     ``compile`` without the compiler it builds with (:func:`compile_toolchain_missing`).
     Decided before anything is built."""
     require(variant, "torch", device, kind)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from crossover_study.workloads import data
+from crossover_study.study import seed_data as data
 from crossover_study.workloads.torch_base import _glorot, _TorchWorkload
 
 __all__ = [

@@ -43,7 +43,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from crossover_study.workloads import data, replica_batches
+from crossover_study.study import seed_data as data
+from crossover_study.workloads import replica_batches
 from crossover_study.workloads.ddp_rank import (
     ALLREDUCE,
     ALLREDUCE_REPEATS,

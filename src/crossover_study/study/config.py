@@ -1,6 +1,6 @@
 """Load and validate a study config; its expansion into measurement points and jobs is
-:mod:`crossover_study.study_points`; reading the study file and the checks its schema
-cannot express are :mod:`crossover_study.study_file`.
+:mod:`crossover_study.study.points`; reading the study file and the checks its schema
+cannot express are :mod:`crossover_study.study.study_file`.
 
 Validation uses jsonschema against ``workflow/schemas/config.schema.yaml`` (filling
 each property's ``default``, as ``snakemake.utils.validate`` does). We call jsonschema
@@ -19,12 +19,12 @@ from typing import Any
 import jsonschema
 import yaml
 
-from crossover_study import cases as case_registry
 from crossover_study.core.origin import SCHEMAS, table_columns
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.programs import classified
-from crossover_study.spec import REPLICA_VARIANTS, seed_sizes
-from crossover_study.study_file import (
+from crossover_study.study import cases as case_registry
+from crossover_study.study.programs import classified
+from crossover_study.study.spec import REPLICA_VARIANTS, seed_sizes
+from crossover_study.study.study_file import (
     RESERVED_STUDY_NAMES,
     ConfigError,
     check_keys_and_numbers,
@@ -127,7 +127,7 @@ def _schema_error(error: jsonschema.ValidationError) -> ConfigError:
 
 def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] = ()) -> dict:
     """Validate ``config`` and return a copy with every default filled in; make its
-    cases the active case registry (:func:`crossover_study.cases.use`).
+    cases the active case registry (:func:`crossover_study.study.cases.use`).
 
     Raises :class:`ConfigError` naming the first bad key path (unknown names or keys,
     non-positive or duplicate sizes, a swept device that ``devices`` does not define,
@@ -141,7 +141,7 @@ def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] 
     file's), searched before the repository root and the working directory; the
     validated config stores the file relative to the repository root or the working
     directory when it lies inside one (so validating it again finds it from there),
-    else as an absolute path (:func:`crossover_study.cases.stored_path`).
+    else as an absolute path (:func:`crossover_study.study.cases.stored_path`).
 
     A device class that gives ``cpus_per_task`` but not ``threads`` gets
     ``threads = cpus_per_task``: a job's framework threads are the CPUs Slurm gives it.
@@ -177,7 +177,7 @@ def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] 
         if not classified(variant):
             raise ConfigError(
                 f"config error at sweep.variants[{i}]: variant {variant!r} has no entry in "
-                "the program table (src/crossover_study/programs.py), so its rows could not "
+                "the program table (src/crossover_study/study/programs.py), so its rows could not "
                 "say which program ran nor be compared with the CPU's"
             )
     for name, spec in config["devices"].items():
@@ -258,7 +258,7 @@ def _check_replication(config: Mapping[str, Any]) -> None:
 
 
 #: Keys a seed case's entry may not give: its program, framework and seed size are the
-#: registry's (:data:`crossover_study.cases.SEEDS`).
+#: registry's (:data:`crossover_study.study.cases.SEEDS`).
 PLUGIN_KEYS: tuple[str, ...] = ("workload", "entry", "framework", "question", "seed")
 
 
@@ -268,8 +268,8 @@ def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
     gives ``workload``, ``framework`` and ``seed``, its framework is swept, every axis of
     ``axes`` has a seed size, no axis is named like another column of the timings
     table, and its plug-in file exists and defines its entry point taking ``device`` and
-    every axis (:func:`crossover_study.cases.check_plugin`, without importing it); its
-    ``workload`` is replaced by the stored path (:func:`crossover_study.cases.stored_path`).
+    every axis (:func:`crossover_study.study.cases.check_plugin`, without importing it); its
+    ``workload`` is replaced by the stored path (:func:`crossover_study.study.cases.stored_path`).
     A ``grid`` names two axes of the case; ``skip_variants`` names variants of
     ``sweep.variants`` other than ``eager``."""
     seeds = case_registry.SEEDS

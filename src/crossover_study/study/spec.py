@@ -1,7 +1,7 @@
 """What one measurement point is: the study's vocabulary and the immutable point spec.
 
 The cases (the four seeds of ``docs/STUDY.md`` and a study's own plug-ins) live in the
-case registry, :mod:`crossover_study.cases`: each has named size axes and the seed's
+case registry, :mod:`crossover_study.study.cases`: each has named size axes and the seed's
 own value on every axis, so that every sweep contains the user's own size.
 """
 
@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from crossover_study import cases as case_registry
 from crossover_study.core.origin import table_columns
+from crossover_study.study import cases as case_registry
 
 FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow")
 #: Device classes. ``cpu`` is the baseline; every other class is an accelerator:
@@ -259,7 +259,7 @@ def truthy(series):
 
 def case_axes(case: str) -> tuple[str, ...]:
     """Size axes of ``case`` in report order (e.g. ``("batch", "width")``), from the case
-    registry (:func:`crossover_study.cases.axes`); raises KeyError for an unknown case."""
+    registry (:func:`crossover_study.study.cases.axes`); raises KeyError for an unknown case."""
     return case_registry.axes(case)
 
 

@@ -36,14 +36,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from crossover_study import cases
-from crossover_study.applicability import (
+from crossover_study.study import cases
+from crossover_study.study.applicability import (
     KERAS_PROGRAM_OF_VARIANT,
     NotApplicable,
     case_kind,
     require,
 )
-from crossover_study.spec import DEVICES, FRAMEWORKS, REPLICA_VARIANTS, VARIANTS
+from crossover_study.study.spec import DEVICES, FRAMEWORKS, REPLICA_VARIANTS, VARIANTS
 
 __all__ = [
     "EXECUTION_VARIANTS",
@@ -148,9 +148,9 @@ def program_of(case: str, framework: str, device: str, variant: str) -> str:
     """The training program (a key of :data:`PROGRAMS`) that ``variant`` of ``case`` runs
     in ``framework`` on ``device``.
 
-    Raises :class:`~crossover_study.applicability.NotApplicable` (with the reason) where
+    Raises :class:`~crossover_study.study.applicability.NotApplicable` (with the reason) where
     the variant has no program there (the program rows of
-    :data:`crossover_study.applicability.RULES`): a variant of the other framework, a Keras-path variant
+    :data:`crossover_study.study.applicability.RULES`): a variant of the other framework, a Keras-path variant
     of a case without ``fit``, a replica variant off a replica case or device, an
     ordinary variant on ``cuda_multi``, torch on ``tpu`` (no TPU backend), and every
     TensorFlow variant but ``strategy_step`` on ``tpu``. Finer conditions that leave the
@@ -305,7 +305,7 @@ def table(
 ) -> list[dict]:
     """The program table as rows ``{case, framework, device, variant, program,
     not_applicable}`` over ``case_names`` (default: every active case,
-    :func:`crossover_study.cases.names`): exactly one of ``program`` and
+    :func:`crossover_study.study.cases.names`): exactly one of ``program`` and
     ``not_applicable`` (the reason) is set per row. For the report and the tests."""
     rows = []
     for c in cases.names() if case_names is None else case_names:

@@ -16,8 +16,8 @@ import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from crossover_study import cases as case_registry
-from crossover_study.spec import (
+from crossover_study.study import cases as case_registry
+from crossover_study.study.spec import (
     DEFAULT_TPU_CORES,
     REPLICA_VARIANTS,
     PointSpec,
@@ -349,7 +349,7 @@ def _plan_of(config: Mapping[str, Any]) -> _Plan:
     its order, so two configs share a plan only when nothing the functions read
     differs; ``json.dumps`` would merge ``1`` and ``"1"`` keys) and the active case
     registry's seed sizes and frameworks of the config's cases (a plug-in case is
-    registered from the config last validated, :func:`crossover_study.cases.use`).
+    registered from the config last validated, :func:`crossover_study.study.cases.use`).
     Pickling a study's config takes microseconds; the batches of a 25 000-point group
     take a second, and the rule files ask for them in several functions of every job.
     """

@@ -7,11 +7,11 @@ trait of ``kinds`` and none of ``not_kinds`` (the traits are :data:`KINDS`). The
 row that refuses a point gives its reason, so the order of the rows is the order of
 precedence, written down once; a point no row refuses applies.
 :func:`applicability` reads the table and is the one place that decides; the program
-table (:mod:`crossover_study.programs`), the workloads, the runner's early check and the
+table (:mod:`crossover_study.study.programs`), the workloads, the runner's early check and the
 tests all read it.
 
 Rows with ``workload=False`` decide whether the variant has a *program* there (what
-:func:`crossover_study.programs.program_of` reads); rows with ``workload=True`` refuse a
+:func:`crossover_study.study.programs.program_of` reads); rows with ``workload=True`` refuse a
 way of executing a program that exists (a CUDA graph on the CPU, ``function`` of a step
 that already is a ``tf.function``): the program table leaves those points their
 program, and the workload refuses them when built. Some traits of a plug-in's program
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from crossover_study import cases
-from crossover_study.spec import (
+from crossover_study.study import cases
+from crossover_study.study.spec import (
     DEVICES,
     FRAMEWORK_OF_VARIANT,
     KERAS_PATHS,

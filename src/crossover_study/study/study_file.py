@@ -3,7 +3,7 @@ given twice, a YAML syntax error named with file, line and column), the checks J
 Schema has no keyword for (every key text, every number finite, the reserved study
 names) and the threads a local run's jobs can have (:func:`check_threads`). The schema
 validation itself, and the cross-checks of cases and replication, are
-:mod:`crossover_study.config`'s."""
+:mod:`crossover_study.study.config`'s."""
 
 from __future__ import annotations
 

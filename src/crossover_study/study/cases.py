@@ -118,7 +118,7 @@ class Case:
 
 
 def _lstm_assumption() -> str:
-    from crossover_study.workloads.data import LSTM_TRAIN_SAMPLES, lstm_steps_per_epoch
+    from crossover_study.study.seed_data import LSTM_TRAIN_SAMPLES, lstm_steps_per_epoch
 
     seed = SEEDS_SIZES_S004
     return (
@@ -230,7 +230,7 @@ def get(name: str) -> Case:
     except KeyError:
         raise KeyError(
             f"unknown case {name!r}: the seeds are {', '.join(SEEDS)}; a case of your own "
-            "is known once its study config is loaded (crossover_study.cases.use)"
+            "is known once its study config is loaded (crossover_study.study.cases.use)"
         ) from None
 
 
