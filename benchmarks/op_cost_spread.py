@@ -4,7 +4,7 @@ ops term, which prices them at the minimal training step's op costs.
     .venv/bin/python benchmarks/op_cost_spread.py [--framework torch] [--threads 2] [--rounds 2]
         [--sync-check-s 0]
 
-The model (crossover_study.step_model) prices a step's eagerly dispatched operations at
+The model (crossover_study.stepmodel.model) prices a step's eagerly dispatched operations at
 ``rate_eager_op_s``, the per-op cost of a minimal training step (step_rates.DEPTH tanh
 layers of width 1, SGD) timed right after the point (TensorFlow: graph ops, function
 calls and Keras fit's own cost likewise, from minimal programs). Where a program's
@@ -35,7 +35,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from crossover_study import step_columns
+from crossover_study.stepmodel import columns as step_columns
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
@@ -55,8 +55,8 @@ def _row(
     the model: a dict of the timings table's columns."""
     import pandas as pd
 
-    from crossover_study import step_rates
     from crossover_study.point_measure import measure_point
+    from crossover_study.stepmodel import rates as step_rates
     from crossover_study.study.points import TimingPolicy
     from crossover_study.study.programs import program_of
     from crossover_study.study.spec import PointSpec
@@ -96,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.sync_check_s < 0:
         parser.error(f"--sync-check-s must not be negative, got {args.sync_check_s}")
 
-    from crossover_study import frameworks, step_rates
-    from crossover_study.step_model import TERM_COLUMNS
+    from crossover_study import frameworks
+    from crossover_study.stepmodel import rates as step_rates
+    from crossover_study.stepmodel.model import TERM_COLUMNS
 
     # The model's terms other than its ops term: on the CPU the terms add, so what the
     # measured step leaves after them is what its operations cost.

@@ -11,8 +11,9 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, run_snakemake
 
-from crossover_study import device_probe, frameworks, rates_job, step_rates
+from crossover_study import device_probe, frameworks, rates_job
 from crossover_study.rates_job import read_rates
+from crossover_study.stepmodel import rates as step_rates
 
 #: Rates as step_rates.measure_rates returns them, made up (nothing timed).
 FAKE = {

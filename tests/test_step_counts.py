@@ -8,18 +8,16 @@ import json
 
 import pytest
 
-from crossover_study import (
-    harness,
-    step_counts,
-    step_counts_tf,
-    step_counts_torch,
-    step_faults,
-    step_fit_rates,
-    step_rates,
-    step_record,
-    step_replay,
-    step_timing,
-)
+from crossover_study import harness
+from crossover_study.stepmodel import counts as step_counts
+from crossover_study.stepmodel import counts_tf as step_counts_tf
+from crossover_study.stepmodel import counts_torch as step_counts_torch
+from crossover_study.stepmodel import faults as step_faults
+from crossover_study.stepmodel import fit_rates as step_fit_rates
+from crossover_study.stepmodel import rates as step_rates
+from crossover_study.stepmodel import record as step_record
+from crossover_study.stepmodel import replay as step_replay
+from crossover_study.stepmodel import timing as step_timing
 from crossover_study.study.spec import PointSpec
 
 

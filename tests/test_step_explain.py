@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossover_study import step_columns, step_model
-from crossover_study.step_model import Rates
 from crossover_study.step_reference import COUNT_COLUMNS
+from crossover_study.stepmodel import columns as step_columns
+from crossover_study.stepmodel import model as step_model
+from crossover_study.stepmodel.model import Rates
 
 #: Rates of a synthetic CPU and a synthetic GPU (seconds per op, FLOP/s, bytes/s).
 CPU_RATES = {
@@ -529,7 +530,7 @@ def test_function_calls_and_keras_fit_overheads_are_priced():
     its eager ops and calls."""
     import pandas as pd
 
-    from crossover_study.step_columns import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     base = TF_FIT_ROW
     rows = pd.DataFrame(
@@ -559,7 +560,7 @@ def test_keras_fit_pays_its_call_once_per_block_and_its_epochs_each_epoch():
         "steps_per_call": 2,
         "steps_per_block": 40,
     }
-    from crossover_study.step_columns import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     rows = pd.DataFrame(
         [
@@ -591,7 +592,7 @@ def test_keras_fit_pays_its_call_once_per_block_and_its_epochs_each_epoch():
 
 
 def test_a_tensorflow_row_without_its_call_count_gets_no_model():
-    from crossover_study.step_columns import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     row = _row("cpu", 1e-3)
     row.update(framework="tensorflow", step_function_calls=np.nan)
@@ -604,7 +605,7 @@ def test_element_wise_traffic_is_priced_at_the_bandwidth_of_its_size():
     """The bandwidth curve: cache-sized ops get the fast end, large ones DRAM's."""
     import json
 
-    from crossover_study.step_columns import curve_rate, model_columns
+    from crossover_study.stepmodel.columns import curve_rate, model_columns
 
     curve = json.dumps([[1e4, 1e11], [1e6, 1e11], [1e8, 1e10]])
     assert curve_rate(curve, 1e3) == pytest.approx(1e11)  # held at the small end
@@ -627,7 +628,7 @@ def test_element_wise_traffic_is_never_priced_above_the_dram_rate():
     rate and a row whose rate is empty keep the curve."""
     import json
 
-    from crossover_study.step_columns import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     curve = json.dumps([[1e4, 1e11], [1e6, 1e11], [1e8, 1e10]])
     fast = _row("cpu", 1e-3, mem=1e6, step_mem_ops=1.0, rate_mem_curve=curve)
@@ -647,7 +648,7 @@ def test_replayed_elementwise_calls_replace_their_bytes():
     """PyTorch's element-wise calls timed alone (step_elementwise_s) stand in for the
     bytes they cover; the rest of step_mem_bytes stays at the bandwidth, and a row
     without the replay prices all its bytes there."""
-    from crossover_study.step_columns import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     bandwidth = CPU_RATES["rate_mem_bytes_per_s"]
     replayed = _row("cpu", 1e-2, mem=1e9, step_elementwise_s=4e-3, step_elementwise_bytes=6e8)
@@ -662,7 +663,7 @@ def test_page_faults_the_replays_did_not_take_are_priced():
     """The step's page faults less the replays' own, at the host's rate per fault: in
     the memory term on the CPU, in the ops term on an accelerator (host time); a row
     without the count or the rate keeps its model."""
-    from crossover_study.step_columns import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     faults = {
         "step_page_faults": 1500.0,
@@ -692,7 +693,7 @@ def test_page_faults_the_replays_did_not_take_are_priced():
 def test_products_are_priced_at_the_flop_rate_of_their_size():
     import json
 
-    from crossover_study.step_columns import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     curve = json.dumps([[1e4, 1e9], [1e8, 1e11]])
     small = _row("cpu", 1e-3, flops=1e6, step_flop_ops=100.0, rate_flop_curve=curve)
@@ -706,7 +707,7 @@ def test_replayed_products_set_the_compute_term():
     do not cover at the FLOP rate; without a replay all FLOPs are priced at the rate;
     the answer says the products were timed alone."""
     from crossover_study.answer_regime import _term_detail
-    from crossover_study.step_columns import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     rate = CPU_RATES["rate_flop_per_s"]
     replayed = _row("cpu", 1e-2, flops=1e9, step_products_s=5e-3, step_products_flops=8e8)
@@ -722,7 +723,7 @@ def test_a_replicated_row_pays_its_all_reduce():
     """Replicas' all-reduce is part of the transfer term (replicated rows only); a
     replicated row that lacks it gets no model rather than a step without it."""
     from crossover_study.answer_regime import _term_detail
-    from crossover_study.step_columns import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     one = _row("cpu", 1e-2, replicas=1, allreduce_s=5e-3)
     two = _row("cpu", 1e-2, replicas=2, allreduce_s=5e-3)

@@ -5,8 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from crossover_study import step_counts_torch, step_model, step_record
-from crossover_study.step_model import Rates
+from crossover_study.stepmodel import counts_torch as step_counts_torch
+from crossover_study.stepmodel import model as step_model
+from crossover_study.stepmodel import record as step_record
+from crossover_study.stepmodel.model import Rates
 
 
 @pytest.mark.parametrize("sizes", [(64, 1024, 128), (64, 256, 32), (7, 33, 5)])

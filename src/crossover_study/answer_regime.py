@@ -1,5 +1,5 @@
 """Why the accelerator is slower or faster, in the answer's words: the regime the
-step-time model (:mod:`crossover_study.step_model`) names on each device at the seed's
+step-time model (:mod:`crossover_study.stepmodel.model`) names on each device at the seed's
 size, with the share of the measured step it explains, and the crossover the model
 predicts beside the measured one.
 
@@ -18,8 +18,8 @@ from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_size
 from crossover_study.answer_rows import seed_rows, to_number
 from crossover_study.core.progress import format_seconds
 from crossover_study.crossover import cpu_side, crossover_size
-from crossover_study.step_columns import fit_parts
-from crossover_study.step_model import TERM_COLUMNS
+from crossover_study.stepmodel.columns import fit_parts
+from crossover_study.stepmodel.model import TERM_COLUMNS
 from crossover_study.study.programs import KERAS_FIT_PROGRAMS
 from crossover_study.study.spec import ACCELERATORS, row_axes, select_rows, synced
 

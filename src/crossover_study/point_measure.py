@@ -18,10 +18,12 @@ import time
 import traceback
 from pathlib import Path
 
-from crossover_study import frameworks, precision, step_counts, step_replay
+from crossover_study import frameworks, precision
 from crossover_study.core import errors, paths
 from crossover_study.core.paths import portable_path
 from crossover_study.harness import measure
+from crossover_study.stepmodel import counts as step_counts
+from crossover_study.stepmodel import replay as step_replay
 from crossover_study.study import cases
 from crossover_study.study.applicability import NotApplicable
 from crossover_study.study.points import TimingPolicy

@@ -1,15 +1,15 @@
 """The rates job: the machine's rates for one framework, device and thread count, once.
 
-The step-time model (:mod:`crossover_study.step_model`) prices a step at rates that are
+The step-time model (:mod:`crossover_study.stepmodel.model`) prices a step at rates that are
 properties of the machine, the framework and the thread count, not of a point
-(:func:`crossover_study.step_rates.measure_rates`: op costs, FLOP and bandwidth curves,
+(:func:`crossover_study.stepmodel.rates.measure_rates`: op costs, FLOP and bandwidth curves,
 DRAM, the page-fault price, Keras fit's own costs). The workflow's ``rates`` rule
 (``workflow/scripts/rates.py``) measures them once per (framework, device) of a study,
 before its measuring jobs, with :func:`rates_job`; ``python -m crossover_study.rates_job``
 does the same from a command line (``crossover-study check`` and the GPU reference run
 start one such process per framework and device). A measuring job reads the file
 (:func:`read_rates`) and writes its rates into every row
-(:func:`crossover_study.step_rates.row_columns`) and its probe record.
+(:func:`crossover_study.stepmodel.rates.row_columns`) and its probe record.
 
 The file (JSON) holds ``available`` (false, with ``reason``, when the framework does not
 import or the device is not visible: nothing is timed then, never a CPU timing under an
@@ -28,8 +28,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from crossover_study import device_probe, frameworks, step_rates
+from crossover_study import device_probe, frameworks
 from crossover_study.probe import check_cpus_given, probe_record, write_probe
+from crossover_study.stepmodel import rates as step_rates
 from crossover_study.study.spec import DEVICES
 
 #: Version of the rates file's layout.

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from crossover_study import device_probe, frameworks, gpu_state, precision, step_rates
+from crossover_study import device_probe, frameworks, gpu_state, precision
 from crossover_study.core import errors
 from crossover_study.core import origin as provenance
 from crossover_study.core.files import write_csv_atomic
@@ -35,6 +35,7 @@ from crossover_study.core.progress import point_line
 from crossover_study.journal import MAX_ATTEMPTS, Journal, hold, json_default
 from crossover_study.point_measure import deadline_row, measure_point
 from crossover_study.probe import check_cpus_given
+from crossover_study.stepmodel import rates as step_rates
 from crossover_study.study import cases
 from crossover_study.study.applicability import NotApplicable
 from crossover_study.study.points import TimingPolicy, logical_cpus

@@ -6,7 +6,7 @@ A CPU-only study still counts each step (``step_ops``, ``step_graph_ops``,
 (``results/reference/<name>/timings.csv``) measured on an accelerator carries that
 device's rates (``rate_*``) in its rows. :func:`predict_on_reference` prices each of the
 study's CPU points with the reference's median rates per framework and accelerator, by
-the step-time model's asynchronous form (:mod:`crossover_study.step_model`:
+the step-time model's asynchronous form (:mod:`crossover_study.stepmodel.model`:
 max(ops, compute + memory) + copy). The result is a **prediction**, labelled with the
 reference's folder name and its device's name, never a measurement.
 
@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from crossover_study import step_rates, step_record
-from crossover_study.step_columns import model_columns
-from crossover_study.step_model import MODEL_COLUMNS, TERM_COLUMNS
+from crossover_study.stepmodel import rates as step_rates
+from crossover_study.stepmodel import record as step_record
+from crossover_study.stepmodel.columns import model_columns
+from crossover_study.stepmodel.model import MODEL_COLUMNS, TERM_COLUMNS
 from crossover_study.study.spec import size_columns, synced
 from crossover_study.tables import read_timings
 

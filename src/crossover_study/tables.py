@@ -17,7 +17,7 @@ import yaml
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import SCHEMAS, table_columns
 from crossover_study.point_runs import merge_repeats
-from crossover_study.step_columns import model_columns
+from crossover_study.stepmodel.columns import model_columns
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
 

@@ -64,7 +64,7 @@ __all__ = [
 
 #: Programs (the timings table's ``program`` column) that run Keras ``fit``, whose own
 #: cost per call, per epoch, per data iterator and per step the job measures
-#: (``rate_fit_*``; :mod:`crossover_study.step_model` prices them, the measuring job
+#: (``rate_fit_*``; :mod:`crossover_study.stepmodel.model` prices them, the measuring job
 #: times them again after each of their points).
 KERAS_FIT_PROGRAMS = ("keras_fit", "keras_fit_repeat", "keras_fit_mirrored")
 

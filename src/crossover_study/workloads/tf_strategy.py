@@ -193,7 +193,7 @@ class MirroredFitWorkload(SeedFit, StrategyWorkload):
     @property
     def batch_fetches(self) -> tuple[int, int]:
         """(fetches while fit sets its data set up, fetches per step) of a fit call,
-        which place the op counter's window (:func:`~crossover_study.step_counts_tf.count_tf_step`):
+        which place the op counter's window (:func:`~crossover_study.stepmodel.counts_tf.count_tf_step`):
         the distributed data set fetches once per replica at both (counted on 1 and 2
         logical CPU devices, 2026-12-03)."""
         return (self.replicas, self.replicas)

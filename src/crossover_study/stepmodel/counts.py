@@ -5,7 +5,7 @@ copied between host and device.
 The answers say *when* the accelerator overtakes the CPU; these counts say *why*: a step
 of a few hundred small operations costs a few hundred kernel launches on a GPU whatever
 its FLOPs, so it stays launch-bound until its FLOPs outweigh the launches
-(:mod:`crossover_study.step_model`). Counting runs one call of the training program
+(:mod:`crossover_study.stepmodel.model`). Counting runs one call of the training program
 after the timed blocks (the counters slow the step they watch) and changes nothing the
 harness timed (:func:`count_point`).
 
@@ -32,7 +32,7 @@ What is counted, and how:
   as bytes.
 - **products**: the matrix products behind ``flops``, by shape and layout
   (:attr:`StepCounts.products`), which the measuring job then times one shape at a
-  time (:func:`crossover_study.step_replay.replay_products`): a product's speed depends
+  time (:func:`crossover_study.stepmodel.replay.replay_products`): a product's speed depends
   on its shape, not only its size (on the 2-core VM a 32 × 180 · 180 × 720 gate product
   ran at 58 GFLOP/s, a square product of the same FLOPs at 108, a 2000 × 4 · 4 × 2048
   one at 6; 2026-12-02).
@@ -47,25 +47,25 @@ What is counted, and how:
   their tensor inputs and outputs: the memory traffic of the roofline's memory roof.
 - **elementwise** (PyTorch): the calls behind ``mem_bytes`` by ATen overload and
   arguments, tensors by shape and dtype (:func:`encode_args`), which the measuring job
-  then times one call at a time (:func:`crossover_study.step_replay.replay_elementwise`):
+  then times one call at a time (:func:`crossover_study.stepmodel.replay.replay_elementwise`):
   an element-wise op's speed is not only its bytes (``softmax`` over 3 classes of 2 000
   rows took ten times as long as over 3 rows of 2 000 on the 2-core VM, 2026-12-04).
 - **copy_bytes**: bytes copied between host memory and a device (PyTorch: ``_to_copy``
   and ``copy_`` across devices, ``item()`` of a device tensor; TensorFlow: inputs an op
   got from another device type than its output's). 0 on the CPU.
 
-For s001-mlp the closed form :func:`~crossover_study.step_record.mlp_matmul_flops` gives
+For s001-mlp the closed form :func:`~crossover_study.stepmodel.record.mlp_matmul_flops` gives
 the same FLOPs, which the tests check. The record of a counted step and the closed forms
-are :mod:`crossover_study.step_record`'s; the counters are
-:mod:`crossover_study.step_counts_torch`'s and :mod:`crossover_study.step_counts_tf`'s.
+are :mod:`crossover_study.stepmodel.record`'s; the counters are
+:mod:`crossover_study.stepmodel.counts_torch`'s and :mod:`crossover_study.stepmodel.counts_tf`'s.
 """
 
 from __future__ import annotations
 
 import sys
 
-from crossover_study.step_counts_tf import ONE_DEVICE_FETCHES, count_tf_step
-from crossover_study.step_counts_torch import count_torch_step
+from crossover_study.stepmodel.counts_tf import ONE_DEVICE_FETCHES, count_tf_step
+from crossover_study.stepmodel.counts_torch import count_torch_step
 
 
 def count_point(workload, framework: str, device: str, steps_per_block: int | None = None) -> dict:
@@ -73,7 +73,7 @@ def count_point(workload, framework: str, device: str, steps_per_block: int | No
     (``workload.steps_per_call`` steps) counted by :func:`count_torch_step` or
     :func:`count_tf_step`, after the timed blocks and the loss read back (the counted
     steps are applied to the model but are never timed); the measuring job then replays
-    its products (:func:`crossover_study.step_replay.replay_columns`). Never raises: a
+    its products (:func:`crossover_study.stepmodel.replay.replay_columns`). Never raises: a
     program the counters cannot follow gives empty columns and a line on stderr (the
     job log) saying why.
 

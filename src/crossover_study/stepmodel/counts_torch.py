@@ -10,7 +10,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 
-from crossover_study.step_record import StepCounts, _per_step, lstm_products, product_flops
+from crossover_study.stepmodel.record import StepCounts, _per_step, lstm_products, product_flops
 
 #: PyTorch RNN ops outside torch.utils.flop_counter: op -> (its backward?, index of
 #: its ``hx`` argument, whose second-to-last dimension is the batch). Signatures:
@@ -69,7 +69,7 @@ class _Unencodable(Exception):
 
 def encode_args(args, kwargs) -> str:
     """JSON of a PyTorch operation's arguments ``[args, kwargs]`` from which
-    :func:`crossover_study.step_replay.replay_elementwise` rebuilds a call of the same
+    :func:`crossover_study.stepmodel.replay.replay_elementwise` rebuilds a call of the same
     shapes: a tensor as ``{"t": shape, "dtype": name}`` (its values are not kept), a
     ``torch.dtype`` as ``{"dtype_arg": name}``, a device as ``{"device_arg": type}``, a
     memory format or layout as ``{"torch_attr": name}``; numbers, strings, booleans and

@@ -1,7 +1,7 @@
 """The step-time model applied to a timings table: each row's terms priced from its
 ``step_*`` counts and ``rate_*`` rates (the bandwidth and FLOP-rate curves, the
 replays, page faults, Keras fit's host cost, the replicas' all-reduce), combined as
-:mod:`crossover_study.step_model` says (:func:`model_columns`).
+:mod:`crossover_study.stepmodel.model` says (:func:`model_columns`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from crossover_study.step_model import REGIME_OF_TERM, SYNCHRONOUS, TERM_COLUMNS, combine
+from crossover_study.stepmodel.model import REGIME_OF_TERM, SYNCHRONOUS, TERM_COLUMNS, combine
 from crossover_study.study.programs import KERAS_FIT_PROGRAMS
 
 #: Keras ``fit`` programs whose one ``fit`` call per timed block is one long epoch of

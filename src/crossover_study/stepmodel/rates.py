@@ -1,5 +1,5 @@
 """What one device costs per unit of work: the rates of the step-time model
-(:mod:`crossover_study.step_model`).
+(:mod:`crossover_study.stepmodel.model`).
 
 Measured once per study for each (framework, device, threads) by the rates job
 (:mod:`crossover_study.rates_job`, the workflow's ``rates`` rule), in its own process
@@ -10,7 +10,7 @@ initialised; each rate is the median over blocks with the blocks' interquartile 
 
 - ``eager_op_s``: seconds per operation of a minimal training step dispatched from
   Python (:data:`DEPTH` tanh layers of width 1: forward, loss, gradients, SGD update),
-  the step's time divided by its operations as :mod:`crossover_study.step_counts`
+  the step's time divided by its operations as :mod:`crossover_study.stepmodel.counts`
   counts them. Not a bare ``add``: an operation of a training step also pays autograd's
   bookkeeping and the Python around it, which a lone ``torch.add`` does not (1.9 µs for
   ``torch.add`` against about 5 to 9 µs per op of the seeds' torch steps on the 2-core
@@ -46,10 +46,10 @@ initialised; each rate is the median over blocks with the blocks' interquartile 
   (the timings table's ``step_page_faults``).
 
 Everything is synchronised before each clock read (the device's own sync). The timing
-of blocks and the op-cost timers are :mod:`crossover_study.step_timing`'s, the price of
-a page fault :mod:`crossover_study.step_faults`'s, Keras fit's costs
-:mod:`crossover_study.step_fit_rates`'s; a step's shapes replayed on the device are
-:mod:`crossover_study.step_replay`'s.
+of blocks and the op-cost timers are :mod:`crossover_study.stepmodel.timing`'s, the price of
+a page fault :mod:`crossover_study.stepmodel.faults`'s, Keras fit's costs
+:mod:`crossover_study.stepmodel.fit_rates`'s; a step's shapes replayed on the device are
+:mod:`crossover_study.stepmodel.replay`'s.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ import json
 import time
 from collections.abc import Callable
 
-from crossover_study.step_faults import _mapped_pages, _numpy_fill, _page_fault
-from crossover_study.step_fit_rates import _keras_fit_rates
-from crossover_study.step_timing import (
+from crossover_study.stepmodel.faults import _mapped_pages, _numpy_fill, _page_fault
+from crossover_study.stepmodel.fit_rates import _keras_fit_rates
+from crossover_study.stepmodel.timing import (
     BLOCKS,
     _blocks,
     _inverse,
@@ -213,7 +213,7 @@ def _torch_op_costs(device: str) -> Callable[[float], dict]:
     of ``share`` × 200 steps."""
     import torch
 
-    from crossover_study.step_counts_torch import count_torch_step
+    from crossover_study.stepmodel.counts_torch import count_torch_step
 
     target, sync = _torch_sync(device)
     layers = []
@@ -325,7 +325,7 @@ def _tf_op_costs(device: str) -> Callable[[float], dict]:
     traced once."""
     import tensorflow as tf
 
-    from crossover_study.step_counts_tf import count_tf_step
+    from crossover_study.stepmodel.counts_tf import count_tf_step
 
     name = _tf_device(device)
     with tf.device(name):

@@ -1,6 +1,6 @@
 """A step-time model from counts: a roofline with a launch floor.
 
-One training step is counted (:mod:`crossover_study.step_counts`, the measuring job's
+One training step is counted (:mod:`crossover_study.stepmodel.counts`, the measuring job's
 ``step_*`` columns) and priced by rates the job measured on its own device (its
 ``rate_*`` columns). The model's four terms, in seconds per step:
 
@@ -11,7 +11,7 @@ One training step is counted (:mod:`crossover_study.step_counts`, the measuring 
               steps_per_block + (rate_fit_epoch_s + rate_fit_iterator_s /
               fit_epochs_per_iterator [+ rate_fit_validation_s]) / steps per epoch
               + rate_fit_step_s in place of the eager ops and the calls, which
-              fit's loop makes: :func:`crossover_study.step_columns._fit_host`)
+              fit's loop makes: :func:`crossover_study.stepmodel.columns._fit_host`)
     compute = step_products_s + (step_flops − step_products_flops) / rate_flop_per_s
               (the step's products replayed alone, shape by shape; without a replay,
               step_flops / rate_flop_per_s)
@@ -44,7 +44,7 @@ The regime of a step is its largest term (one vocabulary for every device):
 ``launch-bound`` (the step costs its operations, kernel launches on an accelerator and
 dispatches on the CPU, not its arithmetic: fewer or fused operations help, a faster
 device does not), ``compute-bound``, ``memory-bound`` or ``transfer-bound``.
-:func:`crossover_study.step_columns.model_columns` adds the model to every row of a
+:func:`crossover_study.stepmodel.columns.model_columns` adds the model to every row of a
 timings table that has its inputs; a row without them gets empty model columns, never
 invented ones.
 """
@@ -70,7 +70,7 @@ REGIMES = tuple(REGIME_OF_TERM.values())
 #: term overlaps compute + memory). A device class not listed gets no model.
 SYNCHRONOUS = {"cpu": True, "cuda": False, "cuda_multi": False, "tpu": False}
 
-#: The model's columns of a timings table (:func:`crossover_study.step_columns.model_columns`), and the term of
+#: The model's columns of a timings table (:func:`crossover_study.stepmodel.columns.model_columns`), and the term of
 #: :func:`terms` each ``model_*_s`` column holds.
 TERM_COLUMNS = {
     "launch": "model_ops_s",
@@ -150,7 +150,7 @@ def terms(
 
 def combine(t: dict, synchronous: bool = False):
     """Seconds per step from the terms of :func:`terms` (floats) or of
-    :func:`crossover_study.step_columns.model_columns` (one Series per term, a value per row): their sum on a
+    :func:`crossover_study.stepmodel.columns.model_columns` (one Series per term, a value per row): their sum on a
     synchronous device, max(launch, compute + memory) + transfer on an asynchronous
     one (``numpy.fmax``: element-wise, a missing term left to the caller's check)."""
     if synchronous:

@@ -9,7 +9,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 
-from crossover_study.step_record import StepCounts, _per_step
+from crossover_study.stepmodel.record import StepCounts, _per_step
 
 #: TensorFlow ops whose FLOPs are counted (2·m·k·n from their shapes).
 TF_MATMUL_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})

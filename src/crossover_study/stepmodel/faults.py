@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from crossover_study.step_timing import BLOCKS, _blocks, _repeat
+from crossover_study.stepmodel.timing import BLOCKS, _blocks, _repeat
 
 #: float32 elements of each mapping of :func:`_page_fault` (64 MiB, 16 384 pages): enough
 #: that its mmap and munmap are a small part of a call.

@@ -10,8 +10,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from crossover_study.step_faults import _faults_per_call
-from crossover_study.step_timing import _blocks, _repeat, _tf_device, _tf_reader, _torch_sync
+from crossover_study.stepmodel.faults import _faults_per_call
+from crossover_study.stepmodel.timing import _blocks, _repeat, _tf_device, _tf_reader, _torch_sync
 
 #: FLOPs of work per timed block of :func:`replay_products` (a product's repetitions per
 #: block: this over its FLOPs, 1 to :data:`REPLAY_REPS`): about a millisecond on the
@@ -78,7 +78,7 @@ def _torch_lstm_layer_maker(device: str):
 
 
 def replay_rnn_layers(device: str, layers) -> dict:
-    """PyTorch's LSTM layers of a step (:attr:`crossover_study.step_record.StepCounts.
+    """PyTorch's LSTM layers of a step (:attr:`crossover_study.stepmodel.record.StepCounts.
     rnn_layers`, rows ``(steps, batch, inputs, hidden, backward, per_step)``) timed
     whole on ``device`` with the job's threads: a shape's forward pass is its
     one-layer ``torch.nn.LSTM``'s forward call, its backward pass the forward and
@@ -94,9 +94,9 @@ def replay_rnn_layers(device: str, layers) -> dict:
     2026-12-02).
 
     Returns ``{"products_s": seconds per step, "products_flops": the FLOPs per step of
-    the layers' gate products (:func:`crossover_study.step_record.lstm_layer_flops`)}``.
+    the layers' gate products (:func:`crossover_study.stepmodel.record.lstm_layer_flops`)}``.
     Exceptions from torch propagate. Hand-rolled: a timeit per shape is all it is."""
-    from crossover_study.step_record import lstm_layer_flops
+    from crossover_study.stepmodel.record import lstm_layer_flops
 
     make = _torch_lstm_layer_maker(device)
     sync = _torch_sync(device)[1]
@@ -150,7 +150,7 @@ def _tf_product_maker(device: str):
 def replay_products(framework: str, device: str, products) -> dict:
     """The step's matrix products timed alone, one shape at a time, on the device and
     with the threads of the job that measured the step: ``products`` is
-    :attr:`crossover_study.step_record.StepCounts.products` (rows ``(batch, m, k, n,
+    :attr:`crossover_study.stepmodel.record.StepCounts.products` (rows ``(batch, m, k, n,
     trans_a, trans_b, in_graph, per_step)``; without ``in_graph``: eager). Each
     eager shape's operands (random, float32, stored transposed where flagged) are
     multiplied in :data:`BLOCKS` blocks (:func:`_blocks`, about :data:`REPLAY_FLOPS`
@@ -231,7 +231,7 @@ def _torch_op(name: str):
 
 
 def _torch_args(encoded: str, target: str, floor: bool):
-    """``(args, kwargs)`` of a call rebuilt from :func:`crossover_study.step_counts.
+    """``(args, kwargs)`` of a call rebuilt from :func:`crossover_study.stepmodel.counts.
     encode_args`' JSON on device ``target``: each tensor new, random normal (floating
     point), zeros (integers: valid indices) or ones (booleans), of its shape, or with
     every dimension 1 (``floor``: the call's dispatch, which the ops term prices)."""
@@ -263,7 +263,7 @@ def _torch_args(encoded: str, target: str, floor: bool):
 def replay_elementwise(device: str, calls) -> dict:
     """PyTorch's operations behind a step's ``mem_bytes`` (element-wise ops,
     reductions, copies, indexing) timed alone, one distinct call at a time, on
-    ``device`` with the job's threads: ``calls`` is :attr:`crossover_study.step_counts.
+    ``device`` with the job's threads: ``calls`` is :attr:`crossover_study.stepmodel.counts.
     StepCounts.elementwise` (rows ``(op, args, bytes, per_step)``). Each call is rebuilt
     on new random tensors of its shapes (:func:`_torch_args`) and timed in
     :data:`BLOCKS` blocks of about :data:`REPLAY_BYTES` moved; its time is the median
@@ -316,7 +316,7 @@ def replay_elementwise(device: str, calls) -> dict:
 
 def replay_columns(columns: dict, framework: str, device: str) -> dict:
     """``step_products_s`` and ``step_products_flops`` of a counted point (``columns``:
-    its ``step_*`` columns from :func:`crossover_study.step_counts.count_point`): its
+    its ``step_*`` columns from :func:`crossover_study.stepmodel.counts.count_point`): its
     ``step_products`` timed by :func:`replay_products` plus its ``step_rnn_layers``
     (PyTorch) by :func:`replay_rnn_layers`; both None without either, or with a line
     on stderr (the job log) when the replay fails. And ``step_elementwise_s`` and

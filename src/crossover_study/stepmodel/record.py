@@ -1,6 +1,6 @@
 """What one counted step did (:class:`StepCounts`, per step of the program) and the
 closed forms the counters use: FLOPs of a product, of an MLP's products, of an LSTM
-layer's gate products (:mod:`crossover_study.step_counts` says what is counted).
+layer's gate products (:mod:`crossover_study.stepmodel.counts` says what is counted).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class StepCounts:
         ``batch`` of them at once, an operand stored transposed where its flag is set
         (the layout changes the speed), run inside a compiled TensorFlow graph where
         ``in_graph`` is set (a graph may run a product on other kernels than eager
-        mode); what :func:`crossover_study.step_replay.replay_products`
+        mode); what :func:`crossover_study.stepmodel.replay.replay_products`
         times one shape at a time. Products whose shapes are not known (a convolution,
         attention, a dimension unknown at trace time) are in ``flops`` but not here,
         nor are an LSTM layer op's gate products (they are in ``rnn_layers``).
@@ -47,14 +47,14 @@ class StepCounts:
         ...)``: ``per_step`` forward (``backward`` false) or backward passes of a layer
         of ``hidden`` units over ``steps`` time steps of ``batch`` sequences of
         ``inputs`` features, which
-        :func:`crossover_study.step_replay.replay_products` times whole. Their FLOPs
+        :func:`crossover_study.stepmodel.replay.replay_products` times whole. Their FLOPs
         (:func:`lstm_layer_flops`) are in ``flops``.
     elementwise: PyTorch's operations behind ``mem_bytes`` by operator and arguments,
         ``((op, args, bytes, per_step), ...)``: ``per_step`` calls of ``op`` (an ATen
         overload, e.g. ``aten._softmax.default``) with ``args`` (JSON of its positional
         and keyword arguments, each tensor ``{"t": shape, "dtype": name}``; see
         :func:`encode_args`), each moving ``bytes``; what
-        :func:`crossover_study.step_replay.replay_elementwise` times one call at a time.
+        :func:`crossover_study.stepmodel.replay.replay_elementwise` times one call at a time.
         An operation whose arguments cannot be written so (a random generator) is in
         ``mem_bytes`` but not here.
     """

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from crossover_study.step_timing import _blocks, _line, _timer
+from crossover_study.stepmodel.timing import _blocks, _line, _timer
 
 #: Epochs of the minimal fit calls whose slope is fit's cost per epoch.
 FIT_EPOCHS = 4
