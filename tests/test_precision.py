@@ -4,7 +4,7 @@ precision columns read back from the frameworks, old tables without them."""
 import pandas as pd
 import pytest
 
-from crossover_study import frameworks, precision
+from crossover_study import frameworks
 from crossover_study.core.origin import table_columns
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.crossover import crossover_table
@@ -12,6 +12,7 @@ from crossover_study.runner import GroupSpec, run_group
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import VARIANTS, PointSpec
 from crossover_study.tables import collect_timings
+from crossover_study.workloads import precision
 
 SMALL = {"batch": 16, "d_in": 32, "hidden": 8}
 POLICY = TimingPolicy(min_block_s=0.002, n_blocks=3, max_warmup_s=0.02, sync_check_s=0.02)

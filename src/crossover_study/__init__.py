@@ -47,7 +47,7 @@ LAYERS: dict[str, int] = {
     "core.origin": 0,
     "plugin": 0,
     "core.host_load": 0,
-    "precision": 0,
+    "workloads.precision": 0,
     "gpu_state": 0,
     "watchdog": 0,
     "core.progress": 0,

@@ -61,10 +61,10 @@ def import_framework(framework: str, device: str, threads: int, logical_cpus: in
     logical devices share the job's one intra-op pool of ``threads`` threads.
 
     Float precision is pinned to fp32 here, once per process before any point
-    (:func:`crossover_study.precision.pin_fp32`: TF32 off in both frameworks, cuDNN
+    (:func:`crossover_study.workloads.precision.pin_fp32`: TF32 off in both frameworks, cuDNN
     included); the ``tf32`` variant turns it on for its own point only.
     """
-    from crossover_study.precision import pin_fp32
+    from crossover_study.workloads.precision import pin_fp32
 
     if logical_cpus < 1:
         raise ValueError(f"logical_cpus must be at least 1, got {logical_cpus}")

@@ -18,7 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-from crossover_study import frameworks, precision
+from crossover_study import frameworks
 from crossover_study.core import errors, paths
 from crossover_study.core.paths import portable_path
 from crossover_study.harness import measure
@@ -29,7 +29,7 @@ from crossover_study.study.applicability import NotApplicable
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
 from crossover_study.watchdog import PointDeadlineExceeded, stopped_where
-from crossover_study.workloads import Unavailable
+from crossover_study.workloads import Unavailable, precision
 
 
 def deadline_row(exc: PointDeadlineExceeded, import_s, device_init_s, started) -> dict:

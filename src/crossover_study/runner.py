@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from crossover_study import device_probe, frameworks, gpu_state, precision
+from crossover_study import device_probe, frameworks, gpu_state
 from crossover_study.core import errors
 from crossover_study.core import origin as provenance
 from crossover_study.core.files import write_csv_atomic
@@ -48,7 +48,7 @@ from crossover_study.watchdog import (
     grace_s,
     hard_message,
 )
-from crossover_study.workloads import check_framework, check_tf32
+from crossover_study.workloads import check_framework, check_tf32, precision
 
 #: The public names.
 __all__ = [

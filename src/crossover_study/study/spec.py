@@ -35,7 +35,7 @@ ACCELERATORS: tuple[str, ...] = tuple(d for d in DEVICES if d != "cpu")
 #: and, for Keras ``fit`` cases, ``train_on_batch`` and a compiled ``custom_step``.
 #: ``tf32`` is the eager program with TensorFloat-32 allowed for that point only (torch
 #: cuBLAS matmuls and cuDNN, TensorFlow ``enable_tensor_float_32_execution(True)``);
-#: every other point computes fp32, pinned per process (:mod:`crossover_study.precision`).
+#: every other point computes fp32, pinned per process (:mod:`crossover_study.workloads.precision`).
 #: TF32 is a tensor-core mode of NVIDIA GPUs (Ampere and later), so ``tf32`` is
 #: ``not_applicable`` on ``cpu`` and ``tpu``; the row's ``precision`` column is read
 #: back from the framework, never assumed.

@@ -39,7 +39,7 @@ def check_tf32(variant: str, device: str) -> None:
     ``tf32`` row of ``applicability.RULES``): TensorFloat-32 is a tensor-core mode of
     NVIDIA GPUs from Ampere on (TensorFlow's ``enable_tensor_float_32_execution``
     documentation), so ``cpu`` and ``tpu`` compute the eager program's fp32
-    (:mod:`crossover_study.precision`)."""
+    (:mod:`crossover_study.workloads.precision`)."""
     require(variant, None, device, names=("tf32",))
 
 

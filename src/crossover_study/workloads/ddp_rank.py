@@ -23,10 +23,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from crossover_study.precision import pin_fp32
 from crossover_study.study import cases
 from crossover_study.study import seed_data as data
 from crossover_study.study.applicability import NotApplicable
+from crossover_study.workloads.precision import pin_fp32
 from crossover_study.workloads.torch_base import KERAS_ADAM_EPS, _glorot
 from crossover_study.workloads.torch_cases import LSTMRegressor
 
@@ -257,7 +257,7 @@ def _watch_parent(parent: int) -> None:
 def follower_main(spec: dict) -> None:
     """Body of a follower rank: join, build the same program, obey rank 0's commands
     until STOP. ``spec`` is what :meth:`DDPWorkload.setup` passes (JSON). Pins fp32 as
-    rank 0's process did (:func:`crossover_study.precision.pin_fp32`)."""
+    rank 0's process did (:func:`crossover_study.workloads.precision.pin_fp32`)."""
     _watch_parent(spec["parent"])
     torch.set_num_threads(spec["threads"])
     pin_fp32("torch")
