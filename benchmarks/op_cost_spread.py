@@ -11,7 +11,7 @@ calls and Keras fit's own cost likewise, from minimal programs). Where a program
 operations cost more than the minimal step's (more Python around them, an optimizer's
 per-parameter loop, a second backward pass), an operation-bound step is predicted short
 by that ratio, whatever its counts. This measures the ratio: each point is measured as
-a job measures it (crossover_study.point_measure.measure_point: timed blocks, counts,
+a job measures it (crossover_study.measure.point.measure_point: timed blocks, counts,
 products replayed, op costs timed after the point), at sizes small enough that the
 step is mostly operations; what the measured step leaves after the model's compute,
 memory and copy terms is what its operations cost, set against the ops term
@@ -55,7 +55,7 @@ def _row(
     the model: a dict of the timings table's columns."""
     import pandas as pd
 
-    from crossover_study.point_measure import measure_point
+    from crossover_study.measure.point import measure_point
     from crossover_study.stepmodel import rates as step_rates
     from crossover_study.study.points import TimingPolicy
     from crossover_study.study.programs import program_of
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sync_check_s < 0:
         parser.error(f"--sync-check-s must not be negative, got {args.sync_check_s}")
 
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
     from crossover_study.stepmodel import rates as step_rates
     from crossover_study.stepmodel.model import TERM_COLUMNS
 

@@ -16,10 +16,11 @@ import pytest
 import torch
 import yaml
 
-from crossover_study import device_probe, frameworks, point_measure, runner
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.journal import Journal
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure import device_probe, frameworks, runner
+from crossover_study.measure import point as point_measure
+from crossover_study.measure.journal import Journal
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
 from crossover_study.workloads import torch_base, torch_cases
@@ -68,7 +69,7 @@ class Hide(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, Hide())
 sys.path.insert(0, {src!r})
-from crossover_study.measure_job import main
+from crossover_study.measure.job import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from crossover_study.harness import Measurement, measure
+from crossover_study.measure.harness import Measurement, measure
 from crossover_study.study.points import TimingPolicy
 
 
@@ -190,7 +190,7 @@ def test_block_length_check_fails_on_a_per_block_overhead():
 
 
 def test_sync_check_tolerance_grows_with_noise():
-    from crossover_study.harness import sync_check_agrees
+    from crossover_study.measure.harness import sync_check_agrees
 
     assert sync_check_agrees(1.0, 1.05, iqr_s=0.0, threshold=0.1)
     assert not sync_check_agrees(1.0, 1.3, iqr_s=0.0, threshold=0.1)
@@ -259,8 +259,8 @@ def test_no_full_collection_pauses_the_steps_before_the_warm_up(monkeypatch):
 
 # ------------------------------------------------------------- host load and causes
 def test_host_load_is_read_just_outside_the_timed_blocks(monkeypatch):
-    from crossover_study import harness
     from crossover_study.core.host_load import HostSample
+    from crossover_study.measure import harness
 
     clock = FakeClock()
     w = QueuedWorkload(clock)
@@ -342,7 +342,7 @@ def test_cpus_others_subtracts_the_process_and_needs_a_long_enough_window():
 
 
 def test_a_failed_check_names_drift_on_the_cpu_and_a_launch_queue_elsewhere():
-    from crossover_study.harness import sync_check_cause
+    from crossover_study.measure.harness import sync_check_cause
 
     cpu = sync_check_cause("cpu")
     assert "drifted" in cpu and "other processes" in cpu and "frequency" in cpu
@@ -361,7 +361,7 @@ def test_a_failed_check_names_drift_on_the_cpu_and_a_launch_queue_elsewhere():
 
 
 def test_the_explanation_of_a_failed_cpu_row_shows_the_host_load():
-    from crossover_study.harness import sync_check_explanation
+    from crossover_study.measure.harness import sync_check_explanation
 
     row = {
         "device": "cpu",
@@ -394,7 +394,7 @@ def test_the_explanation_of_a_failed_cpu_row_shows_the_host_load():
 
 
 def test_the_explanation_of_a_failed_gpu_row_points_at_the_launch_queue():
-    from crossover_study.harness import sync_check_explanation
+    from crossover_study.measure.harness import sync_check_explanation
 
     row = {"device": "cuda", "step_time_s": 1e-3, "sync_check_long_s": 0.5e-3}
     row.update(threads=2, host_load_start=1.0, host_load_end=1.0)

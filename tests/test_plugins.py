@@ -18,7 +18,7 @@ from conftest import OWN_MODELS, SNAKEMAKE
 
 from crossover_study.core import files
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study import cases, programs
 from crossover_study.study import points as study_points
 from crossover_study.study.config import validate_config
@@ -283,8 +283,8 @@ def test_an_edited_plugin_is_measured_again(tmp_path):
 
 
 def _measure(case: str, framework: str, variant: str, sizes: dict, timing="synced") -> dict:
-    from crossover_study import frameworks
-    from crossover_study.point_measure import measure_point
+    from crossover_study.measure import frameworks
+    from crossover_study.measure.point import measure_point
 
     frameworks.import_framework(framework, "cpu", 1)
     point = PointSpec(case, framework, "cpu", variant, sizes, timing)

@@ -11,11 +11,11 @@ import pandas as pd
 import psutil
 import pytest
 
-from crossover_study import frameworks, watchdog
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.journal import Journal
-from crossover_study.measure_job import measure_job
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure import frameworks, watchdog
+from crossover_study.measure.job import measure_job
+from crossover_study.measure.journal import Journal
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
 
@@ -111,9 +111,9 @@ def test_a_point_ended_at_a_deadline_is_measured_again_under_a_longer_one(tmp_pa
 HOLDS_THE_GIL = """
 import ctypes, pathlib, subprocess, sys
 sys.path.insert(0, {src!r})
-from crossover_study import frameworks
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure import frameworks
+from crossover_study.measure.harness import TimingPolicy
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.spec import PointSpec
 
 real = frameworks.workload_class("torch", "s001-mlp")

@@ -11,10 +11,10 @@ from unittest.mock import ANY
 import pandas as pd
 import pytest
 
-from crossover_study import device_probe, frameworks
 from crossover_study.core import errors
 from crossover_study.core.paths import REPO_ROOT, pins
-from crossover_study.probe import (
+from crossover_study.measure import device_probe, frameworks
+from crossover_study.measure.probe import (
     ENV_DISTRIBUTIONS,
     CpusNotGivenError,
     ProbeError,
@@ -27,7 +27,7 @@ from crossover_study.probe import (
     shows_device,
     write_probe,
 )
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
 
@@ -272,7 +272,7 @@ def test_a_job_with_fewer_cpus_than_threads_measures_nothing_and_keeps_its_journ
     before = journal.read_text()
     fake_affinity(monkeypatch, {3}, SLURM_JOB_ID="9", SLURM_CPUS_PER_TASK="4")
     monkeypatch.setattr(
-        "crossover_study.frameworks.pin_thread_env",
+        "crossover_study.measure.frameworks.pin_thread_env",
         lambda threads: pytest.fail("threads pinned before the CPU check"),
     )
     with pytest.raises(CpusNotGivenError, match=r"4 threads pinned .* only 1 CPU\(s\)"):
@@ -282,7 +282,7 @@ def test_a_job_with_fewer_cpus_than_threads_measures_nothing_and_keeps_its_journ
 
 
 def test_the_job_log_names_the_cpu_shortfall_and_the_probe_is_written(tmp_path, monkeypatch):
-    from crossover_study.measure_job import measure_job
+    from crossover_study.measure.job import measure_job
 
     study = {
         "study": "few-cpus",

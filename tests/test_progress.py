@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from crossover_study import runner
 from crossover_study.core import progress
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure import runner
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
 

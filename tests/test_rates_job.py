@@ -1,4 +1,4 @@
-"""The rates job (crossover_study.rates_job): the machine's rates measured once per
+"""The rates job (crossover_study.measure.rates_job): the machine's rates measured once per
 framework and device, into one file that the measuring jobs read; and the workflow's
 rates rule, which runs it before the measuring jobs of its framework and device."""
 
@@ -11,8 +11,8 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, run_snakemake
 
-from crossover_study import device_probe, frameworks, rates_job
-from crossover_study.rates_job import read_rates
+from crossover_study.measure import device_probe, frameworks, rates_job
+from crossover_study.measure.rates_job import read_rates
 from crossover_study.stepmodel import rates as step_rates
 
 #: Rates as step_rates.measure_rates returns them, made up (nothing timed).
@@ -108,7 +108,7 @@ def test_a_measuring_job_writes_the_rates_files_rates_into_its_rows(tmp_path, mo
     """measure_job reads the rates file: every row carries its medians
     (step_rates.row_columns) and the probe record its rates; without one the rate
     columns stay empty and the log says so. It times no rates itself."""
-    from crossover_study.measure_job import measure_job
+    from crossover_study.measure.job import measure_job
 
     rates_file = tmp_path / "rates.json"
     monkeypatch.setattr(

@@ -183,8 +183,8 @@ def test_jobs_past_the_deadline_are_not_started_and_their_rows_say_so(tmp_path):
 
 
 def test_points_past_the_deadline_inside_a_job_are_unavailable_rows(tmp_path, monkeypatch):
-    from crossover_study import frameworks
-    from crossover_study.runner import GroupSpec, run_group
+    from crossover_study.measure import frameworks
+    from crossover_study.measure.runner import GroupSpec, run_group
     from crossover_study.study.points import TimingPolicy
     from crossover_study.study.spec import PointSpec
 
@@ -387,7 +387,7 @@ def test_a_job_that_dies_keeps_its_measured_points(tmp_path, monkeypatch):
 
     def dying(cmd, env, timeout, progress):
         code, seconds = real(cmd, env, timeout, progress)
-        measuring = "crossover_study.measure_job" in cmd  # not the rates job
+        measuring = "crossover_study.measure.job" in cmd  # not the rates job
         cpu_job = measuring and "--device=cpu" in cmd and "--deadline=0" not in cmd
         calls.append(("cpu" if cpu_job else "other", code))
         if cpu_job:  # the process "died" before writing its table

@@ -19,20 +19,15 @@ import pandas as pd
 import psutil
 import pytest
 
-from crossover_study import (
-    device_probe,
-    figure_draw,
-    figure_scaling,
-    frameworks,
-    point_measure,
-    runner,
-)
+from crossover_study import figure_draw, figure_scaling
 from crossover_study.core import errors
 from crossover_study.core import origin as provenance
 from crossover_study.core.origin import table_columns
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.harness import measure
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure import device_probe, frameworks, runner
+from crossover_study.measure import point as point_measure
+from crossover_study.measure.harness import measure
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.applicability import NotApplicable
 from crossover_study.study.cases import SEEDS
 from crossover_study.study.config import validate_config
@@ -463,10 +458,10 @@ def test_ddp_followers_are_killed_and_reaped_when_a_point_fails(monkeypatch):
 MIRRORED_SCRIPT = """
 import json, sys
 sys.path.insert(0, {src!r})
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure.harness import TimingPolicy
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.spec import PointSpec
-from crossover_study import frameworks
+from crossover_study.measure import frameworks
 seed = {{"batch": 32, "units": 8, "seq_len": 5}}
 mlp = {{"batch": 64, "d_in": 1024, "hidden": 128}}
 pts = tuple(
@@ -570,8 +565,8 @@ def test_default_study_measures_mirrored_fit_for_s004_only():
 MIRRORED_FIT_SCRIPT = """
 import json, sys
 sys.path.insert(0, {src!r})
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure.harness import TimingPolicy
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.spec import PointSpec
 # Tiny LSTM; batch 400 makes s004's data set (1 198 windows) 3 global batches per epoch
 # (2 at weak scaling's global batch of 800).

@@ -10,12 +10,13 @@ import time
 import pandas as pd
 import pytest
 
-from crossover_study import frameworks, point_measure, runner
 from crossover_study.core import errors
 from crossover_study.core.origin import table_columns
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.journal import Journal
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure import frameworks, runner
+from crossover_study.measure import point as point_measure
+from crossover_study.measure.journal import Journal
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
 
@@ -248,9 +249,9 @@ def test_one_own_crash_is_tried_again(tmp_path):
 CRASH_SCRIPT = """
 import os, signal, sys
 sys.path.insert(0, {src!r})
-from crossover_study import runner
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure import runner
+from crossover_study.measure.harness import TimingPolicy
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.spec import PointSpec
 
 def crash(*_):  # a step that crashes its process (a segfault in a C extension)
@@ -288,8 +289,8 @@ def test_a_step_that_segfaults_is_recorded_in_the_journal_and_given_up(tmp_path)
 KILL_SCRIPT = """
 import sys
 sys.path.insert(0, {src!r})
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure.harness import TimingPolicy
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.spec import PointSpec
 seed = {{"batch": 64, "d_in": 1024}}
 pts = tuple(PointSpec("s001-mlp", "torch", "cpu", "eager", {{**seed, "hidden": h}}) for h in (64, 128, 256, 512))

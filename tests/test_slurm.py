@@ -25,8 +25,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from crossover_study import frameworks
 from crossover_study.core.paths import REPO_ROOT
+from crossover_study.measure import frameworks
 from crossover_study.study.config import load_config
 from crossover_study.study.points import measure_jobs
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from crossover_study import harness
+from crossover_study.measure import harness
 from crossover_study.stepmodel import counts as step_counts
 from crossover_study.stepmodel import counts_tf as step_counts_tf
 from crossover_study.stepmodel import counts_torch as step_counts_torch
@@ -28,7 +28,7 @@ def fresh_replays(monkeypatch):
 
 
 def _built(framework: str, case: str, sizes: dict, variant: str = "eager"):
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     frameworks.import_framework(framework, "cpu", 1)
     workload = frameworks.make_workload(PointSpec(case, framework, "cpu", variant, sizes), 1)
@@ -173,7 +173,7 @@ def test_a_program_the_counters_cannot_follow_keeps_its_row(capsys):
 
 def test_counting_runs_after_the_timed_blocks(monkeypatch):
     """measure_point counts only once the harness has returned its measurement."""
-    from crossover_study import point_measure
+    from crossover_study.measure import point as point_measure
     from crossover_study.study.points import TimingPolicy
 
     events = []
@@ -190,7 +190,7 @@ def test_counting_runs_after_the_timed_blocks(monkeypatch):
 
     monkeypatch.setattr(point_measure, "measure", measure)
     monkeypatch.setattr(point_measure.step_counts, "count_point", count_point)
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     frameworks.import_framework("torch", "cpu", 1)
     point = PointSpec("s001-mlp", "torch", "cpu", "eager", {"batch": 8, "d_in": 8, "hidden": 8})
@@ -202,7 +202,7 @@ def test_counting_runs_after_the_timed_blocks(monkeypatch):
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
 def test_rates_are_measured_with_their_spread(framework):
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     frameworks.import_framework(framework, "cpu", 1)
     rates = step_rates.measure_rates(framework, "cpu")
@@ -233,7 +233,8 @@ def test_a_counted_point_times_no_rates_and_says_what_it_paid(framework, monkeyp
     """A counted point's row carries no rates of its own (the rates job's are the job's
     common columns, runner): measure_point never times the op costs or Keras fit's costs
     again, and says in count_s and replay_s what its count and its replays took."""
-    from crossover_study import frameworks, point_measure
+    from crossover_study.measure import frameworks
+    from crossover_study.measure import point as point_measure
     from crossover_study.study.points import TimingPolicy
 
     frameworks.import_framework(framework, "cpu", 1)
@@ -265,7 +266,7 @@ def test_keras_fit_costs_are_measured():
     """Keras fit's own costs (the rates job's): call, epoch, validated epoch and step,
     each a positive or zero number of seconds, the call and the step above zero (a fit
     does cost something)."""
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     tf = frameworks.import_framework("tensorflow", "cpu", 1)
     with tf.device("/CPU:0"):
@@ -372,7 +373,7 @@ def test_products_are_replayed_one_shape_at_a_time(framework):
     covers are the shapes' FLOPs times their counts per step (a product that ran in a
     graph is left to the curve), and a product that does work takes time beyond the
     1 × 1 product's dispatch."""
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     frameworks.import_framework(framework, "cpu", 1)
     products = [(1, 96, 96, 96, False, True, False, 3.0), (4, 8, 16, 8, True, False, False, 0.5)]
@@ -386,7 +387,7 @@ def test_lstm_layers_are_replayed_whole():
     """replay_rnn_layers times a layer's forward and its backward pass: each covers its
     gate products' FLOPs and takes time beyond the one-unit layer's; replay_columns adds
     them to the products' replay."""
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     frameworks.import_framework("torch", "cpu", 1)
     layers = [(20, 16, 8, 32, False, 2.0), (20, 16, 8, 32, True, 2.0)]

@@ -13,7 +13,7 @@ from crossover_study.stepmodel.model import Rates
 
 @pytest.mark.parametrize("sizes", [(64, 1024, 128), (64, 256, 32), (7, 33, 5)])
 def test_mlp_flops_of_the_torch_step_match_the_closed_form(sizes):
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     batch, d_in, hidden = sizes
     frameworks.import_framework("torch", "cpu", 1)

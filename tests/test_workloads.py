@@ -6,8 +6,8 @@ import re
 import numpy as np
 import pytest
 
-from crossover_study import frameworks
-from crossover_study.harness import measure
+from crossover_study.measure import frameworks
+from crossover_study.measure.harness import measure
 from crossover_study.study import seed_data as data
 from crossover_study.study.cases import SEEDS
 from crossover_study.study.points import TimingPolicy

@@ -9,9 +9,9 @@ What a study does for one case at one size, in one command: an in-memory study c
 for that case (the plug-in ``FILE.py`` with the given sizes as its seed, or a seed
 case) is validated by :func:`config.validate_config` (every check of a study file,
 the plug-in's static checks included) and written to ``<out>/study.yaml``; each device
-class is measured by its own ``python -m crossover_study.measure_job`` process (the
+class is measured by its own ``python -m crossover_study.measure.job`` process (the
 measure rule's code: journal, point deadline, probe record, step counts), after the
-rates job of its framework and device (``python -m crossover_study.rates_job``, the
+rates job of its framework and device (``python -m crossover_study.measure.rates_job``, the
 rates rule's code; its file ``<out>/rates/<framework>/<device>.json`` is the rates the
 rows carry);
 the per-job tables are collected (:func:`tables.collect_study`), the crossover table,
@@ -136,7 +136,7 @@ def present_devices(snapshot: dict | None = None) -> dict[str, str | None]:
     nvidia-smi list them (:func:`gpu_state.snapshot`, no framework imported); tpu is
     never found here (a TPU host is asked for with ``--devices tpu``, and its job's
     probe decides)."""
-    from crossover_study.gpu_state import snapshot as gpu_snapshot
+    from crossover_study.measure.gpu_state import snapshot as gpu_snapshot
 
     snap = snapshot if snapshot is not None else gpu_snapshot()
     gpus = len(snap.get("gpus") or [])
@@ -284,7 +284,7 @@ def sweep_study(config: dict, case: str, name: str) -> dict:
 
 
 def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> float:
-    """One measuring job as its own ``python -m crossover_study.measure_job`` process
+    """One measuring job as its own ``python -m crossover_study.measure.job`` process
     (the measure rule's code), its progress lines (:func:`progress.for_terminal`) through
     ``progress``; writes the Snakemake-style benchmark file beside the job's log.
     Returns its wall seconds."""
@@ -296,7 +296,7 @@ def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> fl
 
 def _rates(config_path: Path, out: Path, framework: str, device: str, progress: Progress) -> None:
     """The rates job of ``framework`` on ``device`` as its own ``python -m
-    crossover_study.rates_job`` process (the rates rule's code), before that pair's
+    crossover_study.measure.rates_job`` process (the rates rule's code), before that pair's
     measuring jobs, which read its file; its benchmark file beside theirs."""
     paths = rates_files(out, out / "logs", framework, device)
     write_benchmark(

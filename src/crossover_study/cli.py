@@ -126,7 +126,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "rates": Command(
         "the step-time model's machine rates for one framework and device, into a file",
-        _main_of("rates_job"),
+        _main_of("measure.rates_job"),
     ),
     "validate": Command("check study files (YAML, schema, plug-ins, plan) before a run", _validate),
     "compare": Command(
@@ -134,7 +134,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "audit": Command("recompute a run's hashes; check its tables and figures", _main_of("audit")),
     "agreement": Command(
-        "time the harness against the field's reference timers", _main_of("agreement")
+        "time the harness against the field's reference timers", _main_of("measure.agreement")
     ),
     "freeze": Command(
         "copy an audited run into results/reference/<name>", _main_of("freeze", "freeze")

@@ -35,7 +35,7 @@ REFERENCE_FILES: tuple[str, ...] = (
     "config.resolved.yaml",
     "points/**/*.csv",
     "points/**/*.probe.json",
-    # The rates files the measuring jobs read (crossover_study.rates_job).
+    # The rates files the measuring jobs read (crossover_study.measure.rates_job).
     "rates/**/*.json",
     # The crate's copy of the workflow definition (crossover_study.crate.copy_workflow).
     "code/Snakefile",

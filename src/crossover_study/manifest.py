@@ -18,7 +18,7 @@
   collected from (a workflow run names them: the study's jobs now; the tables of jobs
   it no longer has, a case or batch dropped from its config, are moved to
   ``retired/`` first, :func:`retire_tables`), the rates files they read
-  (``rates``: ``rates/<framework>/<device>.json``, :mod:`crossover_study.rates_job`),
+  (``rates``: ``rates/<framework>/<device>.json``, :mod:`crossover_study.measure.rates_job`),
   and one entry per measuring
   run (``run_id`` of ``timings.csv``) with its machine and software, including
   ``packages``: the package versions of the environment its measuring jobs ran in, from
@@ -141,7 +141,7 @@ def run_packages(runs: list[dict], probes: Iterable[Mapping]) -> list[dict]:
     versions of the environment its measuring jobs ran in, from the probe records
     (``probes``: the manifest's entries, ``{"path", "record", ...}``) beside the per-job
     tables holding its rows (``batch-<i>.probe.json`` beside ``batch-<i>.csv``), as
-    :func:`crossover_study.probe.installed_packages` recorded them (``{name:
+    :func:`crossover_study.measure.probe.installed_packages` recorded them (``{name:
     version}``, ``python`` included). A package those probes disagree on lists the
     distinct versions; None when none of them recorded packages (probes older than
     version 3, or none written). A probe is written by the job that wrote the table;

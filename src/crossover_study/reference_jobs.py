@@ -69,13 +69,13 @@ def rates_files(results: Path, logs: Path, framework: str, device: str) -> dict[
 
 def rates_command(config_path: str | Path, framework: str, device: str, paths: dict) -> list:
     """The command of one rates job as its own process, printing its log lines:
-    ``python -m crossover_study.rates_job`` (the rates rule's code) with the threads of
+    ``python -m crossover_study.measure.rates_job`` (the rates rule's code) with the threads of
     ``device``'s class in the study config ``config_path`` and its files
     (:func:`rates_files`; ``bench`` is the caller's to write, :func:`write_benchmark`)."""
     return [
         sys.executable,
         "-m",
-        "crossover_study.rates_job",
+        "crossover_study.measure.rates_job",
         f"--config={config_path}",
         f"--framework={framework}",
         f"--device={device}",
@@ -87,7 +87,7 @@ def rates_command(config_path: str | Path, framework: str, device: str, paths: d
 
 def job_command(config_path: str | Path, job: tuple[str, str, str, int], paths: dict) -> list:
     """The command of one measuring job as its own process, printing its log lines
-    (``--echo``): ``python -m crossover_study.measure_job`` (the measure rule's code)
+    (``--echo``): ``python -m crossover_study.measure.job`` (the measure rule's code)
     with the study config ``config_path``, the job ``(case, framework, device, batch)``
     and its files (:func:`job_files`; ``bench`` is the caller's to write,
     :func:`write_benchmark`; ``rates`` is read, the rates job's, run first)."""
@@ -95,7 +95,7 @@ def job_command(config_path: str | Path, job: tuple[str, str, str, int], paths: 
     return [
         sys.executable,
         "-m",
-        "crossover_study.measure_job",
+        "crossover_study.measure.job",
         f"--config={config_path}",
         f"--case={case}",
         f"--framework={framework}",
@@ -141,8 +141,8 @@ def write_unstarted(points, paths: dict, config_hash: str, threads: int, why: st
     says ``job_started: false``."""
     from crossover_study.core.files import write_csv_atomic
     from crossover_study.core.origin import placement, table_columns
-    from crossover_study.probe import probe_record, write_probe
-    from crossover_study.runner import framework_mismatch
+    from crossover_study.measure.probe import probe_record, write_probe
+    from crossover_study.measure.runner import framework_mismatch
     from crossover_study.study.programs import program_or_none
 
     now = datetime.now(UTC).isoformat(timespec="seconds")

@@ -8,10 +8,10 @@ workflow's ``measure``, ``collect`` and ``crossover`` rules and the manifest do:
 1. installs the GPU bundle (:mod:`crossover_study.gpu_bundle`) and refuses to start,
    naming what is missing, when a module the run imports still fails to import;
 2. validates the study and runs each measuring job as its own process
-   (``python -m crossover_study.measure_job``: the code the ``measure`` rule runs),
+   (``python -m crossover_study.measure.job``: the code the ``measure`` rule runs),
    one job at a time, most informative jobs first, printing a line per point; before
    the first job of a framework and device, that pair's rates job (``python -m
-   crossover_study.rates_job``: the ``rates`` rule's code), whose file its measuring
+   crossover_study.measure.rates_job``: the ``rates`` rule's code), whose file its measuring
    jobs read (``results/<study>/rates/``, in the archive; not run again when a resumed
    run has it). A job
    whose process fails (a device lost to a sticky CUDA error) is started again and
@@ -215,7 +215,7 @@ def run(
     import yaml
 
     from crossover_study.core.origin import GIT_ENV, git_state
-    from crossover_study.journal import MAX_ATTEMPTS
+    from crossover_study.measure.journal import MAX_ATTEMPTS
     from crossover_study.study import config as study_config
     from crossover_study.study import points as study_points
     from crossover_study.workloads.torch_base import compile_toolchain_missing

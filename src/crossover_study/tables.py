@@ -468,7 +468,7 @@ def collect_study(
     import json
 
     from crossover_study.environments import check_environments
-    from crossover_study.probe import check_tables
+    from crossover_study.measure.probe import check_tables
 
     csvs = list(csvs)
     if probes is not None:

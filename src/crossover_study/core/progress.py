@@ -1,7 +1,7 @@
 """The progress lines a person watches while a study measures: one when a measuring job
 starts, one per point as it finishes.
 
-The runner writes them to the job's log (:func:`crossover_study.runner.run_group`); the
+The runner writes them to the job's log (:func:`crossover_study.measure.runner.run_group`); the
 measure rule's script also prints them on Snakemake's terminal (a Slurm job's own log),
 and ``crossover-study check`` and the GPU reference run pass them on from the jobs they
 start (:class:`crossover_study.reference_jobs.Progress`). One formatter, so the lines

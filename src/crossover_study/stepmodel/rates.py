@@ -2,7 +2,7 @@
 (:mod:`crossover_study.stepmodel.model`).
 
 Measured once per study for each (framework, device, threads) by the rates job
-(:mod:`crossover_study.rates_job`, the workflow's ``rates`` rule), in its own process
+(:mod:`crossover_study.measure.rates_job`, the workflow's ``rates`` rule), in its own process
 pinned to the threads of that device class's measuring jobs, after the device is
 initialised; each rate is the median over blocks with the blocks' interquartile range
 (its spread). Every row of the measuring jobs carries their medians

@@ -11,7 +11,7 @@ entry point (``docs/PLUGINS.md`` and ``examples/`` show both):
   it, remedies included (:mod:`crossover_study.workloads.plugin_torch`,
   :mod:`~crossover_study.workloads.plugin_tf`);
 - a **workload class** ``Class(device, sizes, variant)`` following the harness's
-  :class:`~crossover_study.harness.Workload` contract (``setup``, ``run``, ``sync``,
+  :class:`~crossover_study.measure.harness.Workload` contract (``setup``, ``run``, ``sync``,
   ``loss``), as the four seeds do (``crossover_study.workloads.torch_cases`` and
   ``tf_cases``).
 

@@ -185,7 +185,7 @@ def check_threads(config: Mapping[str, Any], cores: int, source: str = "") -> No
     a local run can have (:func:`local_cores`; ``source`` says what limits them). Raises
     :class:`ConfigError` naming ``devices.<class>.threads``. Not for a cluster executor:
     there a job's cores are its node's, and the job checks them itself before measuring
-    (:func:`crossover_study.probe.check_cpus_given`)."""
+    (:func:`crossover_study.measure.probe.check_cpus_given`)."""
     for device in config["sweep"]["devices"]:
         threads = config["devices"][device]["threads"]
         if threads > cores:

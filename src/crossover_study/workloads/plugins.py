@@ -2,7 +2,7 @@
 
 The file is imported once per process (a module named after the case), the entry point
 looked up in it, and for each point either the workload class it is (the harness's
-:class:`~crossover_study.harness.Workload` contract: ``Class(device, sizes, variant)``)
+:class:`~crossover_study.measure.harness.Workload` contract: ``Class(device, sizes, variant)``)
 is instantiated, or the builder function it is (``build(device, **sizes)``, returning a
 :mod:`crossover_study.plugin` program) is wrapped in the framework's adapter:
 :class:`~crossover_study.workloads.plugin_torch.TorchPluginWorkload` or

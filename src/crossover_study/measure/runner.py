@@ -2,9 +2,9 @@
 
 Framework import and process start are paid once per group, not once per point. Each
 finished point is appended to a journal (JSON lines, flushed and fsynced:
-:mod:`crossover_study.journal`), so a crash or ``kill -9`` loses at most the point in
+:mod:`crossover_study.measure.journal`), so a crash or ``kill -9`` loses at most the point in
 flight, and a rerun measures only what is missing. One point is timed by
-:func:`crossover_study.point_measure.measure_point`. The group's CSV is written atomically (temporary file + rename)
+:func:`crossover_study.measure.point.measure_point`. The group's CSV is written atomically (temporary file + rename)
 at the end.
 """
 
@@ -26,28 +26,28 @@ from pathlib import Path
 
 import psutil
 
-from crossover_study import device_probe, frameworks, gpu_state
 from crossover_study.core import errors
 from crossover_study.core import origin as provenance
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import git_state, placement
 from crossover_study.core.progress import point_line
-from crossover_study.journal import MAX_ATTEMPTS, Journal, hold, json_default
-from crossover_study.point_measure import deadline_row, measure_point
-from crossover_study.probe import check_cpus_given
-from crossover_study.stepmodel import rates as step_rates
-from crossover_study.study import cases
-from crossover_study.study.applicability import NotApplicable
-from crossover_study.study.points import TimingPolicy, logical_cpus
-from crossover_study.study.programs import not_applicable_reason, program_or_none
-from crossover_study.study.spec import PointSpec, timings_columns
-from crossover_study.watchdog import (
+from crossover_study.measure import device_probe, frameworks, gpu_state
+from crossover_study.measure.journal import MAX_ATTEMPTS, Journal, hold, json_default
+from crossover_study.measure.point import deadline_row, measure_point
+from crossover_study.measure.probe import check_cpus_given
+from crossover_study.measure.watchdog import (
     PointDeadlineExceeded,
     PointWatchdog,
     ended_at_deadline,
     grace_s,
     hard_message,
 )
+from crossover_study.stepmodel import rates as step_rates
+from crossover_study.study import cases
+from crossover_study.study.applicability import NotApplicable
+from crossover_study.study.points import TimingPolicy, logical_cpus
+from crossover_study.study.programs import not_applicable_reason, program_or_none
+from crossover_study.study.spec import PointSpec, timings_columns
 from crossover_study.workloads import check_framework, check_tf32, precision
 
 #: The public names.
@@ -128,13 +128,13 @@ def run_group(
     given, is filled with what the job's probe record needs: ``gpu_start``, the GPU
     state (:func:`gpu_state.snapshot`) taken after the framework import, before the
     device is touched. Its ``rates`` (:func:`step_rates.measure_rates`' form, as the
-    rates job measured them: :func:`crossover_study.rates_job.read_rates`) go into every
+    rates job measured them: :func:`crossover_study.measure.rates_job.read_rates`) go into every
     row's ``rate_*`` columns (:func:`step_rates.row_columns`; empty without them): the
     job measures no rates itself. ``deadline`` (seconds since the epoch, as
     ``time.time()``): a point not yet started when it has passed is not measured; its
     row is ``unavailable`` and says so (not final: a rerun measures it).
 
-    ``group.point_deadline_s`` (:mod:`crossover_study.watchdog`): a point still running
+    ``group.point_deadline_s`` (:mod:`crossover_study.measure.watchdog`): a point still running
     that many seconds after it started is ended, every thread's stack written to
     ``stacks`` (an open file, default ``sys.stderr``; the job log), and recorded as
     ``error`` naming the deadline; the job goes on with the next point. A point that
@@ -162,7 +162,7 @@ def run_group(
 
     A point whose process ended while measuring it is measured again; its own faults
     (a crash inside the step, a device left unusable) count towards ``MAX_ATTEMPTS``,
-    ends from outside (SIGKILL, SIGTERM) do not (:mod:`crossover_study.journal`).
+    ends from outside (SIGKILL, SIGTERM) do not (:mod:`crossover_study.measure.journal`).
     Every row says in ``attempts`` how often its point was started. The journal is
     held for the job's lifetime (:func:`journal.hold`): raises
     :class:`journal.JournalBusy` before anything else when another live process
@@ -412,7 +412,7 @@ def _measure_with_deadline(job: _Job, point: PointSpec, base: dict) -> dict:
     """``base`` and :func:`measure_point` of ``point`` (already started in the
     journal), under the job's point deadline if it has one. The watchdog's helper gets
     the row it journals should the process have to be ended (stage 2 of
-    :mod:`crossover_study.watchdog`); a deadline reached after the point returned keeps
+    :mod:`crossover_study.measure.watchdog`); a deadline reached after the point returned keeps
     the measured row."""
     group = job.group
     if job.watchdog is None:

@@ -5,7 +5,7 @@ properties of the machine, the framework and the thread count, not of a point
 (:func:`crossover_study.stepmodel.rates.measure_rates`: op costs, FLOP and bandwidth curves,
 DRAM, the page-fault price, Keras fit's own costs). The workflow's ``rates`` rule
 (``workflow/scripts/rates.py``) measures them once per (framework, device) of a study,
-before its measuring jobs, with :func:`rates_job`; ``python -m crossover_study.rates_job``
+before its measuring jobs, with :func:`rates_job`; ``python -m crossover_study.measure.rates_job``
 does the same from a command line (``crossover-study check`` and the GPU reference run
 start one such process per framework and device). A measuring job reads the file
 (:func:`read_rates`) and writes its rates into every row
@@ -16,7 +16,7 @@ import or the device is not visible: nothing is timed then, never a CPU timing u
 accelerator's name), ``framework``, ``device``, ``threads``, ``rates`` (each ``{"median",
 "iqr", "blocks"[, "unit"]}``: its spread), ``seconds`` (measuring them), ``wall_s`` (the
 whole job, import included) and ``probe``: the probe record of the process that measured
-them (:func:`crossover_study.probe.probe_record`).
+them (:func:`crossover_study.measure.probe.probe_record`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from crossover_study import device_probe, frameworks
-from crossover_study.probe import check_cpus_given, probe_record, write_probe
+from crossover_study.measure import device_probe, frameworks
+from crossover_study.measure.probe import check_cpus_given, probe_record, write_probe
 from crossover_study.stepmodel import rates as step_rates
 from crossover_study.study.spec import DEVICES
 

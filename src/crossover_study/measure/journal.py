@@ -1,6 +1,6 @@
 """The journal of a measuring job: one JSON line per point started or done, so that a
 crash or ``kill -9`` loses at most the point in flight and a rerun measures only what is
-missing (:func:`crossover_study.runner.run_group` writes and reads it).
+missing (:func:`crossover_study.measure.runner.run_group` writes and reads it).
 
 A point whose process ended while measuring it (a ``start`` without a ``done``) is
 measured again by the next run. Its tries count towards :data:`MAX_ATTEMPTS` only when
@@ -8,7 +8,7 @@ the point itself ended them: a crash inside the step (a fatal signal such as SIG
 which faulthandler writes into the journal after the point's ``start``:
 :meth:`Journal.recording_crashes`) or a device the point left unable to run work (a
 ``fault`` line); a point past its deadline gets a final ``error`` row at once
-(:mod:`crossover_study.watchdog`). A process ended from outside (the OOM killer, a
+(:mod:`crossover_study.measure.watchdog`). A process ended from outside (the OOM killer, a
 preempted Slurm job, ``kill -9``: SIGKILL or SIGTERM, which leave only the ``start``)
 is not the point's fault, and the point is measured again however often that happened.
 
@@ -53,7 +53,7 @@ class Journal:
     after a point's ``start``, which counts as that point's own fault. ``starts``:
     the tries of each point; ``faults``: the causes of the tries the point itself
     ended (a list per key).
-    Only entries written under ``settings`` (:meth:`crossover_study.runner.GroupSpec.settings`) count: a row
+    Only entries written under ``settings`` (:meth:`crossover_study.measure.runner.GroupSpec.settings`) count: a row
     measured with other threads or another timing policy (or by a version that did not
     record its settings) is listed in ``stale`` and measured again.
     """

@@ -12,7 +12,7 @@ GPU's name. The GPU state is recorded, not checked: :func:`check_table` and
 :func:`shows_device` decide from the framework's device lists only.
 
 Version 2 added two keys: ``gpu_state``, ``{"start": ..., "end": ...}``, two
-:func:`crossover_study.gpu_state.snapshot` results (driver and CUDA driver version,
+:func:`crossover_study.measure.gpu_state.snapshot` results (driver and CUDA driver version,
 clocks, memory, power limit and draw, temperature, throttle reasons of every GPU NVML or
 nvidia-smi lists; ``start`` is the one the job took before measuring, None when it
 passed none; ``end`` is taken when the record is made), and ``gpu_driver_version``
@@ -46,8 +46,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from crossover_study import device_probe, frameworks, gpu_state
 from crossover_study.core.paths import REPO_ROOT, pins, portable_path
+from crossover_study.measure import device_probe, frameworks, gpu_state
 
 #: Format version of the record; bump it when a key changes meaning.
 PROBE_VERSION = 3

@@ -1,6 +1,6 @@
 """Whether a framework sees the job's device, and its name (the device probe).
 
-Part of the framework set-up inside a measuring job (:mod:`crossover_study.frameworks`).
+Part of the framework set-up inside a measuring job (:mod:`crossover_study.measure.frameworks`).
 Every function imports its framework lazily, after
 ``frameworks.pin_thread_env`` has set the thread variables the framework reads at
 import time.

@@ -1,5 +1,5 @@
 """Framework set-up inside a measuring job: threads, device visibility, faults, the
-workload of a point. The device probe is :mod:`crossover_study.device_probe`.
+workload of a point. The device probe is :mod:`crossover_study.measure.device_probe`.
 
 Every function here imports its framework lazily, after :func:`pin_thread_env` has set
 the thread variables the framework reads at import time.
@@ -13,7 +13,7 @@ import sys
 
 from crossover_study.core.errors import DeviceMissingError
 from crossover_study.core.paths import portable_path
-from crossover_study.device_probe import _cvd_text, gpu_names, tpu_strategy
+from crossover_study.measure.device_probe import _cvd_text, gpu_names, tpu_strategy
 
 __all__ = [
     "COMPILE_CACHE_ENV",

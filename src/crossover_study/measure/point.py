@@ -3,7 +3,7 @@
 :func:`measure_point` runs a point's program under the timing harness inside the
 point's float precision; any exception it raises (out of memory, a plug-in that does
 not build, the job's point deadline) becomes an ``oom`` or ``error`` row instead of
-ending the job (:func:`crossover_study.runner.run_group` calls it once per point).
+ending the job (:func:`crossover_study.measure.runner.run_group` calls it once per point).
 """
 
 from __future__ import annotations
@@ -18,23 +18,23 @@ import time
 import traceback
 from pathlib import Path
 
-from crossover_study import frameworks
 from crossover_study.core import errors, paths
 from crossover_study.core.paths import portable_path
-from crossover_study.harness import measure
+from crossover_study.measure import frameworks
+from crossover_study.measure.harness import measure
+from crossover_study.measure.watchdog import PointDeadlineExceeded, stopped_where
 from crossover_study.stepmodel import counts as step_counts
 from crossover_study.stepmodel import replay as step_replay
 from crossover_study.study import cases
 from crossover_study.study.applicability import NotApplicable
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
-from crossover_study.watchdog import PointDeadlineExceeded, stopped_where
 from crossover_study.workloads import Unavailable, precision
 
 
 def deadline_row(exc: PointDeadlineExceeded, import_s, device_init_s, started) -> dict:
     """The columns of a point ended at its deadline (stage 1 of
-    :mod:`crossover_study.watchdog`): ``status`` ``error``, a ``message`` naming the
+    :mod:`crossover_study.measure.watchdog`): ``status`` ``error``, a ``message`` naming the
     deadline and where the point stopped, ``import_s`` and ``device_init_s`` as given
     (seconds) and ``measured_s``: seconds since ``started`` (a ``time.perf_counter()``
     reading)."""
@@ -157,7 +157,7 @@ def _error_row(exc: BaseException, point: PointSpec, import_s, device_init_s, st
     (:func:`raised_where`, in parentheses), at most 2 000 characters (the exception's
     text is shortened from its start, where it was raised is kept). The whole traceback
     goes to ``sys.stderr`` (the job's log: the ``measure`` rule's script and
-    :func:`crossover_study.measure_job.measure_job` point it there), under a line naming
+    :func:`crossover_study.measure.job.measure_job` point it there), under a line naming
     the point."""
     status = "oom" if frameworks.is_oom(exc) else "error"
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()

@@ -1,13 +1,13 @@
 """One measuring job: a batch of one case x framework x device, then its probe record.
 
 The ``measure`` rule's script (``workflow/scripts/measure.py``) calls :func:`measure_job`
-with Snakemake's wildcards; ``python -m crossover_study.measure_job`` does the same from
+with Snakemake's wildcards; ``python -m crossover_study.measure.job`` does the same from
 a command line, for machines without Snakemake (the GPU reference run,
 :mod:`crossover_study.reference_run`, starts one such process per job). Both run the
-same code: :func:`crossover_study.runner.run_group`, then
-:func:`crossover_study.probe.probe_record`. The job measures no rates of the
+same code: :func:`crossover_study.measure.runner.run_group`, then
+:func:`crossover_study.measure.probe.probe_record`. The job measures no rates of the
 step-time model: it reads those of its framework and device from the rates job's file
-(:mod:`crossover_study.rates_job`), measured once per study before the measuring jobs.
+(:mod:`crossover_study.measure.rates_job`), measured once per study before the measuring jobs.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from crossover_study.core.progress import job_line
-from crossover_study.journal import JournalBusy, hold
-from crossover_study.probe import probe_record, write_probe
-from crossover_study.rates_job import read_rates
-from crossover_study.runner import GroupSpec, run_group
+from crossover_study.measure.journal import JournalBusy, hold
+from crossover_study.measure.probe import probe_record, write_probe
+from crossover_study.measure.rates_job import read_rates
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study import config as study_config
 from crossover_study.study import points as study_points
 
@@ -51,7 +51,7 @@ def measure_job(
     lines, :func:`crossover_study.core.progress.for_terminal`: the job's first line and one
     per point, :mod:`crossover_study.core.progress`), sends
     what the measurement writes to ``sys.stderr`` there too (a failed point's whole
-    traceback: :func:`crossover_study.point_measure.measure_point`), and
+    traceback: :func:`crossover_study.measure.point.measure_point`), and
     writes the probe record ``out_probe`` also when the job fails (copied into the log:
     a failed job's outputs are removed by Snakemake). Returns the rows. Raises what
     :func:`runner.run_group` raises (a missing device with ``missing_device: fail``, a
@@ -59,7 +59,7 @@ def measure_job(
     IndexError for a batch the group does not have. ``deadline``: see
     :func:`runner.run_group` (points not started by then are not measured). A point
     past ``timing.point_deadline_s`` (:func:`config.point_deadline_s`) is ended with
-    every thread's stack in ``log_path`` (:mod:`crossover_study.watchdog`); one that
+    every thread's stack in ``log_path`` (:mod:`crossover_study.measure.watchdog`); one that
     cannot be interrupted ends the process (SIGKILL) after its error row is journaled.
 
     ``rates``: the rates job's file for this framework, device and thread count

@@ -89,8 +89,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crossover_study import device_probe, frameworks
-from crossover_study.harness import measure
+from crossover_study.measure import device_probe, frameworks
+from crossover_study.measure.harness import measure
 from crossover_study.study.points import TimingPolicy
 
 #: Points of the agreement check: s001-mlp at three hidden widths (seed D_in and N) and
