@@ -137,8 +137,8 @@ def seal_reference(folder: Path) -> Path:
     tables, and its RO-Crate. Returns ``folder``."""
     import json
 
+    from crossover_study.analysis.crossover import write_crossover
     from crossover_study.crate import CRATE_NAME, write_crate
-    from crossover_study.crossover import write_crossover
     from crossover_study.manifest_inputs import file_record
 
     manifest = json.loads((COMMITTED_CPU_RUN / "manifest.json").read_text())

@@ -49,8 +49,8 @@ def test_no_variants_measured():
 def test_remedy_shift_sentence_sets_the_remedy_beside_eager():
     import json
 
+    from crossover_study.analysis.crossover import crossover_table, remedy_shift
     from crossover_study.answer_remedies import remedy_shift_sentence
-    from crossover_study.crossover import crossover_table, remedy_shift
 
     rows = []
     for device, variant, times in (
@@ -139,9 +139,9 @@ def _mlp_rows(device, times):
 
 
 def test_noise_is_answered_as_indistinguishable_not_as_faster():
+    from crossover_study.analysis.crossover import crossover_table, remedy_shift
     from crossover_study.answer_remedies import remedy_shift_sentence
     from crossover_study.answers import answer_sentence
-    from crossover_study.crossover import crossover_table, remedy_shift
 
     cpu = [1e-5 * h for h in (32, 128, 512, 2048)]
     # Medians 0.5% apart, blocks 1% apart: the same speed within noise at every size.
@@ -167,8 +167,8 @@ def test_noise_is_answered_as_indistinguishable_not_as_faster():
 
 
 def test_faster_at_part_of_the_range_places_no_crossover():
+    from crossover_study.analysis.crossover import crossover_table
     from crossover_study.answers import answer_sentence
-    from crossover_study.crossover import crossover_table
 
     cpu = [1e-5 * h for h in (32, 128, 512, 2048)]
     # Tied at 32 and 128, 2x faster at 512 and 2048: never shown slower.

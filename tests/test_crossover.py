@@ -5,8 +5,7 @@ import pandas as pd
 import pytest
 from conftest import s001_rows
 
-from crossover_study.core.origin import table_columns
-from crossover_study.crossover import (
+from crossover_study.analysis.crossover import (
     SHIFT_COLUMNS,
     crossover_size,
     crossover_table,
@@ -14,6 +13,7 @@ from crossover_study.crossover import (
     n_star,
     remedy_shift,
 )
+from crossover_study.core.origin import table_columns
 
 
 def test_power_law_curves_cross_where_expected():

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from conftest import OWN_MODELS, SNAKEMAKE
 
+from crossover_study.analysis.tables import TableError, read_job_tables, validate_timings
 from crossover_study.core import files
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.measure.runner import GroupSpec, run_group
@@ -25,7 +26,6 @@ from crossover_study.study.config import validate_config
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec, size_columns
 from crossover_study.study.study_file import ConfigError
-from crossover_study.tables import TableError, read_job_tables, validate_timings
 
 FAST = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1, sync_check_s=0)
 

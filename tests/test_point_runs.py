@@ -8,19 +8,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossover_study.core.origin import table_columns
-from crossover_study.crossover import estimate_crossover
-from crossover_study.point_runs import (
+from crossover_study.analysis.crossover import estimate_crossover
+from crossover_study.analysis.repeats import (
     merge_repeats,
     prediction_interval,
     resample_medians,
     row_runs,
 )
+from crossover_study.analysis.tables import collect_timings
+from crossover_study.core.origin import table_columns
 from crossover_study.study import points as study_points
 from crossover_study.study import study_file
 from crossover_study.study.config import validate_config
 from crossover_study.study.spec import PointSpec
-from crossover_study.tables import collect_timings
 
 STUDY = {"study": "x", "cases": {"s001-mlp": {"axes": {"hidden": [128, 512]}}}}
 

@@ -4,14 +4,14 @@ precision columns read back from the frameworks, old tables without them."""
 import pandas as pd
 import pytest
 
+from crossover_study.analysis.crossover import crossover_table
+from crossover_study.analysis.tables import collect_timings
 from crossover_study.core.origin import table_columns
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.crossover import crossover_table
 from crossover_study.measure import frameworks
 from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import VARIANTS, PointSpec
-from crossover_study.tables import collect_timings
 from crossover_study.workloads import precision
 
 SMALL = {"batch": 16, "d_in": 32, "hidden": 8}

@@ -27,13 +27,13 @@ from conftest import (
 )
 
 from crossover_study import audit, figure_files, figures, freeze, paper
-from crossover_study.core.files import sha256_file
-from crossover_study.core.paths import REPO_ROOT
-from crossover_study.environments import (
+from crossover_study.analysis.environments import (
     EnvironmentMixError,
     check_environments,
     environment_conflicts,
 )
+from crossover_study.core.files import sha256_file
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.manifest import load_manifest
 from crossover_study.manifest_inputs import code_files, file_record, package_versions
 from crossover_study.study.config import validate_config
@@ -519,7 +519,7 @@ def test_audit_refuses_mixed_environments(tmp_path):
 def test_audit_runs_the_collect_and_crossover_jobs_own_functions(tmp_path, monkeypatch):
     """The audit derives timings.csv and crossover.csv again through the very functions
     the workflow's collect and crossover scripts call, with the run's settings."""
-    from crossover_study import crossover, tables
+    from crossover_study.analysis import crossover, tables
 
     ref = _copy_reference(tmp_path)
     manifest = json.loads((ref / "manifest.json").read_text())

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossover_study.step_reference import COUNT_COLUMNS
+from crossover_study.analysis.prediction import COUNT_COLUMNS
 from crossover_study.stepmodel import columns as step_columns
 from crossover_study.stepmodel import model as step_model
 from crossover_study.stepmodel.model import Rates
@@ -150,8 +150,8 @@ def test_rates_and_terms_refuse_what_they_cannot_price():
 
 
 def test_collect_writes_the_model_columns_and_is_deterministic(tmp_path):
+    from crossover_study.analysis.tables import collect_timings, read_timings
     from crossover_study.core.origin import table_columns
-    from crossover_study.tables import collect_timings, read_timings
 
     documented = list(table_columns("timings"))
     assert set(step_model.MODEL_COLUMNS) <= set(documented)
@@ -173,8 +173,8 @@ def test_collect_writes_the_model_columns_and_is_deterministic(tmp_path):
 
 
 def test_collect_under_an_older_header_adds_no_model_columns(tmp_path):
+    from crossover_study.analysis.tables import collect_timings
     from crossover_study.core.origin import table_columns
-    from crossover_study.tables import collect_timings
 
     old = [c for c in table_columns("timings") if not c.startswith("model_")]
     part = tmp_path / "job.csv"
@@ -321,7 +321,7 @@ def _synthetic_reference():
 
 
 def test_a_cpu_only_study_is_predicted_on_the_reference_accelerator():
-    from crossover_study import step_reference
+    from crossover_study.analysis import prediction as step_reference
     from crossover_study.answers import answer_sentence
 
     study = _sweep()
@@ -350,7 +350,7 @@ def test_a_cpu_only_study_is_predicted_on_the_reference_accelerator():
 
 
 def test_no_prediction_without_rates_or_counts():
-    from crossover_study import step_reference
+    from crossover_study.analysis import prediction as step_reference
 
     study = _sweep()
     cpu_only = _synthetic_reference()
@@ -365,7 +365,7 @@ def test_no_prediction_without_rates_or_counts():
 
 
 def test_read_reference_names_the_folder(tmp_path):
-    from crossover_study import step_reference
+    from crossover_study.analysis import prediction as step_reference
     from crossover_study.core.origin import table_columns
 
     documented = list(table_columns("timings"))
@@ -380,7 +380,7 @@ def test_read_reference_names_the_folder(tmp_path):
 
 
 def test_predict_references_skips_measured_devices_and_old_references(tmp_path):
-    from crossover_study import step_reference
+    from crossover_study.analysis import prediction as step_reference
     from crossover_study.core.origin import table_columns
 
     documented = list(table_columns("timings"))
@@ -427,7 +427,8 @@ def test_the_prediction_is_drawn_dashed_and_labelled_as_a_prediction():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from crossover_study import figures, step_reference
+    from crossover_study import figures
+    from crossover_study.analysis import prediction as step_reference
 
     study = _sweep()
     cpu_only = study[study["device"] == "cpu"]
@@ -765,7 +766,7 @@ def test_a_keras_fit_point_is_predicted_with_the_references_fit_and_curve_rates(
     reference's fit rates; the reference's curves price its products by size."""
     import json
 
-    from crossover_study import step_reference
+    from crossover_study.analysis import prediction as step_reference
 
     counts = {
         "step_ops": 30.0,

@@ -109,7 +109,7 @@ def check_collect(
     recorded bytes), and compared cell by cell. A table the step refuses (schema,
     probe record, mixed environments) is a FAIL ``per-job tables invalid``; a
     difference a FAIL ``not derived`` with the expected and actual sha256."""
-    from crossover_study.tables import collect_study
+    from crossover_study.analysis.tables import collect_study
 
     actual = _canonical_rows(timings)
     id_cols = _id_columns(actual)
@@ -220,7 +220,7 @@ def check_crossover(
     import numpy as np
     import pandas as pd
 
-    from crossover_study.crossover import write_crossover
+    from crossover_study.analysis.crossover import write_crossover
 
     settings = manifest["config"]["resolved"].get("crossover", {})
     try:
@@ -291,8 +291,8 @@ def check_rows(report: AuditReport, layout: Layout, manifest: dict, timings: Pat
     upgrades an older format; a column the run did not record is not checked)."""
     import pandas as pd
 
-    from crossover_study.environments import describe_conflicts, environment_conflicts
-    from crossover_study.tables import TableError, read_timings
+    from crossover_study.analysis.environments import describe_conflicts, environment_conflicts
+    from crossover_study.analysis.tables import TableError, read_timings
 
     try:
         df = read_timings(timings)

@@ -360,11 +360,11 @@ def _fd_stderr_to(path: Path):
 def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdir: Path) -> dict:
     """Measure, collect, answer and record the check in ``out`` (see the module
     docstring); prints one line per point and the answer. Returns the answer (dict)."""
+    from crossover_study.analysis.crossover import write_crossover
+    from crossover_study.analysis.tables import collect_study
     from crossover_study.check_text import answer, answer_lines
     from crossover_study.crate import write_crate
-    from crossover_study.crossover import write_crossover
     from crossover_study.manifest import unreported_manifest, write_json
-    from crossover_study.tables import collect_study
 
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "study.yaml"

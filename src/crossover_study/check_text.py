@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from crossover_study.analysis.prediction import predict_references
 from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_ratio
 from crossover_study.answer_regime import regime_clause
 from crossover_study.answer_remedies import ANTI_PATTERNS, MARGIN
@@ -28,7 +29,6 @@ from crossover_study.answers import answer_sentence, prediction_text
 from crossover_study.core.files import REFERENCE_DIR as REFERENCE_RUNS
 from crossover_study.core.paths import REPO_ROOT, shown_path
 from crossover_study.core.progress import format_seconds
-from crossover_study.step_reference import predict_references
 from crossover_study.study.spec import DEVICES, seed_sizes, select_rows, synced
 
 #: Where the committed reference runs are (their ``timings.csv`` price predictions).

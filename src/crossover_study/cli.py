@@ -130,7 +130,8 @@ COMMANDS: dict[str, Command] = {
     ),
     "validate": Command("check study files (YAML, schema, plug-ins, plan) before a run", _validate),
     "compare": Command(
-        "two runs of one study: step-time ratios, intervals, crossovers", _main_of("repeat")
+        "two runs of one study: step-time ratios, intervals, crossovers",
+        _main_of("analysis.compare_runs"),
     ),
     "audit": Command("recompute a run's hashes; check its tables and figures", _main_of("audit")),
     "agreement": Command(

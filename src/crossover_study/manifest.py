@@ -53,6 +53,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from crossover_study.analysis.tables import read_csv_text
 from crossover_study.core.files import MANIFEST_NAME
 from crossover_study.core.origin import git_state
 from crossover_study.core.paths import REPO_ROOT
@@ -66,7 +67,6 @@ from crossover_study.manifest_inputs import (
     reference_source_name,
 )
 from crossover_study.study.points import measurement_hash
-from crossover_study.tables import read_csv_text
 
 #: Version of the manifest's layout; the audit refuses other versions.
 MANIFEST_VERSION = 1

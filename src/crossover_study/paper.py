@@ -77,7 +77,7 @@ def load_reference(path: str | Path) -> ReferenceRun:
     when ``timings.csv`` is missing, :class:`tables.TableError` for a broken table."""
     import pandas as pd
 
-    from crossover_study.tables import read_crossover, read_timings
+    from crossover_study.analysis.tables import read_crossover, read_timings
 
     path = Path(path)
     timings = read_timings(path / "timings.csv")

@@ -46,10 +46,10 @@ def finish(
     ``runner``. Prints the summary line and returns the archive's path. Raises
     RuntimeError when no job has a table or the archive exceeds
     :data:`ARCHIVE_LIMIT_BYTES` (the archive is then removed)."""
-    from crossover_study.crossover import write_crossover
+    from crossover_study.analysis.crossover import write_crossover
+    from crossover_study.analysis.tables import collect_study
     from crossover_study.manifest import unreported_manifest, write_json
     from crossover_study.study import points as study_points
-    from crossover_study.tables import collect_study
 
     results, logs = workdir / "results" / name, workdir / "logs" / name
     done, incomplete = [], []

@@ -41,9 +41,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from crossover_study.analysis.repeats import resample_medians, row_runs
+from crossover_study.analysis.tables import FORMAT_VERSION, read_timings
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import table_columns
-from crossover_study.point_runs import resample_medians, row_runs
 from crossover_study.study.programs import (
     cpu_rows,
     no_cpu_program_reason,
@@ -58,7 +59,6 @@ from crossover_study.study.spec import (
     synced,
     without_replicas,
 )
-from crossover_study.tables import FORMAT_VERSION, read_timings
 
 #: Percentiles of every bootstrap interval here: the two-sided 95% percentile interval.
 PERCENTILES = (2.5, 97.5)

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from crossover_study.analysis.repeats import merge_repeats
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import SCHEMAS, table_columns
-from crossover_study.point_runs import merge_repeats
 from crossover_study.stepmodel.columns import model_columns
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
@@ -467,7 +467,7 @@ def collect_study(
     """
     import json
 
-    from crossover_study.environments import check_environments
+    from crossover_study.analysis.environments import check_environments
     from crossover_study.measure.probe import check_tables
 
     csvs = list(csvs)

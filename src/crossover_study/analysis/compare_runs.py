@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from crossover_study.analysis.tables import TableError, read_crossover, read_timings
 from crossover_study.study.spec import POINT_COLUMNS, size_columns
-from crossover_study.tables import TableError, read_crossover, read_timings
 
 #: Two runs' step times agree when b/a is within 1 +- this (STUDY.md's noise threshold).
 AGREE = 0.1

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from crossover_study.analysis.tables import read_timings
 from crossover_study.stepmodel import rates as step_rates
 from crossover_study.stepmodel import record as step_record
 from crossover_study.stepmodel.columns import model_columns
 from crossover_study.stepmodel.model import MODEL_COLUMNS, TERM_COLUMNS
 from crossover_study.study.spec import size_columns, synced
-from crossover_study.tables import read_timings
 
 #: The reference's measured rates (per framework and accelerator, their medians): every
 #: rate a job writes (:data:`step_rates.RATE_COLUMNS`).
