@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import pandas as pd  # noqa: E402
 
 from crossover_study import figure_scaling
-from crossover_study.answer_replicas import replica_program_sentence  # noqa: E402
+from crossover_study.answers.replicas import replica_program_sentence  # noqa: E402
 from crossover_study.core.progress import format_seconds
 from crossover_study.measure.runner import GroupSpec, run_group  # noqa: E402
 from crossover_study.study.points import TimingPolicy  # noqa: E402

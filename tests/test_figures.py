@@ -41,7 +41,7 @@ from crossover_study import (
     figure_style,
     figures,
 )
-from crossover_study.answers import answer_sentence
+from crossover_study.answers.sentences import answer_sentence
 from crossover_study.study.cases import SEEDS
 
 SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}

@@ -12,7 +12,7 @@ import pytest
 
 from crossover_study import figure_draw
 from crossover_study.analysis.crossover import crossover_table
-from crossover_study.answers import answer_sentence, program_legend
+from crossover_study.answers.sentences import answer_sentence, program_legend
 from crossover_study.core import errors
 from crossover_study.measure import frameworks
 from crossover_study.measure.runner import GroupSpec, run_group

@@ -587,7 +587,7 @@ run_group(GroupSpec("s004-lstm", "tensorflow", "cpu", pts, 2, policy, "skip", "h
 
 @pytest.mark.slow
 def test_mirrored_fit_on_two_logical_cpu_devices(tmp_path):
-    from crossover_study.answer_replicas import replica_program_sentence
+    from crossover_study.answers.replicas import replica_program_sentence
 
     script = tmp_path / "run.py"
     script.write_text(MIRRORED_FIT_SCRIPT.format(src=str(REPO_ROOT / "src")))
@@ -681,7 +681,7 @@ def _program_rows():
 
 
 def test_replica_program_sentence_sets_fit_beside_the_custom_step():
-    from crossover_study.answer_replicas import replica_program_sentence
+    from crossover_study.answers.replicas import replica_program_sentence
 
     table = figure_scaling.scaling_table(_program_rows(), "s004-lstm")
     assert sorted(set(table["replica_variant"])) == ["mirrored", "mirrored_fit"]

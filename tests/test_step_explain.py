@@ -217,7 +217,7 @@ def _sweep(cpu_extra=1.05, gpu_extra=1.0):
 
 
 def test_model_crossover_lies_where_the_modelled_curves_cross():
-    from crossover_study.answer_regime import model_crossover, model_crossover_text
+    from crossover_study.answers.regime import model_crossover, model_crossover_text
 
     df = _sweep()
     outcome, size = model_crossover(df, "s001-mlp", "torch", "eager", "cuda", "hidden")
@@ -239,7 +239,7 @@ def test_model_crossover_lies_where_the_modelled_curves_cross():
 
 
 def test_the_answer_names_each_devices_regime_and_the_models_crossover():
-    from crossover_study.answers import answer_sentence
+    from crossover_study.answers.sentences import answer_sentence
 
     df = _sweep()
     text = answer_sentence(df, None, "s001-mlp")
@@ -265,7 +265,7 @@ def test_the_answer_names_each_devices_regime_and_the_models_crossover():
 
 
 def test_regime_wording_for_compute_memory_and_graph_ops():
-    from crossover_study.answer_regime import device_regime_text, fmt_si
+    from crossover_study.answers.regime import device_regime_text, fmt_si
 
     assert fmt_si(33972224, "FLOP") == "34 MFLOP"
     assert fmt_si(1.2e12, "FLOP/s") == "1.2 TFLOP/s"
@@ -322,7 +322,7 @@ def _synthetic_reference():
 
 def test_a_cpu_only_study_is_predicted_on_the_reference_accelerator():
     from crossover_study.analysis import prediction as step_reference
-    from crossover_study.answers import answer_sentence
+    from crossover_study.answers.sentences import answer_sentence
 
     study = _sweep()
     study = study[study["device"] == "cpu"]  # a CPU-only study with its counts
@@ -402,7 +402,7 @@ def test_predict_references_skips_measured_devices_and_old_references(tmp_path):
 
 
 def test_model_agreement_counts_the_cpu_points_within_30_percent():
-    from crossover_study.answer_regime import model_agreement, model_agreement_sentence
+    from crossover_study.answers.regime import model_agreement, model_agreement_sentence
 
     df = _sweep(cpu_extra=1.05)
     # one CPU point measured 2x slower than modelled: share 0.5, outside 30 %
@@ -576,7 +576,7 @@ def test_keras_fit_pays_its_call_once_per_block_and_its_epochs_each_epoch():
     validated = 0.05 / 40 + (0.02 + 0.03) / 2 + 0.003 + graph
     repeat = 0.05 / 40 + 0.02 / 40 + 0.003 + graph  # one long epoch per block
     assert out["model_ops_s"].tolist() == pytest.approx([plain, validated, repeat])
-    from crossover_study.answer_regime import _term_detail
+    from crossover_study.answers.regime import _term_detail
 
     text = _term_detail(rows.iloc[1], "launch")
     assert text.startswith("Keras fit's own 50 ms per call / 40 steps + 50 ms per epoch / 2")
@@ -707,7 +707,7 @@ def test_replayed_products_set_the_compute_term():
     """With its products replayed the compute term is their time plus the FLOPs they
     do not cover at the FLOP rate; without a replay all FLOPs are priced at the rate;
     the answer says the products were timed alone."""
-    from crossover_study.answer_regime import _term_detail
+    from crossover_study.answers.regime import _term_detail
     from crossover_study.stepmodel.columns import model_columns
 
     rate = CPU_RATES["rate_flop_per_s"]
@@ -723,7 +723,7 @@ def test_replayed_products_set_the_compute_term():
 def test_a_replicated_row_pays_its_all_reduce():
     """Replicas' all-reduce is part of the transfer term (replicated rows only); a
     replicated row that lacks it gets no model rather than a step without it."""
-    from crossover_study.answer_regime import _term_detail
+    from crossover_study.answers.regime import _term_detail
     from crossover_study.stepmodel.columns import model_columns
 
     one = _row("cpu", 1e-2, replicas=1, allreduce_s=5e-3)
@@ -739,7 +739,7 @@ def test_a_replicated_row_pays_its_all_reduce():
 
 
 def test_keras_fit_wording_names_fit_s_own_cost():
-    from crossover_study.answer_regime import _term_detail
+    from crossover_study.answers.regime import _term_detail
 
     row = pd.Series(
         {

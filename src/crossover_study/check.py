@@ -17,7 +17,7 @@ rows carry);
 the per-job tables are collected (:func:`tables.collect_study`), the crossover table,
 the manifest and the RO-Crate are written as the workflow writes them, so that
 ``crossover-study audit`` and ``compare`` work on ``<out>``. The answer
-(:mod:`crossover_study.check_text`) is printed and written to ``<out>/answer.json``,
+(:mod:`crossover_study.answers.check_text`) is printed and written to ``<out>/answer.json``,
 and ``<out>/sweep.yaml`` is the study file of the full sweep for a crossover.
 
 A device class asked for but absent (no NVIDIA GPU listed by NVML or nvidia-smi for
@@ -362,7 +362,7 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
     docstring); prints one line per point and the answer. Returns the answer (dict)."""
     from crossover_study.analysis.crossover import write_crossover
     from crossover_study.analysis.tables import collect_study
-    from crossover_study.check_text import answer, answer_lines
+    from crossover_study.answers.check_text import answer, answer_lines
     from crossover_study.crate import write_crate
     from crossover_study.manifest import unreported_manifest, write_json
 

@@ -171,7 +171,7 @@ def fit_parts(frame: pd.DataFrame) -> pd.DataFrame:
 
     A row measured before fit's cost per epoch was (no ``rate_fit_epoch_s``) keeps the
     earlier form, one call per epoch: ``call_steps`` = ``epoch_steps`` and ``epoch_s``
-    NaN. Both the model and the answer's sentence (:mod:`crossover_study.answer_regime`)
+    NaN. Both the model and the answer's sentence (:mod:`crossover_study.answers.regime`)
     read these, so that what is priced and what is said are one rule."""
     program = frame["program"] if "program" in frame else pd.Series("", index=frame.index)
     per_block = program.isin(FIT_CALL_PER_BLOCK)

@@ -1,6 +1,6 @@
 """How the answers write the numbers they quote: durations in readable units, sizes,
 counts of steps, ratios, the devices' names. Display only: every number is rounded
-here, never estimated (the numbers come from :mod:`crossover_study.answer_rows`).
+here, never estimated (the numbers come from :mod:`crossover_study.answers.rows`).
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.prediction import predict_references
-from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_ratio
-from crossover_study.answer_regime import regime_clause
-from crossover_study.answer_remedies import ANTI_PATTERNS, MARGIN
-from crossover_study.answers import answer_sentence, prediction_text
+from crossover_study.answers.regime import regime_clause
+from crossover_study.answers.remedies import ANTI_PATTERNS, MARGIN
+from crossover_study.answers.sentences import answer_sentence, prediction_text
+from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_ratio
 from crossover_study.core.files import REFERENCE_DIR as REFERENCE_RUNS
 from crossover_study.core.paths import REPO_ROOT, shown_path
 from crossover_study.core.progress import format_seconds

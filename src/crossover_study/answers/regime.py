@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.crossover import cpu_side, crossover_size
-from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_size
-from crossover_study.answer_rows import seed_rows, to_number
+from crossover_study.answers.rows import seed_rows, to_number
+from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_size
 from crossover_study.core.progress import format_seconds
 from crossover_study.stepmodel.columns import fit_parts
 from crossover_study.stepmodel.model import TERM_COLUMNS

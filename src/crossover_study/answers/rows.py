@@ -1,7 +1,7 @@
 """Which rows of the tables an answer quotes, and the numbers read from them.
 
-The answers (:mod:`crossover_study.answers`, :mod:`crossover_study.answer_remedies`,
-:mod:`crossover_study.answer_replicas`) select their rows here: the ok rows of a case
+The answers (:mod:`crossover_study.answers.sentences`, :mod:`crossover_study.answers.remedies`,
+:mod:`crossover_study.answers.replicas`) select their rows here: the ok rows of a case
 at the seed's size, its failed points there (both :func:`spec.select_rows`, the
 selection the figures and the crossover make too), the flags a quoted timing carries, the
 crossover table's verdict at the seed's size and the replicas' step times. Nothing is

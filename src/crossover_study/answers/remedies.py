@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_count, fmt_ratio, fmt_size
-from crossover_study.answer_rows import flag_text, seed_rows, to_number
+from crossover_study.answers.rows import flag_text, seed_rows, to_number
+from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_count, fmt_ratio, fmt_size
 from crossover_study.core.progress import format_seconds
 from crossover_study.study.spec import ACCELERATORS, FRAMEWORKS, synced
 

@@ -2,26 +2,18 @@
 
 Every number in a sentence is read from the tables (``timings.csv`` and
 ``crossover.csv``) and only rounded for display; nothing is estimated here. The rows a
-sentence quotes are selected in :mod:`crossover_study.answer_rows` and written as
-:mod:`crossover_study.answer_format` says; the remedy sentences
-(:mod:`crossover_study.answer_remedies`) and the replica sentence
-(:mod:`crossover_study.answer_replicas`) are in their own modules.
+sentence quotes are selected in :mod:`crossover_study.answers.rows` and written as
+:mod:`crossover_study.answers.wording` says; the remedy sentences
+(:mod:`crossover_study.answers.remedies`) and the replica sentence
+(:mod:`crossover_study.answers.replicas`) are in their own modules.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study.answer_format import (
-    DEVICE_NAMES,
-    EN_DASH,
-    TIMES,
-    fmt_count,
-    fmt_ratio,
-    fmt_size,
-)
-from crossover_study.answer_regime import model_crossover_text, regime_clause
-from crossover_study.answer_rows import (
+from crossover_study.answers.regime import model_crossover_text, regime_clause
+from crossover_study.answers.rows import (
     failed_at_seed,
     first_number,
     flag_text,
@@ -29,6 +21,14 @@ from crossover_study.answer_rows import (
     size_verdicts,
     to_number,
     verdict_at_seed,
+)
+from crossover_study.answers.wording import (
+    DEVICE_NAMES,
+    EN_DASH,
+    TIMES,
+    fmt_count,
+    fmt_ratio,
+    fmt_size,
 )
 from crossover_study.core.progress import format_seconds
 from crossover_study.study import cases

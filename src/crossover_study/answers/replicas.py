@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study.answer_format import DEVICE_NAMES, TIMES, fmt_ratio
-from crossover_study.answer_rows import replica_times, to_number
+from crossover_study.answers.rows import replica_times, to_number
+from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_ratio
 from crossover_study.core.progress import format_seconds
 from crossover_study.study.spec import ACCELERATORS
 
