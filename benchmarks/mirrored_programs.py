@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import pandas as pd  # noqa: E402
 
-from crossover_study import figure_scaling
 from crossover_study.answers.replicas import replica_program_sentence  # noqa: E402
 from crossover_study.core.progress import format_seconds
+from crossover_study.figures import scaling as figure_scaling
 from crossover_study.measure.runner import GroupSpec, run_group  # noqa: E402
 from crossover_study.study.points import TimingPolicy  # noqa: E402
 from crossover_study.study.spec import PointSpec, seed_sizes  # noqa: E402

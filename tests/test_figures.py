@@ -33,15 +33,13 @@ from conftest import (
     synthetic_reference_gpu,
 )
 
-from crossover_study import (
-    figure_data,
-    figure_draw,
-    figure_files,
-    figure_grid,
-    figure_style,
-    figures,
-)
 from crossover_study.answers.sentences import answer_sentence
+from crossover_study.figures import data as figure_data
+from crossover_study.figures import draw as figure_draw
+from crossover_study.figures import files as figure_files
+from crossover_study.figures import grid as figure_grid
+from crossover_study.figures import report as figures
+from crossover_study.figures import style as figure_style
 from crossover_study.study.cases import SEEDS
 
 SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
@@ -800,7 +798,7 @@ def test_report_warnings_name_no_file_of_this_machine():
     script = (
         f"import warnings\nsmk = None\n{setup}\n"
         # A warning raised in a file of the repository, as matplotlib's are in figures.py.
-        f"exec(compile({warn!r}, {str(REPO / 'src/crossover_study/figures.py')!r}, 'exec'))\n"
+        f"exec(compile({warn!r}, {str(REPO / 'src/crossover_study/figures/report.py')!r}, 'exec'))\n"
     )
     result = subprocess.run(
         [sys.executable, "-W", "always", "-c", script], capture_output=True, text=True, check=True
@@ -818,7 +816,7 @@ def test_a_single_size_keeps_its_panel_in_a_constrained_grid():
 
     from conftest import COMMITTED_CPU_RUN
 
-    from crossover_study import paper
+    from crossover_study.figures import paper
 
     timings = pd.read_csv(COMMITTED_CPU_RUN / "timings.csv")
     seed_only = timings[

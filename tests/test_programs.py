@@ -10,10 +10,10 @@ import math
 import pandas as pd
 import pytest
 
-from crossover_study import figure_draw
 from crossover_study.analysis.crossover import crossover_table
 from crossover_study.answers.sentences import answer_sentence, program_legend
 from crossover_study.core import errors
+from crossover_study.figures import draw as figure_draw
 from crossover_study.measure import frameworks
 from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study import applicability, cases, programs
@@ -422,7 +422,7 @@ def _grid(framework, device, variant, t, status="ok"):
 
 
 def test_speedup_heatmap_pairs_only_the_same_program():
-    from crossover_study import figures
+    from crossover_study.figures import report as figures
 
     timings = pd.DataFrame(
         _grid("torch", "cpu", "eager", 1e-3)

@@ -26,7 +26,7 @@ from conftest import (
     synthetic_reference_gpu,
 )
 
-from crossover_study import audit, figure_files, figures, freeze, paper
+from crossover_study import audit, freeze
 from crossover_study.analysis.environments import (
     EnvironmentMixError,
     check_environments,
@@ -34,6 +34,9 @@ from crossover_study.analysis.environments import (
 )
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT
+from crossover_study.figures import files as figure_files
+from crossover_study.figures import paper
+from crossover_study.figures import report as figures
 from crossover_study.manifest import load_manifest
 from crossover_study.manifest_inputs import code_files, file_record, package_versions
 from crossover_study.study.config import validate_config
@@ -113,7 +116,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
-from crossover_study import figure_files, figures
+from crossover_study.figures import files as figure_files
+from crossover_study.figures import report as figures
 fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
 figures.step_time_vs_size(pd.read_csv(sys.argv[1]), "s001-mlp", "hidden", ax=ax)
 figure_files.save_figure(fig, sys.argv[2], formats=("svg", "pdf"), sources={"timings.csv": "0" * 64})

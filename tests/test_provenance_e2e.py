@@ -20,11 +20,14 @@ import pytest
 import yaml
 from conftest import run_crate_validator, run_snakemake
 
-from crossover_study import audit, figure_data, figure_files, figures, freeze
+from crossover_study import audit, freeze
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT
+from crossover_study.figures import data as figure_data
+from crossover_study.figures import files as figure_files
+from crossover_study.figures import report as figures
+from crossover_study.figures.paper import PAPER_FIGURES, PAPER_FORMATS
 from crossover_study.manifest import load_manifest
-from crossover_study.paper import PAPER_FIGURES, PAPER_FORMATS
 
 pytestmark = pytest.mark.slow
 

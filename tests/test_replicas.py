@@ -19,11 +19,12 @@ import pandas as pd
 import psutil
 import pytest
 
-from crossover_study import figure_draw, figure_scaling
 from crossover_study.core import errors
 from crossover_study.core import origin as provenance
 from crossover_study.core.origin import table_columns
 from crossover_study.core.paths import REPO_ROOT
+from crossover_study.figures import draw as figure_draw
+from crossover_study.figures import scaling as figure_scaling
 from crossover_study.measure import device_probe, frameworks, runner
 from crossover_study.measure import point as point_measure
 from crossover_study.measure.harness import measure

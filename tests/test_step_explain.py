@@ -427,8 +427,8 @@ def test_the_prediction_is_drawn_dashed_and_labelled_as_a_prediction():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from crossover_study import figures
     from crossover_study.analysis import prediction as step_reference
+    from crossover_study.figures import report as figures
 
     study = _sweep()
     cpu_only = study[study["device"] == "cpu"]

@@ -64,8 +64,8 @@ from crossover_study.audit_stages import (
     check_rows,
 )
 from crossover_study.core.files import MANIFEST_NAME, sha256_file
+from crossover_study.figures.paper import PAPER_FIGURES, reference_dirs
 from crossover_study.manifest import load_manifest
-from crossover_study.paper import PAPER_FIGURES, reference_dirs
 from crossover_study.study import cases as case_registry
 
 __all__ = [
@@ -80,7 +80,7 @@ def _check_figures(report: AuditReport, layout: Layout, manifest: dict) -> None:
     """The report stage's figures: hash, every recorded source a recorded table (the
     study's or a recorded reference table) with the recorded sha256, shown in the
     report. They are not drawn again (the report notebook draws them)."""
-    from crossover_study.figure_files import FIGURE_FORMATS, figure_sources
+    from crossover_study.figures.files import FIGURE_FORMATS, figure_sources
 
     # A figure may be drawn from the study's tables (recorded by file name) and, for the
     # cross-machine figures, from reference runs' tables (reference/<run>/timings.csv).
@@ -178,7 +178,7 @@ def _audit_study(report: AuditReport, target: Path, manifest: dict, strict: bool
 
 def _audit_paper(report: AuditReport, target: Path, manifest: dict, regenerate: bool) -> None:
     """Paper figures: hashes, sources = reference tables, redrawn byte for byte."""
-    from crossover_study.figure_files import figure_sources
+    from crossover_study.figures.files import figure_sources
 
     report.title = f"paper figures, manifest of {manifest['created_utc']}"
     check_portable(report, target / MANIFEST_NAME, manifest, "manifest")

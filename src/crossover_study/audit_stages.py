@@ -26,7 +26,7 @@ from crossover_study.audit_hashes import Layout
 from crossover_study.audit_report import MAX_ROWS, AuditReport, clipped
 from crossover_study.core.files import sha256_file
 from crossover_study.core.origin import table_columns
-from crossover_study.paper import paper_figures
+from crossover_study.figures.paper import paper_figures
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import POINT_COLUMNS, size_columns
 

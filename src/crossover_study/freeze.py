@@ -2,10 +2,10 @@
 command line of the paper figures.
 
 A run is audited before it is copied (:func:`crossover_study.audit.audit`), and the
-audit redraws the paper figures (:mod:`crossover_study.paper`) to compare their bytes:
+audit redraws the paper figures (:mod:`crossover_study.figures.paper`) to compare their bytes:
 so freezing sits above the audit, and the paper's drawing below it (the package's layer
 order, :mod:`crossover_study`). ``python -m crossover_study.freeze`` (also ``python -m
-crossover_study.paper``, the command line of old, and ``crossover-study freeze`` /
+crossover_study.figures.paper``, the command line of old, and ``crossover-study freeze`` /
 ``refreeze`` / ``paper``) takes ``paper`` (or ``figures``), ``freeze`` or ``refreeze``.
 """
 
@@ -22,8 +22,8 @@ from crossover_study.core.files import MANIFEST_NAME, PAPER_DIR, PLUGIN_COPY_DIR
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.crate import CRATE_NAME, write_crate
 from crossover_study.crate_files import CODE_DIR
+from crossover_study.figures.paper import PAPER_FIGURES, paper_figures, reference_dirs
 from crossover_study.manifest import load_manifest, paper_manifest, portable_manifest, write_json
-from crossover_study.paper import PAPER_FIGURES, paper_figures, reference_dirs
 
 #: Files a reference run keeps (globs relative to the study's results folder).
 REFERENCE_FILES: tuple[str, ...] = (

@@ -9,7 +9,7 @@
   file's record; :func:`plugin_files`);
 - outputs: ``timings.csv``, ``crossover.csv``, ``wall.json``, the report (HTML and
   executed notebook) and every figure (PNG, SVG, PDF) with the table hashes each figure
-  says it was drawn from (see :func:`crossover_study.figure_files.figure_sources`);
+  says it was drawn from (see :func:`crossover_study.figures.files.figure_sources`);
 - reference tables: the committed reference runs' ``timings.csv`` the report drew
   beside this study (its cross-machine figures), keyed by the name a figure records
   for them (:func:`reference_source_name`: ``reference/<run>/timings.csv``);
@@ -57,7 +57,7 @@ from crossover_study.analysis.tables import read_csv_text
 from crossover_study.core.files import MANIFEST_NAME
 from crossover_study.core.origin import git_state
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.figure_files import FIGURE_FORMATS, figure_sources
+from crossover_study.figures.files import FIGURE_FORMATS, figure_sources
 from crossover_study.manifest_inputs import (
     code_files,
     data_files,

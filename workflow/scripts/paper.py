@@ -1,5 +1,5 @@
 """Snakemake job: the paper figures from the committed reference runs (see
-crossover_study.paper) and reports/paper/manifest.json."""
+crossover_study.figures.paper) and reports/paper/manifest.json."""
 
 import sys
 from pathlib import Path
@@ -12,8 +12,8 @@ def main(snakemake) -> None:
 
     matplotlib.use("Agg")
     from crossover_study.audit import audited
+    from crossover_study.figures.paper import paper_figures
     from crossover_study.manifest import paper_manifest, write_json
-    from crossover_study.paper import paper_figures
 
     # Only reference runs that pass their audit are drawn; a failing one (a hand-edited
     # copy) is named in the log and left out (the paper's audit then names it too).

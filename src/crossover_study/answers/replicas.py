@@ -1,7 +1,7 @@
 """The report's replica sentence: how much of the replicas' missing speed-up is Keras's
 ``fit`` machinery and how much is communication.
 
-Every number is read from :func:`crossover_study.figure_scaling.scaling_table`'s table and
+Every number is read from :func:`crossover_study.figures.scaling.scaling_table`'s table and
 only rounded for display.
 """
 
@@ -25,7 +25,7 @@ def replica_program_sentence(scaling: pd.DataFrame, case: str) -> str | None:
     ``MirroredStrategy``) beside ``mirrored`` (a custom step on data placed per replica,
     the same strategy) at the same device, replicas and scaling.
 
-    ``scaling`` is :func:`crossover_study.figure_scaling.scaling_table`'s table. Per device,
+    ``scaling`` is :func:`crossover_study.figures.scaling.scaling_table`'s table. Per device,
     one clause for one replica (the two programs' step times: what fit's pipeline and
     per-step log reads cost without any communication) and one per replica count x
     scaling measured for both: both step times, fit's extra time per step, one

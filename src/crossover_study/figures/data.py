@@ -3,7 +3,7 @@
 Every function takes the tidy ``timings`` table (``results/<study>/timings.csv``, one
 row per measured point, see ``workflow/schemas/timings.schema.yaml``) and returns the
 rows a figure draws, already reduced (a size measured twice is its median) and in the
-order they are drawn; the drawing functions (:mod:`crossover_study.figures`) only draw
+order they are drawn; the drawing functions (:mod:`crossover_study.figures.report`) only draw
 such a frame. Only ``status == "ok"`` rows carry timings. Seconds stay seconds. Nothing
 here imports matplotlib or seaborn.
 """

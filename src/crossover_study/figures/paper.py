@@ -10,7 +10,7 @@ recording the reference tables and the figures' sha256. Nothing is measured: the
 figures use every reference run present, one panel row (or panel) per run, so runs
 from different machines are never merged into one curve.
 
-``crossover-study paper`` draws them (``python -m crossover_study.paper figures``, as
+``crossover-study paper`` draws them (``python -m crossover_study.figures.paper figures``, as
 before); ``crossover-study freeze results/<study> results/reference/<name>`` adds a run.
 The audit redraws these figures to check them, and freezing a run audits it first, so
 freezing lives above the audit (:mod:`crossover_study.freeze`) and this module below it.
@@ -133,7 +133,8 @@ def step_time_figure(runs: Iterable[ReferenceRun], case: str):
     Returns the Figure (a one-panel note when no run measured the case)."""
     import pandas as pd
 
-    from crossover_study import figure_data, figures
+    from crossover_study.figures import data as figure_data
+    from crossover_study.figures import report as figures
     from crossover_study.study.spec import case_axes
 
     runs = [r for r in runs if not _ok(r, case).empty]
@@ -161,7 +162,8 @@ def speedup_figure(runs: Iterable[ReferenceRun]):
     has no accelerator rows, as its title says). The accelerator is the first of
     ``spec.ACCELERATORS`` with ok rows of the case in that run. Returns the Figure (a
     one-panel note when no run measured a grid)."""
-    from crossover_study import figure_draw, figure_grid
+    from crossover_study.figures import draw as figure_draw
+    from crossover_study.figures import grid as figure_grid
     from crossover_study.study import cases as case_registry
     from crossover_study.study.spec import ACCELERATORS, FRAMEWORKS
 
@@ -199,7 +201,8 @@ def cross_machine_figure(runs: Iterable[ReferenceRun]):
     drawn across them. Cases run in the case registry's order (the seeds first,
     :func:`crossover_study.study.cases.names`); a case no run measured has no panel. Returns
     the Figure (a one-panel note when no run has ok rows)."""
-    from crossover_study import figure_data, figures
+    from crossover_study.figures import data as figure_data
+    from crossover_study.figures import report as figures
     from crossover_study.study import cases as case_registry
 
     runs = list(runs)
@@ -249,7 +252,7 @@ def paper_figures(
     files written, in order. Raises KeyError for an unknown name."""
     import matplotlib.pyplot as plt
 
-    from crossover_study import figure_files
+    from crossover_study.figures import files as figure_files
 
     runs = [load_reference(p) for p in run_dirs]
     sources = table_sources(runs)

@@ -1,7 +1,7 @@
 """The data-parallel scaling figure's data: replicated rows beside their one-replica
 baseline, and the lines drawn through them. Pure pandas, like
-:mod:`crossover_study.figure_data` (whose row selection it uses); drawn by
-:func:`crossover_study.figure_draw.replica_scaling`.
+:mod:`crossover_study.figures.data` (whose row selection it uses); drawn by
+:func:`crossover_study.figures.draw.replica_scaling`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from crossover_study.figure_data import at_seed
+from crossover_study.figures.data import at_seed
 from crossover_study.study.spec import REPLICA_VARIANTS, synced, truthy
 
 __all__ = ["ideal_scaling", "scaling_lines", "scaling_table"]

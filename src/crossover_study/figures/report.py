@@ -3,15 +3,15 @@
 Every figure function takes the tidy ``timings`` table (``results/<study>/timings.csv``,
 one row per measured point, see ``workflow/schemas/timings.schema.yaml``) and an
 optional ``ax``; it builds the figure's tidy frame with the pure pandas functions of
-:mod:`crossover_study.figure_data` (and :mod:`~crossover_study.figure_grid`,
-:mod:`~crossover_study.figure_scaling`), draws that frame on the Axes (or on a new
+:mod:`crossover_study.figures.data` (and :mod:`~crossover_study.figures.grid`,
+:mod:`~crossover_study.figures.scaling`), draws that frame on the Axes (or on a new
 figure's) and returns the Axes. The data are drawn with seaborn (``lineplot``,
 ``scatterplot``, ``heatmap``, ``barplot``) with ``errorbar=None``: the intervals drawn
 are the study's own (median ± IQR/2 of the block step times), never seaborn's
 bootstrap. matplotlib draws only what seaborn lacks: those error bars, the seed size,
 the crossover lines and bands, failed-check markers, annotations. Colours, markers,
-dashes and number formats come from :mod:`crossover_study.figure_style`; writing a
-figure (and reading the sources it records) is :mod:`crossover_study.figure_files`.
+dashes and number formats come from :mod:`crossover_study.figures.style`; writing a
+figure (and reading the sources it records) is :mod:`crossover_study.figures.files`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 
-from crossover_study.figure_data import (
+from crossover_study.figures.data import (
     cross_machine_frame,
     crossover_marks,
     order,
@@ -31,8 +31,8 @@ from crossover_study.figure_data import (
     sweep_title,
     time_to_train_frame,
 )
-from crossover_study.figure_draw import curve_semantics, empty_axes, new_ax, seaborn_lines
-from crossover_study.figure_style import (
+from crossover_study.figures.draw import curve_semantics, empty_axes, new_ax, seaborn_lines
+from crossover_study.figures.style import (
     CROSSOVER_STYLES,
     EN_DASH,
     FRAMEWORK_DASHES,
@@ -86,7 +86,7 @@ def _widen_if_single(ax: Axes, sizes) -> Axes:
 
 def _draw_step_curves(ax: Axes, frame: pd.DataFrame, looks: dict, size: float) -> None:
     """The curves of a step-time figure: ``frame`` has the columns of
-    :data:`crossover_study.figure_data.CURVE_COLUMNS` (one row per curve x size),
+    :data:`crossover_study.figures.data.CURVE_COLUMNS` (one row per curve x size),
     ``looks`` maps each ``curve`` to ``(colour, dashes, marker, face)``. seaborn draws
     the lines (gid ``"step-time"``, labelled with the curve; their markers hidden but
     shown in the legend) and the points (``size`` in points², faded to

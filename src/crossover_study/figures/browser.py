@@ -5,7 +5,7 @@ Chromium is driven through the DevTools protocol over a pipe
 child's file descriptor 3, replies and events on 4), so no websocket library and no
 downloaded browser are needed: Debian's ``chromium`` package is enough.
 
-``python -m crossover_study.browser reports/<study>/report.html --screenshot out.png``
+``python -m crossover_study.figures.browser reports/<study>/report.html --screenshot out.png``
 prints one line per image and per console error and exits non-zero when an image did
 not load or the console shows an error.
 """

@@ -1,7 +1,7 @@
 """The speedup heat map's data: which two size axes form a full grid of measured points,
 and each cell's CPU and accelerator step times. Pure pandas, like
-:mod:`crossover_study.figure_data` (whose row selection it uses); drawn by
-:func:`crossover_study.figure_draw.speedup_heatmap`.
+:mod:`crossover_study.figures.data` (whose row selection it uses); drawn by
+:func:`crossover_study.figures.draw.speedup_heatmap`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from crossover_study.figure_data import at_seed, ok_rows, order
+from crossover_study.figures.data import at_seed, ok_rows, order
 from crossover_study.study.programs import cpu_rows
 from crossover_study.study.spec import FRAMEWORKS, case_axes, seed_sizes
 

@@ -1,11 +1,11 @@
 """Drawing of the report's figures over a grid, over variants and over replicas: the
 speedup heat map, the variant comparison and the data-parallel scaling, and the helpers
-every figure function shares. :mod:`crossover_study.figures` draws the step-time
+every figure function shares. :mod:`crossover_study.figures.report` draws the step-time
 figures and is where callers find all of them.
 
 Each function builds its figure's tidy frame with the pure pandas functions of
-:mod:`crossover_study.figure_grid`, :mod:`~crossover_study.figure_data` and
-:mod:`~crossover_study.figure_scaling` and only draws it: seaborn's ``heatmap``,
+:mod:`crossover_study.figures.grid`, :mod:`~crossover_study.figures.data` and
+:mod:`~crossover_study.figures.scaling` and only draws it: seaborn's ``heatmap``,
 ``barplot`` (``errorbar=None``: the error bars are the study's IQR, drawn with
 matplotlib) and ``lineplot``; matplotlib for failed-check markers and annotations.
 """
@@ -19,10 +19,10 @@ from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm, TwoSlopeNorm
 from matplotlib.ticker import FuncFormatter
 
-from crossover_study.figure_data import order, variant_frame
-from crossover_study.figure_grid import speedup_grid
-from crossover_study.figure_scaling import ideal_scaling, scaling_lines, scaling_table
-from crossover_study.figure_style import (
+from crossover_study.figures.data import order, variant_frame
+from crossover_study.figures.grid import speedup_grid
+from crossover_study.figures.scaling import ideal_scaling, scaling_lines, scaling_table
+from crossover_study.figures.style import (
     MARKERS,
     NOISY_ALPHA,
     OTHER_COLOUR,
@@ -112,7 +112,7 @@ def speedup_heatmap(
         Tidy timings table; ``ok`` rows of ``case`` with the axes other than ``x_axis``
         and ``y_axis`` at the seed's size. Cells are the full grid found by
         ``grid_axes`` (or every measured pair when there is none); see
-        :func:`crossover_study.figure_grid.speedup_grid`.
+        :func:`crossover_study.figures.grid.speedup_grid`.
     framework, variant
         Which program to compare (one heat map per program). Default: the first
         framework in ``spec.FRAMEWORKS`` order with rows, and ``eager`` when present.
@@ -201,7 +201,7 @@ def speedup_heatmap(
 def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None) -> Axes:
     """Step time of every measured variant at the seed's size, per device and framework.
 
-    seaborn's ``barplot`` of :func:`crossover_study.figure_data.variant_frame`: one
+    seaborn's ``barplot`` of :func:`crossover_study.figures.data.variant_frame`: one
     horizontal bar (gid ``"variant-bar"``) per (framework, variant[, unsynced]) and
     device (colour), the median seconds per step on a log x axis, with ``errorbar=None``
     and the study's own error bars (median ± IQR/2) drawn over it; bars of noisy points
@@ -253,7 +253,7 @@ def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None)
 def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) -> Axes:
     """Global samples per second against replicas, strong and weak scaling.
 
-    seaborn's ``lineplot`` of :func:`crossover_study.figure_scaling.scaling_lines`: per
+    seaborn's ``lineplot`` of :func:`crossover_study.figures.scaling.scaling_lines`: per
     framework x device x replica variant (colour: device, marker: framework, hollow for
     a framework's second variant, e.g. ``mirrored_fit`` beside ``mirrored``; the
     variant is named in the label when a framework has several), one line (gid
