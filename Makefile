@@ -50,7 +50,7 @@ $(CRATE_STAMP): requirements-crate.lock
 crate-validator: $(CRATE_STAMP)  ## create .venv-crate: roc-validator, pinned in requirements-crate.lock
 
 validate-crates: setup crate-validator  ## roc-validator, offline, on every RO-Crate under results/ (or CRATES=...)
-	$(CRATE_VENV)/bin/python src/crossover_study/crate_validation.py \
+	$(CRATE_VENV)/bin/python src/crossover_study/provenance/crate_validation.py \
 		--context "$$($(BIN)/python -c 'import importlib.resources as r; print(r.files("rocrate") / "data" / "ro-crate.jsonld")')" \
 		$(or $(CRATES),$(patsubst %/ro-crate-metadata.json,%,$(wildcard results/*/ro-crate-metadata.json results/reference/*/ro-crate-metadata.json)))
 

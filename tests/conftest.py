@@ -55,14 +55,14 @@ CRATE_PYTHON = REPO_ROOT / ".venv-crate" / "bin" / "python"
 
 
 def run_crate_validator(*crates: Path) -> subprocess.CompletedProcess:
-    """``crossover_study.crate_validation`` (roc-validator, offline) on ``crates`` in
+    """``crossover_study.provenance.crate_validation`` (roc-validator, offline) on ``crates`` in
     .venv-crate; fails the test when that environment is missing."""
     import importlib.resources
 
     if not CRATE_PYTHON.exists():
         pytest.fail(f"{CRATE_PYTHON} is missing: run `make crate-validator` (make test does)")
     context = importlib.resources.files("rocrate") / "data" / "ro-crate.jsonld"
-    script = REPO_ROOT / "src" / "crossover_study" / "crate_validation.py"
+    script = REPO_ROOT / "src" / "crossover_study" / "provenance" / "crate_validation.py"
     return subprocess.run(
         [str(CRATE_PYTHON), str(script), "--context", str(context), *map(str, crates)],
         capture_output=True,
@@ -138,8 +138,8 @@ def seal_reference(folder: Path) -> Path:
     import json
 
     from crossover_study.analysis.crossover import write_crossover
-    from crossover_study.crate import CRATE_NAME, write_crate
-    from crossover_study.manifest_inputs import file_record
+    from crossover_study.provenance.crate import CRATE_NAME, write_crate
+    from crossover_study.provenance.inputs import file_record
 
     manifest = json.loads((COMMITTED_CPU_RUN / "manifest.json").read_text())
     settings = manifest["config"]["resolved"]["crossover"]

@@ -325,11 +325,11 @@ def job_imports(script) -> list[Import]:
 def third_party(imports) -> dict[str, list[Import]]:
     """``{distribution: its imports}`` of the imports outside the standard library and
     crossover_study. Raises AssertionError naming a module MODULE_DISTRIBUTION lacks."""
-    from crossover_study.manifest_inputs import PACKAGE_DATA
+    from crossover_study.provenance.inputs import PACKAGE_DATA
 
     out: dict[str, list[Import]] = {}
     for imp in imports:
-        if imp.name == "crossover_study.manifest":
+        if imp.name == "crossover_study.provenance.manifest":
             # Data files read from inside a distribution (manifest_inputs.data_files): wherever
             # the manifest module runs, its PACKAGE_DATA distributions must be there.
             for _case, _name, dist, _path in PACKAGE_DATA:

@@ -37,8 +37,8 @@ from crossover_study.core.paths import REPO_ROOT
 from crossover_study.figures import files as figure_files
 from crossover_study.figures import paper
 from crossover_study.figures import report as figures
-from crossover_study.manifest import load_manifest
-from crossover_study.manifest_inputs import code_files, file_record, package_versions
+from crossover_study.provenance.inputs import code_files, file_record, package_versions
+from crossover_study.provenance.manifest import load_manifest
 from crossover_study.study.config import validate_config
 from crossover_study.study.points import measurement_hash
 from crossover_study.study.study_file import ConfigError
@@ -208,13 +208,13 @@ def test_file_records_and_code_files(tmp_path):
     outside = file_record(elsewhere, tmp_path / "workdir", repo=tmp_path / "repo")
     assert (outside["root"], outside["path"]) == ("outside", "my-study.yaml")
     code = {p.relative_to(REPO_ROOT).as_posix() for p in code_files()}
-    assert {"Snakefile", "src/crossover_study/manifest.py", "requirements.lock"} <= code
+    assert {"Snakefile", "src/crossover_study/provenance/manifest.py", "requirements.lock"} <= code
     assert "workflow/rules/provenance.smk" in code
     assert not any("__pycache__" in p for p in code)
 
 
 def test_package_data_is_named_by_package_not_by_install_path():
-    from crossover_study.manifest_inputs import data_files, locate_package_file
+    from crossover_study.provenance.inputs import data_files, locate_package_file
 
     (iris,) = data_files({"cases": {"s002-iris": {}}})
     assert iris["root"] == "package"
@@ -234,7 +234,7 @@ def _mini_manifest(workdir: Path, **kwargs) -> dict:
     """``build_manifest`` of the study ``mini`` in ``workdir/results/mini``, whose
     ``timings.csv`` the test wrote (``crossover.csv`` and ``wall.json`` are written here
     as stubs); ``kwargs`` go on to ``build_manifest``."""
-    from crossover_study.manifest import build_manifest
+    from crossover_study.provenance.manifest import build_manifest
 
     results = Path(workdir) / "results" / "mini"
     for name in ("crossover.csv", "wall.json"):
@@ -293,7 +293,7 @@ def test_runs_carry_the_packages_their_jobs_probes_recorded(tmp_path):
 def test_a_study_that_dropped_a_job_records_only_what_it_holds(tmp_path, monkeypatch):
     """The manifest records the per-job tables it is given (the study's jobs now); the
     tables of a dropped job leave points/ for retired/ (retire_tables), none lost."""
-    from crossover_study.manifest import retire_tables
+    from crossover_study.provenance.manifest import retire_tables
 
     monkeypatch.chdir(tmp_path)  # the workflow's paths are relative to its workdir
     results = Path("results/mini")
@@ -396,7 +396,7 @@ def test_audit_fails_machine_paths_and_ids_that_leave_the_crate(tmp_path):
 
 
 def test_crate_validator_passes_every_reference_crate_and_fails_a_broken_one(tmp_path):
-    """roc-validator at the REQUIRED level, offline (crossover_study.crate_validation)."""
+    """roc-validator at the REQUIRED level, offline (crossover_study.provenance.crate_validation)."""
     broken = _copy_reference(tmp_path)
     crate = json.loads((broken / "ro-crate-metadata.json").read_text())
     root = next(e for e in crate["@graph"] if e["@id"] == "./")
@@ -591,9 +591,9 @@ def _study_with_cross_machine_figure(tmp_path: Path):
     the committed CPU run's tables as this study's, beside a SYNTHETIC reference GPU run
     (conftest) under results/reference/. Returns (study results folder, figure PNG,
     the reference timings)."""
-    from crossover_study.crate import CRATE_NAME, write_crate
-    from crossover_study.manifest import build_manifest, write_json
-    from crossover_study.manifest_inputs import reference_source_name
+    from crossover_study.provenance.crate import CRATE_NAME, write_crate
+    from crossover_study.provenance.inputs import reference_source_name
+    from crossover_study.provenance.manifest import build_manifest, write_json
 
     work = tmp_path / "work"
     results = work / "results" / "mini"
@@ -661,7 +661,7 @@ def test_manifest_records_the_reference_tables_a_cross_machine_figure_used(tmp_p
     report = audit.audit(results)
     assert report.ok, report.text()
     # The RO-Crate says the same: the figure is based on both runs' timings.
-    from crossover_study.crate import build_crate
+    from crossover_study.provenance.crate import build_crate
 
     crate = build_crate(manifest, results.parents[1])
     figure = crate.get("#workdir:reports/mini/figures/s001-mlp-cross-machine-hidden.png")

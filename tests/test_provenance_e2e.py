@@ -27,7 +27,7 @@ from crossover_study.figures import data as figure_data
 from crossover_study.figures import files as figure_files
 from crossover_study.figures import report as figures
 from crossover_study.figures.paper import PAPER_FIGURES, PAPER_FORMATS
-from crossover_study.manifest import load_manifest
+from crossover_study.provenance.manifest import load_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +94,7 @@ def test_crate_links_figures_to_tables_and_runs(smoke_run):
 
 
 def test_fresh_crate_passes_the_validator_and_holds_no_machine_path(smoke_run):
-    """roc-validator (offline, crossover_study.crate_validation) finds no issue in a
+    """roc-validator (offline, crossover_study.provenance.crate_validation) finds no issue in a
     fresh study's crate, which holds the workflow's copy and no machine path."""
     workdir, _ = smoke_run
     crate = workdir / "results/smoke"

@@ -24,7 +24,7 @@ checks that each table and figure derives from the recorded results:
 - provenance travels: no string of the manifest or the RO-Crate is a machine's path
   (absolute, ``file://`` or into a ``site-packages`` folder), and every ``@id`` of the
   crate lies inside the crate's folder (files elsewhere are ``#workdir:``, ``#repo:``,
-  ``#package:`` entities, see :mod:`crossover_study.crate`);
+  ``#package:`` entities, see :mod:`crossover_study.provenance.crate`);
 - paper figures are redrawn from the reference runs and must be identical byte for
   byte (when matplotlib is the recorded version).
 
@@ -65,7 +65,7 @@ from crossover_study.audit_stages import (
 )
 from crossover_study.core.files import MANIFEST_NAME, sha256_file
 from crossover_study.figures.paper import PAPER_FIGURES, reference_dirs
-from crossover_study.manifest import load_manifest
+from crossover_study.provenance.manifest import load_manifest
 from crossover_study.study import cases as case_registry
 
 __all__ = [

@@ -15,7 +15,7 @@ from crossover_study.audit_report import MAX_ROWS, AuditReport, clipped
 from crossover_study.core.files import PLUGIN_COPY_DIR, sha256_file
 from crossover_study.core.origin import git_state
 from crossover_study.core.paths import REPO_ROOT, shown_path
-from crossover_study.manifest_inputs import locate_package_file
+from crossover_study.provenance.inputs import locate_package_file
 
 #: A string that names a place on the machine that wrote it: an absolute POSIX or
 #: Windows path, a file:// URI, or a path into an installed environment.

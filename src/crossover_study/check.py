@@ -363,8 +363,8 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
     from crossover_study.analysis.crossover import write_crossover
     from crossover_study.analysis.tables import collect_study
     from crossover_study.answers.check_text import answer, answer_lines
-    from crossover_study.crate import write_crate
-    from crossover_study.manifest import unreported_manifest, write_json
+    from crossover_study.provenance.crate import write_crate
+    from crossover_study.provenance.manifest import unreported_manifest, write_json
 
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "study.yaml"

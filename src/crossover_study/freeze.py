@@ -20,10 +20,15 @@ from crossover_study.audit import audit, audited
 from crossover_study.audit_hashes import Layout
 from crossover_study.core.files import MANIFEST_NAME, PAPER_DIR, PLUGIN_COPY_DIR, REFERENCE_DIR
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.crate import CRATE_NAME, write_crate
-from crossover_study.crate_files import CODE_DIR
 from crossover_study.figures.paper import PAPER_FIGURES, paper_figures, reference_dirs
-from crossover_study.manifest import load_manifest, paper_manifest, portable_manifest, write_json
+from crossover_study.provenance.crate import CRATE_NAME, write_crate
+from crossover_study.provenance.crate_files import CODE_DIR
+from crossover_study.provenance.manifest import (
+    load_manifest,
+    paper_manifest,
+    portable_manifest,
+    write_json,
+)
 
 #: Files a reference run keeps (globs relative to the study's results folder).
 REFERENCE_FILES: tuple[str, ...] = (
@@ -37,7 +42,7 @@ REFERENCE_FILES: tuple[str, ...] = (
     "points/**/*.probe.json",
     # The rates files the measuring jobs read (crossover_study.measure.rates_job).
     "rates/**/*.json",
-    # The crate's copy of the workflow definition (crossover_study.crate.copy_workflow).
+    # The crate's copy of the workflow definition (crossover_study.provenance.crate.copy_workflow).
     "code/Snakefile",
     "code/workflow/rules/*.smk",
 )
@@ -95,7 +100,7 @@ def _plugin_copies(results: Path, dest: Path) -> list[tuple[Path, Path]]:
 def refreeze(dest: str | Path, repo: str | Path = REPO_ROOT) -> list[Path]:
     """Rewrite the provenance of a reference run frozen before it was portable: its
     manifest's file records lose their absolute paths
-    (:func:`crossover_study.manifest.portable_manifest`), its RO-Crate is written anew
+    (:func:`crossover_study.provenance.manifest.portable_manifest`), its RO-Crate is written anew
     (files inside the folder only, the workflow's copy under ``code/`` taken from the
     recorded git commit when the working tree has moved on). Measured files are not
     touched. Raises FileNotFoundError without a manifest, ValueError when the recorded

@@ -48,7 +48,7 @@ def finish(
     :data:`ARCHIVE_LIMIT_BYTES` (the archive is then removed)."""
     from crossover_study.analysis.crossover import write_crossover
     from crossover_study.analysis.tables import collect_study
-    from crossover_study.manifest import unreported_manifest, write_json
+    from crossover_study.provenance.manifest import unreported_manifest, write_json
     from crossover_study.study import points as study_points
 
     results, logs = workdir / "results" / name, workdir / "logs" / name

@@ -42,7 +42,7 @@ from pathlib import Path, PurePosixPath
 from crossover_study.core.files import MANIFEST_NAME, REFERENCE_DIR, sha256_file
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.freeze import freeze
-from crossover_study.manifest import load_manifest
+from crossover_study.provenance.manifest import load_manifest
 from crossover_study.reference_jobs import slug
 
 
@@ -209,7 +209,7 @@ def import_archive(
     FileExistsError when the destination exists (give another ``name``), ValueError
     when the run fails its audit (nothing is copied)."""
     from crossover_study.audit import audit
-    from crossover_study.crate import CRATE_NAME, write_crate
+    from crossover_study.provenance.crate import CRATE_NAME, write_crate
 
     archive = Path(archive)
     if name is not None:

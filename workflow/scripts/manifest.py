@@ -1,4 +1,4 @@
-"""Snakemake job: results/<study>/manifest.json (see crossover_study.manifest) and the
+"""Snakemake job: results/<study>/manifest.json (see crossover_study.provenance.manifest) and the
 resolved config beside it. Per-job tables of jobs the study no longer has (a case,
 device or batch dropped from its config) are moved to results/<study>/retired/ first,
 so that the manifest, the audit and a frozen copy hold what the study now holds."""
@@ -15,7 +15,7 @@ def main(snakemake) -> None:
     sys.path.insert(0, snakemake.params.src)
     import yaml
 
-    from crossover_study.manifest import build_manifest, retire_tables, write_json
+    from crossover_study.provenance.manifest import build_manifest, retire_tables, write_json
     from crossover_study.study import config as study_config
 
     config = study_config.validate_config(snakemake.config)

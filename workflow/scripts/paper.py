@@ -13,7 +13,7 @@ def main(snakemake) -> None:
     matplotlib.use("Agg")
     from crossover_study.audit import audited
     from crossover_study.figures.paper import paper_figures
-    from crossover_study.manifest import paper_manifest, write_json
+    from crossover_study.provenance.manifest import paper_manifest, write_json
 
     # Only reference runs that pass their audit are drawn; a failing one (a hand-edited
     # copy) is named in the log and left out (the paper's audit then names it too).

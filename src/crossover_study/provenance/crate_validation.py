@@ -4,12 +4,12 @@ Runs in the validator's own environment (``.venv-crate``, ``make crate-validator
 its pins clash with ``requirements.lock``), so it imports nothing from this package and
 nothing outside the standard library at module level::
 
-    .venv-crate/bin/python src/crossover_study/crate_validation.py \\
+    .venv-crate/bin/python src/crossover_study/provenance/crate_validation.py \\
         --context .venv/lib/python3.11/site-packages/rocrate/data/ro-crate.jsonld \\
         results/smoke results/reference/*/
 
 Our crates are RO-Crate 1.3 with Workflow Run Crate 0.6 (see
-:mod:`crossover_study.crate`). roc-validator 0.13.0 knows the RO-Crate 1.3 profile but
+:mod:`crossover_study.provenance.crate`). roc-validator 0.13.0 knows the RO-Crate 1.3 profile but
 Workflow Run Crate, Process Run Crate and Workflow RO-Crate only in the versions built
 on RO-Crate 1.1 (0.5, 0.5 and 1.0). So each crate is checked at the REQUIRED level
 against (:data:`CHECKS`): RO-Crate 1.3 with everything it inherits, then the three

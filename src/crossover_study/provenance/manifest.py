@@ -58,7 +58,7 @@ from crossover_study.core.files import MANIFEST_NAME
 from crossover_study.core.origin import git_state
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.figures.files import FIGURE_FORMATS, figure_sources
-from crossover_study.manifest_inputs import (
+from crossover_study.provenance.inputs import (
     code_files,
     data_files,
     file_record,

@@ -27,7 +27,7 @@ package, ``#outside:<file name>`` for a file that lay elsewhere. Each carries it
 ``contentSize`` and ``identifier`` ``sha256:<hex>``; ``make audit`` resolves and hashes
 them (:mod:`crossover_study.audit`).
 
-Everything is read from the study's manifest (:mod:`crossover_study.manifest`):
+Everything is read from the study's manifest (:mod:`crossover_study.provenance.manifest`):
 
 - one ``CreateAction`` is the workflow run: config in, tables, report, figures and
   manifest out;
@@ -42,7 +42,7 @@ Everything is read from the study's manifest (:mod:`crossover_study.manifest`):
   ``timings.csv``.
 
 Which files lie inside the crate, the ids of those outside and the copy of the
-workflow's definition are :mod:`crossover_study.crate_files`'s. :mod:`crossover_study.crate_validation` checks a crate with ``roc-validator``.
+workflow's definition are :mod:`crossover_study.provenance.crate_files`'s. :mod:`crossover_study.provenance.crate_validation` checks a crate with ``roc-validator``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.crate_files import (
+from crossover_study.provenance.crate_files import (
     CODE_DIR,
     WORKFLOW_FILES,
     copy_workflow,
@@ -61,11 +61,11 @@ from crossover_study.crate_files import (
     outside_id,
     outside_where,
 )
-from crossover_study.manifest import write_json
-from crossover_study.manifest_inputs import file_record
+from crossover_study.provenance.inputs import file_record
+from crossover_study.provenance.manifest import write_json
 from crossover_study.study import cases as case_registry
 
-#: The public names, those of :mod:`crossover_study.crate_files` included (callers
+#: The public names, those of :mod:`crossover_study.provenance.crate_files` included (callers
 #: import them from here).
 __all__ = [
     "CRATE_NAME",

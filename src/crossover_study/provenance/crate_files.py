@@ -1,4 +1,4 @@
-"""Where a file of a run stands in its RO-Crate (:mod:`crossover_study.crate`), and the
+"""Where a file of a run stands in its RO-Crate (:mod:`crossover_study.provenance.crate`), and the
 crate's copy of the workflow definition.
 
 A file inside the results folder (the crate's root) is a ``File`` whose id is its path
@@ -39,7 +39,7 @@ def crate_path(record: Mapping, results_dir: str) -> str | None:
 
 
 def outside_id(record: Mapping) -> str:
-    """The ``@id`` of a file outside the crate (see :mod:`crossover_study.crate`):
+    """The ``@id`` of a file outside the crate (see :mod:`crossover_study.provenance.crate`):
     ``#workdir:reports/s/report.html``, ``#repo:config/config.yaml``,
     ``#package:scikit-learn==1.9.1:sklearn/datasets/data/iris.csv`` or
     ``#outside:my-study.yaml``."""

@@ -1,7 +1,7 @@
 """What went into a run, as the manifest records it: file records (path, root, sha256,
 bytes; never an absolute path), the workflow's code files, data files inside installed
 distributions, the plug-in files of a study's own cases and the locked packages'
-versions (:mod:`crossover_study.manifest` builds the manifest from them).
+versions (:mod:`crossover_study.provenance.manifest` builds the manifest from them).
 """
 
 from __future__ import annotations
