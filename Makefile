@@ -68,7 +68,7 @@ report: setup  ## Snakemake's own report of the study: reports/<study>/snakemake
 	$(BIN)/snakemake --cores $(CORES) --configfile $(STUDY) --report reports/$(STUDY_NAME)/snakemake-report.zip
 
 audit: setup  ## recompute the manifests' hashes; check tables and figures derive from the results
-	PYTHONPATH=src $(BIN)/python -m crossover_study.audit $(AUDIT)
+	PYTHONPATH=src $(BIN)/python -m crossover_study.audit.check $(AUDIT)
 
 paper: setup  ## reports/paper/fig-*.pdf and .png from the committed results/reference/ only
 	$(BIN)/snakemake --cores $(CORES) paper

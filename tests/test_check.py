@@ -14,7 +14,7 @@ import pytest
 
 from crossover_study import check
 from crossover_study.analysis.compare_runs import main as compare_main
-from crossover_study.audit import audit
+from crossover_study.audit.check import audit
 
 CNN = "examples/digits_cnn.py"
 KERAS = "examples/digits_keras_fit.py"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_plugins import FAST, _bad, _plugin_config
 
-from crossover_study.audit_hashes import MACHINE_PATH
+from crossover_study.audit.hashes import MACHINE_PATH
 from crossover_study.measure import frameworks
 from crossover_study.measure.job import measure_job
 from crossover_study.measure.point import frame_path, measure_point, raised_where

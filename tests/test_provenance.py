@@ -26,12 +26,13 @@ from conftest import (
     synthetic_reference_gpu,
 )
 
-from crossover_study import audit, freeze
+from crossover_study import freeze
 from crossover_study.analysis.environments import (
     EnvironmentMixError,
     check_environments,
     environment_conflicts,
 )
+from crossover_study.audit import check as audit
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.figures import files as figure_files

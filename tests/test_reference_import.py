@@ -22,7 +22,7 @@ import pytest
 from conftest import COMMITTED_CPU_RUN
 
 from crossover_study import reference_import
-from crossover_study.audit import audit
+from crossover_study.audit.check import audit
 from crossover_study.core.paths import REPO_ROOT
 
 STUDY = "results/x"

@@ -18,7 +18,7 @@ from crossover_study import (
     reference_jobs,
     reference_run,
 )
-from crossover_study.audit import audit
+from crossover_study.audit.check import audit
 from crossover_study.core.paths import pins
 
 TINY = {

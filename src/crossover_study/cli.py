@@ -133,7 +133,9 @@ COMMANDS: dict[str, Command] = {
         "two runs of one study: step-time ratios, intervals, crossovers",
         _main_of("analysis.compare_runs"),
     ),
-    "audit": Command("recompute a run's hashes; check its tables and figures", _main_of("audit")),
+    "audit": Command(
+        "recompute a run's hashes; check its tables and figures", _main_of("audit.check")
+    ),
     "agreement": Command(
         "time the harness against the field's reference timers", _main_of("measure.agreement")
     ),

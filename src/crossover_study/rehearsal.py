@@ -241,7 +241,7 @@ def rehearse(study: str = STUDY, keep: bool = False, log=print) -> dict:
             [
                 sys.executable,
                 "-m",
-                "crossover_study.audit",
+                "crossover_study.audit.check",
                 "reports/paper",
                 f"results/reference/{name}",
             ],

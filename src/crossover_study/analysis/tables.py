@@ -455,7 +455,7 @@ def collect_study(
     (:func:`wall_summary`, of the rows before runs are merged); ``noise_threshold`` is the
     config's ``timing.noise_threshold`` (for points measured in several runs,
     :func:`collect_timings`). The audit runs this same step again
-    (:mod:`crossover_study.audit_stages`): ``probes`` None for a run recorded without
+    (:mod:`crossover_study.audit.stages`): ``probes`` None for a run recorded without
     probe records (its tables are checked against none), ``columns`` the run's own
     header (:func:`read_job_tables`).
 

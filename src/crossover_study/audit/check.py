@@ -1,6 +1,6 @@
 """Audit a study run or the paper figures against their manifest.
 
-``python -m crossover_study.audit results/<study>`` (or a reference run under
+``python -m crossover_study.audit.check results/<study>`` (or a reference run under
 ``results/reference/<name>``, or ``reports/paper``; with no argument every manifest
 under ``results/`` and ``reports/paper/``) recomputes what the manifest recorded and
 checks that each table and figure derives from the recorded results:
@@ -33,10 +33,10 @@ Changed code, config files, data files or package versions since the run are not
 2 when there was nothing to audit.
 
 The checks live beside this module: the report model in
-:mod:`crossover_study.audit_report`, the hash checks in
-:mod:`crossover_study.audit_hashes`, and the re-derivations, one per stage of the
+:mod:`crossover_study.audit.findings`, the hash checks in
+:mod:`crossover_study.audit.hashes`, and the re-derivations, one per stage of the
 workflow through the same function its workflow script calls, in
-:mod:`crossover_study.audit_stages`. This module runs them in the order of the stages.
+:mod:`crossover_study.audit.stages`. This module runs them in the order of the stages.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ import base64
 import sys
 from pathlib import Path
 
-from crossover_study.audit_hashes import (
+from crossover_study.audit.findings import AuditReport
+from crossover_study.audit.hashes import (
     Layout,
     check_crate,
     check_environment,
@@ -55,8 +56,7 @@ from crossover_study.audit_hashes import (
     check_portable,
     check_records,
 )
-from crossover_study.audit_report import AuditReport
-from crossover_study.audit_stages import (
+from crossover_study.audit.stages import (
     check_collect,
     check_crossover,
     check_paper,

@@ -1,8 +1,8 @@
 """The audit's hash checks: every file a manifest records (outputs, per-job tables,
 probe records, inputs, the RO-Crate's files) is found where the run left it and hashed
 again, and the manifest and crate name no place on the machine that wrote them
-(:mod:`crossover_study.audit`). Nothing here re-derives a table: that is
-:mod:`crossover_study.audit_stages`."""
+(:mod:`crossover_study.audit.check`). Nothing here re-derives a table: that is
+:mod:`crossover_study.audit.stages`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from crossover_study.audit_report import MAX_ROWS, AuditReport, clipped
+from crossover_study.audit.findings import MAX_ROWS, AuditReport, clipped
 from crossover_study.core.files import PLUGIN_COPY_DIR, sha256_file
 from crossover_study.core.origin import git_state
 from crossover_study.core.paths import REPO_ROOT, shown_path

@@ -1,4 +1,4 @@
-"""The audit's re-derivations, one per stage of the workflow (:mod:`crossover_study.audit`).
+"""The audit's re-derivations, one per stage of the workflow (:mod:`crossover_study.audit.check`).
 
 Each stage is run again through the very library function its workflow script calls,
 so the audit cannot check another order of steps than the one the workflow ran:
@@ -22,8 +22,8 @@ import importlib.metadata
 import tempfile
 from pathlib import Path
 
-from crossover_study.audit_hashes import Layout
-from crossover_study.audit_report import MAX_ROWS, AuditReport, clipped
+from crossover_study.audit.findings import MAX_ROWS, AuditReport, clipped
+from crossover_study.audit.hashes import Layout
 from crossover_study.core.files import sha256_file
 from crossover_study.core.origin import table_columns
 from crossover_study.figures.paper import paper_figures
