@@ -62,9 +62,10 @@ def run_crate_validator(*crates: Path) -> subprocess.CompletedProcess:
     if not CRATE_PYTHON.exists():
         pytest.fail(f"{CRATE_PYTHON} is missing: run `make crate-validator` (make test does)")
     context = importlib.resources.files("rocrate") / "data" / "ro-crate.jsonld"
-    script = REPO_ROOT / "src" / "crossover_study" / "provenance" / "crate_validation.py"
+    command = [str(CRATE_PYTHON), "-m", "crossover_study", "validate-crate"]
     return subprocess.run(
-        [str(CRATE_PYTHON), str(script), "--context", str(context), *map(str, crates)],
+        [*command, "--context", str(context), *map(str, crates)],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")},
         capture_output=True,
         text=True,
         timeout=900,

@@ -12,9 +12,9 @@ import textwrap
 import pandas as pd
 import pytest
 
-from crossover_study import check
 from crossover_study.analysis.compare_runs import main as compare_main
 from crossover_study.audit.check import audit
+from crossover_study.reference import quick_check as check
 
 CNN = "examples/digits_cnn.py"
 KERAS = "examples/digits_keras_fit.py"

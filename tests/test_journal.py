@@ -81,7 +81,7 @@ def test_two_live_runs_of_one_job_never_measure_at_once(tmp_path):
     procs = {}
     for name in ("a", "b"):
         args = [f"--{k}={tmp_path / name}.{k}" for k in ("csv", "probe", "log")]
-        cmd = [sys.executable, "-m", "crossover_study.measure.job", f"--config={study}"]
+        cmd = [sys.executable, "-m", "crossover_study", "measure-job", f"--config={study}"]
         cmd += ["--case=s000-hjb", "--framework=torch", "--device=cpu", "--threads=1"]
         cmd += [f"--journal={tmp_path / 'j.jsonl'}", *args]
         procs[name] = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)

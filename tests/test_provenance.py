@@ -26,7 +26,6 @@ from conftest import (
     synthetic_reference_gpu,
 )
 
-from crossover_study import freeze
 from crossover_study.analysis.environments import (
     EnvironmentMixError,
     check_environments,
@@ -40,6 +39,7 @@ from crossover_study.figures import paper
 from crossover_study.figures import report as figures
 from crossover_study.provenance.inputs import code_files, file_record, package_versions
 from crossover_study.provenance.manifest import load_manifest
+from crossover_study.reference import freeze
 from crossover_study.study.config import validate_config
 from crossover_study.study.points import measurement_hash
 from crossover_study.study.study_file import ConfigError

@@ -20,7 +20,6 @@ import pytest
 import yaml
 from conftest import run_crate_validator, run_snakemake
 
-from crossover_study import freeze
 from crossover_study.audit import check as audit
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT
@@ -29,6 +28,7 @@ from crossover_study.figures import files as figure_files
 from crossover_study.figures import report as figures
 from crossover_study.figures.paper import PAPER_FIGURES, PAPER_FORMATS
 from crossover_study.provenance.manifest import load_manifest
+from crossover_study.reference import freeze
 
 pytestmark = pytest.mark.slow
 

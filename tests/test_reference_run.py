@@ -11,15 +11,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from crossover_study import (
-    gpu_bundle,
-    reference_finish,
-    reference_import,
-    reference_jobs,
-    reference_run,
-)
 from crossover_study.audit.check import audit
 from crossover_study.core.paths import pins
+from crossover_study.reference import archive_import as reference_import
+from crossover_study.reference import gpu_bundle
+from crossover_study.reference import gpu_finish as reference_finish
+from crossover_study.reference import gpu_jobs as reference_jobs
+from crossover_study.reference import gpu_run as reference_run
 
 TINY = {
     "study": "tiny-reference",
@@ -357,7 +355,7 @@ def test_an_archive_whose_table_was_edited_is_not_imported(tiny_run, tmp_path):
 def test_the_rehearsal_passes_on_a_fresh_clone(tmp_path):
     """make reference-gpu REHEARSE=1: a throwaway env of what the GPU machine has, the
     bundle, the short study, the archive imported, audited and drawn by snakemake paper."""
-    from crossover_study.rehearsal import rehearse
+    from crossover_study.reference.rehearsal import rehearse
 
     lines = []
     result = rehearse(log=lines.append)
@@ -387,7 +385,7 @@ def test_a_job_that_dies_keeps_its_measured_points(tmp_path, monkeypatch):
 
     def dying(cmd, env, timeout, progress):
         code, seconds = real(cmd, env, timeout, progress)
-        measuring = "crossover_study.measure.job" in cmd  # not the rates job
+        measuring = "measure-job" in cmd  # not the rates job
         cpu_job = measuring and "--device=cpu" in cmd and "--deadline=0" not in cmd
         calls.append(("cpu" if cpu_job else "other", code))
         if cpu_job:  # the process "died" before writing its table

@@ -9,6 +9,12 @@
     crossover-study agreement [--runs N] [--against-itself]
     crossover-study freeze RESULTS DEST | refreeze DEST | paper [NAME ...]
     crossover-study reference-import ARCHIVE [--name NAME]
+    crossover-study measure-job --config FILE --case C --framework F --device D ...
+    crossover-study gpu-bundle build|check [--dest DIR]
+    crossover-study reference-gpu --study FILE --bundle DIR --out DIR | reference-gpu finish ...
+    crossover-study rehearse [--study FILE] [--keep]
+    crossover-study browser PAGE [--screenshot PNG]
+    crossover-study validate-crate --context FILE CRATE ...
 
 Installed by ``make setup`` (an editable install of the package); ``python -m
 crossover_study`` is the same. Each subcommand is the command line of the module that
@@ -122,7 +128,7 @@ COMMANDS: dict[str, Command] = {
     "study": Command("run a study through Snakemake (default: the default study)", _study),
     "check": Command(
         "one model at one size on every device: the answer in about a minute",
-        _main_of("check"),
+        _main_of("reference.quick_check"),
     ),
     "rates": Command(
         "the step-time model's machine rates for one framework and device, into a file",
@@ -140,14 +146,39 @@ COMMANDS: dict[str, Command] = {
         "time the harness against the field's reference timers", _main_of("measure.agreement")
     ),
     "freeze": Command(
-        "copy an audited run into results/reference/<name>", _main_of("freeze", "freeze")
+        "copy an audited run into results/reference/<name>", _main_of("reference.freeze", "freeze")
     ),
     "refreeze": Command(
-        "rewrite a frozen run's manifest and RO-Crate", _main_of("freeze", "refreeze")
+        "rewrite a frozen run's manifest and RO-Crate", _main_of("reference.freeze", "refreeze")
     ),
-    "paper": Command("draw the paper figures from results/reference/", _main_of("freeze", "paper")),
+    "paper": Command(
+        "draw the paper figures from results/reference/", _main_of("reference.freeze", "paper")
+    ),
     "reference-import": Command(
-        "add a GPU reference run's archive to results/reference/", _main_of("reference_import")
+        "add a GPU reference run's archive to results/reference/",
+        _main_of("reference.archive_import"),
+    ),
+    "measure-job": Command(
+        "one measuring job without Snakemake (the measure rule's code)", _main_of("measure.job")
+    ),
+    "gpu-bundle": Command(
+        "build or check the wheels a GPU machine without network lacks",
+        _main_of("reference.gpu_bundle"),
+    ),
+    "reference-gpu": Command(
+        "on a GPU machine: measure a study into one archive (or finish a partial one)",
+        _main_of("reference.gpu_run"),
+    ),
+    "rehearse": Command(
+        "the GPU reference run rehearsed on this CPU, in a throwaway environment",
+        _main_of("reference.rehearsal"),
+    ),
+    "browser": Command(
+        "load a report in headless Chromium: images, console", _main_of("figures.browser")
+    ),
+    "validate-crate": Command(
+        "roc-validator on RO-Crates (run by the crate venv's python)",
+        _main_of("provenance.crate_validation"),
     ),
 }
 

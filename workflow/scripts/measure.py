@@ -1,6 +1,6 @@
 """Snakemake job: measure one batch of a case x framework x device group, then write the
 job's probe record (crossover_study.measure.job, the same code that
-`python -m crossover_study.measure.job` runs without Snakemake).
+`crossover-study measure-job` runs without Snakemake).
 
 The job's log gets every line; its progress lines (the job's first line, one per point,
 a failed job: crossover_study.core.progress) also go to the script's standard output, which

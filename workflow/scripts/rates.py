@@ -1,5 +1,5 @@
 """Snakemake job: the machine's rates for one framework and device
-(crossover_study.measure.rates_job, the same code that `python -m crossover_study.measure.rates_job`
+(crossover_study.measure.rates_job, the same code that `crossover-study rates`
 runs without Snakemake)."""
 
 import os

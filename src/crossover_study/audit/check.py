@@ -1,6 +1,6 @@
 """Audit a study run or the paper figures against their manifest.
 
-``python -m crossover_study.audit.check results/<study>`` (or a reference run under
+``crossover-study audit results/<study>`` (or a reference run under
 ``results/reference/<name>``, or ``reports/paper``; with no argument every manifest
 under ``results/`` and ``reports/paper/``) recomputes what the manifest recorded and
 checks that each table and figure derives from the recorded results:
@@ -318,7 +318,3 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(report.text())
         failed |= not report.ok
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -65,7 +65,7 @@ class Layout:
     def locate_plugin(self, record: dict) -> Path | None:
         """The plug-in file of a manifest ``plugins`` record: where the run read it
         (:meth:`locate`), or in a copy of the run (a frozen reference run) its copy
-        under ``<target>/plugins/<recorded path>`` (:func:`crossover_study.freeze.freeze`
+        under ``<target>/plugins/<recorded path>`` (:func:`crossover_study.reference.freeze.freeze`
         puts it there); None when neither holds it or the recorded path would leave
         that folder."""
         path = self.locate(record)

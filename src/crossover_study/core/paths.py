@@ -47,7 +47,7 @@ def shown_path(path: str | Path) -> str:
 def pins(lock: str | Path = LOCK) -> dict[str, str]:
     """``{name: version}`` of every ``name==version`` line of the lock file (comments
     and other lines ignored). Standard library only: it runs before the bundle is
-    installed (:mod:`crossover_study.gpu_bundle`)."""
+    installed (:mod:`crossover_study.reference.gpu_bundle`)."""
     out = {}
     for line in Path(lock).read_text().splitlines():
         line = line.split("#", 1)[0].strip()

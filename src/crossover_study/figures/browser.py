@@ -5,7 +5,7 @@ Chromium is driven through the DevTools protocol over a pipe
 child's file descriptor 3, replies and events on 4), so no websocket library and no
 downloaded browser are needed: Debian's ``chromium`` package is enough.
 
-``python -m crossover_study.figures.browser reports/<study>/report.html --screenshot out.png``
+``crossover-study browser reports/<study>/report.html --screenshot out.png``
 prints one line per image and per console error and exits non-zero when an image did
 not load or the console shows an error.
 """
@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -271,9 +270,9 @@ def check_page(
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Command line: check one page; exit status 1 when an image or the console fails."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("page", help="HTML file, e.g. reports/smoke/report.html")
     parser.add_argument("--screenshot", help="write a full-page PNG here")
     parser.add_argument("--chromium", help="browser executable (default: chromium)")
@@ -291,7 +290,3 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(check.console_errors)} console error(s)"
     )
     return 0 if check.ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

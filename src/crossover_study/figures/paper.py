@@ -2,7 +2,7 @@
 
 Each reference run is a folder ``results/reference/<name>/`` holding a study run's
 ``timings.csv``, ``crossover.csv``, ``manifest.json`` (and its per-job tables, probe
-records and RO-Crate), copied there by :func:`crossover_study.freeze.freeze` after an
+records and RO-Crate), copied there by :func:`crossover_study.reference.freeze.freeze` after an
 audit. The paper
 figures are a fixed list (:data:`PAPER_FIGURES`), each written as PDF and PNG into
 ``reports/paper/`` by :func:`paper_figures`, with ``reports/paper/manifest.json``
@@ -10,10 +10,9 @@ recording the reference tables and the figures' sha256. Nothing is measured: the
 figures use every reference run present, one panel row (or panel) per run, so runs
 from different machines are never merged into one curve.
 
-``crossover-study paper`` draws them (``python -m crossover_study.figures.paper figures``, as
-before); ``crossover-study freeze results/<study> results/reference/<name>`` adds a run.
+``crossover-study paper`` draws them; ``crossover-study freeze results/<study> results/reference/<name>`` adds a run.
 The audit redraws these figures to check them, and freezing a run audits it first, so
-freezing lives above the audit (:mod:`crossover_study.freeze`) and this module below it.
+freezing lives above the audit (:mod:`crossover_study.reference.freeze`) and this module below it.
 """
 
 from __future__ import annotations

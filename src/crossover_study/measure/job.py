@@ -1,9 +1,9 @@
 """One measuring job: a batch of one case x framework x device, then its probe record.
 
 The ``measure`` rule's script (``workflow/scripts/measure.py``) calls :func:`measure_job`
-with Snakemake's wildcards; ``python -m crossover_study.measure.job`` does the same from
+with Snakemake's wildcards; ``crossover-study measure-job`` does the same from
 a command line, for machines without Snakemake (the GPU reference run,
-:mod:`crossover_study.reference_run`, starts one such process per job). Both run the
+:mod:`crossover_study.reference.gpu_run`, starts one such process per job). Both run the
 same code: :func:`crossover_study.measure.runner.run_group`, then
 :func:`crossover_study.measure.probe.probe_record`. The job measures no rates of the
 step-time model: it reads those of its framework and device from the rates job's file
@@ -139,9 +139,9 @@ def measure_job(
                 )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Command line: one measuring job from a study config file (YAML or JSON)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="study config (YAML or JSON)")
     for name in ("case", "framework", "device"):
         parser.add_argument(f"--{name}", required=True)
@@ -188,7 +188,3 @@ def main(argv: list[str] | None = None) -> int:
             print(f"job failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ properties of the machine, the framework and the thread count, not of a point
 (:func:`crossover_study.stepmodel.rates.measure_rates`: op costs, FLOP and bandwidth curves,
 DRAM, the page-fault price, Keras fit's own costs). The workflow's ``rates`` rule
 (``workflow/scripts/rates.py``) measures them once per (framework, device) of a study,
-before its measuring jobs, with :func:`rates_job`; ``python -m crossover_study.measure.rates_job``
+before its measuring jobs, with :func:`rates_job`; ``crossover-study rates``
 does the same from a command line (``crossover-study check`` and the GPU reference run
 start one such process per framework and device). A measuring job reads the file
 (:func:`read_rates`) and writes its rates into every row
@@ -191,7 +191,3 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"rates job failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

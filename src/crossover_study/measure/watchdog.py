@@ -159,7 +159,8 @@ class PointWatchdog:
             if self._helper is None or self._helper.poll() is not None:
                 fd = self.stacks.fileno()
                 self._helper = subprocess.Popen(
-                    [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()), str(fd)],
+                    [sys.executable, "-I", "-c", _HELPER_MAIN, os.path.abspath(__file__)]
+                    + [str(os.getpid()), str(fd)],
                     stdin=subprocess.PIPE,
                     pass_fds=(fd,),
                 )
@@ -318,6 +319,18 @@ def _end_point(parent: int, fd: int, armed: dict) -> None:
     )
 
 
+#: The helper process's program: this file loaded by its path in an isolated Python (``-I``:
+#: no site, no PYTHONPATH; the file imports the standard library only), Ctrl-C left to
+#: the measuring process, then :func:`_helper` (``sys.argv``: file, parent pid, fd).
+_HELPER_MAIN = (
+    "import importlib.util, signal, sys; "
+    "spec = importlib.util.spec_from_file_location('point_watchdog', sys.argv[1]); "
+    "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); "
+    "signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "module._helper(int(sys.argv[2]), int(sys.argv[3]))"
+)
+
+
 def _helper(parent: int, fd: int) -> None:
     """The helper process: follow the arm/disarm lines on stdin; end a point whose
     time (deadline + grace) is up. Exits when stdin closes or ``parent`` is gone."""
@@ -339,8 +352,3 @@ def _helper(parent: int, fd: int) -> None:
         if armed is not None and time.monotonic() >= armed["at"]:
             _end_point(parent, fd, armed)
             return
-
-
-if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the measuring process
-    _helper(int(sys.argv[1]), int(sys.argv[2]))

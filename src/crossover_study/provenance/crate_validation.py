@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import sys
 import tempfile
 from pathlib import Path
 
@@ -116,9 +115,9 @@ def validate(crate: Path, cache: Path) -> list[str]:
     return issues
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Command line: validate the given crates; print each one's issues."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--context", required=True, type=Path, help="rocrate's ro-crate.jsonld")
     parser.add_argument("crates", nargs="+", type=Path, help="folders with ro-crate-metadata.json")
     args = parser.parse_args(argv)
@@ -133,7 +132,3 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {line}")
             failed |= bool(issues)
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,8 +4,7 @@
 
 Rank 0, the measuring process, is :class:`crossover_study.workloads.torch_ddp.DDPWorkload`
 (that module's docstring gives the protocol); it starts the followers as
-``python -m crossover_study.workloads.torch_ddp <json>``, whose ``__main__`` calls
-:func:`follower_main`. Import only inside a job that has already pinned its threads.
+``python -c`` processes that call :func:`follower_main` with their JSON spec. Import only inside a job that has already pinned its threads.
 """
 
 from __future__ import annotations

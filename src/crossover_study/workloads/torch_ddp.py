@@ -13,7 +13,8 @@ processes that obey. Every command is a broadcast of a small int64 tensor
   gradients (:meth:`RankProgram.time_allreduce`);
 - ``STOP``: followers leave the process group and exit.
 
-Followers are ``python -m crossover_study.workloads.torch_ddp <json>`` subprocesses on
+Followers are ``python -c`` subprocesses running
+:func:`crossover_study.workloads.ddp_rank.follower_main` on
 a free localhost port (not ``torch.multiprocessing.spawn``: spawn re-imports the
 parent's ``__main__``, which in a Snakemake job is the job's generated script). They
 exit by themselves when rank 0's process disappears, and :meth:`DDPWorkload.close`
@@ -26,8 +27,7 @@ the seed's batch and gives each rank ``batch / replicas`` rows; weak scaling giv
 rank the seed's batch (global batch ``batch x replicas``).
 
 A rank's program and the followers' body are :mod:`crossover_study.workloads.ddp_rank`;
-this module is rank 0's :class:`DDPWorkload` and the
-followers' ``__main__``.
+this module is rank 0's :class:`DDPWorkload`, which starts the followers.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ from crossover_study.workloads.ddp_rank import (
     _device,
     _init,
     _release_program,
-    follower_main,
 )
 
 __all__ = [
@@ -68,6 +67,11 @@ __all__ = [
 JOIN_TIMEOUT_S = 15
 #: The package's source folder, put on the followers' PYTHONPATH.
 SRC = str(Path(__file__).resolve().parents[2])
+#: A follower's program (``python -c``; ``sys.argv[1]``: its JSON spec).
+_FOLLOWER = (
+    "import json, sys; from crossover_study.workloads.ddp_rank import follower_main; "
+    "follower_main(json.loads(sys.argv[1]))"
+)
 
 
 def free_port() -> int:
@@ -148,7 +152,7 @@ class DDPWorkload:
             self._logs.append(log)
             self.followers.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", __name__, json.dumps(spec)],
+                    [sys.executable, "-c", _FOLLOWER, json.dumps(spec)],
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -262,7 +266,3 @@ class DDPWorkload:
         if self._old_threads is not None:
             torch.set_num_threads(self._old_threads)
             self._old_threads = None
-
-
-if __name__ == "__main__":
-    follower_main(json.loads(sys.argv[1]))

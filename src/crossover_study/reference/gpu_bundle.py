@@ -346,9 +346,9 @@ def missing_modules(modules: dict[str, str] | None = None) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Command line: ``build`` the bundle, or ``check`` that it is current."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="download the wheels into the bundle folder")
     b.add_argument("--dest", default=str(BUNDLE_DIR))
@@ -374,7 +374,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu bundle: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

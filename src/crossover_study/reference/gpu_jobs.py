@@ -1,4 +1,4 @@
-"""The measuring jobs of the GPU reference run (:mod:`crossover_study.reference_run`):
+"""The measuring jobs of the GPU reference run (:mod:`crossover_study.reference.gpu_run`):
 their order, their files, the progress line of each point, and the table of a job the
 deadline kept from starting.
 
@@ -69,13 +69,14 @@ def rates_files(results: Path, logs: Path, framework: str, device: str) -> dict[
 
 def rates_command(config_path: str | Path, framework: str, device: str, paths: dict) -> list:
     """The command of one rates job as its own process, printing its log lines:
-    ``python -m crossover_study.measure.rates_job`` (the rates rule's code) with the threads of
+    ``crossover-study rates`` (the rates rule's code) with the threads of
     ``device``'s class in the study config ``config_path`` and its files
     (:func:`rates_files`; ``bench`` is the caller's to write, :func:`write_benchmark`)."""
     return [
         sys.executable,
         "-m",
-        "crossover_study.measure.rates_job",
+        "crossover_study",
+        "rates",
         f"--config={config_path}",
         f"--framework={framework}",
         f"--device={device}",
@@ -87,7 +88,7 @@ def rates_command(config_path: str | Path, framework: str, device: str, paths: d
 
 def job_command(config_path: str | Path, job: tuple[str, str, str, int], paths: dict) -> list:
     """The command of one measuring job as its own process, printing its log lines
-    (``--echo``): ``python -m crossover_study.measure.job`` (the measure rule's code)
+    (``--echo``): ``crossover-study measure-job`` (the measure rule's code)
     with the study config ``config_path``, the job ``(case, framework, device, batch)``
     and its files (:func:`job_files`; ``bench`` is the caller's to write,
     :func:`write_benchmark`; ``rates`` is read, the rates job's, run first)."""
@@ -95,7 +96,8 @@ def job_command(config_path: str | Path, job: tuple[str, str, str, int], paths: 
     return [
         sys.executable,
         "-m",
-        "crossover_study.measure.job",
+        "crossover_study",
+        "measure-job",
         f"--config={config_path}",
         f"--case={case}",
         f"--framework={framework}",

@@ -1,4 +1,4 @@
-"""Import a reference run's archive (from :mod:`crossover_study.reference_run`) on any
+"""Import a reference run's archive (from :mod:`crossover_study.reference.gpu_run`) on any
 machine with the project's environment: ``make reference-import ARCHIVE=...``.
 
 The archive holds ``results/<study>/`` (per-job tables, probe records, journals,
@@ -41,9 +41,9 @@ from pathlib import Path, PurePosixPath
 
 from crossover_study.core.files import MANIFEST_NAME, REFERENCE_DIR, sha256_file
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.freeze import freeze
 from crossover_study.provenance.manifest import load_manifest
-from crossover_study.reference_jobs import slug
+from crossover_study.reference.freeze import freeze
+from crossover_study.reference.gpu_jobs import slug
 
 
 class ArchiveError(ValueError):
@@ -288,7 +288,3 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"reference import: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,9 +4,8 @@ command line of the paper figures.
 A run is audited before it is copied (:func:`crossover_study.audit.check.audit`), and the
 audit redraws the paper figures (:mod:`crossover_study.figures.paper`) to compare their bytes:
 so freezing sits above the audit, and the paper's drawing below it (the package's layer
-order, :mod:`crossover_study`). ``python -m crossover_study.freeze`` (also ``python -m
-crossover_study.figures.paper``, the command line of old, and ``crossover-study freeze`` /
-``refreeze`` / ``paper``) takes ``paper`` (or ``figures``), ``freeze`` or ``refreeze``.
+order, :mod:`crossover_study`). :func:`main` (``crossover-study freeze`` / ``refreeze`` / ``paper``) takes ``paper`` (or
+``figures``), ``freeze`` or ``refreeze``.
 """
 
 from __future__ import annotations
@@ -178,7 +177,3 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     for path in written:
         print(path)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Rehearse the GPU reference run on a CPU machine before any GPU time is spent.
 
-``make reference-gpu REHEARSE=1`` (``python -m crossover_study.rehearsal``):
+``make reference-gpu REHEARSE=1`` (``crossover-study rehearse``):
 
 1. makes the GPU bundle when it is missing or stale (:mod:`gpu_bundle`);
 2. creates a throwaway virtual environment holding only what the GPU reference
@@ -34,9 +34,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from crossover_study import gpu_bundle
 from crossover_study.core import paths
-from crossover_study.reference_finish import ARCHIVE_LIMIT_BYTES
+from crossover_study.reference import gpu_bundle
+from crossover_study.reference.gpu_finish import ARCHIVE_LIMIT_BYTES
 
 REPO_ROOT = paths.REPO_ROOT
 #: make's variables that an inner make would inherit (REHEARSE=1 would recurse).
@@ -221,7 +221,8 @@ def rehearse(study: str = STUDY, keep: bool = False, log=print) -> dict:
             [
                 sys.executable,
                 "-m",
-                "crossover_study.reference_import",
+                "crossover_study",
+                "reference-import",
                 str(archive),
                 "--name",
                 name,
@@ -241,7 +242,8 @@ def rehearse(study: str = STUDY, keep: bool = False, log=print) -> dict:
             [
                 sys.executable,
                 "-m",
-                "crossover_study.audit.check",
+                "crossover_study",
+                "audit",
                 "reports/paper",
                 f"results/reference/{name}",
             ],
@@ -266,9 +268,9 @@ def rehearse(study: str = STUDY, keep: bool = False, log=print) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Command line of :func:`rehearse`."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--study", default=STUDY, help="the short study the rehearsal measures")
     parser.add_argument("--keep", action="store_true", help="keep the throwaway folder")
     args = parser.parse_args(argv)
@@ -282,7 +284,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rehearsal failed: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,9 +1,9 @@
-"""Steps 3 and 4 of the GPU reference run (:mod:`crossover_study.reference_run`):
+"""Steps 3 and 4 of the GPU reference run (:mod:`crossover_study.reference.gpu_run`):
 collect the jobs' tables, compute the crossover, write the manifest and pack
 ``results/<study>/`` and ``logs/<study>/`` into the archive that comes back from the GPU
 machine; also from a partial archive left by a killed run, on any machine.
 
-Only the standard library and :mod:`crossover_study.reference_jobs` are imported at the
+Only the standard library and :mod:`crossover_study.reference.gpu_jobs` are imported at the
 top (the run imports this module before the GPU bundle is installed); the collecting
 code is imported where it is used.
 """
@@ -17,7 +17,7 @@ import tarfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from crossover_study.reference_jobs import job_files, job_order, slug
+from crossover_study.reference.gpu_jobs import job_files, job_order, slug
 
 #: Files that come back from the GPU machine may be at most 16 MiB each.
 ARCHIVE_LIMIT_BYTES = 16 * 1024 * 1024
@@ -41,7 +41,7 @@ def finish(
     workdir: Path, name: str, config: dict, study_file: Path, runner_info: dict, out: Path
 ) -> Path:
     """Collect, crossover, manifest and archive of the run in ``workdir`` (steps 3 and 4
-    of :mod:`crossover_study.reference_run`'s docstring): only jobs with both their table and their probe record
+    of :mod:`crossover_study.reference.gpu_run`'s docstring): only jobs with both their table and their probe record
     are collected; the others are listed as ``incomplete_jobs`` in the manifest's
     ``runner``. Prints the summary line and returns the archive's path. Raises
     RuntimeError when no job has a table or the archive exceeds

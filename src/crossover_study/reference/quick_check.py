@@ -9,9 +9,9 @@ What a study does for one case at one size, in one command: an in-memory study c
 for that case (the plug-in ``FILE.py`` with the given sizes as its seed, or a seed
 case) is validated by :func:`config.validate_config` (every check of a study file,
 the plug-in's static checks included) and written to ``<out>/study.yaml``; each device
-class is measured by its own ``python -m crossover_study.measure.job`` process (the
+class is measured by its own ``crossover-study measure-job`` process (the
 measure rule's code: journal, point deadline, probe record, step counts), after the
-rates job of its framework and device (``python -m crossover_study.measure.rates_job``, the
+rates job of its framework and device (``crossover-study rates``, the
 rates rule's code; its file ``<out>/rates/<framework>/<device>.json`` is the rates the
 rows carry);
 the per-job tables are collected (:func:`tables.collect_study`), the crossover table,
@@ -44,7 +44,7 @@ import yaml
 
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.core.progress import for_terminal
-from crossover_study.reference_jobs import (
+from crossover_study.reference.gpu_jobs import (
     Progress,
     job_command,
     job_files,
@@ -284,7 +284,7 @@ def sweep_study(config: dict, case: str, name: str) -> dict:
 
 
 def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> float:
-    """One measuring job as its own ``python -m crossover_study.measure.job`` process
+    """One measuring job as its own ``crossover-study measure-job`` process
     (the measure rule's code), its progress lines (:func:`progress.for_terminal`) through
     ``progress``; writes the Snakemake-style benchmark file beside the job's log.
     Returns its wall seconds."""
@@ -479,7 +479,3 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"{prog or 'check'}: {error}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,13 +2,13 @@
 
 The reference GPU machine has torch built for CUDA but no Snakemake, papermill or
 network, and one command there may run for at most a few minutes. ``make
-reference-gpu`` (``python -m crossover_study.reference_run``) does there what the
+reference-gpu`` (``crossover-study reference-gpu``) does there what the
 workflow's ``measure``, ``collect`` and ``crossover`` rules and the manifest do:
 
-1. installs the GPU bundle (:mod:`crossover_study.gpu_bundle`) and refuses to start,
+1. installs the GPU bundle (:mod:`crossover_study.reference.gpu_bundle`) and refuses to start,
    naming what is missing, when a module the run imports still fails to import;
 2. validates the study and runs each measuring job as its own process
-   (``python -m crossover_study.measure.job``: the code the ``measure`` rule runs),
+   (``crossover-study measure-job``: the code the ``measure`` rule runs),
    one job at a time, most informative jobs first, printing a line per point; before
    the first job of a framework and device, that pair's rates job (``python -m
    crossover_study.measure.rates_job``: the ``rates`` rule's code), whose file its measuring
@@ -21,16 +21,16 @@ workflow's ``measure``, ``collect`` and ``crossover`` rules and the manifest do:
    its journal. Points not started before the deadline are ``unavailable`` rows that say
    so, and jobs not started by then are not started at all. After each job the results
    so far are packed into ``<out>/partial-<study>.tar.gz``: if the command is killed,
-   ``python -m crossover_study.reference_run finish`` completes that on any machine;
+   ``crossover-study reference-gpu finish`` completes that on any machine;
 3. collects the tables against the probe records, computes the crossover, writes the
    resolved config and the manifest (``report`` empty: the report and the RO-Crate are
-   made where the archive is imported, :mod:`crossover_study.reference_import`);
+   made where the archive is imported, :mod:`crossover_study.reference.archive_import`);
 4. packs ``results/<study>/`` and ``logs/<study>/`` into
    ``<out>/reference-<study>-<host>-<UTC date>.tar.gz`` (at most :data:`ARCHIVE_LIMIT_BYTES`)
    and removes the partial archive.
 
-The jobs' order, files and progress lines are :mod:`crossover_study.reference_jobs`'s;
-steps 3 and 4 (and ``finish``) are :mod:`crossover_study.reference_finish`'s. Only the standard library,
+The jobs' order, files and progress lines are :mod:`crossover_study.reference.gpu_jobs`'s;
+steps 3 and 4 (and ``finish``) are :mod:`crossover_study.reference.gpu_finish`'s. Only the standard library,
 :mod:`gpu_bundle` and those two modules (standard library only at their top) are
 imported before the bundle is installed.
 """
@@ -48,10 +48,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from crossover_study import gpu_bundle
 from crossover_study.core.paths import REPO_ROOT, portable_path
-from crossover_study.reference_finish import RUNNER_RECORD, finish, finish_partial, pack
-from crossover_study.reference_jobs import (
+from crossover_study.reference import gpu_bundle
+from crossover_study.reference.gpu_finish import RUNNER_RECORD, finish, finish_partial, pack
+from crossover_study.reference.gpu_jobs import (
     Progress,
     job_command,
     job_files,
@@ -265,7 +265,7 @@ def run(
     out.mkdir(parents=True, exist_ok=True)
     partial = out / f"partial-{name}.tar.gz"
     runner_info = {
-        "name": "crossover_study.reference_run (no Snakemake)",
+        "name": "crossover_study.reference.gpu_run (no Snakemake)",
         "budget_s": budget_s,
         "deadline_utc": when,
         "git_source": git_source,
@@ -329,11 +329,11 @@ def run(
     return archive
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Command line of :func:`run` (and ``finish PARTIAL --out DIR``: :func:`finish_partial`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["finish"]:
-        finisher = argparse.ArgumentParser(prog="reference_run finish")
+        finisher = argparse.ArgumentParser(prog=f"{prog or 'reference-gpu'} finish")
         finisher.add_argument("partial", help="partial-<study>.tar.gz of a killed run")
         finisher.add_argument("--out", required=True, help="folder for the final archive")
         args = finisher.parse_args(argv[1:])
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reference run finish: {exc}", file=sys.stderr, flush=True)
             return 2
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--study", required=True, help="the study file, e.g. config/studies/reference-gpu.yaml"
     )
@@ -372,7 +372,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reference run: {exc}", file=sys.stderr, flush=True)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
