@@ -49,7 +49,8 @@ def test_no_variants_measured():
 def test_remedy_shift_sentence_sets_the_remedy_beside_eager():
     import json
 
-    from crossover_study.analysis.crossover import crossover_table, remedy_shift
+    from crossover_study.analysis.crossover import crossover_table
+    from crossover_study.analysis.shifts import remedy_shift
     from crossover_study.answers.remedies import remedy_shift_sentence
 
     rows = []
@@ -139,7 +140,8 @@ def _mlp_rows(device, times):
 
 
 def test_noise_is_answered_as_indistinguishable_not_as_faster():
-    from crossover_study.analysis.crossover import crossover_table, remedy_shift
+    from crossover_study.analysis.crossover import crossover_table
+    from crossover_study.analysis.shifts import remedy_shift
     from crossover_study.answers.remedies import remedy_shift_sentence
     from crossover_study.answers.sentences import answer_sentence
 

@@ -6,13 +6,12 @@ import pytest
 from conftest import s001_rows
 
 from crossover_study.analysis.crossover import (
-    SHIFT_COLUMNS,
     crossover_size,
     crossover_table,
     estimate_crossover,
     n_star,
-    remedy_shift,
 )
+from crossover_study.analysis.shifts import SHIFT_COLUMNS, remedy_shift
 from crossover_study.core.origin import table_columns
 
 

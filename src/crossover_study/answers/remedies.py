@@ -2,7 +2,7 @@
 seed's size, and how far each remedy moves the crossover and N*.
 
 Every number is read from the tables (``timings.csv`` and
-:func:`crossover_study.analysis.crossover.remedy_shift`'s table) and only rounded for display.
+:func:`crossover_study.analysis.shifts.remedy_shift`'s table) and only rounded for display.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _n_star_text(value) -> str:
 def remedy_shift_sentence(shift: pd.DataFrame, case: str) -> str:
     """How far each remedy moves the crossover and N* for ``case``, in words.
 
-    ``shift`` is :func:`crossover_study.analysis.crossover.remedy_shift`'s table. One clause per
+    ``shift`` is :func:`crossover_study.analysis.shifts.remedy_shift`'s table. One clause per
     framework × variant × accelerator: the speed-up at the seed's size against the CPU
     program it is compared with (``cpu_variant``), the crossover on each axis with more
     than one common size next to eager's (with the ratio when both cross), and N* next
