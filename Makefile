@@ -50,7 +50,7 @@ $(CRATE_STAMP): requirements-crate.lock
 crate-validator: $(CRATE_STAMP)  ## create .venv-crate: roc-validator, pinned in requirements-crate.lock
 
 validate-crates: setup crate-validator  ## roc-validator, offline, on every RO-Crate under results/ (or CRATES=...)
-	$(CRATE_VENV)/bin/python src/crossover_study/crate_validation.py \
+	PYTHONPATH=src $(CRATE_VENV)/bin/python -m crossover_study validate-crate \
 		--context "$$($(BIN)/python -c 'import importlib.resources as r; print(r.files("rocrate") / "data" / "ro-crate.jsonld")')" \
 		$(or $(CRATES),$(patsubst %/ro-crate-metadata.json,%,$(wildcard results/*/ro-crate-metadata.json results/reference/*/ro-crate-metadata.json)))
 
@@ -68,7 +68,7 @@ report: setup  ## Snakemake's own report of the study: reports/<study>/snakemake
 	$(BIN)/snakemake --cores $(CORES) --configfile $(STUDY) --report reports/$(STUDY_NAME)/snakemake-report.zip
 
 audit: setup  ## recompute the manifests' hashes; check tables and figures derive from the results
-	PYTHONPATH=src $(BIN)/python -m crossover_study.audit $(AUDIT)
+	PYTHONPATH=src $(BIN)/python -m crossover_study audit $(AUDIT)
 
 paper: setup  ## reports/paper/fig-*.pdf and .png from the committed results/reference/ only
 	$(BIN)/snakemake --cores $(CORES) paper
@@ -83,15 +83,15 @@ test-slurm: setup  ## the tests on a real single-node Slurm (tests/slurm/start-s
 	$(BIN)/python -m pytest -m slurm
 
 gpu-bundle: setup  ## on a machine with PyPI: the wheels the GPU machine lacks, into .gpu-bundle/ (ignored, carried)
-	PYTHONPATH=src $(BIN)/python -m crossover_study.gpu_bundle build --dest $(BUNDLE)
+	PYTHONPATH=src $(BIN)/python -m crossover_study gpu-bundle build --dest $(BUNDLE)
 
 ifeq ($(REHEARSE),1)
 reference-gpu: setup  ## REHEARSE=1: the same run on this CPU, in a throwaway env of what the GPU machine has
-	PYTHONPATH=src $(BIN)/python -m crossover_study.rehearsal
+	PYTHONPATH=src $(BIN)/python -m crossover_study rehearse
 else
 # No setup: on the GPU machine this runs with its own python3 and the carried bundle.
 reference-gpu:  ## on the GPU machine: measure GPU_STUDY into one archive in $(OUT) (under 8 minutes)
-	PYTHONPATH=src $(PYTHON) -m crossover_study.reference_run --study $(GPU_STUDY) --bundle $(BUNDLE) --out $(OUT)
+	PYTHONPATH=src $(PYTHON) -m crossover_study reference-gpu --study $(GPU_STUDY) --bundle $(BUNDLE) --out $(OUT)
 endif
 
 # ARCHIVE and REFERENCE_NAME reach the command through the environment, never pasted
@@ -100,7 +100,7 @@ reference-import: export ARCHIVE_ARG = $(ARCHIVE)
 reference-import: export REFERENCE_NAME_ARG = $(REFERENCE_NAME)
 reference-import: setup  ## ARCHIVE=... [REFERENCE_NAME=...]: add a reference run's archive as results/reference/<gpu>-<date>/
 	@test -n "$$ARCHIVE_ARG" || { echo "usage: make reference-import ARCHIVE=path/to/reference-*.tar.gz [REFERENCE_NAME=<folder name>]"; exit 2; }
-	PYTHONPATH=src $(BIN)/python -m crossover_study.reference_import \
+	PYTHONPATH=src $(BIN)/python -m crossover_study reference-import \
 		"$$ARCHIVE_ARG" $(if $(REFERENCE_NAME),--name="$$REFERENCE_NAME_ARG")
 
 install-profile:  ## install profiles/slurm as the `slurm` profile: snakemake --profile slurm

@@ -28,9 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from crossover_study import frameworks, step_counts  # noqa: E402
-from crossover_study.harness import TimingPolicy, measure  # noqa: E402
-from crossover_study.spec import PointSpec  # noqa: E402
+from crossover_study.measure import frameworks
+from crossover_study.measure.harness import measure  # noqa: E402
+from crossover_study.stepmodel import counts as step_counts  # noqa: E402
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec  # noqa: E402
 
 #: The points: (case, sizes) at the seeds' sizes, each in both frameworks.
 POINTS = (

@@ -38,7 +38,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from crossover_study import config as study_config  # noqa: E402
+from crossover_study.study import config as study_config  # noqa: E402
+from crossover_study.study import points as study_points  # noqa: E402
 
 #: The plan's goal for 100 000 points, seconds (issue 36).
 GOAL_S = 60.0
@@ -91,13 +92,13 @@ def _timed(fn, *args):
 def time_study_points(path: Path) -> int:
     """Time the study-points calls of the rule files' input functions; return the points."""
     config = study_config.load_config(path)
-    group = study_config.groups(config)[0]
-    n_points = sum(len(study_config.points(config, *g)) for g in study_config.groups(config))
-    first, first_s = _timed(study_config.batches, config, *group)
-    again, again_s = _timed(study_config.batches, config, *group)
+    group = study_points.groups(config)[0]
+    n_points = sum(len(study_points.points(config, *g)) for g in study_points.groups(config))
+    first, first_s = _timed(study_points.batches, config, *group)
+    again, again_s = _timed(study_points.batches, config, *group)
     assert again == first
-    jobs, jobs_s = _timed(study_config.measure_jobs, config)
-    print(f"points: {n_points} in {len(study_config.groups(config))} groups, {len(jobs)} jobs")
+    jobs, jobs_s = _timed(study_points.measure_jobs, config)
+    print(f"points: {n_points} in {len(study_points.groups(config))} groups, {len(jobs)} jobs")
     print(f"batches() of {'/'.join(group)}: first {first_s:.3f} s, again {again_s:.5f} s")
     print(f"measure_jobs(): {jobs_s:.3f} s")
     return n_points

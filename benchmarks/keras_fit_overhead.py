@@ -28,8 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from crossover_study import frameworks  # noqa: E402
-from crossover_study.harness import TimingPolicy, measure  # noqa: E402
+from crossover_study.measure import frameworks  # noqa: E402
+from crossover_study.measure.harness import measure  # noqa: E402
+from crossover_study.study.points import TimingPolicy
 
 #: The study's default timing policy (config/config.yaml, section timing), with room
 #: for five blocks of a 3-second epoch.

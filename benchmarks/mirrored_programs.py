@@ -25,10 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import pandas as pd  # noqa: E402
 
-from crossover_study.answers import format_seconds, replica_program_sentence  # noqa: E402
-from crossover_study.harness import TimingPolicy  # noqa: E402
-from crossover_study.runner import GroupSpec, run_group  # noqa: E402
-from crossover_study.spec import PointSpec, seed_sizes  # noqa: E402
+from crossover_study.answers.replicas import replica_program_sentence  # noqa: E402
+from crossover_study.core.progress import format_seconds
+from crossover_study.figures import scaling as figure_scaling
+from crossover_study.measure.runner import GroupSpec, run_group  # noqa: E402
+from crossover_study.study.points import TimingPolicy  # noqa: E402
+from crossover_study.study.spec import PointSpec, seed_sizes  # noqa: E402
 
 PROGRAMS = ("mirrored", "mirrored_fit")
 
@@ -85,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['mirrored_fit'] / r['mirrored']:.2f}"
             )
     if sizes == seed:
-        from crossover_study import figures
-
-        print(replica_program_sentence(figures.scaling_table(df, "s004-lstm"), "s004-lstm"))
+        print(replica_program_sentence(figure_scaling.scaling_table(df, "s004-lstm"), "s004-lstm"))
     return 0 if bad.empty else 1
 
 

@@ -5,7 +5,7 @@
 Builds synthetic timings tables of s001-mlp along ``hidden`` (4 sizes: 32, 128, 512 and
 2048; 5 timed blocks per point, each block's seconds per step multiplied by lognormal
 noise of sigma 0.05, i.e. about 5 %) and runs the study's own crossover step
-(:func:`crossover_study.crossover.crossover_table`, the row builder that sets
+(:func:`crossover_study.analysis.crossover.crossover_table`, the row builder that sets
 ``outcome``, with the config's default bootstrap: ``--n-boot`` replicates, seed 0) on
 each of ``--seeds`` noise seeds, for two experiments:
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(args.src.resolve()))
-    from crossover_study.crossover import crossover_table
+    from crossover_study.analysis.crossover import crossover_table
 
     for experiment in ("same", "2x"):
         outcomes: Counter[str] = Counter()

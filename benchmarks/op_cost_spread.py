@@ -4,14 +4,14 @@ ops term, which prices them at the minimal training step's op costs.
     .venv/bin/python benchmarks/op_cost_spread.py [--framework torch] [--threads 2] [--rounds 2]
         [--sync-check-s 0]
 
-The model (crossover_study.step_model) prices a step's eagerly dispatched operations at
+The model (crossover_study.stepmodel.model) prices a step's eagerly dispatched operations at
 ``rate_eager_op_s``, the per-op cost of a minimal training step (step_rates.DEPTH tanh
 layers of width 1, SGD) timed right after the point (TensorFlow: graph ops, function
 calls and Keras fit's own cost likewise, from minimal programs). Where a program's
 operations cost more than the minimal step's (more Python around them, an optimizer's
 per-parameter loop, a second backward pass), an operation-bound step is predicted short
 by that ratio, whatever its counts. This measures the ratio: each point is measured as
-a job measures it (crossover_study.point_measure.measure_point: timed blocks, counts,
+a job measures it (crossover_study.measure.point.measure_point: timed blocks, counts,
 products replayed, op costs timed after the point), at sizes small enough that the
 step is mostly operations; what the measured step leaves after the model's compute,
 memory and copy terms is what its operations cost, set against the ops term
@@ -35,6 +35,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from crossover_study.stepmodel import columns as step_columns
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 #: Points mostly made of operations (tiny arithmetic), per case: (case, sizes).
@@ -53,11 +55,11 @@ def _row(
     the model: a dict of the timings table's columns."""
     import pandas as pd
 
-    from crossover_study import step_model, step_rates
-    from crossover_study.harness import TimingPolicy
-    from crossover_study.point_measure import measure_point
-    from crossover_study.programs import program_of
-    from crossover_study.spec import PointSpec
+    from crossover_study.measure.point import measure_point
+    from crossover_study.stepmodel import rates as step_rates
+    from crossover_study.study.points import TimingPolicy
+    from crossover_study.study.programs import program_of
+    from crossover_study.study.spec import PointSpec
 
     point = PointSpec(case, framework, "cpu", "eager", sizes)
     policy = TimingPolicy(min_block_s=0.05, n_blocks=5, max_warmup_s=1.0, sync_check_s=sync_check_s)
@@ -72,7 +74,7 @@ def _row(
     }
     if row["status"] != "ok":
         raise RuntimeError(f"{case} {framework}: {row['status']}: {row.get('message')}")
-    return step_model.model_columns(pd.DataFrame([row])).iloc[0].to_dict()
+    return step_columns.model_columns(pd.DataFrame([row])).iloc[0].to_dict()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.sync_check_s < 0:
         parser.error(f"--sync-check-s must not be negative, got {args.sync_check_s}")
 
-    from crossover_study import frameworks, step_rates
-    from crossover_study.step_model import TERM_COLUMNS
+    from crossover_study.measure import frameworks
+    from crossover_study.stepmodel import rates as step_rates
+    from crossover_study.stepmodel.model import TERM_COLUMNS
 
     # The model's terms other than its ops term: on the CPU the terms add, so what the
     # measured step leaves after them is what its operations cost.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from crossover_study.repeat import main  # noqa: E402
+from crossover_study.analysis.compare_runs import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,7 @@
 
 For s001-mlp at three sizes and s000-hjb at its seed size, on the CPU (and CUDA when a
 device is visible), prints one line per point with ours / reference and its 95 %
-bootstrap interval in brackets (``crossover_study.agreement.ratio_interval``). With
+bootstrap interval in brackets (``crossover_study.measure.agreement.ratio_interval``). With
 ``--runs N`` the whole set of points is measured N times in a row in this process, each
 run closed by ``run i/N: min=<r> max=<r>``; the last line is
 ``timer agreement: min=<r> max=<r>`` over the ratios of all runs. The reference is
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from crossover_study.agreement import main  # noqa: E402
+from crossover_study.measure.agreement import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

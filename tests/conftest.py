@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from crossover_study import cases
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.study import cases
 
 # The tests assert what a machine without a usable GPU records (cuda rows unavailable,
 # empty GPU lists in the probes). On a machine with a GPU, the GPU is hidden from the
@@ -40,7 +40,7 @@ def _seeds_only_registry():
 def own_models():
     """The validated config of config/studies/own-models.yaml, its two plug-in cases
     (examples/digits_cnn.py, examples/digits_keras_fit.py) in the registry."""
-    from crossover_study.config import load_config
+    from crossover_study.study.config import load_config
 
     return load_config(OWN_MODELS)
 
@@ -55,16 +55,17 @@ CRATE_PYTHON = REPO_ROOT / ".venv-crate" / "bin" / "python"
 
 
 def run_crate_validator(*crates: Path) -> subprocess.CompletedProcess:
-    """``crossover_study.crate_validation`` (roc-validator, offline) on ``crates`` in
+    """``crossover_study.provenance.crate_validation`` (roc-validator, offline) on ``crates`` in
     .venv-crate; fails the test when that environment is missing."""
     import importlib.resources
 
     if not CRATE_PYTHON.exists():
         pytest.fail(f"{CRATE_PYTHON} is missing: run `make crate-validator` (make test does)")
     context = importlib.resources.files("rocrate") / "data" / "ro-crate.jsonld"
-    script = REPO_ROOT / "src" / "crossover_study" / "crate_validation.py"
+    command = [str(CRATE_PYTHON), "-m", "crossover_study", "validate-crate"]
     return subprocess.run(
-        [str(CRATE_PYTHON), str(script), "--context", str(context), *map(str, crates)],
+        [*command, "--context", str(context), *map(str, crates)],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")},
         capture_output=True,
         text=True,
         timeout=900,
@@ -137,9 +138,9 @@ def seal_reference(folder: Path) -> Path:
     tables, and its RO-Crate. Returns ``folder``."""
     import json
 
-    from crossover_study.crate import CRATE_NAME, write_crate
-    from crossover_study.crossover import write_crossover
-    from crossover_study.manifest import file_record
+    from crossover_study.analysis.crossover import write_crossover
+    from crossover_study.provenance.crate import CRATE_NAME, write_crate
+    from crossover_study.provenance.inputs import file_record
 
     manifest = json.loads((COMMITTED_CPU_RUN / "manifest.json").read_text())
     settings = manifest["config"]["resolved"]["crossover"]

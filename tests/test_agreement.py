@@ -6,10 +6,11 @@ interval of the ratio on synthetic block times."""
 import numpy as np
 import pytest
 
-from crossover_study import agreement as agreement_module
-from crossover_study import frameworks
-from crossover_study.agreement import Agreement, agreement, ratio_interval
-from crossover_study.harness import Measurement, TimingPolicy
+from crossover_study.measure import agreement as agreement_module
+from crossover_study.measure import frameworks
+from crossover_study.measure.agreement import Agreement, agreement, ratio_interval
+from crossover_study.measure.harness import Measurement
+from crossover_study.study.points import TimingPolicy
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
 import pandas as pd
 from conftest import s001_rows
 
-from crossover_study.answers import remedy_sentence
+from crossover_study.answers.remedies import remedy_sentence
 
 
 def _row(framework, variant, t, device="cpu", timing="synced"):
@@ -49,8 +49,9 @@ def test_no_variants_measured():
 def test_remedy_shift_sentence_sets_the_remedy_beside_eager():
     import json
 
-    from crossover_study.answers import remedy_shift_sentence
-    from crossover_study.crossover import crossover_table, remedy_shift
+    from crossover_study.analysis.crossover import crossover_table
+    from crossover_study.analysis.shifts import remedy_shift
+    from crossover_study.answers.remedies import remedy_shift_sentence
 
     rows = []
     for device, variant, times in (
@@ -101,7 +102,7 @@ def test_an_anti_pattern_is_never_the_best_remedy():
 
 
 def test_each_framework_s_reason_for_a_missing_device_is_given():
-    from crossover_study.answers import answer_sentence
+    from crossover_study.answers.sentences import answer_sentence
 
     rows = [_row("torch", "eager", 5e-4), _row("tensorflow", "eager", 2e-2)]
     for framework, why in (
@@ -123,7 +124,7 @@ def test_each_framework_s_reason_for_a_missing_device_is_given():
 
 
 def test_a_flagged_headline_number_says_so():
-    from crossover_study.answers import answer_sentence
+    from crossover_study.answers.sentences import answer_sentence
 
     rows = [
         {**_row("torch", "eager", 4.5e-4), "sync_check": "failed", "noisy": True},
@@ -139,8 +140,10 @@ def _mlp_rows(device, times):
 
 
 def test_noise_is_answered_as_indistinguishable_not_as_faster():
-    from crossover_study.answers import answer_sentence, remedy_shift_sentence
-    from crossover_study.crossover import crossover_table, remedy_shift
+    from crossover_study.analysis.crossover import crossover_table
+    from crossover_study.analysis.shifts import remedy_shift
+    from crossover_study.answers.remedies import remedy_shift_sentence
+    from crossover_study.answers.sentences import answer_sentence
 
     cpu = [1e-5 * h for h in (32, 128, 512, 2048)]
     # Medians 0.5% apart, blocks 1% apart: the same speed within noise at every size.
@@ -166,8 +169,8 @@ def test_noise_is_answered_as_indistinguishable_not_as_faster():
 
 
 def test_faster_at_part_of_the_range_places_no_crossover():
-    from crossover_study.answers import answer_sentence
-    from crossover_study.crossover import crossover_table
+    from crossover_study.analysis.crossover import crossover_table
+    from crossover_study.answers.sentences import answer_sentence
 
     cpu = [1e-5 * h for h in (32, 128, 512, 2048)]
     # Tied at 32 and 128, 2x faster at 512 and 2048: never shown slower.

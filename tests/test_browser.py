@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from crossover_study.browser import check_page, find_chromium
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.figures.browser import check_page, find_chromium
 
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", REPO_ROOT / "tests" / "artifacts"))
 

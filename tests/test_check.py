@@ -12,9 +12,9 @@ import textwrap
 import pandas as pd
 import pytest
 
-from crossover_study import check
-from crossover_study.audit import audit
-from crossover_study.repeat import main as compare_main
+from crossover_study.analysis.compare_runs import main as compare_main
+from crossover_study.audit.check import audit
+from crossover_study.reference import quick_check as check
 
 CNN = "examples/digits_cnn.py"
 KERAS = "examples/digits_keras_fit.py"
@@ -78,7 +78,7 @@ def test_devices_present_from_the_gpu_snapshot():
 
 
 def test_default_variants_are_those_that_apply(tmp_path):
-    from crossover_study import config as study_config
+    from crossover_study.study import config as study_config
 
     raw = {
         "study": "t",

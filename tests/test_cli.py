@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crossover_study import cli
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 
 REFERENCE = REPO_ROOT / "results" / "reference" / "cpu-2core-2026-11-30"
 

@@ -4,20 +4,19 @@ import copy
 
 import pytest
 
-from crossover_study import config as study_config
-from crossover_study.config import (
-    ConfigError,
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.study import points as study_points
+from crossover_study.study.config import load_config, validate_config
+from crossover_study.study.points import (
     batches,
     case_sizes,
     groups,
-    load_config,
     measure_jobs,
     points,
     split_batches,
-    validate_config,
 )
-from crossover_study.provenance import REPO_ROOT
-from crossover_study.spec import config_hash
+from crossover_study.study.spec import config_hash
+from crossover_study.study.study_file import ConfigError
 
 GOOD = {
     "study": "t",
@@ -338,19 +337,19 @@ def test_the_deadline_defaults_to_600_s_without_changing_any_studys_hash_or_para
     base = {"study": "x", "cases": {"s001-mlp": {}}}
     default = validate_config(base)
     assert "point_deadline_s" not in default["timing"]  # not filled in
-    assert study_config.point_deadline_s(default) == 600
+    assert study_points.point_deadline_s(default) == 600
     off = validate_config({**base, "timing": {"point_deadline_s": None}})
-    assert study_config.point_deadline_s(off) is None
+    assert study_points.point_deadline_s(off) is None
     short = validate_config({**base, "timing": {"point_deadline_s": 30}})
-    assert study_config.point_deadline_s(short) == 30
+    assert study_points.point_deadline_s(short) == 30
     # It changes no measurement: neither the config hash nor the measure rule's params.
-    hashes = {study_config.measurement_hash(c) for c in (default, off, short)}
+    hashes = {study_points.measurement_hash(c) for c in (default, off, short)}
     assert len(hashes) == 1
     # ... and a study without it hashes as before the key existed (every config key but
     # NOT_MEASUREMENT_KEYS), so its journals, rows and manifests stay "this config".
-    old = {k: v for k, v in default.items() if k not in study_config.NOT_MEASUREMENT_KEYS}
+    old = {k: v for k, v in default.items() if k not in study_points.NOT_MEASUREMENT_KEYS}
     assert hashes == {config_hash(old)}
-    assert study_config.measurement_timing(short) == study_config.measurement_timing(default)
-    assert list(study_config.measurement_timing(default)) == sorted(default["timing"])
+    assert study_points.measurement_timing(short) == study_points.measurement_timing(default)
+    assert list(study_points.measurement_timing(default)) == sorted(default["timing"])
     with pytest.raises(ConfigError, match=r"timing.point_deadline_s: 0 is less than or equal"):
         validate_config({**base, "timing": {"point_deadline_s": 0}})

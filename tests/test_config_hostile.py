@@ -16,18 +16,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crossover_study import cli
-from crossover_study import config as study_config
-from crossover_study.config import (
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.study import points as study_points
+from crossover_study.study.config import load_config, validate_config
+from crossover_study.study.points import measure_jobs
+from crossover_study.study.study_file import (
     ConfigError,
     check_config_files,
     check_threads,
-    load_config,
     local_cores,
-    measure_jobs,
     read_yaml,
-    validate_config,
 )
-from crossover_study.provenance import REPO_ROOT
 
 GOOD = {
     "study": "t",
@@ -384,8 +383,8 @@ def test_a_random_study_file_is_planned_or_refused_in_one_line(text):
         return
     jobs = measure_jobs(config)
     assert all(len(job) == 4 for job in jobs)
-    for case, framework, device in study_config.groups(config):
-        assert study_config.points(config, case, framework, device)
+    for case, framework, device in study_points.groups(config):
+        assert study_points.points(config, case, framework, device)
     assert validate_config(config) == config  # valid stays valid
 
 

@@ -5,15 +5,14 @@ import pandas as pd
 import pytest
 from conftest import s001_rows
 
-from crossover_study.crossover import (
-    SHIFT_COLUMNS,
+from crossover_study.analysis.crossover import (
     crossover_size,
     crossover_table,
     estimate_crossover,
     n_star,
-    remedy_shift,
 )
-from crossover_study.provenance import table_columns
+from crossover_study.analysis.shifts import SHIFT_COLUMNS, remedy_shift
+from crossover_study.core.origin import table_columns
 
 
 def test_power_law_curves_cross_where_expected():

@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 from conftest import run_snakemake
 
-from crossover_study import audit
-from crossover_study.files import sha256_file
-from crossover_study.manifest import load_manifest
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.audit import check as audit
+from crossover_study.core.files import sha256_file
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.provenance.manifest import load_manifest
 
 # One runner of the workflow for all end-to-end tests (tests/conftest.py).
 snakemake = run_snakemake

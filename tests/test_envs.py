@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crossover_study.config import MEASURE_ENVS, measure_env
-from crossover_study.provenance import REPO_ROOT
-from crossover_study.spec import DEVICES, FRAMEWORKS
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.study.points import MEASURE_ENVS, measure_env
+from crossover_study.study.spec import DEVICES, FRAMEWORKS
 
 ENVS = REPO_ROOT / "envs"
 #: conda-forge or PyPI name -> name in requirements.lock, where they differ. The CUDA
@@ -325,15 +325,17 @@ def job_imports(script) -> list[Import]:
 def third_party(imports) -> dict[str, list[Import]]:
     """``{distribution: its imports}`` of the imports outside the standard library and
     crossover_study. Raises AssertionError naming a module MODULE_DISTRIBUTION lacks."""
-    from crossover_study.manifest import PACKAGE_DATA
+    from crossover_study.provenance.inputs import PACKAGE_DATA
 
     out: dict[str, list[Import]] = {}
     for imp in imports:
-        if imp.name == "crossover_study.manifest":
-            # Data files read from inside a distribution (manifest.data_files): wherever
+        if imp.name == "crossover_study.provenance.manifest":
+            # Data files read from inside a distribution (manifest_inputs.data_files): wherever
             # the manifest module runs, its PACKAGE_DATA distributions must be there.
             for _case, _name, dist, _path in PACKAGE_DATA:
-                found = Import(f"dist:{dist}", "manifest.PACKAGE_DATA", imp.lazy, imp.guarded)
+                found = Import(
+                    f"dist:{dist}", "manifest_inputs.PACKAGE_DATA", imp.lazy, imp.guarded
+                )
                 out.setdefault(_dist(dist), []).append(found)
         if imp.name.startswith("dist:"):
             out.setdefault(_dist(imp.name[5:]), []).append(imp)
@@ -362,7 +364,7 @@ def conda_rules():
         target = m.group(1).strip("\"'")
         if target == "get_env":
             common = (RULES / "common.smk").read_text()
-            assert "study_config.measure_env(wildcards.framework, wildcards.device)" in common
+            assert "study_points.measure_env(wildcards.framework, wildcards.device)" in common
             envs: dict[str, set[str]] = {}
             for framework, device in MEASURE_ENVS:
                 envs.setdefault(measure_env(framework, device), set()).add(framework)
@@ -433,12 +435,12 @@ def test_every_rule_with_an_env_is_checked_and_every_env_is_reached():
 
 
 def test_the_manifest_job_reads_scikit_learns_iris_in_its_env():
-    """The manifest rule records scikit-learn's bundled iris.csv (manifest.data_files):
+    """The manifest rule records scikit-learn's bundled iris.csv (manifest_inputs.data_files):
     without scikit-learn in envs/report.yaml it would drop out of the manifest under
-    --sdm conda. The need is found through manifest.PACKAGE_DATA."""
+    --sdm conda. The need is found through manifest_inputs.PACKAGE_DATA."""
     (runs,) = [runs for r, _, runs in CONDA_RULES if r == "manifest"]
     needed = third_party(job_imports(RULES / runs["script"]))
-    assert any(i.where == "manifest.PACKAGE_DATA" for i in needed["scikit-learn"])
+    assert any(i.where == "manifest_inputs.PACKAGE_DATA" for i in needed["scikit-learn"])
     assert "scikit-learn" in env_distributions(ENVS / "report.yaml")
 
 

@@ -1,4 +1,4 @@
-"""The figures' data (crossover_study.figure_data, figure_grid, figure_scaling): pure
+"""The figures' data (crossover_study.figures.data, figure_grid, figure_scaling): pure
 pandas frames, tested on small synthetic timings tables without matplotlib. The figure
 files module (save, sources) is importable without a plotting library too, so that the
 manifest and the audit read figures without one."""
@@ -13,8 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossover_study import figure_data, figure_grid, figure_scaling
-from crossover_study.figure_style import fmt_ratio, fmt_size
+from crossover_study.figures import data as figure_data
+from crossover_study.figures import grid as figure_grid
+from crossover_study.figures import scaling as figure_scaling
+from crossover_study.figures.style import fmt_ratio, fmt_size
 
 REPO = Path(__file__).resolve().parents[1]
 MLP = {"batch": 64, "d_in": 1024, "hidden": 128}  # s001-mlp's seed sizes
@@ -67,10 +69,10 @@ def timings() -> pd.DataFrame:
 def test_data_and_files_modules_import_without_a_plotting_library():
     code = (
         "import sys\n"
-        "import crossover_study.figure_data, crossover_study.figure_grid\n"
-        "import crossover_study.figure_scaling, crossover_study.figure_style\n"
-        "from crossover_study.figure_files import FIGURE_FORMATS, figure_sources\n"
-        "from crossover_study.figure_style import fmt_size\n"
+        "import crossover_study.figures.data, crossover_study.figures.grid\n"
+        "import crossover_study.figures.scaling, crossover_study.figures.style\n"
+        "from crossover_study.figures.files import FIGURE_FORMATS, figure_sources\n"
+        "from crossover_study.figures.style import fmt_size\n"
         "fmt_size(1000)\n"
         "heavy = sorted(m for m in ('matplotlib', 'seaborn') if m in sys.modules)\n"
         "print(heavy)\n"

@@ -33,9 +33,14 @@ from conftest import (
     synthetic_reference_gpu,
 )
 
-from crossover_study import figures
-from crossover_study.answers import answer_sentence
-from crossover_study.cases import SEEDS
+from crossover_study.answers.sentences import answer_sentence
+from crossover_study.figures import data as figure_data
+from crossover_study.figures import draw as figure_draw
+from crossover_study.figures import files as figure_files
+from crossover_study.figures import grid as figure_grid
+from crossover_study.figures import report as figures
+from crossover_study.figures import style as figure_style
+from crossover_study.study.cases import SEEDS
 
 SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
 SIZE_COLUMNS = tuple(dict.fromkeys(a for case in SEEDS.values() for a in case.axes))
@@ -355,7 +360,7 @@ def test_step_time_vs_size_fades_noisy_points(timings):
     ax = figures.step_time_vs_size(timings, "s000-hjb", "batch")
     noisy = [c for c in ax.collections if c.get_gid() == "noisy"]
     assert len(noisy) == 1
-    assert noisy[0].get_alpha() == figures.NOISY_ALPHA
+    assert noisy[0].get_alpha() == figure_style.NOISY_ALPHA
     np.testing.assert_allclose(noisy[0].get_offsets(), [[10000, 1.84e-3 * 100]])
     assert not _lines(ax, "crossover")  # no crossover table given
 
@@ -397,13 +402,13 @@ def test_time_to_train_lines_follow_the_formula(timings):
 
 # ----------------------------------------------------------------------- heat map
 def test_grid_axes(timings):
-    assert figures.grid_axes(timings, "s000-hjb") == ("batch", "width")
-    assert figures.grid_axes(timings, "s001-mlp") is None  # one-axis sweeps only
-    assert figures.grid_axes(timings, "s004-lstm") is None  # no rows at all
+    assert figure_grid.grid_axes(timings, "s000-hjb") == ("batch", "width")
+    assert figure_grid.grid_axes(timings, "s001-mlp") is None  # one-axis sweeps only
+    assert figure_grid.grid_axes(timings, "s004-lstm") is None  # no rows at all
 
 
 def test_speedup_heatmap_diverging_at_one(timings):
-    ax = figures.speedup_heatmap(timings, "s000-hjb", "batch", "width", framework="torch")
+    ax = figure_draw.speedup_heatmap(timings, "s000-hjb", "batch", "width", framework="torch")
     (mesh,) = ax.collections
     assert mesh.norm.vcenter == 0.0  # log2(speedup) centred at speedup 1
     assert mesh.get_cmap().name == "RdBu"
@@ -422,7 +427,7 @@ def test_speedup_heatmap_diverging_at_one(timings):
 
 
 def test_speedup_heatmap_falls_back_to_cpu_time(timings_unavailable):
-    ax = figures.speedup_heatmap(timings_unavailable, "s000-hjb", "batch", "width")
+    ax = figure_draw.speedup_heatmap(timings_unavailable, "s000-hjb", "batch", "width")
     assert ax.get_title().startswith("CPU step time (no cuda rows measured)")
     (mesh,) = ax.collections
     assert mesh.get_cmap().name == "viridis"
@@ -432,8 +437,8 @@ def test_speedup_heatmap_falls_back_to_cpu_time(timings_unavailable):
 
 def test_save_figure_creates_parents_and_is_deterministic(tmp_path, timings):
     ax = figures.time_to_train(timings, "s001-mlp")
-    a = figures.save_figure(ax.get_figure(), tmp_path / "a" / "b" / "one.png")
-    b = figures.save_figure(ax.get_figure(), tmp_path / "two.png")
+    a = figure_files.save_figure(ax.get_figure(), tmp_path / "a" / "b" / "one.png")
+    b = figure_files.save_figure(ax.get_figure(), tmp_path / "two.png")
     assert a.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert a.read_bytes() == b.read_bytes()
     assert b"Software" not in a.read_bytes()
@@ -549,7 +554,7 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
     # Each figure as PNG (shown in the report), SVG and PDF.
     stems = {name.removesuffix(".png") for name in _expected_pngs()}
     assert {p.name for p in figures_dir.iterdir()} == {
-        f"{stem}.{fmt}" for stem in stems for fmt in figures.FIGURE_FORMATS
+        f"{stem}.{fmt}" for stem in stems for fmt in figure_files.FIGURE_FORMATS
     }
 
     nb = nbformat.read(out, as_version=4)
@@ -718,14 +723,14 @@ def test_cross_machine_step_time_empty(machines, timings_unavailable):
 
 def test_swept_and_most_swept_axes(machines, timings):
     tables = [df for _, df in machines]
-    assert figures.swept_axes(tables, "s001-mlp") == ["d_in", "hidden"]
-    assert figures.swept_axes(tables, "s004-lstm") == ["units"]
-    assert figures.most_swept_axis(tables, "s004-lstm") == "units"
+    assert figure_data.swept_axes(tables, "s001-mlp") == ["d_in", "hidden"]
+    assert figure_data.swept_axes(tables, "s004-lstm") == ["units"]
+    assert figure_data.most_swept_axis(tables, "s004-lstm") == "units"
     # A tie (two sizes each) goes to the first axis; the fixture's batch has 4 sizes.
-    assert figures.most_swept_axis(tables, "s001-mlp") == "d_in"
-    assert figures.most_swept_axis([*tables, timings], "s001-mlp") == "batch"
-    assert figures.most_swept_axis([], "s002-iris") == "batch"
-    assert figures.swept_axes([], "s002-iris") == []
+    assert figure_data.most_swept_axis(tables, "s001-mlp") == "d_in"
+    assert figure_data.most_swept_axis([*tables, timings], "s001-mlp") == "batch"
+    assert figure_data.most_swept_axis([], "s002-iris") == "batch"
+    assert figure_data.swept_axes([], "s002-iris") == []
 
 
 def test_notebook_draws_the_reference_machines_beside_the_study(tmp_path, monkeypatch):
@@ -758,17 +763,17 @@ def test_notebook_draws_the_reference_machines_beside_the_study(tmp_path, monkey
         "s001-mlp-cross-machine-d_in.png",
         "s001-mlp-cross-machine-hidden.png",
     ]
-    from crossover_study.files import sha256_file
+    from crossover_study.core.files import sha256_file
 
     for name in cross:
-        for fmt in figures.FIGURE_FORMATS:
+        for fmt in figure_files.FIGURE_FORMATS:
             path = (figures_dir / name).with_suffix(f".{fmt}")
-            assert figures.figure_sources(path) == {
+            assert figure_files.figure_sources(path) == {
                 "timings.csv": sha256_file(results / "timings.csv"),
                 "reference/reference-gpu/timings.csv": sha256_file(reference),
             }, path
     # The study's own figures still record this study's tables only.
-    own = figures.figure_sources(figures_dir / "s001-mlp-step-time-hidden.png")
+    own = figure_files.figure_sources(figures_dir / "s001-mlp-step-time-hidden.png")
     assert set(own) == {"timings.csv", "crossover.csv"}
     nb = nbformat.read(out, as_version=4)
     text = "\n".join(
@@ -793,7 +798,7 @@ def test_report_warnings_name_no_file_of_this_machine():
     script = (
         f"import warnings\nsmk = None\n{setup}\n"
         # A warning raised in a file of the repository, as matplotlib's are in figures.py.
-        f"exec(compile({warn!r}, {str(REPO / 'src/crossover_study/figures.py')!r}, 'exec'))\n"
+        f"exec(compile({warn!r}, {str(REPO / 'src/crossover_study/figures/report.py')!r}, 'exec'))\n"
     )
     result = subprocess.run(
         [sys.executable, "-W", "always", "-c", script], capture_output=True, text=True, check=True
@@ -811,7 +816,7 @@ def test_a_single_size_keeps_its_panel_in_a_constrained_grid():
 
     from conftest import COMMITTED_CPU_RUN
 
-    from crossover_study import paper
+    from crossover_study.figures import paper
 
     timings = pd.read_csv(COMMITTED_CPU_RUN / "timings.csv")
     seed_only = timings[

@@ -16,11 +16,13 @@ import pytest
 import torch
 import yaml
 
-from crossover_study import frameworks, runner
-from crossover_study.harness import TimingPolicy
-from crossover_study.provenance import REPO_ROOT
-from crossover_study.runner import GroupSpec, Journal, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.measure import device_probe, frameworks, runner
+from crossover_study.measure import point as point_measure
+from crossover_study.measure.journal import Journal
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec
 from crossover_study.workloads import torch_base, torch_cases
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
@@ -67,7 +69,7 @@ class Hide(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, Hide())
 sys.path.insert(0, {src!r})
-from crossover_study.measure_job import main
+from crossover_study.measure.job import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -117,8 +119,8 @@ def test_compile_without_a_compiler_is_unavailable_with_the_reason(tmp_path, mon
     monkeypatch.setattr(torch_base.shutil, "which", lambda name: None)
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.delenv("CXX", raising=False)
-    assert "gcc or clang not found" in torch_cases.compile_toolchain_missing("cuda")
-    assert "g++ not found" in torch_cases.compile_toolchain_missing("cpu")
+    assert "gcc or clang not found" in torch_base.compile_toolchain_missing("cuda")
+    assert "g++ not found" in torch_base.compile_toolchain_missing("cpu")
     point = PointSpec("s001-mlp", "torch", "cpu", "compile", SMALL)
     rows = run_group(group_of([point]), tmp_path / "j", tmp_path / "o.csv", log=quiet)
     assert rows[0]["status"] == "unavailable"
@@ -132,7 +134,7 @@ def test_compile_without_python_headers_is_unavailable(tmp_path, monkeypatch):
     monkeypatch.setattr(
         torch_base.sysconfig, "get_paths", lambda: {**real(), "include": str(tmp_path)}
     )
-    assert f"{tmp_path}/Python.h is missing" in torch_cases.compile_toolchain_missing("cuda")
+    assert f"{tmp_path}/Python.h is missing" in torch_base.compile_toolchain_missing("cuda")
 
 
 # --- numbers that would be wrong ------------------------------------------------------
@@ -140,13 +142,13 @@ def test_compile_without_python_headers_is_unavailable(tmp_path, monkeypatch):
 
 def test_device_init_clock_includes_the_probe(tmp_path, monkeypatch):
     """A CUDA probe initialises CUDA; its time belongs to the device's cold start."""
-    real_probe = frameworks.probe
+    real_probe = device_probe.probe
 
     def slow_probe(framework, device):
         time.sleep(0.3)
         return real_probe(framework, device)
 
-    monkeypatch.setattr(frameworks, "probe", slow_probe)
+    monkeypatch.setattr(device_probe, "probe", slow_probe)
     point = PointSpec("s001-mlp", "torch", "cpu", "eager", SMALL)
     rows = run_group(group_of([point]), tmp_path / "j", tmp_path / "o.csv", log=quiet)
     assert rows[0]["device_init_s"] >= 0.3
@@ -184,7 +186,7 @@ def test_each_job_compiles_into_a_fresh_cache_and_rows_record_cache_hits(tmp_pat
     """A compile point's first step must not depend on caches an earlier run left: each
     job gets an empty cache folder (removed afterwards) and each row its hits/misses."""
     folders = []
-    real_measure = runner.measure_point
+    real_measure = point_measure.measure_point
 
     def spying(*args, **kwargs):
         folders.append(frameworks.os.environ["TORCHINDUCTOR_CACHE_DIR"])
@@ -224,7 +226,7 @@ def test_a_cuda_graph_replay_copies_only_inputs_that_change(monkeypatch):
 
     fixed, changing = torch.zeros(3), torch.zeros(2)
     loss = torch.tensor(1.0)
-    replay = torch_cases.graph_replay(FakeGraph(), [fixed, changing], loss)
+    replay = torch_base.graph_replay(FakeGraph(), [fixed, changing], loss)
     monkeypatch.setattr(torch.Tensor, "copy_", spy)
     new_batch = torch.ones(2)
     assert replay(fixed, new_batch) is loss
@@ -284,8 +286,8 @@ class FakeCudaWorkload:
 def fake_cuda(monkeypatch, fail_at=None, broken=None):
     """Pretend a CUDA device is there, with FakeCudaWorkload programs on it."""
     FakeCudaWorkload.alive = []
-    probe = frameworks.DeviceProbe(True, "Fake GPU", None, torch.__version__, "13.0", "cuda:0")
-    monkeypatch.setattr(frameworks, "probe", lambda f, d: probe)
+    probe = device_probe.DeviceProbe(True, "Fake GPU", None, torch.__version__, "13.0", "cuda:0")
+    monkeypatch.setattr(device_probe, "probe", lambda f, d: probe)
     monkeypatch.setattr(frameworks, "initialise_device", lambda f, d, lstm=False: 0.01)
     monkeypatch.setattr(
         frameworks,

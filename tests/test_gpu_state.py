@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from crossover_study import frameworks, gpu_state
-from crossover_study.gpu_state import (
+from crossover_study.measure import frameworks, gpu_state
+from crossover_study.measure.gpu_state import (
     FALLBACK_REASON_BITS,
     GPU_KEYS,
     REASONS,
@@ -18,7 +18,7 @@ from crossover_study.gpu_state import (
     row_columns,
     snapshot,
 )
-from crossover_study.probe import PROBE_VERSION, probe_record
+from crossover_study.measure.probe import PROBE_VERSION, probe_record
 
 GPU_IDLE, SW_POWER_CAP = FALLBACK_REASON_BITS["gpu_idle"], FALLBACK_REASON_BITS["sw_power_cap"]
 

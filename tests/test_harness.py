@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from crossover_study.harness import Measurement, TimingPolicy, measure
+from crossover_study.measure.harness import Measurement, measure
+from crossover_study.study.points import TimingPolicy
 
 
 class FakeClock:
@@ -189,7 +190,7 @@ def test_block_length_check_fails_on_a_per_block_overhead():
 
 
 def test_sync_check_tolerance_grows_with_noise():
-    from crossover_study.harness import sync_check_agrees
+    from crossover_study.measure.harness import sync_check_agrees
 
     assert sync_check_agrees(1.0, 1.05, iqr_s=0.0, threshold=0.1)
     assert not sync_check_agrees(1.0, 1.3, iqr_s=0.0, threshold=0.1)
@@ -258,14 +259,15 @@ def test_no_full_collection_pauses_the_steps_before_the_warm_up(monkeypatch):
 
 # ------------------------------------------------------------- host load and causes
 def test_host_load_is_read_just_outside_the_timed_blocks(monkeypatch):
-    from crossover_study import harness
+    from crossover_study.core.host_load import HostSample
+    from crossover_study.measure import harness
 
     clock = FakeClock()
     w = QueuedWorkload(clock)
     samples = iter(
         [
-            harness.HostSample(10.0, load_1m=1.5, busy_s=100.0, own_s=20.0, minor_faults=1000),
-            harness.HostSample(12.0, load_1m=2.5, busy_s=104.0, own_s=22.0, minor_faults=5000),
+            HostSample(10.0, load_1m=1.5, busy_s=100.0, own_s=20.0, minor_faults=1000),
+            HostSample(12.0, load_1m=2.5, busy_s=104.0, own_s=22.0, minor_faults=5000),
         ]
     )
 
@@ -291,18 +293,18 @@ def test_host_load_is_read_just_outside_the_timed_blocks(monkeypatch):
 
 
 def test_faults_per_step_needs_counts_and_steps():
-    from crossover_study import harness
-    from crossover_study.harness import HostSample, faults_per_step
+    from crossover_study.core import host_load
+    from crossover_study.core.host_load import HostSample, faults_per_step
 
     start, end = HostSample(0.0, None, None, 0.0, 10), HostSample(1.0, None, None, 0.0, 70)
     assert faults_per_step(start, end, 20) == 3.0
     assert faults_per_step(HostSample(0.0, None, None, 0.0), end, 20) is None
     assert faults_per_step(start, end, 0) is None
-    assert harness.host_sample().minor_faults > 0  # this process has faulted in pages
+    assert host_load.host_sample().minor_faults > 0  # this process has faulted in pages
 
 
 def test_host_sample_reads_this_host():
-    from crossover_study.harness import host_sample
+    from crossover_study.core.host_load import host_sample
 
     sample = host_sample()
     assert sample.own_s > 0
@@ -313,7 +315,7 @@ def test_host_sample_reads_this_host():
 
 
 def test_busy_seconds_from_proc_stat(tmp_path):
-    from crossover_study.harness import _busy_s
+    from crossover_study.core.host_load import _busy_s
 
     hz = os.sysconf("SC_CLK_TCK")
     stat = tmp_path / "stat"
@@ -326,7 +328,7 @@ def test_busy_seconds_from_proc_stat(tmp_path):
 
 
 def test_cpus_others_subtracts_the_process_and_needs_a_long_enough_window():
-    from crossover_study.harness import HostSample, cpus_others
+    from crossover_study.core.host_load import HostSample, cpus_others
 
     start = HostSample(wall_s=0.0, load_1m=2.0, busy_s=50.0, own_s=10.0)
     alone = HostSample(wall_s=1.0, load_1m=2.0, busy_s=52.0, own_s=12.0)
@@ -340,7 +342,7 @@ def test_cpus_others_subtracts_the_process_and_needs_a_long_enough_window():
 
 
 def test_a_failed_check_names_drift_on_the_cpu_and_a_launch_queue_elsewhere():
-    from crossover_study.harness import sync_check_cause
+    from crossover_study.measure.harness import sync_check_cause
 
     cpu = sync_check_cause("cpu")
     assert "drifted" in cpu and "other processes" in cpu and "frequency" in cpu
@@ -359,7 +361,7 @@ def test_a_failed_check_names_drift_on_the_cpu_and_a_launch_queue_elsewhere():
 
 
 def test_the_explanation_of_a_failed_cpu_row_shows_the_host_load():
-    from crossover_study.harness import sync_check_explanation
+    from crossover_study.measure.harness import sync_check_explanation
 
     row = {
         "device": "cpu",
@@ -392,7 +394,7 @@ def test_the_explanation_of_a_failed_cpu_row_shows_the_host_load():
 
 
 def test_the_explanation_of_a_failed_gpu_row_points_at_the_launch_queue():
-    from crossover_study.harness import sync_check_explanation
+    from crossover_study.measure.harness import sync_check_explanation
 
     row = {"device": "cuda", "step_time_s": 1e-3, "sync_check_long_s": 0.5e-3}
     row.update(threads=2, host_load_start=1.0, host_load_end=1.0)

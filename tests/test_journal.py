@@ -10,14 +10,14 @@ import sys
 import pytest
 import yaml
 
-from crossover_study.journal import Journal, JournalBusy, hold
-from crossover_study.measure_job import measure_job
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.measure.job import measure_job
+from crossover_study.measure.journal import Journal, JournalBusy, hold
 
 HOLD_SCRIPT = """
 import sys, time
 sys.path.insert(0, {src!r})
-from crossover_study.journal import hold
+from crossover_study.measure.journal import hold
 with hold(sys.argv[1]):
     print("held", flush=True)
     time.sleep(120)
@@ -81,7 +81,7 @@ def test_two_live_runs_of_one_job_never_measure_at_once(tmp_path):
     procs = {}
     for name in ("a", "b"):
         args = [f"--{k}={tmp_path / name}.{k}" for k in ("csv", "probe", "log")]
-        cmd = [sys.executable, "-m", "crossover_study.measure_job", f"--config={study}"]
+        cmd = [sys.executable, "-m", "crossover_study", "measure-job", f"--config={study}"]
         cmd += ["--case=s000-hjb", "--framework=torch", "--device=cpu", "--threads=1"]
         cmd += [f"--journal={tmp_path / 'j.jsonl'}", *args]
         procs[name] = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)

@@ -1,17 +1,22 @@
-"""The package's layer order (crossover_study.LAYERS): no import goes up a layer, no
-import cycle, counting imports inside functions; every module has a layer. Read from
-the source with ``ast``: nothing is imported, so a framework need not be installed."""
+"""The package's floors (crossover_study.LAYERS): no import goes up a floor or across to a
+sibling package on the same floor, no import cycle (between packages or inside one,
+counting imports inside functions), every module lies in a package (or is a top-level
+module) of LAYERS, and no library module has a ``__main__`` block. The docstring of
+``crossover_study`` and docs/ARCHITECTURE.md name the packages floor by floor; both are
+checked against LAYERS. Read from the source with ``ast``: nothing is imported, so a
+framework need not be installed."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-import pytest
-
+import crossover_study
 from crossover_study import LAYERS
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "crossover_study"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "crossover_study"
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -79,18 +84,48 @@ def package_imports(root: Path, package: str) -> dict[str, list[tuple[str, int]]
     return graph
 
 
+def unit(module: str) -> str:
+    """The package (or top-level module) ``module`` lies in: its first dotted name."""
+    return module.split(".")[0]
+
+
 def upward_imports(graph, layers) -> list[str]:
-    """Lines naming each import of a higher layer's module, and each module without a
-    layer."""
-    problems = [f"{m or '(package)'}: no layer in LAYERS" for m in graph if m not in layers]
+    """Lines naming each import of a package on a higher floor or of a sibling on the same
+    floor, and each module outside every package of ``layers`` (the package's own
+    ``__init__``, ``""``, imports nothing and lies in none)."""
+    problems = [f"{m}: in no package of LAYERS" for m in graph if m and unit(m) not in layers]
+    problems += [f"(package): imports {t}" for t, _ in graph.get("", ())]
     for module, edges in graph.items():
+        if not module or unit(module) not in layers:
+            continue
+        here = unit(module)
         for target, line in edges:
-            if module in layers and target in layers and layers[target] > layers[module]:
+            there = unit(target)
+            if there == here or there not in layers:
+                continue
+            if layers[there] > layers[here]:
                 problems.append(
-                    f"{module}:{line} imports {target} (layer {layers[target]}) from layer "
-                    f"{layers[module]}"
+                    f"{module}:{line} imports {target} ({there}, floor {layers[there]}) from "
+                    f"floor {layers[here]}"
+                )
+            elif layers[there] == layers[here]:
+                problems.append(
+                    f"{module}:{line} imports {target} of {there}, a sibling on floor "
+                    f"{layers[here]}"
                 )
     return problems
+
+
+def main_blocks(root: Path) -> list[str]:
+    """Modules under ``root`` (the package folder) with a top-level ``__main__`` block,
+    ``__main__.py`` itself left out."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name != "__main__.py" and any(
+            _is_main_block(n) for n in ast.parse(path.read_text()).body
+        ):
+            found.append(_module_name(path, root))
+    return found
 
 
 def import_cycles(graph) -> list[list[str]]:
@@ -128,48 +163,76 @@ def import_cycles(graph) -> list[list[str]]:
     return cycles
 
 
-def test_no_import_goes_up_a_layer_and_every_module_has_one():
+def test_no_import_goes_up_or_across_a_floor_and_every_module_is_in_a_package():
     graph = package_imports(PACKAGE, "crossover_study")
-    assert (
-        "runner" in graph
-        and ("harness", 31) in graph["runner"]
-        or any(t == "harness" for t, _ in graph["runner"])
-    )  # the reader sees the package's imports at all
+    assert any(t == "measure.harness" for t, _ in graph["measure.point"])  # it sees imports
     assert upward_imports(graph, LAYERS) == []
-    stale = sorted(set(LAYERS) - set(graph) - {"cli", "__main__"})
-    assert stale == [], f"LAYERS names modules that do not exist: {stale}"
+    units = {unit(m) for m in graph if m}
+    assert sorted(set(LAYERS) - units) == [], "LAYERS names packages that do not exist"
 
 
 def test_the_package_has_no_import_cycle():
     assert import_cycles(package_imports(PACKAGE, "crossover_study")) == []
 
 
-def test_the_checks_find_an_upward_import_a_cycle_and_a_module_without_a_layer(tmp_path):
-    # A package of four modules: low imports high inside a function (up a layer, and a
-    # cycle with high), top has no layer; main-block imports are not counted.
+def test_no_library_module_has_a_main_block():
+    assert main_blocks(PACKAGE) == []  # every command is a crossover-study subcommand
+
+
+def test_the_checks_find_an_upward_import_a_cycle_and_a_module_without_a_package(tmp_path):
+    # Packages low (floor 0), high and side (floor 1): low imports high inside a function
+    # (up a floor, and a cycle with high), high imports side (a sibling), top.py lies in
+    # no package, and a main block is found; main-block imports are not counted.
     pkg = tmp_path / "demo"
-    (pkg / "sub").mkdir(parents=True)
+    for sub in ("low", "high", "side"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "low.py").write_text("def f():\n    from . import high\n")
-    (pkg / "high.py").write_text("from .low import f\nfrom .sub import leaf\n")
-    (pkg / "sub" / "leaf.py").write_text("from ..low import f\n")
+    (pkg / "low" / "a.py").write_text("def f():\n    from demo.high import b\n")
+    (pkg / "high" / "b.py").write_text("from demo.low.a import f\nfrom ..side import c\n")
+    (pkg / "side" / "c.py").write_text("from . import d\n")
+    (pkg / "side" / "d.py").write_text("from .c import x\n")
     (pkg / "top.py").write_text(
-        "import demo.high\nif __name__ == '__main__':\n    from demo import low\n"
+        "import demo.high.b\nif __name__ == '__main__':\n    from demo.low import a\n"
     )
     graph = package_imports(pkg, "demo")
-    assert [t for t, _ in graph["low"]] == ["high"]
-    assert [t for t, _ in graph["high"]] == ["low", "sub.leaf"]
-    assert [t for t, _ in graph["sub.leaf"]] == ["low"]
-    assert [t for t, _ in graph["top"]] == ["high"]  # the __main__ block is left out
-    layers = {"": 0, "sub": 0, "low": 0, "sub.leaf": 1, "high": 1}
+    assert [t for t, _ in graph["low.a"]] == ["high.b"]
+    assert [t for t, _ in graph["high.b"]] == ["low.a", "side.c"]
+    assert [t for t, _ in graph["top"]] == ["high.b"]  # the __main__ block is left out
+    layers = {"low": 0, "high": 1, "side": 1}
     problems = upward_imports(graph, layers)
-    assert "low:2 imports high (layer 1) from layer 0" in problems
-    assert "top: no layer in LAYERS" in problems
-    assert import_cycles(graph) == [["high", "low", "sub.leaf"]]
+    assert "low.a:2 imports high.b (high, floor 1) from floor 0" in problems
+    assert "high.b:2 imports side.c of side, a sibling on floor 1" in problems
+    assert "top: in no package of LAYERS" in problems
+    assert len(problems) == 3
+    assert sorted(import_cycles(graph)) == [["high.b", "low.a"], ["side.c", "side.d"]]
+    assert main_blocks(pkg) == ["top"]
 
 
-@pytest.mark.parametrize("module", sorted(m for m in LAYERS if m not in ("cli", "__main__")))
-def test_every_module_in_layers_exists(module):
-    path = PACKAGE.joinpath(*module.split(".")) if module else PACKAGE
-    assert path.with_suffix(".py").exists() or (path / "__init__.py").exists(), module
+def _floors_named(text: str) -> list[list[str]]:
+    """The packages named on each numbered line ``N. ``name``: ...`` (and the lines that
+    continue it) of ``text``, in order."""
+    floors: list[list[str]] = []
+    for match in re.finditer(r"^(\d+)\. (.*(?:\n {3}.*)*)", text, re.M):
+        names = re.findall(r"``(\w+)``: |``(\w+)`` and ``(\w+)``", match.group(2))
+        floors.append([n for group in names for n in group if n])
+    return floors
+
+
+def _floors_of(layers: dict[str, int]) -> list[list[str]]:
+    return [
+        sorted(u for u, f in layers.items() if f == floor) for floor in sorted(set(layers.values()))
+    ]
+
+
+def test_the_docstring_names_the_packages_floor_by_floor():
+    named = [sorted(f) for f in _floors_named(crossover_study.__doc__)]
+    assert named == _floors_of(LAYERS)
+
+
+def test_architecture_md_lists_the_packages_floor_by_floor():
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| ([^|]+) \|", text, re.M)
+    named = [sorted(re.findall(r"`(\w+)`", names)) for _, names in rows]
+    assert [int(n) for n, _ in rows] == sorted(set(LAYERS.values()))
+    assert named == _floors_of(LAYERS)

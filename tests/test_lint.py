@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 STUDIES = sorted((REPO_ROOT / "config/studies").glob("*.yaml"))

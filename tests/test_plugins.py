@@ -16,13 +16,16 @@ import pytest
 import yaml
 from conftest import OWN_MODELS, SNAKEMAKE
 
-from crossover_study import cases, config, programs
-from crossover_study.config import ConfigError, validate_config
-from crossover_study.harness import TimingPolicy
-from crossover_study.provenance import REPO_ROOT
-from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec, size_columns
-from crossover_study.tables import TableError, read_job_tables, validate_timings
+from crossover_study.analysis.tables import TableError, read_job_tables, validate_timings
+from crossover_study.core import files
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study import cases, programs
+from crossover_study.study import points as study_points
+from crossover_study.study.config import validate_config
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec, size_columns
+from crossover_study.study.study_file import ConfigError
 
 FAST = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1, sync_check_s=0)
 
@@ -97,11 +100,13 @@ def test_own_models_study_registers_both_examples(own_models):
     assert cnn.question == "Small CNN on 8x8 digits: is the GPU worth it?"
     assert own_models["cases"]["digits-cnn"]["workload"] == "examples/digits_cnn.py"
     # A case of your own is measured in its own framework only.
-    assert {(c, f) for c, f, _ in config.groups(own_models)} == {
+    assert {(c, f) for c, f, _ in study_points.groups(own_models)} == {
         ("digits-cnn", "torch"),
         ("digits-keras-fit", "tensorflow"),
     }
-    seed = [p for p in config.points(own_models, "digits-cnn", "torch", "cpu") if p.is_seed_size()]
+    seed = [
+        p for p in study_points.points(own_models, "digits-cnn", "torch", "cpu") if p.is_seed_size()
+    ]
     assert {p.variant for p in seed} >= {"eager", "compile", "cuda_graph"}
     row = seed[0].as_row()
     assert row["axes"] == "batch,channels" and row["format_version"] == 2
@@ -216,7 +221,7 @@ def test_a_plugin_that_raises_or_diverges_gives_its_rows_and_loses_nothing(tmp_p
     first = run_group(_group("mine", good), journal, out, log=lambda _: None)
     assert [r["status"] for r in first] == ["ok", "ok"]
 
-    every = config.points(cfg, "mine", "torch", "cpu")
+    every = study_points.points(cfg, "mine", "torch", "cpu")
     log = []
     rows = {r["width"]: r for r in run_group(_group("mine", every), journal, out, log=log.append)}
     # The points already journaled are kept, not measured again.
@@ -238,7 +243,7 @@ def test_a_plugin_that_raises_or_diverges_gives_its_rows_and_loses_nothing(tmp_p
     assert rows[1]["nonfinite_loss"] is False
     # Every row names the plug-in file and its sha256; the table carries the axes.
     assert {r["workload_sha256"] for r in rows.values()} == {
-        cases.sha256_file(tmp_path / "plugin.py")
+        files.sha256_file(tmp_path / "plugin.py")
     }
     table = pd.read_csv(out)
     assert list(table["width"]) == [1, 2, 3, 4, 5] and set(table["axes"]) == {"batch,width"}
@@ -253,7 +258,7 @@ def test_a_plugin_that_fails_to_import_gives_error_rows(tmp_path):
         )
     )
     rows = run_group(
-        _group("mine", config.points(cfg, "mine", "torch", "cpu")),
+        _group("mine", study_points.points(cfg, "mine", "torch", "cpu")),
         tmp_path / "j.jsonl",
         tmp_path / "out.csv",
         log=lambda _: None,
@@ -267,7 +272,7 @@ def test_a_plugin_that_fails_to_import_gives_error_rows(tmp_path):
 def test_an_edited_plugin_is_measured_again(tmp_path):
     cfg = validate_config(_plugin_config(tmp_path, BROKEN_TORCH))
     journal, out = tmp_path / "j.jsonl", tmp_path / "out.csv"
-    pts = config.points(cfg, "mine", "torch", "cpu")
+    pts = study_points.points(cfg, "mine", "torch", "cpu")
     first = run_group(_group("mine", pts), journal, out, log=lambda _: None)
     (tmp_path / "plugin.py").write_text(BROKEN_TORCH + "\n# edited\n")
     second = run_group(_group("mine", pts), journal, out, log=lambda _: None)
@@ -278,8 +283,8 @@ def test_an_edited_plugin_is_measured_again(tmp_path):
 
 
 def _measure(case: str, framework: str, variant: str, sizes: dict, timing="synced") -> dict:
-    from crossover_study import frameworks
-    from crossover_study.runner import measure_point
+    from crossover_study.measure import frameworks
+    from crossover_study.measure.point import measure_point
 
     frameworks.import_framework(framework, "cpu", 1)
     point = PointSpec(case, framework, "cpu", variant, sizes, timing)
@@ -413,7 +418,7 @@ def test_tables_of_format_1_read_the_seeds_axes():
 
 
 def test_plugin_modules_import_neither_framework():
-    code = "import sys; import crossover_study.plugin, crossover_study.cases; "
+    code = "import sys; import crossover_study.plugin, crossover_study.study.cases; "
     code += "print('torch' in sys.modules, 'tensorflow' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -445,13 +450,13 @@ def test_adding_a_case_keeps_the_other_cases_config_hash(own_models):
     # are not measured again) leaves their rows matching the manifest.
     alone = copy.deepcopy(own_models)
     del alone["cases"]["digits-keras-fit"]
-    assert config.measurement_hash(alone, "digits-cnn") == config.measurement_hash(
+    assert study_points.measurement_hash(alone, "digits-cnn") == study_points.measurement_hash(
         own_models, "digits-cnn"
     )
-    assert config.measurement_hash(alone) != config.measurement_hash(own_models)
+    assert study_points.measurement_hash(alone) != study_points.measurement_hash(own_models)
     edited = copy.deepcopy(own_models)
     edited["cases"]["digits-cnn"]["axes"]["batch"] = [8]
-    assert config.measurement_hash(edited, "digits-cnn") != config.measurement_hash(
+    assert study_points.measurement_hash(edited, "digits-cnn") != study_points.measurement_hash(
         own_models, "digits-cnn"
     )
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from conftest import OWN_MODELS, run_snakemake, slurm_dry_run
 
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_manifest_crate_and_audit_hold_the_plugin_files(own_tiny, tmp_path):
     assert plugins["digits-cnn"]["path"] == "plugins/digits_cnn.py"
     crate = (workdir / "results/own-tiny/ro-crate-metadata.json").read_text()
     assert "#workdir:plugins/digits_cnn.py" in crate
-    audit = [sys.executable, "-m", "crossover_study.audit"]
+    audit = [sys.executable, "-m", "crossover_study", "audit"]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
     copy = tmp_path / "w"
     shutil.copytree(workdir, copy)
@@ -115,8 +115,8 @@ def test_a_frozen_run_keeps_its_plugins_and_audits_ok(own_tiny, tmp_path):
     """freeze copies the plug-in files of a study's own cases under plugins/ of the
     frozen run, whose audit then finds them there (it failed 'plug-in not found'); an
     edited copy fails its audit."""
-    from crossover_study.audit import audit
-    from crossover_study.freeze import freeze
+    from crossover_study.audit.check import audit
+    from crossover_study.reference.freeze import freeze
 
     workdir, _ = own_tiny
     dest = tmp_path / "reference" / "own-tiny-frozen"

@@ -11,12 +11,13 @@ import pandas as pd
 import psutil
 import pytest
 
-from crossover_study import frameworks, watchdog
-from crossover_study.harness import TimingPolicy
-from crossover_study.measure_job import measure_job
-from crossover_study.provenance import REPO_ROOT
-from crossover_study.runner import GroupSpec, Journal, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.measure import frameworks, watchdog
+from crossover_study.measure.job import measure_job
+from crossover_study.measure.journal import Journal
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec
 
 SEED = {"batch": 64, "d_in": 1024}
 POLICY = TimingPolicy(min_block_s=0.01, n_blocks=3, max_warmup_s=0.1, max_point_s=1)
@@ -110,10 +111,10 @@ def test_a_point_ended_at_a_deadline_is_measured_again_under_a_longer_one(tmp_pa
 HOLDS_THE_GIL = """
 import ctypes, pathlib, subprocess, sys
 sys.path.insert(0, {src!r})
-from crossover_study import frameworks
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.measure import frameworks
+from crossover_study.measure.harness import TimingPolicy
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study.spec import PointSpec
 
 real = frameworks.workload_class("torch", "s001-mlp")
 libc = ctypes.PyDLL(None)  # PyDLL: the call keeps the GIL

@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 from test_plugins import FAST, _bad, _plugin_config
 
-from crossover_study import cases, frameworks
-from crossover_study.audit import MACHINE_PATH
-from crossover_study.config import validate_config
-from crossover_study.measure_job import measure_job
+from crossover_study.audit.hashes import MACHINE_PATH
+from crossover_study.measure import frameworks
+from crossover_study.measure.job import measure_job
+from crossover_study.measure.point import frame_path, measure_point, raised_where
 from crossover_study.plugin import KerasFit
-from crossover_study.point_measure import frame_path, measure_point, raised_where
-from crossover_study.spec import PointSpec
+from crossover_study.study import cases
+from crossover_study.study.config import validate_config
+from crossover_study.study.spec import PointSpec
 
 SUBCLASSED = Path(__file__).parent / "plugins" / "subclassed_keras_fit.py"
 

@@ -8,18 +8,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossover_study import config as study_config
-from crossover_study.config import validate_config
-from crossover_study.crossover import estimate_crossover
-from crossover_study.point_runs import (
+from crossover_study.analysis.crossover import estimate_crossover
+from crossover_study.analysis.repeats import (
     merge_repeats,
     prediction_interval,
     resample_medians,
     row_runs,
 )
-from crossover_study.provenance import table_columns
-from crossover_study.spec import PointSpec
-from crossover_study.tables import collect_timings
+from crossover_study.analysis.tables import collect_timings
+from crossover_study.core.origin import table_columns
+from crossover_study.study import points as study_points
+from crossover_study.study import study_file
+from crossover_study.study.config import validate_config
+from crossover_study.study.spec import PointSpec
 
 STUDY = {"study": "x", "cases": {"s001-mlp": {"axes": {"hidden": [128, 512]}}}}
 
@@ -52,16 +53,16 @@ def test_runs_are_separate_jobs_after_the_first_runs_jobs_and_keep_its_keys():
     once = validate_config(STUDY)
     thrice = validate_config({**STUDY, "timing": {"repeats": 3}})
     assert "repeats" not in once["timing"]  # not filled in: hash and params unchanged
-    assert study_config.measurement_hash(once) == study_config.measurement_hash(
+    assert study_points.measurement_hash(once) == study_points.measurement_hash(
         validate_config({**STUDY, "timing": {"repeats": 1}})
     )
-    assert study_config.measurement_timing(thrice) == study_config.measurement_timing(once)
-    first = study_config.batches(once, "s001-mlp", "torch", "cpu")
-    runs = study_config.batches(thrice, "s001-mlp", "torch", "cpu")
+    assert study_points.measurement_timing(thrice) == study_points.measurement_timing(once)
+    first = study_points.batches(once, "s001-mlp", "torch", "cpu")
+    runs = study_points.batches(thrice, "s001-mlp", "torch", "cpu")
     assert len(runs) == 3 * len(first) and runs[: len(first)] == first  # run 0 = the old jobs
     keys = [p.key() for b in runs for p in b]
     assert len(set(keys)) == len(keys) and keys[-1].endswith("|repeat=2")
-    assert [study_config.batch_repeat(thrice, "s001-mlp", "torch", "cpu", i) for i in range(3)] == [
+    assert [study_points.batch_repeat(thrice, "s001-mlp", "torch", "cpu", i) for i in range(3)] == [
         0,
         1,
         2,
@@ -77,14 +78,14 @@ def test_a_run_waits_for_the_previous_run_on_every_device():
             "timing": {"repeats": 2},
         }
     )
-    assert study_config.previous_round_jobs(config, "s001-mlp", "torch", "cuda", 0) == []
-    waits = study_config.previous_round_jobs(config, "s001-mlp", "torch", "cuda", 1)
+    assert study_points.previous_round_jobs(config, "s001-mlp", "torch", "cuda", 0) == []
+    waits = study_points.previous_round_jobs(config, "s001-mlp", "torch", "cuda", 1)
     assert waits == [("s001-mlp", "torch", "cpu", 0), ("s001-mlp", "torch", "cuda", 0)]
 
 
 @pytest.mark.parametrize("repeats", [0, 1.5, "3"])
 def test_bad_repeats_name_the_key(repeats):
-    with pytest.raises(study_config.ConfigError, match=r"timing.repeats"):
+    with pytest.raises(study_file.ConfigError, match=r"timing.repeats"):
         validate_config({**STUDY, "timing": {"repeats": repeats}})
 
 

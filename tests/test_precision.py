@@ -4,13 +4,15 @@ precision columns read back from the frameworks, old tables without them."""
 import pandas as pd
 import pytest
 
-from crossover_study import frameworks, precision
-from crossover_study.crossover import crossover_table
-from crossover_study.harness import TimingPolicy
-from crossover_study.provenance import REPO_ROOT, table_columns
-from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import VARIANTS, PointSpec
-from crossover_study.tables import collect_timings
+from crossover_study.analysis.crossover import crossover_table
+from crossover_study.analysis.tables import collect_timings
+from crossover_study.core.origin import table_columns
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.measure import frameworks
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import VARIANTS, PointSpec
+from crossover_study.workloads import precision
 
 SMALL = {"batch": 16, "d_in": 32, "hidden": 8}
 POLICY = TimingPolicy(min_block_s=0.002, n_blocks=3, max_warmup_s=0.02, sync_check_s=0.02)
@@ -146,7 +148,7 @@ def test_tf32_context_turns_tf32_on_and_restores_what_it_found(framework, found)
 def test_a_tf32_point_does_not_leak_into_the_next_point(framework, tmp_path, monkeypatch):
     # No GPU here: let the tf32 variant run on the CPU (its applicability check off) to
     # see the runner's context around a point that really runs, then an eager point.
-    from crossover_study import applicability
+    from crossover_study.study import applicability
 
     rules = tuple(r for r in applicability.RULES if r.name != "tf32")
     monkeypatch.setattr(applicability, "RULES", rules)

@@ -11,10 +11,10 @@ from unittest.mock import ANY
 import pandas as pd
 import pytest
 
-from crossover_study import frameworks
-from crossover_study.gpu_bundle import pins
-from crossover_study.harness import TimingPolicy
-from crossover_study.probe import (
+from crossover_study.core import errors
+from crossover_study.core.paths import REPO_ROOT, pins
+from crossover_study.measure import device_probe, frameworks
+from crossover_study.measure.probe import (
     ENV_DISTRIBUTIONS,
     CpusNotGivenError,
     ProbeError,
@@ -27,9 +27,9 @@ from crossover_study.probe import (
     shows_device,
     write_probe,
 )
-from crossover_study.provenance import REPO_ROOT
-from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
 
@@ -167,7 +167,7 @@ def test_check_tables_reads_the_files(tmp_path):
 )
 def test_unmeasurable_classes_probe_unavailable_with_the_reason(framework, device, reason):
     frameworks.import_framework(framework, device, 1)
-    seen = frameworks.probe(framework, device)
+    seen = device_probe.probe(framework, device)
     assert seen.available is False and reason in seen.reason
     assert seen.framework_version
 
@@ -185,13 +185,13 @@ def test_tpu_and_multi_gpu_jobs_follow_missing_device(tmp_path, device):
     out = run_group(_group(device, "skip"), tmp_path / "j.jsonl", tmp_path / "o.csv", log=print)
     assert [r["status"] for r in out] == ["unavailable", "unavailable"]
     assert all(r.get("step_time_s") is None and r["message"] for r in out)
-    with pytest.raises(frameworks.DeviceMissingError, match=f"'{device}' was asked for"):
+    with pytest.raises(errors.DeviceMissingError, match=f"'{device}' was asked for"):
         run_group(_group(device, "fail"), tmp_path / "j2.jsonl", tmp_path / "o2.csv")
     assert not (tmp_path / "o2.csv").exists()
 
 
 def test_the_interpreter_is_named_without_the_machines_folders(tmp_path, monkeypatch):
-    from crossover_study.paths import portable_path
+    from crossover_study.core.paths import portable_path
 
     monkeypatch.chdir(tmp_path)
     conda = tmp_path / ".snakemake" / "conda" / "abc123" / "bin" / "python"
@@ -272,7 +272,7 @@ def test_a_job_with_fewer_cpus_than_threads_measures_nothing_and_keeps_its_journ
     before = journal.read_text()
     fake_affinity(monkeypatch, {3}, SLURM_JOB_ID="9", SLURM_CPUS_PER_TASK="4")
     monkeypatch.setattr(
-        "crossover_study.frameworks.pin_thread_env",
+        "crossover_study.measure.frameworks.pin_thread_env",
         lambda threads: pytest.fail("threads pinned before the CPU check"),
     )
     with pytest.raises(CpusNotGivenError, match=r"4 threads pinned .* only 1 CPU\(s\)"):
@@ -282,7 +282,7 @@ def test_a_job_with_fewer_cpus_than_threads_measures_nothing_and_keeps_its_journ
 
 
 def test_the_job_log_names_the_cpu_shortfall_and_the_probe_is_written(tmp_path, monkeypatch):
-    from crossover_study.measure_job import measure_job
+    from crossover_study.measure.job import measure_job
 
     study = {
         "study": "few-cpus",

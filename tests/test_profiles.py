@@ -7,7 +7,7 @@ import pytest
 import yaml
 from conftest import slurm_dry_run
 
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 
 
 def test_slurm_profile_sets_the_executor_but_no_partition_or_gpu():

@@ -10,14 +10,18 @@ import math
 import pandas as pd
 import pytest
 
-from crossover_study import cases, frameworks, programs
-from crossover_study.answers import answer_sentence, program_legend
-from crossover_study.cases import SEEDS
-from crossover_study.config import ConfigError, points, validate_config
-from crossover_study.crossover import crossover_table
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import (
+from crossover_study.analysis.crossover import crossover_table
+from crossover_study.answers.sentences import answer_sentence, program_legend
+from crossover_study.core import errors
+from crossover_study.figures import draw as figure_draw
+from crossover_study.measure import frameworks
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study import applicability, cases, programs
+from crossover_study.study.applicability import NotApplicable
+from crossover_study.study.cases import SEEDS
+from crossover_study.study.config import validate_config
+from crossover_study.study.points import TimingPolicy, points
+from crossover_study.study.spec import (
     ACCELERATORS,
     DEVICES,
     FRAMEWORKS,
@@ -25,7 +29,8 @@ from crossover_study.spec import (
     PointSpec,
     tpu_global_batch,
 )
-from crossover_study.workloads import NotApplicable, Unavailable
+from crossover_study.study.study_file import ConfigError
+from crossover_study.workloads import Unavailable
 
 CASES = tuple(SEEDS)  # the seed cases, from the registry
 SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
@@ -51,7 +56,7 @@ def test_every_point_has_exactly_one_program_or_a_reason(own_models):
 
 
 def test_every_variant_is_classified_once():
-    own = {*programs.KERAS_PROGRAM_OF_VARIANT, *programs.REPLICA_PROGRAMS, "strategy_step"}
+    own = {*applicability.KERAS_PROGRAM_OF_VARIANT, *programs.REPLICA_PROGRAMS, "strategy_step"}
     assert not set(programs.EXECUTION_VARIANTS) & own
     assert set(programs.EXECUTION_VARIANTS) | own == set(VARIANTS)
     with pytest.raises(ValueError, match="unknown variant 'tf64'"):
@@ -168,7 +173,7 @@ def test_workloads_agree_with_the_table(own_models):
                         workload = frameworks.make_workload(point, 1)
                     except NotApplicable:
                         continue
-                    except (Unavailable, frameworks.DeviceMissingError):
+                    except (Unavailable, errors.DeviceMissingError):
                         assert program is not None, point  # the table's NA come first
                         continue
                     assert program is not None, point
@@ -417,7 +422,7 @@ def _grid(framework, device, variant, t, status="ok"):
 
 
 def test_speedup_heatmap_pairs_only_the_same_program():
-    from crossover_study import figures
+    from crossover_study.figures import report as figures
 
     timings = pd.DataFrame(
         _grid("torch", "cpu", "eager", 1e-3)
@@ -426,14 +431,14 @@ def test_speedup_heatmap_pairs_only_the_same_program():
         + _grid("tensorflow", "cuda", "train_on_batch", 2e-4)
     )
     # cuda_graph is the torch step replayed: set against the CPU's eager (torch_step).
-    ax = figures.speedup_heatmap(
+    ax = figure_draw.speedup_heatmap(
         timings, "s002-iris", "batch", "hidden", "cuda", framework="torch", variant="cuda_graph"
     )
     assert ax.get_title() == "s002-iris, torch/cuda_graph (torch_step): speedup cuda over CPU"
     cells = {t.get_text() for t in ax.texts if t.get_gid() == "cell"}
     assert cells == {figures._fmt_ratio(5.0)}
     # train_on_batch has no CPU rows of its program: no speed-up against fit.
-    ax = figures.speedup_heatmap(
+    ax = figure_draw.speedup_heatmap(
         timings,
         "s002-iris",
         "batch",

@@ -5,10 +5,11 @@ import re
 
 import pytest
 
-from crossover_study import progress, runner
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.core import progress
+from crossover_study.measure import runner
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
 POINT = PointSpec("s001-mlp", "torch", "cpu", "eager", SEED)

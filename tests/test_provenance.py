@@ -26,21 +26,23 @@ from conftest import (
     synthetic_reference_gpu,
 )
 
-from crossover_study import audit, figures, freeze, paper
-from crossover_study.config import ConfigError, measurement_hash, validate_config
-from crossover_study.environments import (
+from crossover_study.analysis.environments import (
     EnvironmentMixError,
     check_environments,
     environment_conflicts,
 )
-from crossover_study.manifest import (
-    code_files,
-    file_record,
-    load_manifest,
-    package_versions,
-    sha256_file,
-)
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.audit import check as audit
+from crossover_study.core.files import sha256_file
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.figures import files as figure_files
+from crossover_study.figures import paper
+from crossover_study.figures import report as figures
+from crossover_study.provenance.inputs import code_files, file_record, package_versions
+from crossover_study.provenance.manifest import load_manifest
+from crossover_study.reference import freeze
+from crossover_study.study.config import validate_config
+from crossover_study.study.points import measurement_hash
+from crossover_study.study.study_file import ConfigError
 
 REFERENCE_RUNS = paper.reference_dirs(REPO_ROOT / "results" / "reference")
 
@@ -89,21 +91,23 @@ def test_save_figure_writes_identical_bytes_in_every_format(tmp_path):
     for out in ("one", "two"):
         fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
         figures.step_time_vs_size(_table(), "s001-mlp", "hidden", ax=ax)
-        figures.save_figure(fig, tmp_path / out / "f.png", formats=("svg", "pdf"), sources=sources)
+        figure_files.save_figure(
+            fig, tmp_path / out / "f.png", formats=("svg", "pdf"), sources=sources
+        )
         plt.close(fig)
-    for fmt in figures.FIGURE_FORMATS:
+    for fmt in figure_files.FIGURE_FORMATS:
         one, two = tmp_path / "one" / f"f.{fmt}", tmp_path / "two" / f"f.{fmt}"
         assert one.read_bytes() == two.read_bytes(), fmt
         data = one.read_bytes()
         assert b"Matplotlib v" not in data and b"CreationDate" not in data
-        assert figures.figure_sources(one) == sources
+        assert figure_files.figure_sources(one) == sources
     assert b"<dc:date>" not in (tmp_path / "one" / "f.svg").read_bytes()
 
 
 def test_save_figure_rejects_an_unknown_format(tmp_path):
     fig, _ = plt.subplots()
     with pytest.raises(ValueError, match="unknown figure format"):
-        figures.save_figure(fig, tmp_path / "f.jpg")
+        figure_files.save_figure(fig, tmp_path / "f.jpg")
     plt.close(fig)
 
 
@@ -113,10 +117,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
-from crossover_study import figures
+from crossover_study.figures import files as figure_files
+from crossover_study.figures import report as figures
 fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
 figures.step_time_vs_size(pd.read_csv(sys.argv[1]), "s001-mlp", "hidden", ax=ax)
-figures.save_figure(fig, sys.argv[2], formats=("svg", "pdf"), sources={"timings.csv": "0" * 64})
+figure_files.save_figure(fig, sys.argv[2], formats=("svg", "pdf"), sources={"timings.csv": "0" * 64})
 """
 
 
@@ -129,7 +134,7 @@ def test_figures_regenerate_byte_for_byte_in_fresh_processes(tmp_path):
     for out in ("a", "b"):
         target = tmp_path / out / "fig.png"
         subprocess.run([sys.executable, "-c", _DRAW, str(table), str(target)], check=True, env=env)
-        hashes.append({f: _sha(target.with_suffix(f".{f}")) for f in figures.FIGURE_FORMATS})
+        hashes.append({f: _sha(target.with_suffix(f".{f}")) for f in figure_files.FIGURE_FORMATS})
     assert hashes[0] == hashes[1]
 
 
@@ -204,13 +209,13 @@ def test_file_records_and_code_files(tmp_path):
     outside = file_record(elsewhere, tmp_path / "workdir", repo=tmp_path / "repo")
     assert (outside["root"], outside["path"]) == ("outside", "my-study.yaml")
     code = {p.relative_to(REPO_ROOT).as_posix() for p in code_files()}
-    assert {"Snakefile", "src/crossover_study/manifest.py", "requirements.lock"} <= code
+    assert {"Snakefile", "src/crossover_study/provenance/manifest.py", "requirements.lock"} <= code
     assert "workflow/rules/provenance.smk" in code
     assert not any("__pycache__" in p for p in code)
 
 
 def test_package_data_is_named_by_package_not_by_install_path():
-    from crossover_study.manifest import data_files, locate_package_file
+    from crossover_study.provenance.inputs import data_files, locate_package_file
 
     (iris,) = data_files({"cases": {"s002-iris": {}}})
     assert iris["root"] == "package"
@@ -230,7 +235,7 @@ def _mini_manifest(workdir: Path, **kwargs) -> dict:
     """``build_manifest`` of the study ``mini`` in ``workdir/results/mini``, whose
     ``timings.csv`` the test wrote (``crossover.csv`` and ``wall.json`` are written here
     as stubs); ``kwargs`` go on to ``build_manifest``."""
-    from crossover_study.manifest import build_manifest
+    from crossover_study.provenance.manifest import build_manifest
 
     results = Path(workdir) / "results" / "mini"
     for name in ("crossover.csv", "wall.json"):
@@ -289,7 +294,7 @@ def test_runs_carry_the_packages_their_jobs_probes_recorded(tmp_path):
 def test_a_study_that_dropped_a_job_records_only_what_it_holds(tmp_path, monkeypatch):
     """The manifest records the per-job tables it is given (the study's jobs now); the
     tables of a dropped job leave points/ for retired/ (retire_tables), none lost."""
-    from crossover_study.manifest import retire_tables
+    from crossover_study.provenance.manifest import retire_tables
 
     monkeypatch.chdir(tmp_path)  # the workflow's paths are relative to its workdir
     results = Path("results/mini")
@@ -392,7 +397,7 @@ def test_audit_fails_machine_paths_and_ids_that_leave_the_crate(tmp_path):
 
 
 def test_crate_validator_passes_every_reference_crate_and_fails_a_broken_one(tmp_path):
-    """roc-validator at the REQUIRED level, offline (crossover_study.crate_validation)."""
+    """roc-validator at the REQUIRED level, offline (crossover_study.provenance.crate_validation)."""
     broken = _copy_reference(tmp_path)
     crate = json.loads((broken / "ro-crate-metadata.json").read_text())
     root = next(e for e in crate["@graph"] if e["@id"] == "./")
@@ -457,7 +462,7 @@ def test_paper_figures_regenerate_byte_for_byte(tmp_path):
     assert set(written["a"]) == expected
     assert written["a"] == written["b"]
     fig = tmp_path / "a" / "fig-5-speedup-heatmap.png"
-    recorded = figures.figure_sources(fig)
+    recorded = figure_files.figure_sources(fig)
     assert recorded == paper.table_sources([paper.load_reference(r) for r in REFERENCE_RUNS])
 
 
@@ -519,7 +524,7 @@ def test_audit_refuses_mixed_environments(tmp_path):
 def test_audit_runs_the_collect_and_crossover_jobs_own_functions(tmp_path, monkeypatch):
     """The audit derives timings.csv and crossover.csv again through the very functions
     the workflow's collect and crossover scripts call, with the run's settings."""
-    from crossover_study import crossover, tables
+    from crossover_study.analysis import crossover, tables
 
     ref = _copy_reference(tmp_path)
     manifest = json.loads((ref / "manifest.json").read_text())
@@ -577,7 +582,7 @@ def test_paper_cross_machine_figure_one_curve_per_run_and_device(tmp_path):
     written = paper.paper_figures(
         [_reference(), synthetic], tmp_path / "out", ["fig-6-cross-machine"]
     )
-    recorded = figures.figure_sources(written[0])
+    recorded = figure_files.figure_sources(written[0])
     assert recorded["reference-gpu/timings.csv"] == sha256_file(synthetic / "timings.csv")
     assert f"{_reference().name}/timings.csv" in recorded
 
@@ -587,8 +592,9 @@ def _study_with_cross_machine_figure(tmp_path: Path):
     the committed CPU run's tables as this study's, beside a SYNTHETIC reference GPU run
     (conftest) under results/reference/. Returns (study results folder, figure PNG,
     the reference timings)."""
-    from crossover_study.crate import CRATE_NAME, write_crate
-    from crossover_study.manifest import build_manifest, reference_source_name, write_json
+    from crossover_study.provenance.crate import CRATE_NAME, write_crate
+    from crossover_study.provenance.inputs import reference_source_name
+    from crossover_study.provenance.manifest import build_manifest, write_json
 
     work = tmp_path / "work"
     results = work / "results" / "mini"
@@ -608,7 +614,7 @@ def _study_with_cross_machine_figure(tmp_path: Path):
         "timings.csv": sha256_file(results / "timings.csv"),
         reference_source_name(reference): sha256_file(reference),
     }
-    figures.save_figure(fig, png, formats=("svg", "pdf"), sources=sources)
+    figure_files.save_figure(fig, png, formats=("svg", "pdf"), sources=sources)
     plt.close(fig)
     html = work / "reports" / "mini" / "report.html"
     html.write_text(
@@ -648,7 +654,7 @@ def test_manifest_records_the_reference_tables_a_cross_machine_figure_used(tmp_p
         }
     }
     (record,) = [f for f in manifest["figures"] if f["path"].endswith(".png")]
-    assert record["sources"] == figures.figure_sources(png)
+    assert record["sources"] == figure_files.figure_sources(png)
     assert record["derived_from"] == [
         "results/mini/timings.csv",
         "results/reference/reference-gpu/timings.csv",
@@ -656,7 +662,7 @@ def test_manifest_records_the_reference_tables_a_cross_machine_figure_used(tmp_p
     report = audit.audit(results)
     assert report.ok, report.text()
     # The RO-Crate says the same: the figure is based on both runs' timings.
-    from crossover_study.crate import build_crate
+    from crossover_study.provenance.crate import build_crate
 
     crate = build_crate(manifest, results.parents[1])
     figure = crate.get("#workdir:reports/mini/figures/s001-mlp-cross-machine-hidden.png")
@@ -676,12 +682,12 @@ def test_audit_fails_a_cross_machine_figure_whose_reference_hash_differs(tmp_pat
     edited = pd.read_csv(reference)
     edited["step_time_s"] *= 3
     edited.to_csv(other, index=False)
-    sources = dict(figures.figure_sources(png))
+    sources = dict(figure_files.figure_sources(png))
     sources["reference/reference-gpu/timings.csv"] = sha256_file(other)
     fig, ax = plt.subplots(figsize=(7, 6.2), layout="constrained")
     curves = [("this study", pd.read_csv(results / "timings.csv")), ("reference-gpu", edited)]
     figures.cross_machine_step_time(curves, "s001-mlp", "hidden", ax=ax)
-    figures.save_figure(fig, png, formats=("svg", "pdf"), sources=sources)
+    figure_files.save_figure(fig, png, formats=("svg", "pdf"), sources=sources)
     plt.close(fig)
     assert audit.main([str(results)]) == 1
     out = capsys.readouterr().out
@@ -694,9 +700,9 @@ def test_audit_fails_a_cross_machine_figure_whose_reference_hash_differs(tmp_pat
 def test_audit_fails_a_changed_or_unrecorded_reference_table(tmp_path):
     results, png, reference = _study_with_cross_machine_figure(tmp_path)
     # A figure naming a reference run the manifest never recorded.
-    sources = {**figures.figure_sources(png), "reference/elsewhere/timings.csv": "0" * 64}
+    sources = {**figure_files.figure_sources(png), "reference/elsewhere/timings.csv": "0" * 64}
     fig, _ = plt.subplots()
-    figures.save_figure(fig, png.with_suffix(".svg"), sources=sources)
+    figure_files.save_figure(fig, png.with_suffix(".svg"), sources=sources)
     plt.close(fig)
     report = audit.audit(results)
     found = {(f.kind, f.message, f.expected) for f in report.failures}
@@ -744,5 +750,5 @@ def test_paper_leaves_out_a_reference_run_that_fails_its_audit(tmp_path, capsys)
     assert freeze.main(args) == 0
     err = capsys.readouterr().err
     assert "paper: reference run edited-copy left out: it fails its audit" in err
-    sources = figures.figure_sources(out / "fig-6-cross-machine.png")
+    sources = figure_files.figure_sources(out / "fig-6-cross-machine.png")
     assert {name.split("/")[0] for name in sources} == {ref.name}

@@ -20,11 +20,15 @@ import pytest
 import yaml
 from conftest import run_crate_validator, run_snakemake
 
-from crossover_study import audit, figures, freeze
-from crossover_study.files import sha256_file
-from crossover_study.manifest import load_manifest
-from crossover_study.paper import PAPER_FIGURES, PAPER_FORMATS
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.audit import check as audit
+from crossover_study.core.files import sha256_file
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.figures import data as figure_data
+from crossover_study.figures import files as figure_files
+from crossover_study.figures import report as figures
+from crossover_study.figures.paper import PAPER_FIGURES, PAPER_FORMATS
+from crossover_study.provenance.manifest import load_manifest
+from crossover_study.reference import freeze
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +95,7 @@ def test_crate_links_figures_to_tables_and_runs(smoke_run):
 
 
 def test_fresh_crate_passes_the_validator_and_holds_no_machine_path(smoke_run):
-    """roc-validator (offline, crossover_study.crate_validation) finds no issue in a
+    """roc-validator (offline, crossover_study.provenance.crate_validation) finds no issue in a
     fresh study's crate, which holds the workflow's copy and no machine path."""
     workdir, _ = smoke_run
     crate = workdir / "results/smoke"
@@ -130,9 +134,11 @@ def test_audit_catches_a_figure_drawn_from_other_data(smoke_run, tmp_path, capsy
     other["step_time_s"] *= 3
     other.to_csv(tmp_path / "other.csv", index=False)
     fig, ax = plt.subplots(figsize=(7, 4.6), layout="constrained")
-    figures.step_time_vs_size(figures.programs(other), "s001-mlp", "hidden", ax=ax)
+    figures.step_time_vs_size(figure_data.programs(other), "s001-mlp", "hidden", ax=ax)
     target = work / "reports/smoke/figures/s001-mlp-step-time-hidden.png"
-    figures.save_figure(fig, target, sources={"timings.csv": sha256_file(tmp_path / "other.csv")})
+    figure_files.save_figure(
+        fig, target, sources={"timings.csv": sha256_file(tmp_path / "other.csv")}
+    )
     plt.close(fig)
     assert audit.main([str(results)]) == 1
     out = capsys.readouterr().out

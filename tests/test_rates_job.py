@@ -1,4 +1,4 @@
-"""The rates job (crossover_study.rates_job): the machine's rates measured once per
+"""The rates job (crossover_study.measure.rates_job): the machine's rates measured once per
 framework and device, into one file that the measuring jobs read; and the workflow's
 rates rule, which runs it before the measuring jobs of its framework and device."""
 
@@ -11,9 +11,10 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, run_snakemake
 
-from crossover_study import frameworks, rates_job, step_rates
-from crossover_study.files import sha256_file
-from crossover_study.rates_job import read_rates
+from crossover_study.core.files import sha256_file
+from crossover_study.measure import device_probe, frameworks, rates_job
+from crossover_study.measure.rates_job import read_rates
+from crossover_study.stepmodel import rates as step_rates
 
 #: Rates as step_rates.measure_rates returns them, made up (nothing timed).
 FAKE = {
@@ -34,9 +35,9 @@ def test_a_device_not_visible_gives_available_false_and_times_nothing(tmp_path, 
     """cuda on a machine without a GPU: the file says so with the probe's reason; no
     rate is timed (never a CPU timing under the accelerator's name)."""
     monkeypatch.setattr(
-        frameworks,
+        device_probe,
         "probe",
-        lambda fw, device: frameworks.DeviceProbe(
+        lambda fw, device: device_probe.DeviceProbe(
             False, None, "no CUDA device visible to torch (test)", None, None, "none"
         ),
     )
@@ -148,7 +149,7 @@ def test_a_measuring_job_writes_the_rates_files_rates_into_its_rows(tmp_path, mo
     """measure_job reads the rates file: every row carries its medians
     (step_rates.row_columns) and the probe record its rates; without one the rate
     columns stay empty and the log says so. It times no rates itself."""
-    from crossover_study.measure_job import measure_job
+    from crossover_study.measure.job import measure_job
 
     rates_file = tmp_path / "rates.json"
     monkeypatch.setattr(
@@ -232,8 +233,8 @@ def test_the_audit_notes_reused_rates_and_whether_their_source_changed(tmp_path)
     """A rates file copied from an earlier study is a note of the audit naming its source
     and when it was measured; a source changed or deleted since is said, never a failure
     (the copy holds the rates itself); measured rates give no note."""
-    from crossover_study.audit_hashes import Layout, note_reused_rates
-    from crossover_study.audit_report import AuditReport
+    from crossover_study.audit.findings import AuditReport
+    from crossover_study.audit.hashes import Layout, note_reused_rates
 
     source = tmp_path / "one.json"
     source.write_text('{"rates": {}}')

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from conftest import COMMITTED_CPU_RUN
 
-from crossover_study import reference_import
-from crossover_study.audit import audit
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.audit.check import audit
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.reference import archive_import as reference_import
 
 STUDY = "results/x"
 PROBE = "points/s001-mlp/torch/cpu.probe.json"
@@ -44,7 +44,7 @@ def build_archive(path: Path, edit=None, probe: bytes | None = None, members=())
     with its sha256, so that the run audits OK); ``edit(manifest)`` changes the manifest
     first, ``members`` are more ``(TarInfo, bytes)``."""
     manifest = json.loads((COMMITTED_CPU_RUN / "manifest.json").read_text())
-    manifest["runner"] = {"name": "crossover_study.reference_run (no Snakemake)"}
+    manifest["runner"] = {"name": "crossover_study.reference.gpu_run (no Snakemake)"}
     probe = _probe() if probe is None else probe
     manifest["probes"] = [
         {
@@ -94,7 +94,7 @@ def place(tmp_path):
 def run_cli(place, archive: Path, *extra: str) -> subprocess.CompletedProcess:
     tmp, root = place
     return subprocess.run(
-        [sys.executable, "-m", "crossover_study.reference_import", str(archive)]
+        [sys.executable, "-m", "crossover_study", "reference-import", str(archive)]
         + ["--reference", str(root), *extra],
         capture_output=True,
         text=True,

@@ -11,8 +11,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from crossover_study import gpu_bundle, reference_import, reference_run
-from crossover_study.audit import audit
+from crossover_study.audit.check import audit
+from crossover_study.core.paths import pins
+from crossover_study.reference import archive_import as reference_import
+from crossover_study.reference import gpu_bundle
+from crossover_study.reference import gpu_finish as reference_finish
+from crossover_study.reference import gpu_jobs as reference_jobs
+from crossover_study.reference import gpu_run as reference_run
 
 TINY = {
     "study": "tiny-reference",
@@ -39,7 +44,7 @@ TINY = {
 
 
 def test_bundle_and_gpu_machine_packages_are_pinned_by_the_lock():
-    locked = gpu_bundle.pins()
+    locked = pins()
     for wanted in gpu_bundle.requirements(
         gpu_bundle.BUNDLE_PACKAGES + gpu_bundle.GPU_MACHINE_PACKAGES
     ):
@@ -80,7 +85,7 @@ def test_jobs_run_case_by_case_gpu_first_other_frameworks_last():
         ("s000-hjb", "torch", "cuda", 0),
         ("s001-mlp", "torch", "cuda", 0),
     ]
-    assert sorted(jobs, key=reference_run.job_order) == [
+    assert sorted(jobs, key=reference_jobs.job_order) == [
         ("s001-mlp", "torch", "cuda", 0),
         ("s001-mlp", "torch", "cpu", 0),
         ("s000-hjb", "torch", "cuda", 0),
@@ -90,7 +95,7 @@ def test_jobs_run_case_by_case_gpu_first_other_frameworks_last():
 
 
 def test_progress_counts_each_point_once(capsys):
-    progress = reference_run.Progress(2, time.time())
+    progress = reference_jobs.Progress(2, time.time())
     key = "s001-mlp|torch|cpu|eager|batch=64,d_in=1024,hidden=32"
     point = "[s001-mlp torch cpu · 1/1] eager synced batch=64 d_in=1024 hidden=32"
     for line in (
@@ -176,10 +181,10 @@ def test_jobs_past_the_deadline_are_not_started_and_their_rows_say_so(tmp_path):
 
 
 def test_points_past_the_deadline_inside_a_job_are_unavailable_rows(tmp_path, monkeypatch):
-    from crossover_study import frameworks
-    from crossover_study.harness import TimingPolicy
-    from crossover_study.runner import GroupSpec, run_group
-    from crossover_study.spec import PointSpec
+    from crossover_study.measure import frameworks
+    from crossover_study.measure.runner import GroupSpec, run_group
+    from crossover_study.study.points import TimingPolicy
+    from crossover_study.study.spec import PointSpec
 
     initialised = []
     monkeypatch.setattr(
@@ -319,7 +324,7 @@ def test_a_partial_archive_of_a_killed_run_is_finished_elsewhere(tiny_run, tmp_p
             if path.is_file() and path.name not in finished:
                 tar.add(path, arcname=path.relative_to(work).as_posix())
         tar.add(work / "logs", arcname="logs")
-    archive = reference_run.finish_partial(partial, tmp_path / "out")
+    archive = reference_finish.finish_partial(partial, tmp_path / "out")
     dest = reference_import.import_archive(archive, tmp_path / "ref", log=lambda _: None)
     manifest = json.loads((dest / "manifest.json").read_text())
     assert manifest["runner"]["finished_from_partial"]["archive"] == partial.name
@@ -350,7 +355,7 @@ def test_an_archive_whose_table_was_edited_is_not_imported(tiny_run, tmp_path):
 def test_the_rehearsal_passes_on_a_fresh_clone(tmp_path):
     """make reference-gpu REHEARSE=1: a throwaway env of what the GPU machine has, the
     bundle, the short study, the archive imported, audited and drawn by snakemake paper."""
-    from crossover_study.rehearsal import rehearse
+    from crossover_study.reference.rehearsal import rehearse
 
     lines = []
     result = rehearse(log=lines.append)
@@ -362,7 +367,7 @@ def test_the_rehearsal_passes_on_a_fresh_clone(tmp_path):
 
 
 def test_a_job_past_its_timeout_is_killed(capsys):
-    progress = reference_run.Progress(1, time.time())
+    progress = reference_jobs.Progress(1, time.time())
     script = "import time; print('started', flush=True); time.sleep(60)"
     code, seconds = reference_run._run_job(
         [reference_run.sys.executable, "-c", script], dict(reference_run.os.environ), 1.0, progress
@@ -380,7 +385,7 @@ def test_a_job_that_dies_keeps_its_measured_points(tmp_path, monkeypatch):
 
     def dying(cmd, env, timeout, progress):
         code, seconds = real(cmd, env, timeout, progress)
-        measuring = "crossover_study.measure_job" in cmd  # not the rates job
+        measuring = "measure-job" in cmd  # not the rates job
         cpu_job = measuring and "--device=cpu" in cmd and "--deadline=0" not in cmd
         calls.append(("cpu" if cpu_job else "other", code))
         if cpu_job:  # the process "died" before writing its table

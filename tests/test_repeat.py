@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossover_study.repeat import compare_runs
+from crossover_study.analysis.compare_runs import compare_runs
 
 
 def _timings(times: dict[int, list[float]], status="ok") -> pd.DataFrame:

@@ -19,22 +19,30 @@ import pandas as pd
 import psutil
 import pytest
 
-from crossover_study import frameworks, runner
-from crossover_study.cases import SEEDS
-from crossover_study.config import (
-    ConfigError,
+from crossover_study.core import errors
+from crossover_study.core import origin as provenance
+from crossover_study.core.origin import table_columns
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.figures import draw as figure_draw
+from crossover_study.figures import scaling as figure_scaling
+from crossover_study.measure import device_probe, frameworks, runner
+from crossover_study.measure import point as point_measure
+from crossover_study.measure.harness import measure
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study.applicability import NotApplicable
+from crossover_study.study.cases import SEEDS
+from crossover_study.study.config import validate_config
+from crossover_study.study.points import (
+    TimingPolicy,
     batches,
     job_gpu_resources,
     logical_cpus,
     measure_jobs,
     points,
-    validate_config,
 )
-from crossover_study.harness import TimingPolicy, measure
-from crossover_study.provenance import REPO_ROOT, table_columns
-from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec, without_replicas
-from crossover_study.workloads import NotApplicable
+from crossover_study.study.spec import PointSpec, without_replicas
+from crossover_study.study.study_file import ConfigError
+from crossover_study.workloads import ddp_rank
 
 SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
 MLP = SEED_SIZES["s001-mlp"]
@@ -299,9 +307,9 @@ def test_points_that_do_not_apply_say_why(point, reason):
 def test_cuda_multi_replicas_without_gpus_are_unavailable():
     frameworks.import_framework("torch", "cpu", 1)
     point = PointSpec("s001-mlp", "torch", "cuda_multi", "ddp", MLP, replicas=2, scaling="strong")
-    row = runner.measure_point(point, FAST, 0.1, 0.1, 2)
+    row = point_measure.measure_point(point, FAST, 0.1, 0.1, 2)
     assert row["status"] == "unavailable" and "2 replicas need 2 GPUs; 0 visible" in row["message"]
-    probe = frameworks.probe("torch", "cuda_multi")
+    probe = device_probe.probe("torch", "cuda_multi")
     assert not probe.available and "cuda_multi needs at least 2 GPUs; 0 visible" in probe.reason
 
 
@@ -344,7 +352,7 @@ def test_ddp_gloo_two_processes_measures_real_rows(tmp_path):
         # never several steps long.
         assert 0 < row["allreduce_share"] < 2 and row["allreduce_s"] > 0
         assert row["threads_per_replica"] == 1  # the job's 2 threads shared by 2 ranks
-        assert row["device"] == "cpu" and row["device_name"] == frameworks.cpu_model()
+        assert row["device"] == "cpu" and row["device_name"] == provenance.cpu_model()
         assert "gloo on lo" in row["replica_devices"] and "cuda" not in row["replica_devices"]
         assert math.isfinite(row["final_loss"]) and row["n_blocks"] >= 3
     assert mirrored["status"] == "not_applicable" and "TensorFlow" in mirrored["message"]
@@ -356,15 +364,15 @@ def test_ddp_gloo_two_processes_measures_real_rows(tmp_path):
 def test_gloo_binds_the_loopback_unless_the_user_chose(monkeypatch):
     from crossover_study.workloads import torch_ddp
 
-    assert torch_ddp.loopback_interface() == "lo"  # Linux
+    assert ddp_rank.loopback_interface() == "lo"  # Linux
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    torch_ddp._gloo_on_loopback()
+    ddp_rank._gloo_on_loopback()
     assert os.environ["GLOO_SOCKET_IFNAME"] == "lo"
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
-    torch_ddp._gloo_on_loopback()
+    ddp_rank._gloo_on_loopback()
     assert os.environ["GLOO_SOCKET_IFNAME"] == "eth7"
     monkeypatch.setattr(torch_ddp.socket, "if_nameindex", lambda: [(1, "eth0")])
-    assert torch_ddp.loopback_interface() is None
+    assert ddp_rank.loopback_interface() is None
 
 
 class _Boom(RuntimeError):
@@ -410,7 +418,8 @@ def test_ddp_model_is_freed_before_its_process_group_is_destroyed(monkeypatch):
 
 @pytest.mark.timeout(300)  # two processes on gloo (a wait in C++: conftest hard_timeout)
 def test_ddp_followers_are_killed_and_reaped_when_a_point_fails(monkeypatch):
-    from crossover_study.workloads.torch_ddp import DDPWorkload, RankProgram
+    from crossover_study.workloads.ddp_rank import RankProgram
+    from crossover_study.workloads.torch_ddp import DDPWorkload
 
     frameworks.import_framework("torch", "cpu", 1)
     before, seen = _children(), []
@@ -434,7 +443,7 @@ def test_ddp_followers_are_killed_and_reaped_when_a_point_fails(monkeypatch):
         lambda p, t: Recording(p.case, p.device, dict(p.sizes), p.replicas, p.scaling, t),
     )
     point = PointSpec("s001-mlp", "torch", "cpu", "ddp", MLP, replicas=2, scaling="strong")
-    row = runner.measure_point(point, FAST, 0.1, 0.1, 2)
+    row = point_measure.measure_point(point, FAST, 0.1, 0.1, 2)
     assert row["status"] == "error" and "rank 0 fails mid-block" in row["message"]
     assert len(seen) == 1
     assert not psutil.pid_exists(seen[0]) or psutil.Process(seen[0]).status() == "zombie"
@@ -450,10 +459,10 @@ def test_ddp_followers_are_killed_and_reaped_when_a_point_fails(monkeypatch):
 MIRRORED_SCRIPT = """
 import json, sys
 sys.path.insert(0, {src!r})
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
-from crossover_study import frameworks
+from crossover_study.measure.harness import TimingPolicy
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study.spec import PointSpec
+from crossover_study.measure import frameworks
 seed = {{"batch": 32, "units": 8, "seq_len": 5}}
 mlp = {{"batch": 64, "d_in": 1024, "hidden": 128}}
 pts = tuple(
@@ -538,7 +547,7 @@ def test_mirrored_fit_points_jobs_and_reasons():
 
 
 def test_the_full_study_measures_mirrored_fit_for_s004_only():
-    from crossover_study.config import load_config
+    from crossover_study.study.config import load_config
 
     def fit_points(config):
         return {
@@ -565,9 +574,9 @@ def test_the_full_study_measures_mirrored_fit_for_s004_only():
 MIRRORED_FIT_SCRIPT = """
 import json, sys
 sys.path.insert(0, {src!r})
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.measure.harness import TimingPolicy
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study.spec import PointSpec
 # Tiny LSTM; batch 400 makes s004's data set (1 198 windows) 3 global batches per epoch
 # (2 at weak scaling's global batch of 800).
 lstm = {{"batch": 400, "units": 8, "seq_len": 5}}
@@ -587,8 +596,7 @@ run_group(GroupSpec("s004-lstm", "tensorflow", "cpu", pts, 2, policy, "skip", "h
 
 @pytest.mark.slow
 def test_mirrored_fit_on_two_logical_cpu_devices(tmp_path):
-    from crossover_study import figures
-    from crossover_study.answers import replica_program_sentence
+    from crossover_study.answers.replicas import replica_program_sentence
 
     script = tmp_path / "run.py"
     script.write_text(MIRRORED_FIT_SCRIPT.format(src=str(REPO_ROOT / "src")))
@@ -633,7 +641,7 @@ def test_mirrored_fit_on_two_logical_cpu_devices(tmp_path):
     # Each program's one replica is its own baseline; the sentence compares them. (The
     # report reads the seed's size; these rows were measured small, so they are labelled
     # with the seed's sizes for the table only.)
-    table = figures.scaling_table(df.assign(**SEED_SIZES["s004-lstm"]), "s004-lstm")
+    table = figure_scaling.scaling_table(df.assign(**SEED_SIZES["s004-lstm"]), "s004-lstm")
     base = table[table["scaling"] == "baseline"].set_index("replica_variant")
     assert base.loc["mirrored_fit", "variant"] == "mirrored_fit"
     assert base.loc["mirrored", "variant"] == "mirrored"
@@ -682,10 +690,9 @@ def _program_rows():
 
 
 def test_replica_program_sentence_sets_fit_beside_the_custom_step():
-    from crossover_study import figures
-    from crossover_study.answers import replica_program_sentence
+    from crossover_study.answers.replicas import replica_program_sentence
 
-    table = figures.scaling_table(_program_rows(), "s004-lstm")
+    table = figure_scaling.scaling_table(_program_rows(), "s004-lstm")
     assert sorted(set(table["replica_variant"])) == ["mirrored", "mirrored_fit"]
     text = replica_program_sentence(table, "s004-lstm")
     assert "on one replica Keras fit takes 10 ms per step and the custom step 4 ms" in text
@@ -702,13 +709,15 @@ def test_replica_program_sentence_sets_fit_beside_the_custom_step():
     # A noisy timing is never quoted without its flag.
     noisy = _program_rows().assign(noisy=False)
     noisy.loc[(noisy["variant"] == "mirrored") & (noisy["scaling"] == "weak"), "noisy"] = True
-    text = replica_program_sentence(figures.scaling_table(noisy, "s004-lstm"), "s004-lstm")
+    text = replica_program_sentence(figure_scaling.scaling_table(noisy, "s004-lstm"), "s004-lstm")
     assert "the custom step 6 ms (flagged noisy: custom step): fit adds" in text
     assert text.count("flagged") == 1
     # Only the custom step measured, or neither program of fit: nothing or a reason.
-    lean = figures.scaling_table(_program_rows().query("variant == 'mirrored'"), "s004-lstm")
+    lean = figure_scaling.scaling_table(_program_rows().query("variant == 'mirrored'"), "s004-lstm")
     assert replica_program_sentence(lean, "s004-lstm") is None
-    alone = figures.scaling_table(_program_rows().query("variant == 'mirrored_fit'"), "s004-lstm")
+    alone = figure_scaling.scaling_table(
+        _program_rows().query("variant == 'mirrored_fit'"), "s004-lstm"
+    )
     assert "not mirrored (the custom step)" in replica_program_sentence(alone, "s004-lstm")
 
 
@@ -718,10 +727,8 @@ def test_replica_scaling_figure_tells_the_two_tensorflow_programs_apart():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from crossover_study import figures
-
     fig, ax = plt.subplots()
-    figures.replica_scaling(_program_rows(), "s004-lstm", ax=ax)
+    figure_draw.replica_scaling(_program_rows(), "s004-lstm", ax=ax)
     lines = {line.get_label(): line for line in ax.get_lines() if line.get_gid() == "scaling-line"}
     assert sorted(lines) == [
         "cpu tensorflow mirrored strong",
@@ -743,13 +750,13 @@ def test_replica_scaling_figure_tells_the_two_tensorflow_programs_apart():
 
 def test_tpu_probe_on_this_host_is_unavailable_with_the_reason():
     frameworks.import_framework("tensorflow", "cpu", 1)
-    probe = frameworks.probe("tensorflow", "tpu")
+    probe = device_probe.probe("tensorflow", "tpu")
     assert not probe.available and probe.device_name is None
     assert re.search(
         r"(TPUClusterResolver|initialize_tpu_system|TPUStrategy).* failed", probe.reason
     )
-    assert frameworks.probe("tensorflow", "tpu").reason == probe.reason  # tried once
-    torch_probe = frameworks.probe("torch", "tpu")
+    assert device_probe.probe("tensorflow", "tpu").reason == probe.reason  # tried once
+    torch_probe = device_probe.probe("torch", "tpu")
     assert not torch_probe.available and "no TPU backend" in torch_probe.reason
 
 
@@ -770,7 +777,7 @@ def test_tpu_group_gives_unavailable_rows_or_fails(tmp_path):
     assert rows[1]["status"] == "not_applicable" and rows[1]["program"] is None
     assert "only strategy_step runs" in rows[1]["message"] and "keras_fit" in rows[1]["message"]
     fail = GroupSpec("s002-iris", "tensorflow", "tpu", pts, 1, FAST, "fail", "h")
-    with pytest.raises(frameworks.DeviceMissingError, match="'tpu' was asked for"):
+    with pytest.raises(errors.DeviceMissingError, match="'tpu' was asked for"):
         run_group(fail, tmp_path / "j2.jsonl", tmp_path / "o2.csv", log=lambda _: None)
 
 
@@ -780,7 +787,7 @@ def test_tpu_group_gives_unavailable_rows_or_fails(tmp_path):
 )
 def test_tpu_strategy_step_runs_under_an_injected_strategy(monkeypatch, case, sizes):
     tf = frameworks.import_framework("tensorflow", "cpu", 1)
-    from crossover_study.workloads.tf_strategy import StrategyWorkload
+    from crossover_study.workloads.tf_strategy_step import StrategyWorkload
 
     # The tpu routing of make_workload, with a CPU strategy standing in for TPUStrategy.
     monkeypatch.setattr(
@@ -835,9 +842,8 @@ def _scaling_rows():
 
 
 def test_scaling_table_baseline_and_efficiency():
-    from crossover_study import figures
 
-    table = figures.scaling_table(_scaling_rows())
+    table = figure_scaling.scaling_table(_scaling_rows())
     assert table["scaling"].tolist() == ["baseline", "strong", "weak"]
     # Baseline: the synced eager row, 64 samples / 1 ms (the unsynced row is ignored).
     assert table["baseline_samples_per_s"].tolist() == pytest.approx([64000.0] * 3)
@@ -845,11 +851,11 @@ def test_scaling_table_baseline_and_efficiency():
     assert table["allreduce_share"].tolist()[1:] == [0.25, 0.5]
     assert len(without_replicas(_scaling_rows())) == 2
     old = _scaling_rows().iloc[:2]  # a table from before replicas: nothing to scale
-    assert figures.scaling_table(old).empty
+    assert figure_scaling.scaling_table(old).empty
     # With the same program on one replica measured, that is the baseline (not eager).
     one = {**_scaling_rows().iloc[0].to_dict(), "variant": "ddp", "replicas": 1}
     one.update(global_batch=64, samples_per_s=48000.0, step_time_s=64 / 48000)
-    table = figures.scaling_table(pd.concat([_scaling_rows(), pd.DataFrame([one])]))
+    table = figure_scaling.scaling_table(pd.concat([_scaling_rows(), pd.DataFrame([one])]))
     assert table.loc[0, "variant"] == "ddp" and table.loc[0, "scaling"] == "baseline"
     assert table["efficiency"].tolist() == pytest.approx([1.0, 1 / 3, 1.0])
 
@@ -860,10 +866,8 @@ def test_replica_scaling_figure_draws_strong_weak_and_ideal():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from crossover_study import figures
-
     fig, ax = plt.subplots()
-    figures.replica_scaling(_scaling_rows(), "s001-mlp", ax=ax)
+    figure_draw.replica_scaling(_scaling_rows(), "s001-mlp", ax=ax)
     lines = [line for line in ax.get_lines() if line.get_gid() == "scaling-line"]
     assert sorted(line.get_label() for line in lines) == ["cpu torch strong", "cpu torch weak"]
     for line in lines:
@@ -873,6 +877,6 @@ def test_replica_scaling_figure_draws_strong_weak_and_ideal():
     assert [line.get_gid() for line in ax.get_lines()].count("ideal-scaling") == 1
     plt.close(fig)
     fig, ax = plt.subplots()
-    figures.replica_scaling(_scaling_rows(), "s000-hjb", ax=ax)
+    figure_draw.replica_scaling(_scaling_rows(), "s000-hjb", ax=ax)
     assert "no ok replicated rows" in ax.texts[0].get_text()
     plt.close(fig)

@@ -10,11 +10,15 @@ import time
 import pandas as pd
 import pytest
 
-from crossover_study import frameworks, runner
-from crossover_study.harness import TimingPolicy
-from crossover_study.provenance import REPO_ROOT, table_columns
-from crossover_study.runner import UNSYNCED_ON_CPU, GroupSpec, Journal, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.core import errors
+from crossover_study.core.origin import table_columns
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.measure import frameworks, runner
+from crossover_study.measure import point as point_measure
+from crossover_study.measure.journal import Journal
+from crossover_study.measure.runner import UNSYNCED_ON_CPU, GroupSpec, run_group
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
 
@@ -56,7 +60,7 @@ def test_rerun_keeps_measured_points_and_measures_only_new_ones(tmp_path, monkey
     journal, out = tmp_path / "j.jsonl", tmp_path / "out.csv"
     first = run_group(mlp_group(hidden=(128,)), journal, out, log=lambda _: None)
     calls = []
-    original = runner.measure_point
+    original = point_measure.measure_point
 
     def counting(point, *args):
         calls.append(point.sizes["hidden"])
@@ -75,7 +79,7 @@ def test_a_row_measured_under_other_threads_or_timing_is_measured_again(tmp_path
     journal, out = tmp_path / "j.jsonl", tmp_path / "out.csv"
     first = run_group(mlp_group(hidden=(128,)), journal, out, log=lambda _: None)
     calls, said = [], []
-    original = runner.measure_point
+    original = point_measure.measure_point
 
     def counting(point, *args):
         calls.append(point.sizes["hidden"])
@@ -150,7 +154,7 @@ def test_missing_device_skip_gives_unavailable_rows_never_cpu_timings(tmp_path):
 
 
 def test_missing_device_fail_stops_before_measuring(tmp_path):
-    with pytest.raises(frameworks.DeviceMissingError, match="'cuda' was asked for .* not visible"):
+    with pytest.raises(errors.DeviceMissingError, match="'cuda' was asked for .* not visible"):
         run_group(mlp_group("cuda", missing="fail"), tmp_path / "j.jsonl", tmp_path / "o.csv")
     assert not (tmp_path / "o.csv").exists()
 
@@ -199,7 +203,7 @@ def test_a_point_killed_before_is_measured_after_the_others(tmp_path, monkeypatc
     journal = tmp_path / "j.jsonl"
     start = {"event": "start", "key": group.points[0].key(), "settings": group.settings()}
     journal.write_text(json.dumps(start) + "\n")
-    calls, original = [], runner.measure_point
+    calls, original = [], point_measure.measure_point
 
     def counting(point, *args):
         calls.append(point.sizes["hidden"])
@@ -245,10 +249,10 @@ def test_one_own_crash_is_tried_again(tmp_path):
 CRASH_SCRIPT = """
 import os, signal, sys
 sys.path.insert(0, {src!r})
-from crossover_study import runner
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.measure import runner
+from crossover_study.measure.harness import TimingPolicy
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study.spec import PointSpec
 
 def crash(*_):  # a step that crashes its process (a segfault in a C extension)
     os.kill(os.getpid(), signal.SIGSEGV)
@@ -285,9 +289,9 @@ def test_a_step_that_segfaults_is_recorded_in_the_journal_and_given_up(tmp_path)
 KILL_SCRIPT = """
 import sys
 sys.path.insert(0, {src!r})
-from crossover_study.harness import TimingPolicy
-from crossover_study.runner import GroupSpec, run_group
-from crossover_study.spec import PointSpec
+from crossover_study.measure.harness import TimingPolicy
+from crossover_study.measure.runner import GroupSpec, run_group
+from crossover_study.study.spec import PointSpec
 seed = {{"batch": 64, "d_in": 1024}}
 pts = tuple(PointSpec("s001-mlp", "torch", "cpu", "eager", {{**seed, "hidden": h}}) for h in (64, 128, 256, 512))
 policy = TimingPolicy(min_block_s=0.2, n_blocks=5, max_warmup_s=0.3)

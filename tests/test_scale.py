@@ -11,18 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from crossover_study import cases as case_registry
-from crossover_study import study_points
-from crossover_study.config import (
-    batches,
-    groups,
-    load_config,
-    measure_jobs,
-    points,
-    previous_round_jobs,
-    validate_config,
-)
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.study import cases as case_registry
+from crossover_study.study import points as study_points
+from crossover_study.study.config import load_config, validate_config
+from crossover_study.study.points import batches, groups, measure_jobs, points, previous_round_jobs
 
 SCALE = REPO_ROOT / "config" / "studies" / "scale.yaml"
 

@@ -3,8 +3,8 @@ relatives, with one rule for replicated rows."""
 
 import pandas as pd
 
-from crossover_study.answer_rows import failed_at_seed, seed_rows
-from crossover_study.spec import seed_sizes, select_rows
+from crossover_study.answers.rows import failed_at_seed, seed_rows
+from crossover_study.study.spec import seed_sizes, select_rows
 
 
 def _rows() -> pd.DataFrame:

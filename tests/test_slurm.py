@@ -25,9 +25,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from crossover_study import frameworks
-from crossover_study.config import load_config, measure_jobs
-from crossover_study.provenance import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
+from crossover_study.measure import frameworks
+from crossover_study.study.config import load_config
+from crossover_study.study.points import measure_jobs
 
 pytestmark = pytest.mark.slurm
 

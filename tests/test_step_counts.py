@@ -8,18 +8,27 @@ import json
 
 import pytest
 
-from crossover_study import step_counts, step_rates
-from crossover_study.spec import PointSpec
+from crossover_study.measure import harness
+from crossover_study.stepmodel import counts as step_counts
+from crossover_study.stepmodel import counts_tf as step_counts_tf
+from crossover_study.stepmodel import counts_torch as step_counts_torch
+from crossover_study.stepmodel import faults as step_faults
+from crossover_study.stepmodel import fit_rates as step_fit_rates
+from crossover_study.stepmodel import rates as step_rates
+from crossover_study.stepmodel import record as step_record
+from crossover_study.stepmodel import replay as step_replay
+from crossover_study.stepmodel import timing as step_timing
+from crossover_study.study.spec import PointSpec
 
 
 @pytest.fixture(autouse=True)
 def fresh_replays(monkeypatch):
     """Each test starts with no replay kept (step_rates keeps them for the process)."""
-    monkeypatch.setattr(step_rates, "_REPLAYED", {})
+    monkeypatch.setattr(step_replay, "_REPLAYED", {})
 
 
 def _built(framework: str, case: str, sizes: dict, variant: str = "eager"):
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     frameworks.import_framework(framework, "cpu", 1)
     workload = frameworks.make_workload(PointSpec(case, framework, "cpu", variant, sizes), 1)
@@ -33,8 +42,8 @@ def _built(framework: str, case: str, sizes: dict, variant: str = "eager"):
 def test_s001_counts_match_the_closed_form(framework):
     sizes = {"batch": 64, "d_in": 256, "hidden": 128}
     columns = step_counts.count_point(_built(framework, "s001-mlp", sizes), framework, "cpu")
-    columns.update(step_rates.replay_columns(columns, framework, "cpu"))
-    assert columns["step_flops"] == step_counts.mlp_matmul_flops(64, 256, 128)
+    columns.update(step_replay.replay_columns(columns, framework, "cpu"))
+    assert columns["step_flops"] == step_record.mlp_matmul_flops(64, 256, 128)
     assert columns["step_ops"] >= 20  # a few dozen small operations per step
     assert columns["step_ops_kind"] == ("aten_ops" if framework == "torch" else "tf_ops")
     assert columns["step_copy_bytes"] == 0  # nothing crosses to a device on the CPU
@@ -42,7 +51,7 @@ def test_s001_counts_match_the_closed_form(framework):
     # The products by shape make the same FLOPs; the first layer's x (64 × 256) · w1
     # (256 × 128) is one of them; all of them were replayed.
     products = json.loads(columns["step_products"])
-    assert step_counts.product_flops(products) == columns["step_flops"]
+    assert step_record.product_flops(products) == columns["step_flops"]
     assert any(p[:4] == [1, 64, 256, 128] for p in products)
     assert columns["step_products_flops"] == columns["step_flops"]
     assert columns["step_products_s"] > 0
@@ -83,12 +92,12 @@ def test_torch_lstm_gates_are_counted():
     for *_, backward, per_step in layers:
         passes[backward] += per_step
     assert passes == {False: 3.0, True: 3.0}
-    layer_flops = sum(step_counts.lstm_layer_flops(*row[:5]) * row[5] for row in layers)
+    layer_flops = sum(step_record.lstm_layer_flops(*row[:5]) * row[5] for row in layers)
     assert layer_flops == pytest.approx(3 * forward)
     # The products are the Dense layer's alone; with the layers they make the FLOPs.
     products = json.loads(columns["step_products"])
     assert not any(24 in p[1:4] for p in products)  # no gate (4H = 24) product
-    assert step_counts.product_flops(products) + layer_flops == pytest.approx(columns["step_flops"])
+    assert step_record.product_flops(products) + layer_flops == pytest.approx(columns["step_flops"])
     # flop_ops: the gate products as oneDNN runs them (per layer forward 1 + T, backward
     # 3 + T) besides the Dense's.
     gates = 3 * ((1 + 5) + (3 + 5))
@@ -98,12 +107,12 @@ def test_torch_lstm_gates_are_counted():
 def test_lstm_products_as_onednn_runs_them():
     """Per layer one hidden-state product (B × H)·(H × 4H) per time step forward and
     one (B × 4H)·(4H × H) backward, the input's over all steps at once."""
-    forward = step_counts.lstm_products(5, 4, [(3, 6)], backward=False)
-    backward = step_counts.lstm_products(5, 4, [(3, 6)], backward=True)
+    forward = step_record.lstm_products(5, 4, [(3, 6)], backward=False)
+    backward = step_record.lstm_products(5, 4, [(3, 6)], backward=True)
     assert forward == {(1, 20, 3, 24, False, True): 1, (1, 4, 6, 24, False, True): 5}
     assert backward[(1, 4, 24, 6, False, False)] == 5
-    assert step_counts.product_flops(forward) == 2 * 5 * 4 * 24 * (3 + 6)
-    assert step_counts.lstm_layer_flops(5, 4, 3, 6, True) == 2 * step_counts.product_flops(forward)
+    assert step_record.product_flops(forward) == 2 * 5 * 4 * 24 * (3 + 6)
+    assert step_record.lstm_layer_flops(5, 4, 3, 6, True) == 2 * step_record.product_flops(forward)
 
 
 def test_tf_products_say_whether_they_ran_inside_a_graph():
@@ -143,9 +152,9 @@ def test_torch_copy_bytes_count_a_copy_across_devices():
     import torch
 
     host = torch.ones(10, 10)
-    counts = step_counts.count_torch_step(lambda: host.to("meta"))
+    counts = step_counts_torch.count_torch_step(lambda: host.to("meta"))
     assert counts.copy_bytes == 400
-    assert step_counts.count_torch_step(lambda: host.clone()).copy_bytes == 0
+    assert step_counts_torch.count_torch_step(lambda: host.clone()).copy_bytes == 0
 
 
 def test_a_program_the_counters_cannot_follow_keeps_its_row(capsys):
@@ -164,11 +173,11 @@ def test_a_program_the_counters_cannot_follow_keeps_its_row(capsys):
 
 def test_counting_runs_after_the_timed_blocks(monkeypatch):
     """measure_point counts only once the harness has returned its measurement."""
-    from crossover_study import point_measure
-    from crossover_study.harness import TimingPolicy
+    from crossover_study.measure import point as point_measure
+    from crossover_study.study.points import TimingPolicy
 
     events = []
-    real_measure = point_measure.measure
+    real_measure = harness.measure
 
     def measure(*args, **kwargs):
         result = real_measure(*args, **kwargs)
@@ -181,7 +190,7 @@ def test_counting_runs_after_the_timed_blocks(monkeypatch):
 
     monkeypatch.setattr(point_measure, "measure", measure)
     monkeypatch.setattr(point_measure.step_counts, "count_point", count_point)
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     frameworks.import_framework("torch", "cpu", 1)
     point = PointSpec("s001-mlp", "torch", "cpu", "eager", {"batch": 8, "d_in": 8, "hidden": 8})
@@ -193,7 +202,7 @@ def test_counting_runs_after_the_timed_blocks(monkeypatch):
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
 def test_rates_are_measured_with_their_spread(framework):
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     frameworks.import_framework(framework, "cpu", 1)
     rates = step_rates.measure_rates(framework, "cpu")
@@ -224,8 +233,9 @@ def test_a_counted_point_times_no_rates_and_says_what_it_paid(framework, monkeyp
     """A counted point's row carries no rates of its own (the rates job's are the job's
     common columns, runner): measure_point never times the op costs or Keras fit's costs
     again, and says in count_s and replay_s what its count and its replays took."""
-    from crossover_study import frameworks, point_measure
-    from crossover_study.harness import TimingPolicy
+    from crossover_study.measure import frameworks
+    from crossover_study.measure import point as point_measure
+    from crossover_study.study.points import TimingPolicy
 
     frameworks.import_framework(framework, "cpu", 1)
 
@@ -233,7 +243,7 @@ def test_a_counted_point_times_no_rates_and_says_what_it_paid(framework, monkeyp
         raise AssertionError("a point timed the machine's rates")
 
     monkeypatch.setattr(step_rates, "op_costs", timed)
-    monkeypatch.setattr(step_rates, "_keras_fit_rates", timed)
+    monkeypatch.setattr(step_rates, "_keras_fit_rates", timed)  # as _tf_rates calls it
     monkeypatch.setattr(step_rates, "measure_rates", timed)
     policy = TimingPolicy(min_block_s=0.001, n_blocks=3, max_warmup_s=0.05, sync_check_s=0)
     points = [
@@ -256,11 +266,11 @@ def test_keras_fit_costs_are_measured():
     """Keras fit's own costs (the rates job's): call, epoch, validated epoch and step,
     each a positive or zero number of seconds, the call and the step above zero (a fit
     does cost something)."""
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     tf = frameworks.import_framework("tensorflow", "cpu", 1)
     with tf.device("/CPU:0"):
-        fit = step_rates._keras_fit_rates(0.4)
+        fit = step_fit_rates._keras_fit_rates(0.4)
     assert set(fit) == {
         "fit_call_s",
         "fit_epoch_s",
@@ -282,8 +292,8 @@ def test_a_shape_replayed_before_in_the_job_is_not_replayed_again(monkeypatch):
         timed.append(n)
         return {"median": 1e-3 * len(timed), "iqr": 0.0, "blocks": []}
 
-    monkeypatch.setattr(step_rates, "_blocks", blocks)
-    monkeypatch.setattr(step_rates, "_faults_per_call", lambda run, sync: 2.0)
+    monkeypatch.setattr(step_replay, "_blocks", blocks)
+    monkeypatch.setattr(step_replay, "_faults_per_call", lambda run, sync: 2.0)
     products = [[1, 8, 8, 8, False, False, False, 3.0], [2, 4, 4, 4, True, False, False, 1.0]]
     layers = [[5, 2, 3, 4, False, 1.0], [5, 2, 3, 4, True, 1.0]]
     tanh = json.dumps([[{"t": [4, 4], "dtype": "float32"}], {}])
@@ -292,22 +302,22 @@ def test_a_shape_replayed_before_in_the_job_is_not_replayed_again(monkeypatch):
         "step_rnn_layers": json.dumps(layers),
         "step_elementwise": json.dumps([["aten.tanh.default", tanh, 128.0, 2.0]]),
     }
-    first = step_rates.replay_columns(columns, "torch", "cpu")
+    first = step_replay.replay_columns(columns, "torch", "cpu")
     # products: the floor and two shapes; LSTM: the floor's and one shape's forward and
     # forward-and-backward; the tanh call at full size and at its floor
     assert len(timed) == 3 + 4 + 2
     assert first["step_products_s"] is not None and first["step_elementwise_s"] is not None
-    again = step_rates.replay_columns(columns, "torch", "cpu")
+    again = step_replay.replay_columns(columns, "torch", "cpu")
     assert len(timed) == 9 and again == first
     products.append([1, 16, 16, 16, False, False, False, 1.0])
-    step_rates.replay_columns({"step_products": json.dumps(products)}, "torch", "cpu")
+    step_replay.replay_columns({"step_products": json.dumps(products)}, "torch", "cpu")
     assert len(timed) == 10  # the new shape only
 
 
 def test_rate_blocks_drop_each_result_at_once():
     """A rate's calls free their outputs as a step's temporaries are freed: kept to
     the block's end, every output was fresh memory and the bandwidth curve timed page
-    faults (step_rates._repeat)."""
+    faults (step_timing._repeat)."""
     import weakref
 
     class Output:
@@ -321,7 +331,7 @@ def test_rate_blocks_drop_each_result_at_once():
         made.append(len(alive))
         return out
 
-    step_rates._repeat(call)(5)
+    step_timing._repeat(call)(5)
     assert made == [1, 1, 1, 1, 1] and len(alive) == 0
 
 
@@ -337,7 +347,7 @@ def test_tf_step_that_only_runs_traced_is_counted_from_a_fresh_trace():
     assert all("traced afresh" in c["step_flops_source"] for c in counted)
     assert counted[1]["step_flops"] == 2 * counted[0]["step_flops"] > 0
     for c in counted:  # the traced products, with their static shapes
-        assert step_counts.product_flops(json.loads(c["step_products"])) == c["step_flops"]
+        assert step_record.product_flops(json.loads(c["step_products"])) == c["step_flops"]
     assert counted[0]["step_ops"] == counted[1]["step_ops"] > 200  # a few hundred ops
 
 
@@ -346,14 +356,14 @@ def test_keras_fit_counted_over_a_window_of_steps_matches_the_whole_call(monkeyp
     fetches): per step it gives what counting the whole call gives."""
     sizes = {"batch": 8, "units": 4, "seq_len": 3}
     workload = _built("tensorflow", "s004-lstm", sizes)
-    assert workload.steps_per_call > step_counts.WINDOW_STEPS
+    assert workload.steps_per_call > step_counts_tf.WINDOW_STEPS
     windowed = step_counts.count_point(workload, "tensorflow", "cpu")
-    monkeypatch.setattr(step_counts, "WINDOW_STEPS", 10**6)
+    monkeypatch.setattr(step_counts_tf, "WINDOW_STEPS", 10**6)
     whole = step_counts.count_point(workload, "tensorflow", "cpu")
     assert windowed["step_flops"] == pytest.approx(whole["step_flops"], rel=0.02)
     assert windowed["step_ops"] == pytest.approx(whole["step_ops"], rel=0.05)
     assert windowed["step_function_calls"] == whole["step_function_calls"] > 0
-    windowed_flops = step_counts.product_flops(json.loads(windowed["step_products"]))
+    windowed_flops = step_record.product_flops(json.loads(windowed["step_products"]))
     assert windowed_flops == pytest.approx(windowed["step_flops"])
 
 
@@ -363,12 +373,12 @@ def test_products_are_replayed_one_shape_at_a_time(framework):
     covers are the shapes' FLOPs times their counts per step (a product that ran in a
     graph is left to the curve), and a product that does work takes time beyond the
     1 × 1 product's dispatch."""
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     frameworks.import_framework(framework, "cpu", 1)
     products = [(1, 96, 96, 96, False, True, False, 3.0), (4, 8, 16, 8, True, False, False, 0.5)]
     products.append((1, 96, 96, 96, False, False, True, 2.0))  # ran in a graph: not replayed
-    replay = step_rates.replay_products(framework, "cpu", products)
+    replay = step_replay.replay_products(framework, "cpu", products)
     assert replay["products_flops"] == 3 * 2 * 96**3 + 0.5 * 2 * 4 * 8 * 16 * 8
     assert replay["products_s"] > 0 and replay["seconds"] > 0
 
@@ -377,20 +387,20 @@ def test_lstm_layers_are_replayed_whole():
     """replay_rnn_layers times a layer's forward and its backward pass: each covers its
     gate products' FLOPs and takes time beyond the one-unit layer's; replay_columns adds
     them to the products' replay."""
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     frameworks.import_framework("torch", "cpu", 1)
     layers = [(20, 16, 8, 32, False, 2.0), (20, 16, 8, 32, True, 2.0)]
-    replay = step_rates.replay_rnn_layers("cpu", layers)
-    flops = 2 * (step_counts.lstm_layer_flops(20, 16, 8, 32, False))
-    flops += 2 * step_counts.lstm_layer_flops(20, 16, 8, 32, True)
+    replay = step_replay.replay_rnn_layers("cpu", layers)
+    flops = 2 * (step_record.lstm_layer_flops(20, 16, 8, 32, False))
+    flops += 2 * step_record.lstm_layer_flops(20, 16, 8, 32, True)
     assert replay["products_flops"] == pytest.approx(flops)
     assert replay["products_s"] > 0
     products = [(1, 96, 96, 96, False, True, False, 1.0)]
     columns = {"step_products": json.dumps(products), "step_rnn_layers": json.dumps(layers)}
-    both = step_rates.replay_columns(columns, "torch", "cpu")
+    both = step_replay.replay_columns(columns, "torch", "cpu")
     assert both["step_products_flops"] == pytest.approx(flops + 2 * 96**3)
-    alone = step_rates.replay_columns({"step_rnn_layers": json.dumps(layers)}, "torch", "cpu")
+    alone = step_replay.replay_columns({"step_rnn_layers": json.dumps(layers)}, "torch", "cpu")
     assert alone["step_products_flops"] == pytest.approx(flops)
 
 
@@ -411,25 +421,25 @@ def test_replay_faults_are_counted_per_call():
             del view
             region.close()
 
-    assert step_rates._faults_per_call(fresh, lambda: None) >= pages
-    assert step_rates._faults_per_call(lambda n: None, lambda: None) < 1
+    assert step_faults._faults_per_call(fresh, lambda: None) >= pages
+    assert step_faults._faults_per_call(lambda n: None, lambda: None) < 1
     # the rate: a fresh 64 MiB write costs more than the same write into kept memory
-    rate = step_rates._page_fault(*step_rates._mapped_pages(step_rates._numpy_fill))
+    rate = step_faults._page_fault(*step_faults._mapped_pages(step_faults._numpy_fill))
     rate = rate["page_fault_s"]
     assert 1e-8 < rate["median"] < 1e-4
     # an allocator that keeps its blocks faults nothing: no rate rather than a wrong one
-    assert step_rates._page_fault(lambda: None, lambda: None) == {}
+    assert step_faults._page_fault(lambda: None, lambda: None) == {}
 
 
 def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):
     def broken(*args):
         raise RuntimeError("no device")
 
-    monkeypatch.setattr(step_rates, "replay_products", broken)
+    monkeypatch.setattr(step_replay, "replay_products", broken)
     columns = step_counts.count_point(
         _built("torch", "s001-mlp", {"batch": 4, "d_in": 4, "hidden": 4}), "torch", "cpu"
     )
-    replayed = step_rates.replay_columns(columns, "torch", "cpu")
+    replayed = step_replay.replay_columns(columns, "torch", "cpu")
     assert columns["step_flops"] > 0 and columns["step_products"]
     assert replayed["step_products_s"] is None and replayed["step_products_flops"] is None
     assert "not replayed (RuntimeError: no device)" in capsys.readouterr().err
@@ -445,7 +455,7 @@ def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):
             "step_elementwise_faults",
         ]
     )
-    assert step_rates.replay_columns({"step_products": None}, "torch", "cpu") == nothing
+    assert step_replay.replay_columns({"step_products": None}, "torch", "cpu") == nothing
 
 
 def test_elementwise_calls_are_listed_and_replayed():
@@ -463,17 +473,17 @@ def test_elementwise_calls_are_listed_and_replayed():
     assert 0 < listed <= columns["step_mem_bytes"] * (1 + 1e-9)
     assert not any(name.startswith("aten.randperm") for name, *_ in calls)
     softmax = next(call for call in calls if call[0] == "aten._softmax.default")
-    args, _ = step_rates._torch_args(softmax[1], "cpu", floor=False)
+    args, _ = step_replay._torch_args(softmax[1], "cpu", floor=False)
     assert list(args[0].shape) == [20, 3] and args[1] == 1  # the batch's 3 class scores
-    small, _ = step_rates._torch_args(softmax[1], "cpu", floor=True)
+    small, _ = step_replay._torch_args(softmax[1], "cpu", floor=True)
     assert list(small[0].shape) == [1, 1]
-    tanh = step_counts.encode_args((torch.empty(1000, 1000),), {})
+    tanh = step_counts_torch.encode_args((torch.empty(1000, 1000),), {})
     bogus = ["aten.no_such_op.default", tanh, 8e6, 1.0]
-    replay = step_rates.replay_elementwise("cpu", [["aten.tanh.default", tanh, 8e6, 2.0], bogus])
+    replay = step_replay.replay_elementwise("cpu", [["aten.tanh.default", tanh, 8e6, 2.0], bogus])
     assert replay["elementwise_bytes"] == 16e6  # the call that cannot be rebuilt: not covered
     assert replay["elementwise_s"] > 0  # a million tanh take longer than one
-    with pytest.raises(step_counts._Unencodable):
-        step_counts.encode_args((torch.Generator(),), {})
+    with pytest.raises(step_counts_torch._Unencodable):
+        step_counts_torch.encode_args((torch.Generator(),), {})
 
 
 @pytest.mark.parametrize("fetches", [(-1, 1), (0, 0)])
@@ -482,5 +492,5 @@ def test_tf_count_refuses_a_window_it_cannot_place(fetches):
     count of at least 0 and at least 1: anything else is refused before the step runs."""
     ran = []
     with pytest.raises(ValueError, match="fetches must be"):
-        step_counts.count_tf_step(lambda: ran.append(1), 3, fetches=fetches)
+        step_counts_tf.count_tf_step(lambda: ran.append(1), 3, fetches=fetches)
     assert not ran

@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossover_study import step_model
-from crossover_study.step_model import Rates
-from crossover_study.step_reference import COUNT_COLUMNS
+from crossover_study.analysis.prediction import COUNT_COLUMNS
+from crossover_study.stepmodel import columns as step_columns
+from crossover_study.stepmodel import model as step_model
+from crossover_study.stepmodel.model import Rates
 
 #: Rates of a synthetic CPU and a synthetic GPU (seconds per op, FLOP/s, bytes/s).
 CPU_RATES = {
@@ -60,7 +61,7 @@ def test_cpu_terms_add_and_accelerator_terms_overlap():
     df = pd.DataFrame(
         [_row("cpu", 25e-3, flops=1e9, mem=1e8), _row("cuda", 1.2e-3, flops=1e9, mem=1e8, copy=1e6)]
     )
-    out = step_model.model_columns(df)
+    out = step_columns.model_columns(df)
     cpu, gpu = out.iloc[0], out.iloc[1]
     assert cpu["model_ops_s"] == pytest.approx(1e-3)
     assert cpu["model_compute_s"] == pytest.approx(10e-3)
@@ -78,7 +79,7 @@ def test_cpu_terms_add_and_accelerator_terms_overlap():
 def test_graph_ops_are_priced_at_the_graph_rate_else_the_eager_rate():
     kw = {"ops": 300, "graph": 200, "flops": 0.0, "mem": 0.0}
     row = _row("cpu", 1e-3, framework="tensorflow", step_ops_kind="tf_ops", **kw)
-    out = step_model.model_columns(pd.DataFrame([row, {**row, "rate_graph_op_s": 1e-6}]))
+    out = step_columns.model_columns(pd.DataFrame([row, {**row, "rate_graph_op_s": 1e-6}]))
     # 100 eager x 10 us + 200 graph x 10 us (no graph rate) = 3 ms; with 1 us: 1.2 ms
     assert list(out["model_ops_s"]) == pytest.approx([3e-3, 1.2e-3])
     assert list(out["model_regime"]) == ["launch-bound", "launch-bound"]
@@ -94,7 +95,7 @@ def test_graph_ops_are_priced_at_the_graph_rate_else_the_eager_rate():
     ],
 )
 def test_the_regime_is_the_largest_term(device, counts, regime):
-    out = step_model.model_columns(pd.DataFrame([_row(device, 1.0, **counts)]))
+    out = step_columns.model_columns(pd.DataFrame([_row(device, 1.0, **counts)]))
     assert out["model_regime"].iloc[0] == regime
 
 
@@ -107,20 +108,20 @@ def test_missing_inputs_give_empty_model_columns_never_invented_ones():
         _row("cuda", 1e-3, copy=np.nan),  # copy bytes not counted on an accelerator
         _row("cpu", 1e-3, copy=np.nan),  # on the CPU nothing is copied: modelled
     ]
-    out = step_model.model_columns(pd.DataFrame(rows))
+    out = step_columns.model_columns(pd.DataFrame(rows))
     for column in step_model.MODEL_COLUMNS:
         assert out[column].iloc[:5].isna().all(), column
     assert out["model_step_s"].iloc[5] == pytest.approx(100 * 10e-6 + 1e-5 + 1e-5)
     # no measured time (a prediction): the model, but no share of a measurement
-    unmeasured = step_model.model_columns(pd.DataFrame([_row("cuda", np.nan)])).iloc[0]
+    unmeasured = step_columns.model_columns(pd.DataFrame([_row("cuda", np.nan)])).iloc[0]
     assert unmeasured["model_step_s"] == pytest.approx(100 * 5e-6)
     assert unmeasured["model_regime"] == "launch-bound" and pd.isna(unmeasured["model_share"])
     # a table written before the counts existed: every model column empty
     old = pd.DataFrame([{"case": "s001-mlp", "device": "cpu", "status": "ok", "step_time_s": 1.0}])
-    out = step_model.model_columns(old)
+    out = step_columns.model_columns(old)
     assert list(out.columns[-len(step_model.MODEL_COLUMNS) :]) == list(step_model.MODEL_COLUMNS)
     assert out[list(step_model.MODEL_COLUMNS)].isna().all().all()
-    empty = step_model.model_columns(pd.DataFrame(columns=["device", "status", "step_time_s"]))
+    empty = step_columns.model_columns(pd.DataFrame(columns=["device", "status", "step_time_s"]))
     assert empty.empty and set(step_model.MODEL_COLUMNS) <= set(empty.columns)
 
 
@@ -149,8 +150,8 @@ def test_rates_and_terms_refuse_what_they_cannot_price():
 
 
 def test_collect_writes_the_model_columns_and_is_deterministic(tmp_path):
-    from crossover_study.provenance import table_columns
-    from crossover_study.tables import collect_timings, read_timings
+    from crossover_study.analysis.tables import collect_timings, read_timings
+    from crossover_study.core.origin import table_columns
 
     documented = list(table_columns("timings"))
     assert set(step_model.MODEL_COLUMNS) <= set(documented)
@@ -172,8 +173,8 @@ def test_collect_writes_the_model_columns_and_is_deterministic(tmp_path):
 
 
 def test_collect_under_an_older_header_adds_no_model_columns(tmp_path):
-    from crossover_study.provenance import table_columns
-    from crossover_study.tables import collect_timings
+    from crossover_study.analysis.tables import collect_timings
+    from crossover_study.core.origin import table_columns
 
     old = [c for c in table_columns("timings") if not c.startswith("model_")]
     part = tmp_path / "job.csv"
@@ -212,11 +213,11 @@ def _sweep(cpu_extra=1.05, gpu_extra=1.0):
                 **rates,
             )
             rows.append(row)
-    return step_model.model_columns(pd.DataFrame(rows))
+    return step_columns.model_columns(pd.DataFrame(rows))
 
 
 def test_model_crossover_lies_where_the_modelled_curves_cross():
-    from crossover_study.answer_regime import model_crossover, model_crossover_text
+    from crossover_study.answers.regime import model_crossover, model_crossover_text
 
     df = _sweep()
     outcome, size = model_crossover(df, "s001-mlp", "torch", "eager", "cuda", "hidden")
@@ -232,13 +233,13 @@ def test_model_crossover_lies_where_the_modelled_curves_cross():
     assert model_crossover(plain, "s001-mlp", "torch", "eager", "cuda", "hidden") is None
     faster = df.assign(step_ops=np.where(df["device"] == "cuda", 1, df["step_ops"]))
     outcome, _ = model_crossover(
-        step_model.model_columns(faster), "s001-mlp", "torch", "eager", "cuda", "hidden"
+        step_columns.model_columns(faster), "s001-mlp", "torch", "eager", "cuda", "hidden"
     )
     assert outcome == "accelerator_faster_throughout"
 
 
 def test_the_answer_names_each_devices_regime_and_the_models_crossover():
-    from crossover_study.answers import answer_sentence
+    from crossover_study.answers.sentences import answer_sentence
 
     df = _sweep()
     text = answer_sentence(df, None, "s001-mlp")
@@ -264,12 +265,12 @@ def test_the_answer_names_each_devices_regime_and_the_models_crossover():
 
 
 def test_regime_wording_for_compute_memory_and_graph_ops():
-    from crossover_study.answer_regime import device_regime_text, fmt_si
+    from crossover_study.answers.regime import device_regime_text, fmt_si
 
     assert fmt_si(33972224, "FLOP") == "34 MFLOP"
     assert fmt_si(1.2e12, "FLOP/s") == "1.2 TFLOP/s"
     assert fmt_si(512, "B") == "512 B"
-    out = step_model.model_columns(
+    out = step_columns.model_columns(
         pd.DataFrame(
             [
                 _row("cuda", 2e-3, ops=10, flops=1e10, mem=0.0),
@@ -320,8 +321,8 @@ def _synthetic_reference():
 
 
 def test_a_cpu_only_study_is_predicted_on_the_reference_accelerator():
-    from crossover_study import step_reference
-    from crossover_study.answers import answer_sentence
+    from crossover_study.analysis import prediction as step_reference
+    from crossover_study.answers.sentences import answer_sentence
 
     study = _sweep()
     study = study[study["device"] == "cpu"]  # a CPU-only study with its counts
@@ -349,7 +350,7 @@ def test_a_cpu_only_study_is_predicted_on_the_reference_accelerator():
 
 
 def test_no_prediction_without_rates_or_counts():
-    from crossover_study import step_reference
+    from crossover_study.analysis import prediction as step_reference
 
     study = _sweep()
     cpu_only = _synthetic_reference()
@@ -364,8 +365,8 @@ def test_no_prediction_without_rates_or_counts():
 
 
 def test_read_reference_names_the_folder(tmp_path):
-    from crossover_study import step_reference
-    from crossover_study.provenance import table_columns
+    from crossover_study.analysis import prediction as step_reference
+    from crossover_study.core.origin import table_columns
 
     documented = list(table_columns("timings"))
     folder = tmp_path / "synthetic-gpu-ref"
@@ -379,8 +380,8 @@ def test_read_reference_names_the_folder(tmp_path):
 
 
 def test_predict_references_skips_measured_devices_and_old_references(tmp_path):
-    from crossover_study import step_reference
-    from crossover_study.provenance import table_columns
+    from crossover_study.analysis import prediction as step_reference
+    from crossover_study.core.origin import table_columns
 
     documented = list(table_columns("timings"))
     paths = []
@@ -401,13 +402,13 @@ def test_predict_references_skips_measured_devices_and_old_references(tmp_path):
 
 
 def test_model_agreement_counts_the_cpu_points_within_30_percent():
-    from crossover_study.answer_regime import model_agreement, model_agreement_sentence
+    from crossover_study.answers.regime import model_agreement, model_agreement_sentence
 
     df = _sweep(cpu_extra=1.05)
     # one CPU point measured 2x slower than modelled: share 0.5, outside 30 %
     far = (df["device"] == "cpu") & (df["hidden"] == 512)
     df.loc[far, "step_time_s"] = df.loc[far, "step_time_s"] * 2 / 1.05
-    df = step_model.model_columns(df)
+    df = step_columns.model_columns(df)
     rows = model_agreement(df)
     assert len(rows) == 4 and rows["within"].sum() == 3
     assert rows.iloc[0]["hidden"] == 512  # worst first
@@ -426,7 +427,8 @@ def test_the_prediction_is_drawn_dashed_and_labelled_as_a_prediction():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from crossover_study import figures, step_reference
+    from crossover_study.analysis import prediction as step_reference
+    from crossover_study.figures import report as figures
 
     study = _sweep()
     cpu_only = study[study["device"] == "cpu"]
@@ -465,7 +467,7 @@ def test_the_report_predicts_the_reference_accelerator_for_a_cpu_only_study(tmp_
     for column, value in {**counts, **CPU_RATES}.items():
         study[column] = np.nan if column != "step_ops_kind" else None
         study.loc[ok_cpu, column] = value
-    step_model.model_columns(study).to_csv(results / "timings.csv", index=False)
+    step_columns.model_columns(study).to_csv(results / "timings.csv", index=False)
     make_crossover("unavailable").to_csv(results / "crossover.csv", index=False)
     reference_csv = synthetic_reference_gpu(tmp_path / "elsewhere")
     reference = pd.read_csv(reference_csv)
@@ -529,7 +531,7 @@ def test_function_calls_and_keras_fit_overheads_are_priced():
     its eager ops and calls."""
     import pandas as pd
 
-    from crossover_study.step_model import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     base = TF_FIT_ROW
     rows = pd.DataFrame(
@@ -559,7 +561,7 @@ def test_keras_fit_pays_its_call_once_per_block_and_its_epochs_each_epoch():
         "steps_per_call": 2,
         "steps_per_block": 40,
     }
-    from crossover_study.step_model import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     rows = pd.DataFrame(
         [
@@ -574,7 +576,7 @@ def test_keras_fit_pays_its_call_once_per_block_and_its_epochs_each_epoch():
     validated = 0.05 / 40 + (0.02 + 0.03) / 2 + 0.003 + graph
     repeat = 0.05 / 40 + 0.02 / 40 + 0.003 + graph  # one long epoch per block
     assert out["model_ops_s"].tolist() == pytest.approx([plain, validated, repeat])
-    from crossover_study.answer_regime import _term_detail
+    from crossover_study.answers.regime import _term_detail
 
     text = _term_detail(rows.iloc[1], "launch")
     assert text.startswith("Keras fit's own 50 ms per call / 40 steps + 50 ms per epoch / 2")
@@ -591,7 +593,7 @@ def test_keras_fit_pays_its_call_once_per_block_and_its_epochs_each_epoch():
 
 
 def test_a_tensorflow_row_without_its_call_count_gets_no_model():
-    from crossover_study.step_model import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     row = _row("cpu", 1e-3)
     row.update(framework="tensorflow", step_function_calls=np.nan)
@@ -604,7 +606,7 @@ def test_element_wise_traffic_is_priced_at_the_bandwidth_of_its_size():
     """The bandwidth curve: cache-sized ops get the fast end, large ones DRAM's."""
     import json
 
-    from crossover_study.step_model import curve_rate, model_columns
+    from crossover_study.stepmodel.columns import curve_rate, model_columns
 
     curve = json.dumps([[1e4, 1e11], [1e6, 1e11], [1e8, 1e10]])
     assert curve_rate(curve, 1e3) == pytest.approx(1e11)  # held at the small end
@@ -627,7 +629,7 @@ def test_element_wise_traffic_is_never_priced_above_the_dram_rate():
     rate and a row whose rate is empty keep the curve."""
     import json
 
-    from crossover_study.step_model import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     curve = json.dumps([[1e4, 1e11], [1e6, 1e11], [1e8, 1e10]])
     fast = _row("cpu", 1e-3, mem=1e6, step_mem_ops=1.0, rate_mem_curve=curve)
@@ -647,7 +649,7 @@ def test_replayed_elementwise_calls_replace_their_bytes():
     """PyTorch's element-wise calls timed alone (step_elementwise_s) stand in for the
     bytes they cover; the rest of step_mem_bytes stays at the bandwidth, and a row
     without the replay prices all its bytes there."""
-    from crossover_study.step_model import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     bandwidth = CPU_RATES["rate_mem_bytes_per_s"]
     replayed = _row("cpu", 1e-2, mem=1e9, step_elementwise_s=4e-3, step_elementwise_bytes=6e8)
@@ -662,7 +664,7 @@ def test_page_faults_the_replays_did_not_take_are_priced():
     """The step's page faults less the replays' own, at the host's rate per fault: in
     the memory term on the CPU, in the ops term on an accelerator (host time); a row
     without the count or the rate keeps its model."""
-    from crossover_study.step_model import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     faults = {
         "step_page_faults": 1500.0,
@@ -692,7 +694,7 @@ def test_page_faults_the_replays_did_not_take_are_priced():
 def test_products_are_priced_at_the_flop_rate_of_their_size():
     import json
 
-    from crossover_study.step_model import model_columns
+    from crossover_study.stepmodel.columns import model_columns
 
     curve = json.dumps([[1e4, 1e9], [1e8, 1e11]])
     small = _row("cpu", 1e-3, flops=1e6, step_flop_ops=100.0, rate_flop_curve=curve)
@@ -705,8 +707,8 @@ def test_replayed_products_set_the_compute_term():
     """With its products replayed the compute term is their time plus the FLOPs they
     do not cover at the FLOP rate; without a replay all FLOPs are priced at the rate;
     the answer says the products were timed alone."""
-    from crossover_study.answer_regime import _term_detail
-    from crossover_study.step_model import model_columns
+    from crossover_study.answers.regime import _term_detail
+    from crossover_study.stepmodel.columns import model_columns
 
     rate = CPU_RATES["rate_flop_per_s"]
     replayed = _row("cpu", 1e-2, flops=1e9, step_products_s=5e-3, step_products_flops=8e8)
@@ -721,8 +723,8 @@ def test_replayed_products_set_the_compute_term():
 def test_a_replicated_row_pays_its_all_reduce():
     """Replicas' all-reduce is part of the transfer term (replicated rows only); a
     replicated row that lacks it gets no model rather than a step without it."""
-    from crossover_study.answer_regime import _term_detail
-    from crossover_study.step_model import model_columns
+    from crossover_study.answers.regime import _term_detail
+    from crossover_study.stepmodel.columns import model_columns
 
     one = _row("cpu", 1e-2, replicas=1, allreduce_s=5e-3)
     two = _row("cpu", 1e-2, replicas=2, allreduce_s=5e-3)
@@ -737,7 +739,7 @@ def test_a_replicated_row_pays_its_all_reduce():
 
 
 def test_keras_fit_wording_names_fit_s_own_cost():
-    from crossover_study.answer_regime import _term_detail
+    from crossover_study.answers.regime import _term_detail
 
     row = pd.Series(
         {
@@ -764,7 +766,7 @@ def test_a_keras_fit_point_is_predicted_with_the_references_fit_and_curve_rates(
     reference's fit rates; the reference's curves price its products by size."""
     import json
 
-    from crossover_study import step_reference
+    from crossover_study.analysis import prediction as step_reference
 
     counts = {
         "step_ops": 30.0,

@@ -5,13 +5,15 @@ import math
 import numpy as np
 import pytest
 
-from crossover_study import step_counts, step_model
-from crossover_study.step_model import Rates
+from crossover_study.stepmodel import counts_torch as step_counts_torch
+from crossover_study.stepmodel import model as step_model
+from crossover_study.stepmodel import record as step_record
+from crossover_study.stepmodel.model import Rates
 
 
 @pytest.mark.parametrize("sizes", [(64, 1024, 128), (64, 256, 32), (7, 33, 5)])
 def test_mlp_flops_of_the_torch_step_match_the_closed_form(sizes):
-    from crossover_study import frameworks
+    from crossover_study.measure import frameworks
 
     batch, d_in, hidden = sizes
     frameworks.import_framework("torch", "cpu", 1)
@@ -19,8 +21,8 @@ def test_mlp_flops_of_the_torch_step_match_the_closed_form(sizes):
         "cpu", {"batch": batch, "d_in": d_in, "hidden": hidden}
     )
     workload.setup()
-    counts = step_counts.count_torch_step(lambda: workload.run(1))  # one step
-    assert counts.flops == step_counts.mlp_matmul_flops(batch, d_in, hidden)
+    counts = step_counts_torch.count_torch_step(lambda: workload.run(1))  # one step
+    assert counts.flops == step_record.mlp_matmul_flops(batch, d_in, hidden)
     # three products forward, five backward, clamps, loss and update: dozens, not one
     assert 20 <= counts.ops <= 200
     assert counts.ops_kind == "aten_ops" and counts.graph_ops == 0
@@ -28,11 +30,11 @@ def test_mlp_flops_of_the_torch_step_match_the_closed_form(sizes):
 
 def test_mlp_flops_closed_form_by_hand_and_bad_sizes():
     # N=1, D=1, H=1, O=1: forward 3 products of 1 MAC, backward 5: 8 MACs = 16 FLOPs
-    assert step_counts.mlp_matmul_flops(1, 1, 1, d_out=1) == 16
+    assert step_record.mlp_matmul_flops(1, 1, 1, d_out=1) == 16
     # the seed's size: 2·64·(2·1024·128 + 3·128·8 + 3·64)
-    assert step_counts.mlp_matmul_flops(64, 1024, 128) == 2 * 64 * (262144 + 3072 + 192)
+    assert step_record.mlp_matmul_flops(64, 1024, 128) == 2 * 64 * (262144 + 3072 + 192)
     with pytest.raises(ValueError, match="hidden"):
-        step_counts.mlp_matmul_flops(64, 1024, 0)
+        step_record.mlp_matmul_flops(64, 1024, 0)
 
 
 def test_the_model_takes_the_larger_floor_and_names_it():

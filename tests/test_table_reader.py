@@ -6,8 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from crossover_study.provenance import table_columns
-from crossover_study.tables import (
+from crossover_study.analysis.tables import (
     FORMAT_VERSION,
     TableError,
     format_versions,
@@ -15,6 +14,7 @@ from crossover_study.tables import (
     read_timings,
     upgrade,
 )
+from crossover_study.core.origin import table_columns
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "cpu-2core-2026-11-30"
 

@@ -7,8 +7,7 @@ import os
 import pandas as pd
 import pytest
 
-from crossover_study.provenance import table_columns
-from crossover_study.tables import (
+from crossover_study.analysis.tables import (
     TableError,
     collect_study,
     collect_timings,
@@ -20,6 +19,7 @@ from crossover_study.tables import (
     validate_timings,
     wall_summary,
 )
+from crossover_study.core.origin import table_columns
 
 
 def _job_csv(path, **values):

@@ -6,10 +6,11 @@ import re
 import numpy as np
 import pytest
 
-from crossover_study import frameworks
-from crossover_study.cases import SEEDS
-from crossover_study.harness import TimingPolicy, measure
-from crossover_study.workloads import data
+from crossover_study.measure import frameworks
+from crossover_study.measure.harness import measure
+from crossover_study.study import seed_data as data
+from crossover_study.study.cases import SEEDS
+from crossover_study.study.points import TimingPolicy
 
 CASES = tuple(SEEDS)  # the seed cases, from the registry
 SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
@@ -96,8 +97,8 @@ def applicable(framework: str, case: str, device: str = "cpu") -> dict[str, str 
     """Every variant of ``case`` in ``framework`` on ``device`` -> None where it applies,
     else the reason, as the applicability table gives them for the workload's own
     program (its traits, ``applicability.KINDS``, read from an eager instance)."""
-    from crossover_study.applicability import applicability
-    from crossover_study.spec import VARIANTS
+    from crossover_study.study.applicability import applicability
+    from crossover_study.study.spec import VARIANTS
 
     kind = frameworks.workload_class(framework, case)(device, SMALL[case]).kind()
     return {v: applicability(v, framework, device, kind, case=case)[1] for v in VARIANTS}
@@ -110,8 +111,8 @@ SLOW_TO_BUILD = {"compile"}
 
 @pytest.mark.parametrize("case", CASES)
 def test_variant_applicability_and_reasons(framework, case):
-    from crossover_study.spec import VARIANTS
-    from crossover_study.workloads import NotApplicable
+    from crossover_study.study.applicability import NotApplicable
+    from crossover_study.study.spec import VARIANTS
 
     cls = frameworks.workload_class(framework, case)
     reasons = applicable(framework, case)
@@ -155,7 +156,7 @@ def test_tf_function_traces_are_counted_and_stay_constant_in_the_steady_state():
 
 
 def test_gpu_only_variants_say_why_on_the_cpu():
-    from crossover_study.workloads import NotApplicable
+    from crossover_study.study.applicability import NotApplicable
 
     frameworks.import_framework("torch", "cpu", 1)
     from crossover_study.workloads.torch_cases import LSTM, MLP

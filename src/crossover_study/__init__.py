@@ -1,130 +1,53 @@
 """crossover-study: when is the GPU, the TPU or a multi-GPU node faster than the CPU?
 
-The package is read top-down in layers; a module imports only from its own layer or
-the layers below it, never from above, and the imports form no cycle (counting those
-inside functions; ``tests/test_layers.py`` checks both). :data:`LAYERS` lists every
-module, bottom first:
+The package is a house of subpackages by stage, read bottom up. A package imports only
+from the packages on the floors below its own, never from above nor from a sibling on
+its own floor, and the imports form no cycle, between packages or inside one (counting
+those inside functions; ``tests/test_layers.py`` checks all three and that every module
+lies in a package of :data:`LAYERS`). The floors, bottom first:
 
-0. **leaves**: paths, files and hashing, figure files and the sources they record
-   (``figure_files``), errors, where a number came from (``provenance``), the plug-in
-   contract, the timing harness, float precision, the GPU's state, the per-point
-   deadline, the progress lines a person watches (``progress``), the seed cases' data;
-1. **study**: the case registry, the point spec and the one selection of its rows
-   (``spec.select_rows``), which variant applies where (one table: ``applicability``)
-   and which program runs (``programs``), the study file (``study_file``: reading it, the
-   checks its schema cannot express), the study config and its points;
-2. **measurement**: the frameworks' set-up and device probes, the workloads, the probe
-   record, the journal, one point's measurement, the runner, the rates job and the
-   measuring job, the timer agreement, the GPU bundle;
-3. **analysis**: repeats, the timings table and its one reader (``tables``), environments,
-   the crossover, the answers (their rows, formats, remedies, replicas), two runs
-   compared;
-4. **presentation**: the report's figures (their tidy data in pandas, their style, their
-   drawing with seaborn), the browser check;
-5. **provenance and audit**: the manifest, the RO-Crate, the paper figures from the
-   committed reference runs, the audit (its report model, its hash checks, one check per
-   stage that calls the stage's own function), freezing a run into the reference set, the
-   GPU reference run and its import, its rehearsal; the one-size check without
-   Snakemake (``check``, its answer's text ``check_text``);
-6. **entry points**: the command line (``crossover-study``).
+0. ``core``: paths, files, errors, where a number came from, the host's load, progress
+   lines; ``plugin``: the contract of a user's own case (users import it by name);
+1. ``study``: cases, the point spec, which variant applies and which program runs, the
+   study file, its config and the points and jobs it expands into;
+2. ``stepmodel``: the step counted, the machine's rates, the replays and the step-time
+   model; ``workloads``: the programs that are timed (they never import the model);
+3. ``measure``: one measuring job, from pinned threads to its table and probe record;
+4. ``analysis``: the timings table, repeats, environments, the crossover, runs compared,
+   a prediction on a reference machine;
+5. ``answers``: the report's sentences; ``figures``: the report's and the paper's figures
+   (siblings: the report notebook composes them);
+6. ``provenance``: the manifest and the RO-Crate;
+7. ``audit``: a run or the paper recomputed against its manifest;
+8. ``reference``: the GPU reference run, its bundle and rehearsal, an archive imported,
+   a run frozen, and the one-size check;
+9. ``cli``: the ``crossover-study`` command;
+10. ``__main__``: ``python -m crossover_study``, the same command.
 
-An import inside a function is there for a heavy package (a framework, matplotlib) or
-for start-up time (the workflow imports some modules while it is parsed), never to dodge
-a cycle. An ``if __name__ == "__main__":`` block is its own program's top and may reach
-any layer: it never runs on import.
+Each package's ``__init__`` says what it is; callers import a name from the module where
+it lives. An import inside a function is there for a heavy package (a framework,
+matplotlib) or for start-up time (the workflow imports some modules while it is parsed,
+the GPU run some before its bundle is installed), never to dodge a cycle. No library
+module has an ``if __name__ == "__main__":`` block: every command is a subcommand of
+``crossover-study`` (:mod:`crossover_study.cli`).
 """
 
-#: Layer of every module of the package (dotted name below ``crossover_study``; the
-#: package itself is ``""``), bottom first; see the module docstring.
+#: Floor of every package and top-level module (its first dotted name below
+#: ``crossover_study``), bottom first; see the module docstring. Packages on one floor
+#: are siblings and import nothing of each other.
 LAYERS: dict[str, int] = {
-    # 0: leaves
-    "": 0,
-    "paths": 0,
-    "files": 0,
-    "figure_files": 0,
-    "errors": 0,
-    "provenance": 0,
+    "core": 0,
     "plugin": 0,
-    "harness": 0,
-    "precision": 0,
-    "gpu_state": 0,
-    "watchdog": 0,
-    "progress": 0,
-    "workloads.data": 0,
-    # 1: the study
-    "cases": 1,
-    "spec": 1,
-    "applicability": 1,
-    "workloads": 1,
-    "programs": 1,
-    "study_points": 1,
-    "study_file": 1,
-    "config": 1,
-    # 2: measurement
-    "device_probe": 2,
-    "frameworks": 2,
-    "workloads.torch_base": 2,
-    "workloads.torch_cases": 2,
-    "workloads.tf_base": 2,
-    "workloads.tf_cases": 2,
-    "workloads.tf_strategy_step": 2,
-    "workloads.tf_strategy": 2,
-    "workloads.ddp_rank": 2,
-    "workloads.torch_ddp": 2,
-    "workloads.plugins": 2,
-    "workloads.plugin_torch": 2,
-    "workloads.plugin_tf": 2,
-    "gpu_bundle": 2,
-    "probe": 2,
-    "journal": 2,
-    "point_measure": 2,
-    "runner": 2,
-    "rates_job": 2,
-    "measure_job": 2,
-    "agreement": 2,
-    "step_counts": 2,
-    "step_rates": 2,
-    # 3: analysis
-    "point_runs": 3,
-    "tables": 3,
-    "environments": 3,
-    "crossover": 3,
-    "answer_format": 3,
-    "answer_rows": 3,
-    "answer_remedies": 3,
-    "answer_replicas": 3,
-    "answer_regime": 3,
-    "answers": 3,
-    "repeat": 3,
-    "step_model": 3,
-    "step_reference": 3,
-    # 4: presentation
-    "figure_data": 4,
-    "figure_grid": 4,
-    "figure_scaling": 4,
-    "figure_style": 4,
-    "figure_draw": 4,
-    "figures": 4,
-    "browser": 4,
-    # 5: provenance and audit
-    "manifest": 5,
-    "crate_files": 5,
-    "crate": 5,
-    "crate_validation": 5,
-    "paper": 5,
-    "audit_report": 5,
-    "audit_hashes": 5,
-    "audit_stages": 5,
-    "audit": 5,
-    "freeze": 5,
-    "reference_jobs": 5,
-    "reference_finish": 5,
-    "reference_run": 5,
-    "reference_import": 5,
-    "rehearsal": 5,
-    "check_text": 5,
-    "check": 5,
-    # 6: entry points
-    "cli": 6,
-    "__main__": 6,
+    "study": 1,
+    "stepmodel": 2,
+    "workloads": 2,
+    "measure": 3,
+    "analysis": 4,
+    "answers": 5,
+    "figures": 5,
+    "provenance": 6,
+    "audit": 7,
+    "reference": 8,
+    "cli": 9,
+    "__main__": 10,
 }

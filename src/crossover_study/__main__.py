@@ -3,7 +3,7 @@
 
 import sys
 
-from .cli import main
+from crossover_study.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

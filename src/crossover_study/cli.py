@@ -9,6 +9,12 @@
     crossover-study agreement [--runs N] [--against-itself]
     crossover-study freeze RESULTS DEST | refreeze DEST | paper [NAME ...]
     crossover-study reference-import ARCHIVE [--name NAME]
+    crossover-study measure-job --config FILE --case C --framework F --device D ...
+    crossover-study gpu-bundle build|check [--dest DIR]
+    crossover-study reference-gpu --study FILE --bundle DIR --out DIR | reference-gpu finish ...
+    crossover-study rehearse [--study FILE] [--keep]
+    crossover-study browser PAGE [--screenshot PNG]
+    crossover-study validate-crate --context FILE CRATE ...
 
 Installed by ``make setup`` (an editable install of the package); ``python -m
 crossover_study`` is the same. Each subcommand is the command line of the module that
@@ -28,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import REPO_ROOT
+from crossover_study.core.paths import REPO_ROOT
 
 PROG = "crossover-study"
 
@@ -79,8 +85,8 @@ def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
     """Check study files as the workflow will, before Snakemake reads them (its own
     YAML error names no file or line): a syntax error or a key given twice as
     ``FILE:LINE:COLUMN: ...``, then the schema, the cases' plug-ins and the plan of
-    points and jobs (:func:`crossover_study.config.load_config`,
-    :func:`crossover_study.config.measure_jobs`). Prints one line per file (errors on
+    points and jobs (:func:`crossover_study.study.config.load_config`,
+    :func:`crossover_study.study.points.measure_jobs`). Prints one line per file (errors on
     stderr; ``quiet``: errors only); returns 0 when every file is valid, else 1."""
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -88,13 +94,15 @@ def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
     )
     parser.add_argument("files", nargs="+", metavar="STUDY_FILE")
     args = parser.parse_args(argv)
-    study_config = importlib.import_module(f"{__package__}.config")
+    study_config = importlib.import_module(f"{__package__}.study.config")
+    study_file = importlib.import_module(f"{__package__}.study.study_file")
+    study_points = importlib.import_module(f"{__package__}.study.points")
     status = 0
     for path in args.files:
         try:
             config = study_config.load_config(path)
-            jobs = study_config.measure_jobs(config)
-        except study_config.ConfigError as error:
+            jobs = study_points.measure_jobs(config)
+        except study_file.ConfigError as error:
             print(f"{prog}: {error}", file=sys.stderr)
             status = 1
             continue
@@ -120,29 +128,57 @@ COMMANDS: dict[str, Command] = {
     "study": Command("run a study through Snakemake (default: the default study)", _study),
     "check": Command(
         "one model at one size on every device: the answer in about a minute",
-        _main_of("check"),
+        _main_of("reference.quick_check"),
     ),
     "rates": Command(
         "the step-time model's machine rates for one framework and device, into a file",
-        _main_of("rates_job"),
+        _main_of("measure.rates_job"),
     ),
     "validate": Command("check study files (YAML, schema, plug-ins, plan) before a run", _validate),
     "compare": Command(
-        "two runs of one study: step-time ratios, intervals, crossovers", _main_of("repeat")
+        "two runs of one study: step-time ratios, intervals, crossovers",
+        _main_of("analysis.compare_runs"),
     ),
-    "audit": Command("recompute a run's hashes; check its tables and figures", _main_of("audit")),
+    "audit": Command(
+        "recompute a run's hashes; check its tables and figures", _main_of("audit.check")
+    ),
     "agreement": Command(
-        "time the harness against the field's reference timers", _main_of("agreement")
+        "time the harness against the field's reference timers", _main_of("measure.agreement")
     ),
     "freeze": Command(
-        "copy an audited run into results/reference/<name>", _main_of("freeze", "freeze")
+        "copy an audited run into results/reference/<name>", _main_of("reference.freeze", "freeze")
     ),
     "refreeze": Command(
-        "rewrite a frozen run's manifest and RO-Crate", _main_of("freeze", "refreeze")
+        "rewrite a frozen run's manifest and RO-Crate", _main_of("reference.freeze", "refreeze")
     ),
-    "paper": Command("draw the paper figures from results/reference/", _main_of("freeze", "paper")),
+    "paper": Command(
+        "draw the paper figures from results/reference/", _main_of("reference.freeze", "paper")
+    ),
     "reference-import": Command(
-        "add a GPU reference run's archive to results/reference/", _main_of("reference_import")
+        "add a GPU reference run's archive to results/reference/",
+        _main_of("reference.archive_import"),
+    ),
+    "measure-job": Command(
+        "one measuring job without Snakemake (the measure rule's code)", _main_of("measure.job")
+    ),
+    "gpu-bundle": Command(
+        "build or check the wheels a GPU machine without network lacks",
+        _main_of("reference.gpu_bundle"),
+    ),
+    "reference-gpu": Command(
+        "on a GPU machine: measure a study into one archive (or finish a partial one)",
+        _main_of("reference.gpu_run"),
+    ),
+    "rehearse": Command(
+        "the GPU reference run rehearsed on this CPU, in a throwaway environment",
+        _main_of("reference.rehearsal"),
+    ),
+    "browser": Command(
+        "load a report in headless Chromium: images, console", _main_of("figures.browser")
+    ),
+    "validate-crate": Command(
+        "roc-validator on RO-Crates (run by the crate venv's python)",
+        _main_of("provenance.crate_validation"),
     ),
 }
 

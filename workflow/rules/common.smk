@@ -8,14 +8,15 @@ from pathlib import Path
 SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
 
-from crossover_study import cases as case_registry  # noqa: E402
-from crossover_study import config as study_config  # noqa: E402
+from crossover_study.study import cases as case_registry  # noqa: E402
+from crossover_study.study import config as study_config  # noqa: E402
+from crossover_study.study import study_file, points as study_points  # noqa: E402
 
 # Validate before any job is planned: a bad key stops here with its key path. Snakemake
 # has read the study files keeping the last of a key given twice; read again, a duplicate
 # is named with its file and both lines. A case of your own names its plug-in file
 # relative to its study file or to the repository.
-study_config.check_config_files(workflow.configfiles)
+study_file.check_config_files(workflow.configfiles)
 config.update(
     study_config.validate_config(config, study_dirs=[Path(f).parent for f in workflow.configfiles])
 )
@@ -30,8 +31,8 @@ def check_local_threads():
     (probe.check_cpus_given). A dry run does not check."""
     if workflow.local_exec and workflow.is_main_process:
         settings = workflow.resource_settings
-        cores = study_config.local_cores(settings.cores, settings.max_threads)
-        study_config.check_threads(config, *cores)
+        cores = study_file.local_cores(settings.cores, settings.max_threads)
+        study_file.check_threads(config, *cores)
 
 
 onstart:
@@ -43,7 +44,7 @@ RESULTS = f"results/{STUDY}"
 REPORTS = f"reports/{STUDY}"
 # Every measuring job as (case, framework, device, batch): a group with more than
 # max_points_per_job points is split into batches, each its own job and journal.
-MEASURE_JOBS = study_config.measure_jobs(config)
+MEASURE_JOBS = study_points.measure_jobs(config)
 POINTS = f"{RESULTS}/points/{{case}}/{{framework}}/{{device}}/batch-{{batch}}"
 # One rates job per (framework, device) the study has measuring jobs for: the machine's
 # rates for the step-time model, measured once, before those measuring jobs.
@@ -108,8 +109,8 @@ def get_rates_benchmarks():
 def get_previous_round(wildcards):
     """Probe records of the jobs a measuring job waits for: with timing.repeats, run r of
     a case and framework starts once every device's run r - 1 has finished (rounds, so
-    that drift hits every device alike); none for run 0 (study_config.previous_round_jobs)."""
-    jobs = study_config.previous_round_jobs(
+    that drift hits every device alike); none for run 0 (study_points.previous_round_jobs)."""
+    jobs = study_points.previous_round_jobs(
         config, wildcards.case, wildcards.framework, wildcards.device, int(wildcards.batch)
     )
     return [
@@ -119,7 +120,7 @@ def get_previous_round(wildcards):
 
 def get_point_keys(wildcards):
     """Keys of the points a measuring job measures (a change reruns the job)."""
-    batches = study_config.batches(config, wildcards.case, wildcards.framework, wildcards.device)
+    batches = study_points.batches(config, wildcards.case, wildcards.framework, wildcards.device)
     return [p.key() for p in batches[int(wildcards.batch)]]
 
 
@@ -161,7 +162,7 @@ def _gpu_resources(wildcards):
     if wildcards.get("case") is None:
         spec = config["devices"][wildcards.device]
         return {k: spec.get(k) for k in ("gpu", "gpu_model", "gres")}
-    return study_config.job_gpu_resources(
+    return study_points.job_gpu_resources(
         config, wildcards.case, wildcards.framework, wildcards.device, int(wildcards.batch)
     )
 
@@ -209,7 +210,7 @@ def get_workload_files(wildcards):
 
 def get_env(wildcards):
     """Conda env of a measuring job, per framework and device (used with --sdm conda)."""
-    return f"../../{study_config.measure_env(wildcards.framework, wildcards.device)}"
+    return f"../../{study_points.measure_env(wildcards.framework, wildcards.device)}"
 
 
 def get_output_dir(wildcards, output):

@@ -46,8 +46,8 @@ rule measure:
         journal=f"{RESULTS}/journal/{{case}}/{{framework}}/{{device}}/batch-{{batch}}.jsonl",
         # Sorted: the same settings written in another key order are not a change
         # (Snakemake reruns a job whose params changed). Without point_deadline_s, which
-        # changes no measurement (study_config.NOT_MEASUREMENT_TIMING_KEYS).
-        timing=study_config.measurement_timing(config),
+        # changes no measurement (study_points.NOT_MEASUREMENT_TIMING_KEYS).
+        timing=study_points.measurement_timing(config),
         missing_device=config["missing_device"],
         src=SRC,
     script:

@@ -1,6 +1,6 @@
 # Paper figures: a fixed list, redrawn only from the reference runs committed under
 # results/reference/ (every one present). Nothing is measured: `snakemake paper`.
-from crossover_study.paper import PAPER_FIGURES  # noqa: E402
+from crossover_study.figures.paper import PAPER_FIGURES  # noqa: E402
 
 
 localrules:

@@ -1,7 +1,7 @@
 # Stage 0: the machine's rates. One job per framework x device of the study measures the
 # step-time model's rates (op costs, FLOP and bandwidth curves, DRAM, page faults, Keras
 # fit's own costs) once, on the partition and with the threads of that device class's
-# measuring jobs, which read them (crossover_study.rates_job). Rates of the same machine,
+# measuring jobs, which read them (crossover_study.measure.rates_job). Rates of the same machine,
 # framework version, threads and code measured by an earlier study under results/ are
 # copied, the file saying from where (rates.reuse: false measures afresh).
 

@@ -1,6 +1,6 @@
 """Snakemake job: check each job's table against its probe record, concatenate the
 tables into timings.csv and record where the study's wall time went (wall.json:
-crossover_study.tables.collect_study, wall_summary)."""
+crossover_study.analysis.tables.collect_study, wall_summary)."""
 
 import json
 import sys
@@ -9,8 +9,8 @@ import sys
 def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
-    from crossover_study.environments import EnvironmentMixError
-    from crossover_study.tables import collect_study
+    from crossover_study.analysis.environments import EnvironmentMixError
+    from crossover_study.analysis.tables import collect_study
 
     try:
         timings, summary, merged = collect_study(

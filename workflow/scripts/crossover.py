@@ -1,4 +1,4 @@
-"""Snakemake job: crossover.csv from timings.csv (crossover_study.crossover.write_crossover)."""
+"""Snakemake job: crossover.csv from timings.csv (crossover_study.analysis.crossover.write_crossover)."""
 
 import sys
 
@@ -6,8 +6,8 @@ import sys
 def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
-    from crossover_study import cases
-    from crossover_study.crossover import write_crossover
+    from crossover_study.analysis.crossover import write_crossover
+    from crossover_study.study import cases
 
     cases.use(snakemake.config)  # the study's own cases' seed sizes and axes
 

@@ -1,4 +1,4 @@
-"""Snakemake job: results/<study>/manifest.json (see crossover_study.manifest) and the
+"""Snakemake job: results/<study>/manifest.json (see crossover_study.provenance.manifest) and the
 resolved config beside it. Per-job tables of jobs the study no longer has (a case,
 device or batch dropped from its config) are moved to results/<study>/retired/ first,
 so that the manifest, the audit and a frozen copy hold what the study now holds."""
@@ -7,14 +7,16 @@ import os
 import sys
 from pathlib import Path
 
+from crossover_study.study import points as study_points
+
 
 def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
     import yaml
 
-    from crossover_study import config as study_config
-    from crossover_study.manifest import build_manifest, retire_tables, write_json
+    from crossover_study.provenance.manifest import build_manifest, retire_tables, write_json
+    from crossover_study.study import config as study_config
 
     config = study_config.validate_config(snakemake.config)
     results_dir = Path(snakemake.output.manifest).parent
@@ -25,7 +27,7 @@ def main(snakemake) -> None:
     manifest = build_manifest(
         study=snakemake.params.study,
         config=config,
-        config_hash=study_config.measurement_hash(config),
+        config_hash=study_points.measurement_hash(config),
         config_files=snakemake.input.configfiles,
         workdir=os.getcwd(),
         results_dir=results_dir,

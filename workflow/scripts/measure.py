@@ -1,9 +1,9 @@
 """Snakemake job: measure one batch of a case x framework x device group, then write the
-job's probe record (crossover_study.measure_job, the same code that
-`python -m crossover_study.measure_job` runs without Snakemake).
+job's probe record (crossover_study.measure.job, the same code that
+`crossover-study measure-job` runs without Snakemake).
 
 The job's log gets every line; its progress lines (the job's first line, one per point,
-a failed job: crossover_study.progress) also go to the script's standard output, which
+a failed job: crossover_study.core.progress) also go to the script's standard output, which
 is Snakemake's terminal (on Slurm, the job's own Slurm log)."""
 
 import os
@@ -16,8 +16,8 @@ def main(snakemake) -> None:
     # absl and oneDNN lines): the terminal keeps the progress lines only.
     os.dup2(sys.stderr.fileno(), 2)
     sys.path.insert(0, snakemake.params.src)
-    from crossover_study.measure_job import measure_job
-    from crossover_study.progress import for_terminal
+    from crossover_study.core.progress import for_terminal
+    from crossover_study.measure.job import measure_job
 
     def echo(text: str) -> None:
         if for_terminal(text):

@@ -1,5 +1,5 @@
 """Snakemake job: the paper figures from the committed reference runs (see
-crossover_study.paper) and reports/paper/manifest.json."""
+crossover_study.figures.paper) and reports/paper/manifest.json."""
 
 import sys
 from pathlib import Path
@@ -11,9 +11,9 @@ def main(snakemake) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from crossover_study.audit import audited
-    from crossover_study.manifest import write_json
-    from crossover_study.paper import paper_figures, paper_manifest
+    from crossover_study.audit.check import audited
+    from crossover_study.figures.paper import paper_figures
+    from crossover_study.provenance.manifest import paper_manifest, write_json
 
     # Only reference runs that pass their audit are drawn; a failing one (a hand-edited
     # copy) is named in the log and left out (the paper's audit then names it too).

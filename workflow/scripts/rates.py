@@ -1,5 +1,5 @@
 """Snakemake job: the machine's rates for one framework and device
-(crossover_study.rates_job, the same code that `python -m crossover_study.rates_job`
+(crossover_study.measure.rates_job, the same code that `crossover-study rates`
 runs without Snakemake)."""
 
 import os
@@ -12,7 +12,7 @@ def main(snakemake) -> None:
     # absl and oneDNN lines), as in the measure rule's script.
     os.dup2(sys.stderr.fileno(), 2)
     sys.path.insert(0, snakemake.params.src)
-    from crossover_study.rates_job import rates_job
+    from crossover_study.measure.rates_job import rates_job
 
     w = snakemake.wildcards
     rates_job(

@@ -1,5 +1,5 @@
 """Snakemake job: the Workflow Run Crate results/<study>/ro-crate-metadata.json (see
-crossover_study.crate), from the study's manifest."""
+crossover_study.provenance.crate), from the study's manifest."""
 
 import os
 import sys
@@ -8,9 +8,9 @@ import sys
 def main(snakemake) -> None:
     sys.stderr = open(snakemake.log[0], "a")  # tracebacks land in the job's log
     sys.path.insert(0, snakemake.params.src)
-    from crossover_study import cases
-    from crossover_study.crate import write_crate
-    from crossover_study.manifest import load_manifest
+    from crossover_study.provenance.crate import write_crate
+    from crossover_study.provenance.manifest import load_manifest
+    from crossover_study.study import cases
 
     cases.use(snakemake.config)  # figure names start with the study's case names
     manifest = load_manifest(snakemake.input.manifest)

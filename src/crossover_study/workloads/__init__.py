@@ -3,27 +3,16 @@
 Every workload takes ``(device, sizes, variant)``; a variant that does not apply to a
 case, framework or device raises :class:`NotApplicable` from the constructor, before
 anything is built, and the runner records ``status=not_applicable`` with the reason.
-Which variant applies where is one table, :mod:`crossover_study.applicability`; the
+Which variant applies where is one table, :mod:`crossover_study.study.applicability`; the
 workloads ask it with the traits of their program (``applicability.KINDS``).
 """
 
 from __future__ import annotations
 
-from ..applicability import (
-    FIT_READS_EVERY_STEP,
-    FRAMEWORK_OF_VARIANT,
-    LOSS_READ_VARIANTS,
-    NotApplicable,
-    case_kind,
-    require,
-)
-from ..spec import REPLICA_VARIANTS
+from crossover_study.study.applicability import NotApplicable, case_kind, require
+from crossover_study.study.spec import LOSS_READ_VARIANTS, REPLICA_VARIANTS
 
 __all__ = [
-    "FIT_READS_EVERY_STEP",
-    "FRAMEWORK_OF_VARIANT",
-    "LOSS_READ_VARIANTS",
-    "NotApplicable",
     "Unavailable",
     "check_framework",
     "check_tf32",
@@ -50,7 +39,7 @@ def check_tf32(variant: str, device: str) -> None:
     ``tf32`` row of ``applicability.RULES``): TensorFloat-32 is a tensor-core mode of
     NVIDIA GPUs from Ampere on (TensorFlow's ``enable_tensor_float_32_execution``
     documentation), so ``cpu`` and ``tpu`` compute the eager program's fp32
-    (:mod:`crossover_study.precision`)."""
+    (:mod:`crossover_study.workloads.precision`)."""
     require(variant, None, device, names=("tf32",))
 
 

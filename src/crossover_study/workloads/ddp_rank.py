@@ -4,8 +4,7 @@
 
 Rank 0, the measuring process, is :class:`crossover_study.workloads.torch_ddp.DDPWorkload`
 (that module's docstring gives the protocol); it starts the followers as
-``python -m crossover_study.workloads.torch_ddp <json>``, whose ``__main__`` calls
-:func:`follower_main`. Import only inside a job that has already pinned its threads.
+``python -c`` processes that call :func:`follower_main` with their JSON spec. Import only inside a job that has already pinned its threads.
 """
 
 from __future__ import annotations
@@ -23,10 +22,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .. import cases
-from ..precision import pin_fp32
-from . import NotApplicable, data
-from .torch_cases import KERAS_ADAM_EPS, LSTMRegressor, _glorot
+from crossover_study.study import cases
+from crossover_study.study import seed_data as data
+from crossover_study.study.applicability import NotApplicable
+from crossover_study.workloads.precision import pin_fp32
+from crossover_study.workloads.torch_base import KERAS_ADAM_EPS, _glorot
+from crossover_study.workloads.torch_cases import LSTMRegressor
 
 #: Control ops broadcast by rank 0.
 STOP, RUN, SYNC, ALLREDUCE = 0, 1, 2, 3
@@ -255,7 +256,7 @@ def _watch_parent(parent: int) -> None:
 def follower_main(spec: dict) -> None:
     """Body of a follower rank: join, build the same program, obey rank 0's commands
     until STOP. ``spec`` is what :meth:`DDPWorkload.setup` passes (JSON). Pins fp32 as
-    rank 0's process did (:func:`crossover_study.precision.pin_fp32`)."""
+    rank 0's process did (:func:`crossover_study.workloads.precision.pin_fp32`)."""
     _watch_parent(spec["parent"])
     torch.set_num_threads(spec["threads"])
     pin_fp32("torch")

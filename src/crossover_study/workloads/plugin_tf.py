@@ -26,10 +26,10 @@ import math
 
 import tensorflow as tf
 
-from ..applicability import loss_kind, require
-from ..plugin import KerasFit, TFStep
-from . import loss_read_every as _loss_read_every
-from .tf_cases import _TFWorkload, tf_function_traces
+from crossover_study.plugin import KerasFit, TFStep
+from crossover_study.study.applicability import loss_kind, require
+from crossover_study.workloads import loss_read_every as _loss_read_every
+from crossover_study.workloads.tf_base import _TFWorkload, tf_function_traces
 
 #: The traits (``applicability.KINDS``) of a plug-in's program before its builder ran.
 PLUGIN_KIND = frozenset({"plugin", "one_device"})

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from ..applicability import loss_kind, require
-from ..plugin import TorchStep
-from . import loss_read_every as _loss_read_every
-from .torch_cases import _TorchWorkload, check_torch_variant
+from crossover_study.plugin import TorchStep
+from crossover_study.study.applicability import loss_kind, require
+from crossover_study.workloads import loss_read_every as _loss_read_every
+from crossover_study.workloads.torch_base import _TorchWorkload, check_torch_variant
 
 #: The traits (``applicability.KINDS``) of a plug-in's program before its builder ran.
 PLUGIN_KIND = frozenset({"plugin", "one_device"})

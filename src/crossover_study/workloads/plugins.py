@@ -2,7 +2,7 @@
 
 The file is imported once per process (a module named after the case), the entry point
 looked up in it, and for each point either the workload class it is (the harness's
-:class:`~crossover_study.harness.Workload` contract: ``Class(device, sizes, variant)``)
+:class:`~crossover_study.measure.harness.Workload` contract: ``Class(device, sizes, variant)``)
 is instantiated, or the builder function it is (``build(device, **sizes)``, returning a
 :mod:`crossover_study.plugin` program) is wrapped in the framework's adapter:
 :class:`~crossover_study.workloads.plugin_torch.TorchPluginWorkload` or
@@ -18,8 +18,8 @@ import re
 import sys
 from pathlib import Path
 
-from ..cases import Case
-from ..files import sha256_file
+from crossover_study.core.files import sha256_file
+from crossover_study.study.cases import Case
 
 _loaded: dict[tuple[str, str], object] = {}
 
@@ -66,9 +66,9 @@ def plugin_workload(case: Case, framework: str, device: str, sizes: dict, varian
     if not callable(entry):
         raise TypeError(f"the entry point of {case.name} is a {type(entry).__name__}, not callable")
     if framework == "torch":
-        from .plugin_torch import TorchPluginWorkload
+        from crossover_study.workloads.plugin_torch import TorchPluginWorkload
 
         return TorchPluginWorkload(entry, device, sizes, variant)
-    from .plugin_tf import TFPluginWorkload
+    from crossover_study.workloads.plugin_tf import TFPluginWorkload
 
     return TFPluginWorkload(entry, device, sizes, variant)

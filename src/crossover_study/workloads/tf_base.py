@@ -3,8 +3,7 @@
 reading the loss back), the count of ``tf.function`` traces, and the Keras ``fit``
 program of the Keras seeds (:class:`SeedFit`, its training paths).
 
-The per-case classes are :mod:`crossover_study.workloads.tf_cases` (which re-exports
-the names here that callers use). Keras ``compile`` pins ``jit_compile=False`` and
+The per-case classes are :mod:`crossover_study.workloads.tf_cases`. Keras ``compile`` pins ``jit_compile=False`` and
 ``steps_per_execution=1`` (STUDY.md item 6).
 """
 
@@ -16,8 +15,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from ..applicability import loss_kind, require
-from . import loss_read_every
+from crossover_study.study.applicability import loss_kind, require
+from crossover_study.workloads import loss_read_every
 
 
 def tf_function_traces(fn, depth: int = 3) -> int | None:

@@ -12,19 +12,15 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from . import data
-from .tf_base import SeedFit, _KerasFit, _TFWorkload, tf_function_traces
+from crossover_study.study import seed_data as data
+from crossover_study.workloads.tf_base import _KerasFit, _TFWorkload, tf_function_traces
 
 __all__ = [
     "HJB",
     "LSTM",
     "MLP",
     "Iris",
-    "SeedFit",
-    "_KerasFit",
-    "_TFWorkload",
     "lstm_regressor",
-    "tf_function_traces",
 ]
 
 

@@ -6,9 +6,8 @@ weak scaling of the seed's batch.
 
 The strategy step itself, for every strategy (``strategy_step``: ``TPUStrategy`` on
 ``tpu``, ``OneDeviceStrategy`` on ``cpu`` and ``cuda``), is
-:mod:`~crossover_study.workloads.tf_strategy_step`; its names (``StrategyWorkload``,
-``one_device_strategy``, ``build_case`` ...) are re-exported here, where callers import
-them.
+:mod:`~crossover_study.workloads.tf_strategy_step` (``StrategyWorkload``,
+``one_device_strategy``, ``build_case`` ...).
 """
 
 from __future__ import annotations
@@ -18,31 +17,18 @@ import math
 import tensorflow as tf
 from tensorflow import keras
 
-from ..applicability import case_kind, require
-from ..errors import DeviceMissingError
-from . import data, replica_batches
-from .tf_cases import SeedFit, lstm_regressor, tf_function_traces
-from .tf_strategy_step import (
-    ALLREDUCE_PER_BLOCK,
-    ALLREDUCE_REPEATS,
-    LOSS_READ_EVERY,
-    CaseProgram,
-    StrategyWorkload,
-    build_case,
-    one_device_strategy,
-)
+from crossover_study.core.errors import DeviceMissingError
+from crossover_study.study import seed_data as data
+from crossover_study.study.applicability import case_kind, require
+from crossover_study.workloads import replica_batches
+from crossover_study.workloads.tf_base import SeedFit, tf_function_traces
+from crossover_study.workloads.tf_cases import lstm_regressor
+from crossover_study.workloads.tf_strategy_step import StrategyWorkload
 
 __all__ = [
-    "ALLREDUCE_PER_BLOCK",
-    "ALLREDUCE_REPEATS",
-    "LOSS_READ_EVERY",
-    "CaseProgram",
     "MirroredFitWorkload",
-    "StrategyWorkload",
-    "build_case",
     "mirrored_fit_workload",
     "mirrored_workload",
-    "one_device_strategy",
 ]
 
 _MIRRORED: dict[tuple[str, ...], object] = {}
@@ -59,7 +45,7 @@ def _replica_strategy(variant: str, device: str, replicas: int):
     (``cuda_multi``) or logical CPU devices (``cpu``) for ``variant``'s point.
 
     Raises RuntimeError when fewer logical CPU devices exist than replicas;
-    :class:`~crossover_study.errors.DeviceMissingError` when fewer GPUs are visible."""
+    :class:`~crossover_study.core.errors.DeviceMissingError` when fewer GPUs are visible."""
     if device == "cuda_multi":
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) < replicas:
@@ -95,7 +81,7 @@ def mirrored_workload(
 
     Raises NotApplicable for cases without replicas (s000, s002) or a batch strong
     scaling cannot split; RuntimeError when fewer logical CPU devices exist than
-    replicas; :class:`~crossover_study.errors.DeviceMissingError` when fewer GPUs are visible.
+    replicas; :class:`~crossover_study.core.errors.DeviceMissingError` when fewer GPUs are visible.
     """
     return _on_replicas(
         "mirrored", StrategyWorkload, case, device, sizes, replicas, scaling, threads, seed
@@ -136,7 +122,7 @@ class MirroredFitWorkload(SeedFit, StrategyWorkload):
     (``n`` a multiple of the steps per epoch; a timed block is at least one epoch).
     As in the seed (and the one-device ``fit``), each epoch ends with a
     ``ModelCheckpoint`` of the whole model and the progress bar is drawn
-    (:class:`~crossover_study.workloads.tf_cases.SeedFit`). Raises NotApplicable for a case
+    (:class:`~crossover_study.workloads.tf_base.SeedFit`). Raises NotApplicable for a case
     whose seed is not a Keras ``fit`` program, or a global batch the replicas cannot
     split evenly.
     """
@@ -207,7 +193,7 @@ class MirroredFitWorkload(SeedFit, StrategyWorkload):
     @property
     def batch_fetches(self) -> tuple[int, int]:
         """(fetches while fit sets its data set up, fetches per step) of a fit call,
-        which place the op counter's window (:func:`~crossover_study.step_counts.count_tf_step`):
+        which place the op counter's window (:func:`~crossover_study.stepmodel.counts_tf.count_tf_step`):
         the distributed data set fetches once per replica at both (counted on 1 and 2
         logical CPU devices, 2026-12-03)."""
         return (self.replicas, self.replicas)
@@ -229,7 +215,7 @@ def mirrored_fit_workload(
 
     Raises NotApplicable for cases without replicas (s000, s002), a case whose seed is
     not Keras fit (s001), or a batch strong scaling cannot split; RuntimeError when
-    fewer logical CPU devices exist than replicas; :class:`~crossover_study.errors.DeviceMissingError`
+    fewer logical CPU devices exist than replicas; :class:`~crossover_study.core.errors.DeviceMissingError`
     when fewer GPUs are visible.
     """
     return _on_replicas(

@@ -4,7 +4,7 @@ devices or GPUs) and by the ``strategy_step`` variant: ``TPUStrategy`` on the ``
 device class and ``OneDeviceStrategy`` on ``cpu`` and ``cuda`` (:func:`one_device_strategy`),
 so that the TPU is compared with the CPU running this same program (``programs.py``).
 The replicated workloads (``mirrored``, ``mirrored_fit``) are
-:mod:`crossover_study.workloads.tf_strategy`'s, which re-exports the names here.
+:mod:`crossover_study.workloads.tf_strategy`'s.
 
 The step is a custom training loop (``strategy.run`` inside a ``tf.function``), as the
 TensorFlow guide "Custom training with tf.distribute.Strategy" writes it: each replica
@@ -38,8 +38,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from . import NotApplicable, data
-from .tf_cases import HJB, lstm_regressor, tf_function_traces
+from crossover_study.study import seed_data as data
+from crossover_study.study.applicability import NotApplicable
+from crossover_study.workloads.tf_base import tf_function_traces
+from crossover_study.workloads.tf_cases import HJB, lstm_regressor
 
 #: Timed blocks of all-reduces per point (the median is the row's ``allreduce_s``)
 #: and all-reduces per block.

@@ -3,8 +3,7 @@ class (placing data, the step as each variant runs it: eager, ``torch.compile``,
 CUDA graph; reading the loss back), the CUDA-graph replay, the compiler check and
 torch.compile's counters, Keras's defaults (Adam epsilon, Glorot init).
 
-The per-case classes are :mod:`crossover_study.workloads.torch_cases` (which re-exports
-the names here that callers use). Import only inside a job that has already pinned its
+The per-case classes are :mod:`crossover_study.workloads.torch_cases`. Import only inside a job that has already pinned its
 threads (``runner``): importing torch reads ``OMP_NUM_THREADS``.
 """
 
@@ -18,8 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..applicability import loss_kind, require
-from . import Unavailable, loss_read_every
+from crossover_study.study.applicability import loss_kind, require
+from crossover_study.workloads import Unavailable, loss_read_every
 
 #: Keras' Adam default epsilon (keras.optimizers.Adam, epsilon=1e-7); torch's is 1e-8.
 KERAS_ADAM_EPS = 1e-7
@@ -88,7 +87,7 @@ def compile_toolchain_missing(device: str) -> str | None:
 def check_torch_variant(variant: str, device: str, kind=frozenset({"one_device"})) -> None:
     """Raise NotApplicable for a variant no PyTorch one-device program of ``kind`` (traits
     of ``applicability.KINDS``) has on ``device`` (the table's reason:
-    :func:`crossover_study.applicability.applicability`) and Unavailable for
+    :func:`crossover_study.study.applicability.applicability`) and Unavailable for
     ``compile`` without the compiler it builds with (:func:`compile_toolchain_missing`).
     Decided before anything is built."""
     require(variant, "torch", device, kind)

@@ -20,30 +20,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import data
-from .torch_base import (
-    COMPILE_CACHE_COUNTERS,
-    KERAS_ADAM_EPS,
-    _glorot,
-    _TorchWorkload,
-    check_torch_variant,
-    compile_toolchain_missing,
-    graph_replay,
-)
+from crossover_study.study import seed_data as data
+from crossover_study.workloads.torch_base import _glorot, _TorchWorkload
 
 __all__ = [
-    "COMPILE_CACHE_COUNTERS",
     "HJB",
-    "KERAS_ADAM_EPS",
     "LSTM",
     "MLP",
     "Iris",
     "LSTMRegressor",
-    "_TorchWorkload",
-    "_glorot",
-    "check_torch_variant",
-    "compile_toolchain_missing",
-    "graph_replay",
     "keras_lstm_init",
 ]
 

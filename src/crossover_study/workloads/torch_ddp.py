@@ -13,7 +13,8 @@ processes that obey. Every command is a broadcast of a small int64 tensor
   gradients (:meth:`RankProgram.time_allreduce`);
 - ``STOP``: followers leave the process group and exit.
 
-Followers are ``python -m crossover_study.workloads.torch_ddp <json>`` subprocesses on
+Followers are ``python -c`` subprocesses running
+:func:`crossover_study.workloads.ddp_rank.follower_main` on
 a free localhost port (not ``torch.multiprocessing.spawn``: spawn re-imports the
 parent's ``__main__``, which in a Snakemake job is the job's generated script). They
 exit by themselves when rank 0's process disappears, and :meth:`DDPWorkload.close`
@@ -25,9 +26,8 @@ on ``cuda:r``; commands still go through gloo). Strong scaling keeps the global 
 the seed's batch and gives each rank ``batch / replicas`` rows; weak scaling gives each
 rank the seed's batch (global batch ``batch x replicas``).
 
-A rank's program and the followers' body are :mod:`crossover_study.workloads.ddp_rank`
-(its names re-exported here); this module is rank 0's :class:`DDPWorkload` and the
-followers' ``__main__``.
+A rank's program and the followers' body are :mod:`crossover_study.workloads.ddp_rank`;
+this module is rank 0's :class:`DDPWorkload`, which starts the followers.
 """
 
 from __future__ import annotations
@@ -43,47 +43,35 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import data, replica_batches
-from .ddp_rank import (
+from crossover_study.study import seed_data as data
+from crossover_study.workloads import replica_batches
+from crossover_study.workloads.ddp_rank import (
     ALLREDUCE,
-    ALLREDUCE_PER_BLOCK,
     ALLREDUCE_REPEATS,
     RUN,
     STOP,
     SYNC,
-    TIMEOUT_S,
-    MLPNet,
     RankProgram,
     _device,
-    _gloo_on_loopback,
     _init,
     _release_program,
-    follower_main,
-    loopback_interface,
 )
 
 __all__ = [
-    "ALLREDUCE",
-    "ALLREDUCE_PER_BLOCK",
-    "ALLREDUCE_REPEATS",
     "JOIN_TIMEOUT_S",
-    "RUN",
-    "STOP",
-    "SYNC",
-    "TIMEOUT_S",
     "DDPWorkload",
-    "MLPNet",
-    "RankProgram",
-    "_gloo_on_loopback",
-    "follower_main",
     "free_port",
-    "loopback_interface",
 ]
 
 #: Seconds ``close`` waits for a follower to exit before killing it.
 JOIN_TIMEOUT_S = 15
 #: The package's source folder, put on the followers' PYTHONPATH.
 SRC = str(Path(__file__).resolve().parents[2])
+#: A follower's program (``python -c``; ``sys.argv[1]``: its JSON spec).
+_FOLLOWER = (
+    "import json, sys; from crossover_study.workloads.ddp_rank import follower_main; "
+    "follower_main(json.loads(sys.argv[1]))"
+)
 
 
 def free_port() -> int:
@@ -164,7 +152,7 @@ class DDPWorkload:
             self._logs.append(log)
             self.followers.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", __name__, json.dumps(spec)],
+                    [sys.executable, "-c", _FOLLOWER, json.dumps(spec)],
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -278,7 +266,3 @@ class DDPWorkload:
         if self._old_threads is not None:
             torch.set_num_threads(self._old_threads)
             self._old_threads = None
-
-
-if __name__ == "__main__":
-    follower_main(json.loads(sys.argv[1]))

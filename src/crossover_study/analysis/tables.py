@@ -1,0 +1,482 @@
+"""The tidy tables: collect per-job tables, validate them, summarise wall time, and the
+one way into ``timings.csv`` and ``crossover.csv`` (:func:`read_timings`,
+:func:`read_crossover`): read, upgrade an older format (:func:`upgrade`), validate
+against the schema, return typed columns."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pandas as pd
+import yaml
+
+from crossover_study.analysis.repeats import merge_repeats
+from crossover_study.core.files import write_csv_atomic
+from crossover_study.core.origin import SCHEMAS, table_columns
+from crossover_study.stepmodel.columns import model_columns
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
+
+#: Format of the tables this version writes (column ``format_version`` of
+#: ``timings.csv`` and ``crossover.csv``): 2 since cases are plug-ins (size columns
+#: named by ``axes``). A table, or a row, without the column is format 1.
+FORMAT_VERSION = TIMINGS_FORMAT
+
+
+class TableError(ValueError):
+    """A timings table breaks its schema; the message names the file, row and column."""
+
+
+def validate_timings(df: pd.DataFrame, source: str = "timings") -> None:
+    """Check every row of ``df`` against ``workflow/schemas/timings.schema.yaml``, that
+    no undocumented column is present (a size axis that rows name in ``axes`` is
+    documented by them, and must hold positive whole numbers where set). Raises
+    :class:`TableError`."""
+    schema = yaml.safe_load((SCHEMAS / "timings.schema.yaml").read_text())
+    axes = undocumented_axes(df)
+    extra = set(df.columns) - set(schema["properties"]) - set(axes)
+    if extra:
+        raise TableError(f"{source}: undocumented column(s) {sorted(extra)}")
+    for axis in axes:
+        values = pd.to_numeric(df[axis], errors="coerce")
+        bad = df[axis].notna() & ~(values.notna() & (values >= 1) & (values % 1 == 0))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise TableError(
+                f"{source}: row {i}, column {axis}: {df[axis].iloc[i]!r} is not a positive "
+                "whole size"
+            )
+    schema = {**schema, "properties": {**schema["properties"], **{a: {} for a in axes}}}
+    _validate_rows(df, schema, source)
+
+
+def validate_crossover(df: pd.DataFrame, source: str = "crossover") -> None:
+    """Check every row of ``df`` against ``workflow/schemas/crossover.schema.yaml`` and
+    that no undocumented column is present. Raises :class:`TableError` naming
+    ``source``, the row (0-based, header not counted) and the column."""
+    schema = yaml.safe_load((SCHEMAS / "crossover.schema.yaml").read_text())
+    extra = set(df.columns) - set(schema["properties"])
+    if extra:
+        raise TableError(f"{source}: undocumented column(s) {sorted(extra)}")
+    _validate_rows(df, schema, source)
+
+
+def _validate_rows(df: pd.DataFrame, schema: dict, source: str) -> None:
+    """Each row of ``df`` against the JSON schema ``schema`` (empty cells as null);
+    raises :class:`TableError` at the first row that breaks it."""
+    validator = jsonschema.Draft202012Validator(schema)
+    records = df.astype(object).where(df.notna(), None).to_dict("records")
+    for i, record in enumerate(records):
+        error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+        if error is not None:
+            col = ".".join(map(str, error.absolute_path)) or "<row>"
+            raise TableError(f"{source}: row {i}, column {col}: {error.message}")
+
+
+def _typed(df: pd.DataFrame, table: str = "timings") -> pd.DataFrame:
+    """Columns as their schema types (``table``: timings or crossover): numbers as
+    floats, booleans as True/False/None (pandas would turn a boolean column with gaps
+    into 0.0/1.0), text as text. Raises ValueError for a number column holding text
+    (:func:`read_timings` names the cell first)."""
+    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+    out = df.copy()
+    for axis in undocumented_axes(out):
+        out[axis] = pd.to_numeric(out[axis], errors="raise")
+    for column, spec in schema["properties"].items():
+        if column not in out:
+            continue
+        types = spec["type"] if isinstance(spec["type"], list) else [spec["type"]]
+        values = out[column]
+        if "boolean" in types:
+            out[column] = values.map(
+                lambda v: None if pd.isna(v) else str(v).strip().lower() in ("true", "1", "1.0")
+            ).astype(object)
+        elif "number" in types or "integer" in types:
+            out[column] = pd.to_numeric(values, errors="raise")
+    return out
+
+
+def text_columns(table: str) -> tuple[str, ...]:
+    """Columns of ``table`` (timings or crossover) that the schema types as text only
+    (``string``, possibly null), in schema order."""
+    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+    names = []
+    for name, spec in schema["properties"].items():
+        types = spec.get("type", [])
+        types = {types} if isinstance(types, str) else set(types)
+        if "string" in types and not types & {"number", "integer", "boolean"}:
+            names.append(name)
+    return tuple(names)
+
+
+def read_csv_text(path: str | Path, table: str = "timings") -> pd.DataFrame:
+    """The CSV file ``path`` of a ``table`` (timings or crossover) with every cell as
+    text and an empty cell as missing. A text column of the schema (a name: ``case``,
+    ``host``, ``note`` ...) keeps what it holds, so that a case named ``nan``, ``NA``,
+    ``null`` or ``None`` stays that name (pandas' default reads those as missing); a
+    number or boolean column, and a plug-in case's size axis, reads pandas' missing
+    markers (``nan``, ``NA`` ...) as missing too. Raises FileNotFoundError, and
+    ``pandas.errors.EmptyDataError`` for an empty file."""
+    # pandas' own default list of missing markers (the one read_csv documents), applied
+    # per column: read_csv has no public name for it.
+    from pandas._libs.parsers import STR_NA_VALUES
+
+    text = set(text_columns(table))
+    header = pd.read_csv(path, nrows=0, dtype=str).columns
+    markers = sorted(STR_NA_VALUES)
+    na_values = {column: [""] if column in text else markers for column in header}
+    return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=na_values)
+
+
+#: The tables :func:`read_table` reads (their schemas: ``workflow/schemas/<table>.schema.yaml``).
+TABLES = ("timings", "crossover")
+
+
+def format_versions(df: pd.DataFrame) -> pd.Series:
+    """The format of each row of a timings or crossover table (ints, indexed as
+    ``df``): its ``format_version`` where set, else 1 (a table, or a row kept from a
+    table, written before the column existed)."""
+    if "format_version" not in df:
+        return pd.Series(1, index=df.index, dtype=int)
+    values = pd.to_numeric(df["format_version"], errors="coerce")
+    return values.fillna(1).astype(int)
+
+
+def upgrade(df: pd.DataFrame, table: str) -> pd.DataFrame:
+    """``df`` (a timings or crossover table, ``table``, as read) in the current format
+    (:data:`FORMAT_VERSION`): the one place where older formats are read.
+
+    Format 1 (no ``format_version``; every older run, the committed reference runs
+    included): the documented columns the table lacks are added empty (NaN: the
+    schema's "empty in tables written before the column existed"); of a timings table,
+    rows of format 1 get ``axes`` from the case registry (their case's axes; empty for a
+    case it does not know), every row with an empty ``replicas`` gets 1 (one process,
+    one device: replicas did not exist) and one with an empty ``timing`` gets ``synced``
+    (the only timing before unsynced rows existed); the rows' ``format_version`` becomes
+    :data:`FORMAT_VERSION`. Columns come in schema order, then the rest (a plug-in
+    case's size axes) in the order they had. A table in the current format is returned
+    as a copy, columns ordered. Raises ValueError for a ``table`` other than
+    :data:`TABLES` and :class:`TableError` for a format newer than this code reads.
+    """
+    if table not in TABLES:
+        raise ValueError(f"table must be one of {TABLES}, got {table!r}")
+    out = df.copy()
+    versions = format_versions(out)
+    if (versions > FORMAT_VERSION).any():
+        raise TableError(
+            f"{table}: format_version {int(versions.max())} is newer than this code reads "
+            f"({FORMAT_VERSION})"
+        )
+    old = versions < FORMAT_VERSION
+    documented = list(table_columns(table))
+    text = set(text_columns(table))
+    for column in documented:
+        if column not in out:  # text columns as objects: filling them in stays valid
+            out[column] = (
+                pd.Series(None, index=out.index, dtype=object) if column in text else np.nan
+            )
+    if table == "timings":
+        empty = out["axes"].isna() | (out["axes"].astype(str).str.strip() == "")
+        fill = old & empty
+        if fill.any():
+            out["axes"] = out["axes"].astype(object)
+            out.loc[fill, "axes"] = out.loc[fill, "case"].map(_registered_axes)
+        for column, value in (("replicas", 1), ("timing", "synced")):
+            blank = out[column].isna() | (out[column].astype(str).str.strip() == "")
+            if blank.any():
+                out[column] = out[column].astype(object)
+                out.loc[blank, column] = value
+    if old.any():
+        out["format_version"] = out["format_version"].astype(object)
+        out.loc[old, "format_version"] = FORMAT_VERSION
+    return out[[*documented, *[c for c in out.columns if c not in set(documented)]]]
+
+
+def _registered_axes(case) -> str | None:
+    """A format-1 row's ``axes``: its case's registered axes, comma-joined; None for a
+    case the registry does not know."""
+    try:
+        return ",".join(case_axes(str(case)))
+    except KeyError:
+        return None
+
+
+def _check_cells(df: pd.DataFrame, table: str, source: str) -> None:
+    """Every number and boolean cell of ``df`` (text as read) is one: raises
+    :class:`TableError` naming ``source``, the row (0-based, header not counted), the
+    column and the value, before :func:`_typed` would fail without saying where."""
+    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+    kinds = {}
+    for column, spec in schema["properties"].items():
+        types = spec.get("type", [])
+        types = [types] if isinstance(types, str) else types
+        if "boolean" in types:
+            kinds[column] = "boolean"
+        elif "number" in types or "integer" in types:
+            kinds[column] = "number"
+    if table == "timings":
+        kinds.update({axis: "number" for axis in undocumented_axes(df)})
+    for column, kind in kinds.items():
+        if column not in df:
+            continue
+        values = df[column]
+        if kind == "number":
+            bad = values.notna() & pd.to_numeric(values, errors="coerce").isna()
+        else:
+            text = values.map(lambda v: str(v).strip().lower())
+            bad = values.notna() & ~text.isin(("true", "false", "1", "0", "1.0", "0.0"))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise TableError(
+                f"{source}: row {i}, column {column}: {values.iloc[i]!r} is not a {kind}"
+            )
+
+
+def read_table(source: str | Path | pd.DataFrame, table: str) -> pd.DataFrame:
+    """The one way into ``timings.csv`` and ``crossover.csv`` (``table``: timings or
+    crossover): read ``source`` (a path; or a DataFrame already read, whose text
+    columns holding numbers, as pandas guesses them, become text), upgrade an older
+    format (:func:`upgrade`), check every cell and row against the schema and return
+    the table with typed columns (:func:`_typed`: numbers as floats or ints, booleans as
+    True/False/None, text as text; seconds stay seconds). An empty file is an empty
+    table with the schema's columns.
+
+    Raises FileNotFoundError for a missing file and :class:`TableError` naming the file,
+    row and column of a cell or row that breaks the schema (an undocumented column, a
+    number column holding text, a value outside its enum).
+    """
+    if table not in TABLES:
+        raise ValueError(f"table must be one of {TABLES}, got {table!r}")
+    if isinstance(source, pd.DataFrame):
+        name = f"{table} table"
+        df = source.copy()
+        for column in set(text_columns(table)) & set(df.columns):
+            df[column] = df[column].map(lambda v: v if pd.isna(v) else str(v)).astype(object)
+    else:
+        name = str(source)
+        try:
+            df = read_csv_text(source, table)
+        except pd.errors.EmptyDataError:
+            df = pd.DataFrame(columns=list(table_columns(table)))
+    df = upgrade(df, table)
+    _check_cells(df, table, name)
+    df = _typed(df, table)
+    (validate_timings if table == "timings" else validate_crossover)(df, source=name)
+    return df
+
+
+def read_timings(source: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """A ``timings.csv`` (path or DataFrame) upgraded, validated and typed: one row per
+    measured point, the schema's columns in schema order and then a plug-in case's size
+    axes (:func:`read_table`). Raises FileNotFoundError and :class:`TableError`."""
+    return read_table(source, "timings")
+
+
+def read_crossover(source: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """A ``crossover.csv`` (path or DataFrame) upgraded, validated and typed: one row per
+    case x framework x variant x accelerator x axis, the schema's columns
+    (:func:`read_table`); an empty file gives an empty table. Raises
+    FileNotFoundError and :class:`TableError`."""
+    return read_table(source, "crossover")
+
+
+def read_job_tables(
+    csvs: Iterable[str | Path], columns: Iterable[str] | None = None
+) -> pd.DataFrame:
+    """The per-job CSVs concatenated, one row per run of a point, typed as the schema
+    types them, with the documented columns in schema order followed by the size axes
+    of plug-in cases (:func:`spec.timings_columns`), or with ``columns``."""
+    frames = [read_csv_text(p) for p in csvs]
+    documented = list(table_columns("timings"))
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=documented)
+    if columns is None:
+        columns = timings_columns(df)
+    return _typed(df.reindex(columns=list(columns)))
+
+
+def collect_timings(
+    csvs: Iterable[str | Path],
+    out: str | Path,
+    columns: Iterable[str] | None = None,
+    noise_threshold: float = TimingPolicy.noise_threshold,
+    runs: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Concatenate per-job CSVs into the study's timings table (atomically written).
+
+    The step-time model's columns (``model_*``) are set from each row's counts and rates
+    (:func:`step_columns.model_columns`; empty without them). Rows of one point measured
+    in several runs (``timing.repeats``, column ``repeat``) become one row (:func:`point_runs.merge_repeats`, which flags a merged point noisy
+    against ``noise_threshold``, the config's ``timing.noise_threshold``); a table
+    without the column (written before runs existed) is kept as it is. ``runs``: the
+    frame :func:`read_job_tables` already read from ``csvs`` (not read again).
+
+    Returns the table with the documented columns in schema order, or with ``columns``
+    (the audit re-collects a run recorded under an older schema with that run's own
+    header). Raises TableError when a row breaks the schema.
+    """
+    df = runs if runs is not None else read_job_tables(csvs, columns)
+    if "repeat" in df.columns:
+        df = merge_repeats(df, noise_threshold)
+    columns = list(df.columns)
+    # The step-time model's columns, derived here from the row's counts and rates (a
+    # deterministic function of them); kept only where the header has them.
+    df = model_columns(df)[columns]
+    validate_timings(df, source=str(out))
+    write_csv_atomic(df.to_dict("records"), columns, Path(out))
+    return df
+
+
+def _benchmark_runs(paths: Iterable[str | Path]) -> list[tuple[float, float]]:
+    """(wall seconds, end as seconds since the epoch) of each Snakemake benchmark file:
+    its column ``s`` summed and the file's modification time (written as the job ended)."""
+    runs = []
+    for path in paths:
+        bench = pd.read_csv(path, sep="\t")
+        runs.append((float(bench["s"].sum()), Path(path).stat().st_mtime))
+    return runs
+
+
+def _column_sum(rows: pd.DataFrame, column: str) -> float | None:
+    """Sum of a column of seconds (empty cells count 0); None when the table has no such
+    column at all."""
+    if column not in rows:
+        return None
+    return float(pd.to_numeric(rows[column], errors="coerce").fillna(0).sum())
+
+
+def _startup_s(rows: pd.DataFrame) -> float:
+    """Process start, framework import and device initialisation, once per measuring
+    process: ``import_s`` + ``device_init_s`` of one row per ``run_id`` (every row of a
+    job's process carries the same two; rows without a run id, written for a job that
+    never started, paid none)."""
+    if "run_id" not in rows or "import_s" not in rows:
+        return 0.0
+    cols = [c for c in ("import_s", "device_init_s") if c in rows]
+    per_run = rows[["run_id", *cols]].copy()
+    for c in cols:
+        per_run[c] = pd.to_numeric(per_run[c], errors="coerce")
+    first = per_run.dropna(subset=["run_id"]).groupby("run_id")[cols].max()
+    return float(first.fillna(0).to_numpy().sum())
+
+
+def _share(part: float | None, whole: float) -> float | None:
+    return None if part is None or whole <= 0 else round(part / whole, 4)
+
+
+def wall_summary(
+    timings: pd.DataFrame,
+    benchmarks: Iterable[str | Path],
+    rates_benchmarks: Iterable[str | Path] = (),
+    now: float | None = None,
+) -> dict:
+    """Where the study's wall time went (``wall.json``).
+
+    ``timings``: the measuring jobs' rows (one per point and run; the collect step passes
+    them before runs of a point are merged). ``benchmarks``: the measuring jobs'
+    Snakemake ``benchmark:`` files (column ``s``: wall seconds of the job's last run);
+    ``rates_benchmarks``: those of the rates jobs (one per framework and device; none for
+    a study without them, whose rates, if any, were measured inside the measuring jobs
+    and count as ``other``). ``now``: seconds since the epoch when the summary is taken
+    (default: the clock; the collect job's time). Keys, seconds rounded to 3 decimals,
+    shares to 4:
+
+    - ``study_wall_s``: from the earliest job's start (a benchmark file's modification
+      time minus its ``s``) to ``now``. Its limits: a rerun that kept jobs of an earlier
+      run counts from that run's start (the pause between included), a benchmark file
+      copied or touched since (an archive unpacked) moves its job's start, and the
+      planning before the first job is not counted. None without benchmark files.
+    - ``measuring_jobs_wall_s``: the measuring jobs' ``s`` summed (a job's time, also
+      when jobs ran side by side: it can exceed ``study_wall_s``).
+    - ``rates_jobs_wall_s``: the rates jobs' ``s`` summed; None without rates jobs.
+    - ``measured_work_s``: ``measured_s`` summed over the rows (cold start, first step,
+      warm-up and timed blocks); ``measured_share`` and ``timed_share``: it over
+      ``measuring_jobs_wall_s`` (the same number; ``measured_share`` is the older name).
+    - ``count_share`` and ``replay_share``: the rows' ``count_s`` (counting a point's
+      operations after its timed blocks) and ``replay_s`` (replaying its products and
+      layers for the step model) summed, over ``measuring_jobs_wall_s``; an empty cell
+      counts 0, a table without the column gives None.
+    - ``import_share``: process start, framework import and device initialisation
+      (``import_s`` + ``device_init_s``, once per measuring process: per ``run_id``) over
+      ``measuring_jobs_wall_s``. A job rerun whose rows were all kept paid an import that
+      no row records; a kept row's run counts its own.
+    - ``other_share``: the rest of the measuring jobs' time (the job's planning, journal,
+      probe record, rates measured inside the job, the points' set-up outside
+      ``measured_s``); negative only if the parts overlap.
+    - ``rates_share``: ``rates_jobs_wall_s`` over ``measuring_jobs_wall_s`` +
+      ``rates_jobs_wall_s``; None without rates jobs.
+
+    Every share is None when no measuring job's time is recorded (the audit collects
+    again without benchmark files). Raises OSError for a benchmark file that cannot be
+    read, KeyError for one without column ``s``.
+    """
+    measuring, rates = _benchmark_runs(benchmarks), _benchmark_runs(rates_benchmarks)
+    jobs_s = sum(s for s, _ in measuring)
+    rates_s = sum(s for s, _ in rates) if rates else None
+    starts = [end - s for s, end in (*measuring, *rates)]
+    now = time.time() if now is None else now
+    measured = _column_sum(timings, "measured_s") or 0.0
+    count_s, replay_s = _column_sum(timings, "count_s"), _column_sum(timings, "replay_s")
+    startup_s = _startup_s(timings)
+    other_s = jobs_s - measured - (count_s or 0.0) - (replay_s or 0.0) - startup_s
+    return {
+        "study_wall_s": round(now - min(starts), 3) if starts else None,
+        "measuring_jobs_wall_s": round(jobs_s, 3),
+        "rates_jobs_wall_s": None if rates_s is None else round(rates_s, 3),
+        "measured_work_s": round(measured, 3),
+        "measured_share": _share(measured, jobs_s),
+        "timed_share": _share(measured, jobs_s),
+        "count_share": _share(count_s, jobs_s),
+        "replay_share": _share(replay_s, jobs_s),
+        "import_share": _share(startup_s, jobs_s),
+        "other_share": _share(other_s, jobs_s),
+        "rates_share": _share(rates_s, jobs_s + (rates_s or 0.0)),
+    }
+
+
+def collect_study(
+    csvs: Iterable[str | Path],
+    probes: Iterable[str | Path] | None,
+    benchmarks: Iterable[str | Path],
+    timings_out: str | Path,
+    wall_out: str | Path,
+    merge_environments: bool = False,
+    noise_threshold: float = TimingPolicy.noise_threshold,
+    columns: Iterable[str] | None = None,
+    rates_benchmarks: Iterable[str | Path] = (),
+) -> tuple[pd.DataFrame, dict, list[str]]:
+    """The collect step of a study: check each job's table against its probe record,
+    concatenate the tables into ``timings_out`` and write the wall-time summary to
+    ``wall_out`` (JSON). ``csvs`` and ``probes`` are in the same order; ``benchmarks``
+    are the measuring jobs' benchmark files and ``rates_benchmarks`` the rates jobs'
+    (:func:`wall_summary`, of the rows before runs are merged); ``noise_threshold`` is the
+    config's ``timing.noise_threshold`` (for points measured in several runs,
+    :func:`collect_timings`). The audit runs this same step again
+    (:mod:`crossover_study.audit.stages`): ``probes`` None for a run recorded without
+    probe records (its tables are checked against none), ``columns`` the run's own
+    header (:func:`read_job_tables`).
+
+    Returns (timings, wall summary, merged-on-purpose lines). Raises
+    :class:`probe.ProbeError` for an accelerator row no probe backs (a lost GPU request
+    must not become a CPU timing under its name), :class:`TableError` for a row that
+    breaks the schema and :class:`environments.EnvironmentMixError` when a curve mixes
+    hosts, devices or library versions and ``merge_environments`` is False.
+    """
+    import json
+
+    from crossover_study.analysis.environments import check_environments
+    from crossover_study.measure.probe import check_tables
+
+    csvs = list(csvs)
+    if probes is not None:
+        check_tables(csvs, probes)
+    # Every run of a point is checked: runs merged into one row must share a machine.
+    runs = read_job_tables(csvs, columns)
+    merged = check_environments(runs, merge=merge_environments, source=str(timings_out))
+    timings = collect_timings(csvs, timings_out, noise_threshold=noise_threshold, runs=runs)
+    summary = wall_summary(runs, benchmarks, rates_benchmarks)
+    Path(wall_out).write_text(json.dumps(summary, indent=1))
+    return timings, summary, merged

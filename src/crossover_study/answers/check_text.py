@@ -1,0 +1,243 @@
+"""The answer of ``crossover-study check`` (:mod:`crossover_study.reference.quick_check`): what a person
+reads in ten seconds, from the check's own ``timings.csv`` and ``crossover.csv``.
+
+Per device the steady step time (median over timed blocks, s) with its interval (the
+blocks' interquartile range), cold start and first step (s); the verdict (which device
+is faster at this size and by how much, or indistinguishable: the two devices' block
+IQRs overlap, as ``crossover-study compare`` judges two runs); why (the report's
+regime clause, :func:`answer_regime.regime_clause`); the remedies ranked by measured
+speed-up over eager on each device and whether one flips the verdict; predictions for
+absent device classes from each committed reference run
+(:func:`step_reference.predict_references`, labelled as predictions naming the
+reference); and the one command of the full sweep. Every number is read from the
+tables and only rounded for display.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from crossover_study.analysis.prediction import predict_references
+from crossover_study.answers.regime import regime_clause
+from crossover_study.answers.remedies import ANTI_PATTERNS, MARGIN
+from crossover_study.answers.sentences import answer_sentence, prediction_text
+from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_ratio
+from crossover_study.core.files import REFERENCE_DIR as REFERENCE_RUNS
+from crossover_study.core.paths import REPO_ROOT, shown_path
+from crossover_study.core.progress import format_seconds
+from crossover_study.study.spec import DEVICES, seed_sizes, select_rows, synced
+
+#: Where the committed reference runs are (their ``timings.csv`` price predictions).
+REFERENCE_DIR = REPO_ROOT / REFERENCE_RUNS
+
+
+def _quartiles(row: pd.Series) -> tuple[float, float] | None:
+    """First and third quartile (s per step) of a row's timed blocks, or None."""
+    try:
+        blocks = json.loads(row["block_step_times_s"])
+    except (TypeError, ValueError):
+        return None
+    return (float(np.percentile(blocks, 25)), float(np.percentile(blocks, 75))) if blocks else None
+
+
+def _at_size(timings: pd.DataFrame, case: str) -> pd.DataFrame:
+    """Synced rows of ``case``, of every status, at its seed size (the check's size):
+    the study's one selection (:func:`spec.select_rows`)."""
+    return synced(select_rows(timings, case, status=None))
+
+
+def _device(rows: pd.DataFrame, device: str) -> dict:
+    """One device's eager numbers at the size: status, step time, interval, cold start,
+    first step, blocks (seconds; None where not measured) and the message."""
+    mine = rows[(rows["device"] == device) & (rows["variant"] == "eager")]
+    if mine.empty:
+        return {"status": "not measured"}
+    row = mine.iloc[0]
+    if row["status"] != "ok":
+        return {"status": row["status"], "message": row.get("message")}
+    q = _quartiles(row)
+    return {
+        "status": "ok",
+        "step_time_s": float(row["step_time_s"]),
+        "q1_s": q[0] if q else None,
+        "q3_s": q[1] if q else None,
+        "n_blocks": int(row["n_blocks"]),
+        "cold_start_s": float(row["cold_start_s"]),
+        "first_step_s": float(row["first_step_s"]),
+        "noisy": bool(row.get("noisy")) if pd.notna(row.get("noisy")) else None,
+    }
+
+
+def _verdict(devices: dict) -> dict | None:
+    """The faster device at this size and by how much (ratio of medians), or tied when
+    the block IQRs of the CPU and the accelerator overlap; None with fewer than two
+    measured devices. The first accelerator measured is compared with the CPU."""
+    ok = [d for d in DEVICES if devices.get(d, {}).get("status") == "ok"]
+    if "cpu" not in ok or len(ok) < 2:
+        return None
+    cpu, acc = devices["cpu"], devices[ok[1]]
+    ratio = cpu["step_time_s"] / acc["step_time_s"]
+    tied = None not in (cpu["q1_s"], acc["q1_s"]) and (
+        cpu["q1_s"] <= acc["q3_s"] and acc["q1_s"] <= cpu["q3_s"]
+    )
+    faster = None if tied else (ok[1] if ratio > 1 else "cpu")
+    return {"accelerator": ok[1], "cpu_over_accelerator": ratio, "faster": faster}
+
+
+def _remedies(rows: pd.DataFrame) -> dict[str, list[dict]]:
+    """Per device, every other variant's ok step time against eager's at the size, the
+    largest speed-up first; ``remedy`` False for the anti-patterns and for a speed-up
+    within :data:`answer_remedies.MARGIN` (noise is not sold as a remedy)."""
+    found: dict[str, list[dict]] = {}
+    for device in [d for d in DEVICES if d in set(rows["device"])]:
+        mine = rows[(rows["device"] == device) & (rows["status"] == "ok")]
+        times = pd.to_numeric(mine.set_index("variant")["step_time_s"], errors="coerce")
+        if "eager" not in times:
+            continue
+        eager = float(times["eager"])
+        listed = [
+            {
+                "variant": v,
+                "step_time_s": float(t),
+                "speedup": eager / float(t),
+                "remedy": v not in ANTI_PATTERNS and eager / float(t) > 1 + MARGIN,
+            }
+            for v, t in times.drop("eager").items()
+        ]
+        found[device] = sorted(listed, key=lambda r: -r["speedup"])
+        for entry in rows[(rows["device"] == device) & (rows["status"] == "error")].itertuples():
+            found[device].append(
+                {"variant": entry.variant, "status": "error", "message": entry.message}
+            )
+    return found
+
+
+def _flip(devices: dict, remedies: dict, verdict: dict | None) -> str:
+    """Whether the fastest remedy of each device changes which device is faster."""
+    if verdict is None:
+        return "only one device was measured: no verdict for a remedy to flip"
+    acc = verdict["accelerator"]
+    best = {}
+    for device in ("cpu", acc):
+        times = [r["step_time_s"] for r in remedies.get(device, []) if r.get("remedy")]
+        best[device] = min([devices[device]["step_time_s"], *times])
+    winner = acc if best[acc] < best["cpu"] else "cpu"
+    if verdict["faster"] in (None, winner):
+        return f"no remedy flips the verdict (best of each: CPU {format_seconds(best['cpu'])}, {_name(acc)} {format_seconds(best[acc])})"
+    return f"a remedy flips it: with each device's best remedy {_name(winner)} is faster (CPU {format_seconds(best['cpu'])}, {_name(acc)} {format_seconds(best[acc])})"
+
+
+def _name(device: str) -> str:
+    return "CPU" if device == "cpu" else DEVICE_NAMES.get(device, device.upper())
+
+
+def answer(
+    timings: pd.DataFrame,
+    crossover: pd.DataFrame,
+    case: str,
+    absent: dict,
+    sweep: Path,
+) -> dict:
+    """The check's answer as a JSON-ready dict (see the module docstring): ``sizes``,
+    ``devices`` (per class: the eager numbers, seconds), ``absent`` (class: why),
+    ``verdict``, ``why``, ``remedies`` and ``flip``, ``predictions`` (per absent class:
+    text), ``sentence`` (the report's answer sentence), ``sweep_command``."""
+    rows = _at_size(timings, case)
+    devices = {d: _device(rows, d) for d in DEVICES if d in set(rows["device"]) and d not in absent}
+    verdict = _verdict(devices)
+    remedies = _remedies(rows[rows["device"].isin(list(devices))])
+    references = sorted(REFERENCE_DIR.glob("*/timings.csv"))
+    predicted = predict_references(timings, references) if references else pd.DataFrame()
+    predictions = {}
+    for device in absent:
+        mine = predicted[predicted["device"] == device] if not predicted.empty else predicted
+        text = prediction_text(mine, case) if not mine.empty else ""
+        names = ", ".join(p.parent.name for p in references) or "none committed"
+        predictions[device] = text or (
+            f"no prediction for {_name(device)}: no committed reference run measured it "
+            f"with {timings['framework'].iloc[0]} (reference runs: {names})"
+        )
+    shown = shown_path(sweep.resolve())  # as the user types it
+    return {
+        "case": case,
+        "framework": str(timings["framework"].iloc[0]),
+        "sizes": seed_sizes(case),
+        "devices": devices,
+        "absent": absent,
+        "verdict": verdict,
+        "why": regime_clause(timings, case),
+        "remedies": remedies,
+        "flip": _flip(devices, remedies, verdict),
+        "predictions": predictions,
+        "sentence": answer_sentence(timings, crossover, case),
+        "sweep_command": f"make study STUDY={shown}",
+    }
+
+
+def _remedy_text(r: dict) -> str:
+    """'compile 1.8× faster (1.7 ms)', '... 3× slower (...)', an error row's message."""
+    if r.get("status") == "error":
+        return f"{r['variant']} error ({r.get('message')})"
+    speedup = r["speedup"]
+    how = (
+        f"{fmt_ratio(speedup)}{TIMES} faster"
+        if speedup >= 1
+        else f"{fmt_ratio(1 / speedup)}{TIMES} slower"
+    )
+    label = (
+        ""
+        if r["remedy"]
+        else ", an anti-pattern"
+        if r["variant"] in ANTI_PATTERNS
+        else f", not a remedy (under {MARGIN:.0%} faster)"
+    )
+    return f"{r['variant']} {how} ({format_seconds(r['step_time_s'])}{label})"
+
+
+def answer_lines(result: dict) -> list[str]:
+    """The answer as printed: a heading, one line per device, the verdict, why, the
+    remedies per device, the flip, each prediction and the sweep command."""
+    sizes = ", ".join(f"{a}={v}" for a, v in result["sizes"].items())
+    lines = ["", f"{result['case']} ({result['framework']}) at {sizes}:"]
+    for device, d in result["devices"].items():
+        if d["status"] != "ok":
+            lines.append(f"  {_name(device)}: {d['status']} {d.get('message') or ''}".rstrip())
+            continue
+        interval = (
+            f" (IQR {format_seconds(d['q1_s'])}–{format_seconds(d['q3_s'])}, {d['n_blocks']} blocks{', noisy' if d['noisy'] else ''})"
+            if d["q1_s"] is not None
+            else ""
+        )
+        lines.append(
+            f"  {_name(device)}: {format_seconds(d['step_time_s'])} per step{interval}; "
+            f"cold start {format_seconds(d['cold_start_s'])}, first step {format_seconds(d['first_step_s'])}"
+        )
+    for device, why in result["absent"].items():
+        lines.append(f"  {_name(device)}: absent ({why})")
+    v = result["verdict"]
+    if v is None:
+        lines.append("verdict: one device measured here, so no comparison at this size")
+    elif v["faster"] is None:
+        lines.append(
+            f"verdict: indistinguishable (block IQRs overlap; medians {fmt_ratio(v['cpu_over_accelerator'])}{TIMES} CPU/{_name(v['accelerator'])})"
+        )
+    else:
+        r = v["cpu_over_accelerator"]
+        lines.append(
+            f"verdict: {_name(v['faster'])} is {fmt_ratio(r if r > 1 else 1 / r)}{TIMES} faster at this size"
+        )
+    lines.append(result["why"] or "why: no step-time model columns (counts or rates missing)")
+    for device, listed in result["remedies"].items():
+        parts = [_remedy_text(r) for r in listed]
+        lines.append(
+            f"remedies on {_name(device)} (against eager): " + ("; ".join(parts) or "none measured")
+        )
+    lines.append(f"flip: {result['flip']}")
+    for text in result["predictions"].values():
+        lines.append(text)
+    lines.append(f"full sweep for a crossover: {result['sweep_command']}")
+    return lines

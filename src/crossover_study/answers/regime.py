@@ -1,0 +1,254 @@
+"""Why the accelerator is slower or faster, in the answer's words: the regime the
+step-time model (:mod:`crossover_study.stepmodel.model`) names on each device at the seed's
+size, with the share of the measured step it explains, and the crossover the model
+predicts beside the measured one.
+
+Every number is read from the ``model_*``, ``step_*`` and ``rate_*`` columns of
+``timings.csv`` (set by collect, :func:`step_columns.model_columns`) and only rounded for
+display. A table without the model's columns (written before they existed) gets no
+clause: the functions here return empty text or None, never an estimate of their own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from crossover_study.analysis.crossover import cpu_side, crossover_size
+from crossover_study.answers.rows import seed_rows, to_number
+from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_size
+from crossover_study.core.progress import format_seconds
+from crossover_study.stepmodel.columns import fit_parts
+from crossover_study.stepmodel.model import TERM_COLUMNS
+from crossover_study.study.programs import KERAS_FIT_PROGRAMS
+from crossover_study.study.spec import ACCELERATORS, row_axes, select_rows, synced
+
+#: Devices in the order a "why" clause names them.
+DEVICE_ORDER = ("cpu", *ACCELERATORS)
+#: What one counted operation is called, by ``step_ops_kind``.
+OP_WORDS = {"aten_ops": "ops", "cuda_kernels": "kernels", "tf_ops": "TensorFlow ops"}
+#: The regime of each term (:data:`step_model.REGIME_OF_TERM`, keyed by column).
+_TERM_OF_COLUMN = {column: term for term, column in TERM_COLUMNS.items()}
+
+
+def fmt_si(value: float, unit: str) -> str:
+    """``value`` with an SI prefix and 3 significant digits: ``34 MFLOP``,
+    ``1.2 TFLOP/s``, ``512 kB``."""
+    value = float(value)
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def _has_model(rows: pd.DataFrame) -> bool:
+    return "model_step_s" in rows and pd.to_numeric(rows["model_step_s"]).notna().any()
+
+
+def _launch_parts(row: pd.Series) -> list[str]:
+    """The ops term's parts as the model prices them (step_columns.model_columns): eager
+    ops, graph ops, traced-function calls, or Keras fit's own cost per call and step."""
+    ops, graph = to_number(row.get("step_ops")) or 0.0, to_number(row.get("step_graph_ops")) or 0.0
+    calls = to_number(row.get("step_function_calls")) or 0.0
+    word = OP_WORDS.get(str(row.get("step_ops_kind")), "ops")
+    eager = to_number(row.get("rate_eager_op_s"))
+    parts = []
+    if row.get("program") in KERAS_FIT_PROGRAMS:
+        fit = fit_parts(row.to_frame().T).iloc[0]
+        part = f"Keras fit's own {format_seconds(fit['call_s'])} per call / {fit['call_steps']:g} steps + "
+        if pd.notna(fit["epoch_s"]):  # absent: measured before fit's cost per epoch was
+            part += f"{format_seconds(fit['epoch_s'])} per epoch / {fit['epoch_steps']:g} steps + "
+        parts.append(part + f"{format_seconds(fit['step_s'])} per step")
+    else:
+        if ops - graph > 0 or not graph:
+            parts.append(
+                f"{round(ops - graph)} {'eager ' if graph else ''}{word} {TIMES} {format_seconds(eager)}"
+            )
+        if calls:
+            call = to_number(row.get("rate_function_call_s"))
+            parts.append(
+                f"{calls:g} traced-function call{'' if calls == 1 else 's'} {TIMES} {format_seconds(call)}"
+            )
+    if graph:
+        rate = to_number(row.get("rate_graph_op_s")) or eager
+        parts.append(f"{round(graph)} {word} in a compiled graph {TIMES} {format_seconds(rate)}")
+    return parts
+
+
+def _term_detail(row: pd.Series, term: str) -> str:
+    """How the model's largest term ``term`` of ``row`` is made: '183 kernels × 5 µs';
+    the compute and memory rates are those the model used (the count over the term:
+    read off the job's curves at the step's mean size per op, or, for compute, the
+    rate its products ran at when replayed alone)."""
+    if term == "launch":
+        return " + ".join(_launch_parts(row))
+    if term == "compute":
+        rate = to_number(row["step_flops"]) / to_number(row["model_compute_s"])
+        how = " (its products timed alone)" if to_number(row.get("step_products_s")) else ""
+        return f"{fmt_si(row['step_flops'], 'FLOP')} at {fmt_si(rate, 'FLOP/s')}{how}"
+    if term == "memory":
+        rate = to_number(row["step_mem_bytes"]) / to_number(row["model_memory_s"])
+        return f"{fmt_si(row['step_mem_bytes'], 'B')} moved at {fmt_si(rate, 'B/s')}"
+    parts = []
+    if to_number(row.get("step_copy_bytes")):
+        rate = to_number(row.get("rate_copy_bytes_per_s"))
+        parts.append(f"{fmt_si(row['step_copy_bytes'], 'B')} copied at {fmt_si(rate, 'B/s')}")
+    allreduce = (
+        to_number(row.get("allreduce_s")) if (to_number(row.get("replicas")) or 1) > 1 else None
+    )
+    if allreduce:
+        replicas = round(to_number(row["replicas"]))
+        parts.append(
+            f"one all-reduce of the gradients over {replicas} replicas {format_seconds(allreduce)}"
+        )
+    return " + ".join(parts) or "nothing copied"
+
+
+def device_regime_text(row: pd.Series, first: bool = True) -> str:
+    """One device's part of the clause, from one timings row with its model columns:
+    'on the CPU the step is launch-bound: 291 ops × 10 µs ≈ 2.91 ms; the model's whole
+    step 2.95 ms of 3 ms measured (the model explains 98 %)', 'on CUDA it is ...'
+    (``first``: later devices say 'it is'). The term shown is the largest; the share is
+    ``model_share`` (model_step_s / step_time_s), of the whole modelled step."""
+    name = DEVICE_NAMES.get(row["device"], str(row["device"]).upper())
+    name = "the CPU" if row["device"] == "cpu" else name
+    terms = {c: to_number(row.get(c)) or 0.0 for c in TERM_COLUMNS.values()}
+    largest = max(terms, key=terms.get)
+    subject = "the step is" if first else "it is"
+    share = to_number(row.get("model_share"))
+    return (
+        f"on {name} {subject} {row['model_regime']}: "
+        f"{_term_detail(row, _TERM_OF_COLUMN[largest])} ≈ {format_seconds(terms[largest])}; "
+        f"the model's whole step {format_seconds(row['model_step_s'])} of "
+        f"{format_seconds(row['step_time_s'])} measured (the model explains {round(100 * share)} %)"
+    )
+
+
+def regime_clause(timings: pd.DataFrame, case: str) -> str:
+    """'why (step-time model): with torch, on the CPU the step is launch-bound: ...; on
+    CUDA it is launch-bound: ...': per program (framework and variant, eager first) with
+    model columns at the seed's size, each device's regime (:func:`device_regime_text`;
+    the first row of a device where several are). Empty text when no row of ``case``
+    at the seed's size has ``model_step_s`` (a table without the model)."""
+    if not _has_model(timings):
+        return ""
+    rows = seed_rows(timings, case)
+    rows = rows[pd.to_numeric(rows["model_step_s"]).notna()]
+    if rows.empty:
+        return ""
+    programs = list(
+        dict.fromkeys(
+            zip(
+                rows["framework"],
+                rows["variant"],
+                strict=True,
+            )
+        )
+    )
+    programs.sort(key=lambda p: (p[1] != "eager", p[0], p[1]))
+    parts = []
+    for framework, variant in programs:
+        mine = rows[(rows["framework"] == framework) & (rows["variant"] == variant)]
+        texts = []
+        for device in [d for d in DEVICE_ORDER if d in set(mine["device"])]:
+            row = mine[mine["device"] == device].iloc[0]
+            texts.append(device_regime_text(row, first=not texts))
+        label = framework if variant == "eager" else f"{framework}/{variant}"
+        parts.append(f"with {label}, " + "; ".join(texts))
+    return "why (step-time model): " + "; ".join(parts)
+
+
+def model_crossover(
+    timings: pd.DataFrame, case: str, framework: str, variant: str, accelerator: str, axis: str
+) -> tuple[str, float | None] | None:
+    """Where the model's predicted step times of ``accelerator`` and the CPU cross along
+    ``axis`` (other axes at the seed's size): :func:`crossover.crossover_size` of the
+    ``model_step_s`` of the same rows the measured crossover uses (synced ok rows;
+    the CPU side of the same program, :func:`crossover.cpu_side`), at the sizes where
+    both devices have a model. Returns ``(outcome, size)`` as ``crossover_size`` does
+    (size in the axis's units, None unless ``crossover``), or None when fewer than 2
+    sizes have a model on both devices."""
+    if not _has_model(timings):
+        return None
+    timings = synced(timings)
+    mine = timings[(timings["case"] == case) & (timings["framework"] == framework)]
+    cpu, _, _ = cpu_side(mine, case, framework, variant, accelerator, axis)
+    sub = mine[mine["variant"] == variant]
+    acc = select_rows(sub, case, except_axes=(axis,), device=accelerator).set_index(axis)
+    t_cpu = pd.to_numeric(cpu["model_step_s"]).dropna().groupby(level=0).median()
+    t_acc = pd.to_numeric(acc["model_step_s"]).dropna().groupby(level=0).median()
+    common = sorted(set(t_cpu.index) & set(t_acc.index))
+    if len(common) < 2:
+        return None
+    return crossover_size(common, t_cpu.loc[common].tolist(), t_acc.loc[common].tolist())
+
+
+def model_crossover_text(
+    timings: pd.DataFrame, case: str, framework: str, variant: str, accelerator: str, axes
+) -> str:
+    """'the model predicts the crossover at hidden ≈ 1900' (or 'no crossover on hidden',
+    'the accelerator faster throughout hidden') per axis of ``axes`` with a model
+    crossover (:func:`model_crossover`), joined with 'and'; empty text when none has."""
+    texts = []
+    for axis in axes:
+        found = model_crossover(timings, case, framework, variant, accelerator, axis)
+        if found is None:
+            continue
+        outcome, size = found
+        if outcome == "crossover" and size is not None:
+            texts.append(f"the crossover at {axis} ≈ {fmt_size(size)}")
+        elif outcome == "accelerator_faster_throughout":
+            texts.append(f"it faster over the whole range of {axis}")
+        elif outcome == "no_crossover":
+            texts.append(f"no crossover on {axis}")
+        else:
+            texts.append(f"{outcome.replace('_', ' ')} on {axis}")
+    return "the model predicts " + " and ".join(texts) if texts else ""
+
+
+#: How far the model's CPU step may be from the measured one and still "agree" (issue
+#: 18's closing criterion: within 30 % at 80 % of the CPU points or more).
+AGREEMENT_TOLERANCE = 0.30
+
+
+def model_agreement(timings: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
+    """The synced ok rows of ``device`` with a model share (``model_share``), one per point,
+    with ``within`` (True where |model_share − 1| ≤ :data:`AGREEMENT_TOLERANCE`), sorted
+    worst first (by |log model_share|). Empty without the model's columns."""
+    if not _has_model(timings) or "model_share" not in timings:
+        return timings.iloc[0:0].assign(within=pd.Series(dtype=bool))
+    rows = timings[(timings["device"] == device) & (timings["status"] == "ok")]
+    rows = synced(rows)  # an unsynchronised row times the anti-pattern, not the step
+    share = pd.to_numeric(rows["model_share"], errors="coerce")
+    rows = rows[share.notna() & (share > 0)].copy()
+    share = pd.to_numeric(rows["model_share"])
+    rows["within"] = (share - 1).abs() <= AGREEMENT_TOLERANCE
+    order = np.abs(np.log(share.astype(float))).sort_values(ascending=False, kind="stable")
+    return rows.loc[order.index]
+
+
+def model_agreement_sentence(timings: pd.DataFrame, device: str = "cpu", worst: int = 3) -> str:
+    """'The step-time model's CPU step is within 30 % of the measured one at 41 of 48
+    points (85 %); the worst: s004-lstm torch/eager at units=512 (model 0.42 × measured),
+    ...' from :func:`model_agreement` (the ``worst`` farthest points, with their sizes);
+    empty text where no point has a model share."""
+    rows = model_agreement(timings, device)
+    if rows.empty:
+        return ""
+    name = "the CPU" if device == "cpu" else DEVICE_NAMES.get(device, device.upper())
+    n, k = len(rows), int(rows["within"].sum())
+    texts = []
+    for _, row in rows.head(worst).iterrows():
+        sizes = ", ".join(
+            f"{a}={fmt_size(row[a])}" for a in row_axes(row) if a in row and pd.notna(row[a])
+        )
+        texts.append(
+            f"{row['case']} {row['framework']}/{row['variant']} at {sizes} "
+            f"(model {row['model_share']:.2f}{TIMES} measured)"
+        )
+    return (
+        f"The step-time model's step on {name} is within {round(100 * AGREEMENT_TOLERANCE)} % "
+        f"of the measured one at {k} of {n} points ({round(100 * k / n)} %); the farthest: "
+        + "; ".join(texts)
+        + "."
+    )

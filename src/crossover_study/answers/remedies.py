@@ -1,0 +1,144 @@
+"""The report's remedy sentences: the fastest variant against the naive program at the
+seed's size, and how far each remedy moves the crossover and N*.
+
+Every number is read from the tables (``timings.csv`` and
+:func:`crossover_study.analysis.shifts.remedy_shift`'s table) and only rounded for display.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from crossover_study.answers.rows import flag_text, seed_rows, to_number
+from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_count, fmt_ratio, fmt_size
+from crossover_study.core.progress import format_seconds
+from crossover_study.study.spec import ACCELERATORS, FRAMEWORKS, synced
+
+#: A variant must be this much faster than eager to be called a remedy: the noise
+#: threshold of STUDY.md item 4 (IQR/median 0.1), so noise is not sold as a speed-up.
+MARGIN = 0.1
+#: Variants that add work to the naive program on purpose (the anti-patterns of STUDY.md
+#: item 7: a loss read back every step, data copied from the host every step). They
+#: show what a factor costs and are never offered as a remedy, even when noise makes
+#: one of them look faster.
+ANTI_PATTERNS = ("read_loss_every_step", "copy_data_each_step")
+
+
+def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
+    """One sentence per device: the fastest variant against the naive program.
+
+    Compares, at the seed's own size and per framework, the median step time of the
+    ``eager`` program with the fastest other variant measured there (synced timings
+    only; the :data:`ANTI_PATTERNS` never count as remedies), e.g. "On cpu: tensorflow custom_step takes 837 µs per step, 25× faster than
+    eager (20.8 ms)". Says so when no variant beats eager by more than ``MARGIN`` or
+    none was measured.
+    """
+    rows = seed_rows(timings, case)  # replicated rows left out (spec.select_rows)
+    rows = synced(rows)
+    parts = []
+    for device in [d for d in ("cpu", *ACCELERATORS) if d in set(rows["device"])]:
+        on_device = rows[rows["device"] == device]
+        clauses = []
+        for framework in [f for f in FRAMEWORKS if f in set(on_device["framework"])]:
+            mine = on_device[on_device["framework"] == framework]
+            times = pd.to_numeric(mine.set_index("variant")["step_time_s"], errors="coerce")
+            times = times.groupby(level=0).median().dropna()
+            times = times.drop([v for v in ANTI_PATTERNS if v in times.index])
+            if "eager" not in times or len(times) < 2:
+                continue
+            eager = times["eager"]
+            best = times.drop("eager").idxmin()
+            if eager / times[best] < 1 + MARGIN:
+                clauses.append(
+                    f"no {framework} variant beats eager ({format_seconds(eager)}) by more "
+                    f"than {MARGIN:.0%}"
+                )
+                continue
+            ratio = eager / times[best]
+            # A headline number is never quoted without its flags (noisy, failed check).
+            flags = flag_text(mine[mine["variant"].isin([best, "eager"])])
+            clauses.append(
+                f"{framework} {best} takes {format_seconds(times[best])} per step, "
+                f"{fmt_ratio(ratio)}{TIMES} faster than eager ({format_seconds(eager)})"
+                f"{flags}"
+            )
+        if clauses:
+            parts.append(f"On {DEVICE_NAMES.get(device, device)}: " + "; ".join(clauses) + ".")
+    if not parts:
+        return "No variant other than eager was measured at the seed's size."
+    return "Best remedy at the seed's size. " + " ".join(parts)
+
+
+def _where(outcome, size, axis: str) -> str:
+    """Where the accelerator overtakes the CPU on ``axis``, in words."""
+    if not isinstance(outcome, str):
+        return "not measured"
+    if outcome == "crossover" and to_number(size) is not None:
+        return f"at {axis} ≈ {fmt_size(to_number(size))}"
+    return {
+        "accelerator_faster_throughout": f"already at the smallest {axis}",
+        "no_crossover": f"nowhere in the measured {axis} range",
+        "indistinguishable": f"nowhere: indistinguishable within noise at every {axis} measured",
+        "accelerator_faster_in_part": (
+            f"nowhere it can be placed: faster only at part of the measured {axis} range"
+        ),
+    }.get(outcome, f"unknown ({outcome})")
+
+
+def _n_star_text(value) -> str:
+    value = to_number(value)
+    return "never" if value is None else f"after {fmt_count(value)} steps"
+
+
+def remedy_shift_sentence(shift: pd.DataFrame, case: str) -> str:
+    """How far each remedy moves the crossover and N* for ``case``, in words.
+
+    ``shift`` is :func:`crossover_study.analysis.shifts.remedy_shift`'s table. One clause per
+    framework × variant × accelerator: the speed-up at the seed's size against the CPU
+    program it is compared with (``cpu_variant``), the crossover on each axis with more
+    than one common size next to eager's (with the ratio when both cross), and N* next
+    to eager's. Says so when no remedy has accelerator data to compare.
+    """
+    rows = shift[shift["case"] == case] if not shift.empty else shift
+    if rows.empty:
+        return (
+            "No remedy (a variant other than eager) has ok accelerator rows for this "
+            "case, so no remedy's effect on the crossover or N* was measured here."
+        )
+    clauses = []
+    for (framework, variant, acc), group in rows.groupby(
+        ["framework", "variant", "accelerator"], sort=False
+    ):
+        name = DEVICE_NAMES.get(acc, acc.upper())
+        first = group.iloc[0]
+        speedup = to_number(first.get("speedup_at_seed"))
+        text = f"{framework} {variant} on {name}"
+        if speedup is not None:
+            faster = (
+                f"{fmt_ratio(speedup)}{TIMES} faster"
+                if speedup >= 1
+                else (f"{fmt_ratio(1 / speedup)}{TIMES} slower")
+            )
+            text += f" is {faster} than the CPU's {first.get('cpu_variant')} at the seed's size"
+            if isinstance(first.get("program"), str):
+                text += f" (both ran {first['program']})"
+        crossings = []
+        for _, r in group[group["outcome"] != "too_few_points"].iterrows():
+            piece = (
+                f"overtakes it {_where(r['outcome'], r['crossover_size'], r['axis'])} "
+                f"(eager: {_where(r['eager_outcome'], r['eager_crossover_size'], r['axis'])}"
+            )
+            ratio = to_number(r.get("crossover_shift"))
+            if ratio is not None and ratio < 1:
+                piece += f"; {fmt_ratio(1 / ratio)}{TIMES} smaller"
+            elif ratio is not None:
+                piece += f"; {fmt_ratio(ratio)}{TIMES} larger"
+            crossings.append(piece + ")")
+        if crossings:
+            text += "; " + "; ".join(crossings)
+        text += (
+            f"; time-to-train wins {_n_star_text(first.get('n_star_steps'))} "
+            f"(eager: {_n_star_text(first.get('eager_n_star_steps'))})"
+        )
+        clauses.append(text)
+    return ". ".join(clauses) + "."

@@ -1,0 +1,96 @@
+"""Which rows of the tables an answer quotes, and the numbers read from them.
+
+The answers (:mod:`crossover_study.answers.sentences`, :mod:`crossover_study.answers.remedies`,
+:mod:`crossover_study.answers.replicas`) select their rows here: the ok rows of a case
+at the seed's size, its failed points there (both :func:`spec.select_rows`, the
+selection the figures and the crossover make too), the flags a quoted timing carries, the
+crossover table's verdict at the seed's size and the replicas' step times. Nothing is
+estimated: values are read from ``timings.csv``, ``crossover.csv`` or the scaling
+table and converted to floats.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from crossover_study.study.spec import select_rows, truthy
+
+
+def to_number(value) -> float | None:
+    """One table cell as a float; None for an empty cell, NaN or text that is no number."""
+    value = pd.to_numeric(value, errors="coerce")
+    return None if pd.isna(value) else float(value)
+
+
+def first_number(series: pd.Series) -> float | None:
+    """The first value of a column that is a number, as a float; None when none is."""
+    values = pd.to_numeric(series, errors="coerce").dropna()
+    return float(values.iloc[0]) if len(values) else None
+
+
+def seed_rows(timings: pd.DataFrame, case: str, replicas: bool = False) -> pd.DataFrame:
+    """ok rows of ``case`` with every axis at the seed's size (:func:`spec.seed_sizes`),
+    a slice of ``timings`` (one row per measured point, ``timings.csv``'s columns):
+    :func:`spec.select_rows`, whose rule for replicated rows applies (left out unless
+    ``replicas``). Raises KeyError when ``timings`` lacks a column of the seed's axes."""
+    return select_rows(timings, case, replicas=replicas)
+
+
+def failed_at_seed(timings: pd.DataFrame, case: str, device: str) -> str | None:
+    """The messages of ``case``'s ``error``/``oom`` rows on ``device`` at the seed's size
+    (the eager program's first, distinct ones joined with "; "), or None. Replicated
+    rows are left out (:func:`spec.select_rows`)."""
+    rows = select_rows(timings, case, status=("error", "oom"), device=device)
+    if rows.empty:
+        return None
+    rows = rows.sort_values("variant", key=lambda v: v != "eager", kind="stable")
+    return "; ".join(dict.fromkeys(str(m) for m in rows["message"]))
+
+
+def flag_text(rows: pd.DataFrame) -> str:
+    """`` (flagged: noisy, ...)`` when a row's timing is flagged (see the report's
+    measurement warnings), else ``""``: a headline number is never quoted without it."""
+    flags = []
+    if "sync_check" in rows and (rows["sync_check"] == "failed").any():
+        flags.append("block-length check failed")
+    for column, text in (
+        ("noisy", "noisy"),
+        ("retraced", "retraced while timed"),
+        ("nonfinite_loss", "loss NaN/inf: the program diverged"),
+    ):
+        if column in rows and truthy(rows[column]).any():
+            flags.append(text)
+    return f" (flagged: {', '.join(flags)})" if flags else ""
+
+
+def size_verdicts(text) -> list[tuple[float, str]]:
+    """``size_verdicts`` of a crossover row (``32:slower 128:tied``) as (size, verdict)
+    pairs; none for an empty cell or a table written before the column existed."""
+    if not isinstance(text, str):
+        return []
+    pairs = []
+    for item in text.split():
+        size, _, verdict = item.rpartition(":")
+        if to_number(size) is not None:
+            pairs.append((float(size), verdict))
+    return pairs
+
+
+def verdict_at_seed(rows: pd.DataFrame) -> str | None:
+    """The accelerator against the CPU at the seed's size (``slower``, ``tied`` or
+    ``faster``) from the first crossover row whose ``size_verdicts`` holds that size."""
+    if "size_verdicts" not in rows or "seed_size" not in rows:
+        return None
+    for _, row in rows.iterrows():
+        seed = to_number(row.get("seed_size"))
+        for size, verdict in size_verdicts(row.get("size_verdicts")):
+            if seed is not None and size == seed:
+                return verdict
+    return None
+
+
+def replica_times(rows: pd.DataFrame) -> pd.Series:
+    """Seconds per step of scaling-table rows: global_batch / samples_per_s (the
+    runner's samples_per_s is global_batch / step_time_s)."""
+    batch = pd.to_numeric(rows["global_batch"], errors="coerce")
+    return batch / pd.to_numeric(rows["samples_per_s"], errors="coerce")

@@ -1,0 +1,141 @@
+"""The report's figure style, in one place: colours, markers, dashes, number formats and
+the decoration every figure shares.
+
+Colours come from seaborn's colour-blind-safe palette (one colour per device class),
+markers from the framework, dashes from the variant (seaborn's ``dashes`` form: ``""``
+solid, else an on-off sequence in line widths). Nothing here draws data; seaborn is
+imported only when :func:`palette` is called, so the figures' data module can use the
+number formats without a plotting library.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from crossover_study.study.spec import DEVICES
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+#: Display characters (kept as escapes so linters do not mistake them for x and -).
+TIMES = "\u00d7"
+EN_DASH = "\u2013"
+
+#: Alpha of points whose IQR/median exceeds the noise threshold (``noisy`` column).
+NOISY_ALPHA = 0.35
+#: Marker of each framework; another framework gets :data:`OTHER_MARKER`.
+MARKERS = {"torch": "o", "tensorflow": "s"}
+OTHER_MARKER = "D"
+#: Line style of a crossover line per framework (matplotlib's form: an overlay).
+CROSSOVER_STYLES = {"torch": "--", "tensorflow": "-."}
+#: Dashes of the variants in sorted order (cycled): solid, dashed, dash-dot, dash-dot-dot.
+VARIANT_DASHES: tuple[str | tuple[float, ...], ...] = (
+    "",
+    (4, 1.5),
+    (6, 1.5, 1, 1.5),
+    (5, 1, 1, 1, 1, 1),
+)
+#: Dashes of each framework in the time-to-train figure (another: dash-dot).
+FRAMEWORK_DASHES: dict[str, str | tuple[float, ...]] = {"torch": "", "tensorflow": (4, 1.5)}
+#: Dashes of strong and weak scaling in the replica-scaling figure.
+SCALING_DASHES: dict[str, str | tuple[float, ...]] = {"strong": "", "weak": (4, 2)}
+#: Dashes and marker of each machine of the cross-machine figure, in the order the
+#: machines are given (cycled beyond six). Dotted is left to the seed size.
+MACHINE_STYLES: tuple[tuple[str | tuple[float, ...], str], ...] = (
+    ("", "o"),
+    ((4, 1.5), "s"),
+    ((6, 1.5, 1, 1.5), "^"),
+    ((5, 1, 1, 1, 1, 1), "D"),
+    ((8, 2), "v"),
+    ((3, 1, 1, 1, 1, 1, 1, 1), "P"),
+)
+#: Colour of anything drawn for a device class without one in :func:`palette`.
+OTHER_COLOUR = "0.4"
+
+__all__ = [
+    "CROSSOVER_STYLES",
+    "EN_DASH",
+    "FRAMEWORK_DASHES",
+    "MACHINE_STYLES",
+    "MARKERS",
+    "NOISY_ALPHA",
+    "OTHER_COLOUR",
+    "OTHER_MARKER",
+    "SCALING_DASHES",
+    "TIMES",
+    "VARIANT_DASHES",
+    "decorate",
+    "fmt_ms",
+    "fmt_ratio",
+    "fmt_size",
+    "palette",
+    "variant_dashes",
+]
+
+
+def palette() -> dict[str, tuple[float, float, float]]:
+    """Device class -> RGB colour (components 0-1) from seaborn's ``colorblind``
+    palette, in ``spec.DEVICES`` order (cpu first)."""
+    import seaborn as sns
+
+    colours = sns.color_palette("colorblind", n_colors=max(len(DEVICES), 3))
+    return dict(zip(DEVICES, colours[: len(DEVICES)], strict=True))
+
+
+def variant_dashes(variants: Iterable[str]) -> dict[str, str | tuple[float, ...]]:
+    """Variant -> dashes (:data:`VARIANT_DASHES` in the variants' sorted order)."""
+    return dict(zip(sorted(set(variants)), itertools.cycle(VARIANT_DASHES)))
+
+
+def fmt_size(value: float) -> str:
+    """A size for display: ``1,000`` from 100 up (rounded), else 3 significant digits
+    (``13.5``, ``8``)."""
+    value = float(value)
+    return f"{round(value):,}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def fmt_ms(value: float) -> str:
+    """Milliseconds for a heat-map cell: ``0.184``, ``18.4``, ``1,180``."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def fmt_ratio(ratio: float) -> str:
+    """A speedup for display: ``0.059``, ``4.7``, ``38``, ``3,800`` (then the sign)."""
+    if abs(ratio) >= 100:
+        return f"{ratio:,.0f}{TIMES}"
+    return f"{ratio:.0f}{TIMES}" if abs(ratio) >= 10 else f"{ratio:.2g}{TIMES}"
+
+
+def decorate(
+    ax: Axes,
+    *,
+    title: str,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    logx: bool = False,
+    logy: bool = False,
+    legend: bool = False,
+    grid: bool = True,
+) -> Axes:
+    """Shared decoration of ``ax``: log scales when asked, a light major and minor grid,
+    the axis labels (left as they are when None), the title and, when asked and there
+    is a labelled artist, a small frameless legend. Returns ``ax``."""
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    if grid:
+        ax.grid(True, which="major", linewidth=0.6, alpha=0.5)
+        ax.grid(True, which="minor", linewidth=0.3, alpha=0.25)
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize="medium")
+    if legend:
+        handles, _ = ax.get_legend_handles_labels()
+        if handles:
+            ax.legend(fontsize="small", frameon=False, loc="best")
+    return ax

@@ -1,0 +1,271 @@
+"""Time one point of a measuring job: its row's columns, or the failure it became.
+
+:func:`measure_point` runs a point's program under the timing harness inside the
+point's float precision; any exception it raises (out of memory, a plug-in that does
+not build, the job's point deadline) becomes an ``oom`` or ``error`` row instead of
+ending the job (:func:`crossover_study.measure.runner.run_group` calls it once per point).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import sysconfig
+import time
+import traceback
+from pathlib import Path
+
+from crossover_study.core import errors, paths
+from crossover_study.core.paths import portable_path
+from crossover_study.measure import frameworks
+from crossover_study.measure.harness import measure
+from crossover_study.measure.watchdog import PointDeadlineExceeded, stopped_where
+from crossover_study.stepmodel import counts as step_counts
+from crossover_study.stepmodel import replay as step_replay
+from crossover_study.study import cases
+from crossover_study.study.applicability import NotApplicable
+from crossover_study.study.points import TimingPolicy
+from crossover_study.study.spec import PointSpec
+from crossover_study.workloads import Unavailable, precision
+
+
+def deadline_row(exc: PointDeadlineExceeded, import_s, device_init_s, started) -> dict:
+    """The columns of a point ended at its deadline (stage 1 of
+    :mod:`crossover_study.measure.watchdog`): ``status`` ``error``, a ``message`` naming the
+    deadline and where the point stopped, ``import_s`` and ``device_init_s`` as given
+    (seconds) and ``measured_s``: seconds since ``started`` (a ``time.perf_counter()``
+    reading)."""
+    return {
+        "status": "error",
+        "message": f"{exc}, in {stopped_where(exc)}; every thread's stack is in the job log",
+        "import_s": import_s,
+        "device_init_s": device_init_s,
+        "measured_s": time.perf_counter() - started,
+    }
+
+
+def _compile_cache_text(workload) -> str | None:
+    """The workload's torch.compile cache hits and misses as JSON (None: not compiled)."""
+    counts = workload.compile_cache() if hasattr(workload, "compile_cache") else None
+    return None if counts is None else json.dumps(counts, sort_keys=True)
+
+
+def measure_point(
+    point: PointSpec,
+    policy: TimingPolicy,
+    import_s: float,
+    device_init_s: float,
+    threads: int = 1,
+) -> dict:
+    """Time one point; exceptions become ``status=oom`` or ``status=error`` rows.
+
+    ``cold_start_s`` = ``device_init_s`` (once per process, see
+    :func:`frameworks.initialise_device`) + this point's model and data placement (for
+    ``ddp`` also starting the follower processes and the process group). ``threads``
+    are the job's CPU threads (replicas on the CPU share them).
+
+    Replica columns: ``samples_per_s`` = ``global_batch / step_time_s`` for every ok
+    row; for a workload with replicas (``replica_info``), ``allreduce_s`` (one
+    all-reduce of the step's gradients measured alone after the timed blocks) and
+    ``allreduce_share`` = ``allreduce_s / step_time_s``. The workload's ``close`` (the
+    ddp followers) runs whatever happens.
+
+    Precision: the point runs inside :func:`precision.point_precision` (TF32 allowed
+    for the ``tf32`` variant only, the process's pinned fp32 restored afterwards, also
+    when it fails); a point whose workload was built (``ok``, ``oom``, ``error``) gets
+    ``precision`` and ``precision_settings`` read back from the framework inside that
+    context, after the measurement (:func:`precision.row_columns`). A point that never
+    ran (``not_applicable``, ``unavailable``) leaves them empty.
+
+    A point ended at the job's point deadline (:class:`watchdog.PointDeadlineExceeded`,
+    raised inside it) is an ``error`` row naming the deadline and where it stopped.
+    """
+    with precision.point_precision(point.framework, point.variant):
+        started = time.perf_counter()
+        try:
+            row = _measure_point(point, policy, import_s, device_init_s, threads)
+        except PointDeadlineExceeded as exc:  # the job's point deadline (watchdog)
+            row = deadline_row(exc, import_s, device_init_s, started)
+        if row["status"] in ("ok", "oom", "error"):
+            row.update(precision.row_columns(point.framework, point.device))
+    return row
+
+
+#: Folders an installed package's path runs through; a frame there is named from the
+#: package on (``keras/src/trainers/trainer.py``), never by the machine's folders.
+PACKAGE_FOLDERS = ("site-packages", "dist-packages")
+
+
+def frame_path(filename: str) -> str:
+    """How an error row names a source file: from the package on for an installed
+    package (``keras/src/...``, after ``site-packages/``), relative to the standard
+    library (``importlib/__init__.py``), to the repository root
+    (``src/crossover_study/...``) or to the working directory, else its file name
+    (a plug-in outside both); a name in angle brackets (``<frozen importlib._bootstrap>``)
+    as it is. Never an absolute path."""
+    if filename.startswith("<"):
+        return filename
+    parts = Path(filename).parts
+    for folder in PACKAGE_FOLDERS:
+        if folder in parts:
+            last = len(parts) - 1 - parts[::-1].index(folder)
+            return Path(*parts[last + 1 :]).as_posix()
+    stdlib = [sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")]
+    return portable_path(filename, [*stdlib, paths.REPO_ROOT, Path.cwd()])
+
+
+def raised_where(exc: BaseException, plugin_file: str | Path | None = None) -> str | None:
+    """Where ``exc`` was raised, for its error row: ``"raised at FILE:LINE in FUNCTION"``
+    (the innermost frame of its traceback) and, when the traceback passes through the
+    plug-in file ``plugin_file`` elsewhere, ``"; plug-in: FILE:LINE in FUNCTION"`` (the
+    innermost frame there); ``"raised in the plug-in at ..."`` when the innermost frame
+    is the plug-in's. Files are named by :func:`frame_path` (no machine path). None for
+    an exception without a traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+
+    def named(frame) -> str:
+        return f"{frame_path(frame.filename)}:{frame.lineno} in {frame.name}"
+
+    mine = None
+    if plugin_file is not None:
+        target = os.path.realpath(plugin_file)
+        mine = next((f for f in reversed(frames) if os.path.realpath(f.filename) == target), None)
+    if mine is frames[-1]:
+        return f"raised in the plug-in at {named(mine)}"
+    where = f"raised at {named(frames[-1])}"
+    return where if mine is None else f"{where}; plug-in: {named(mine)}"
+
+
+def _plugin_file(point: PointSpec) -> Path | None:
+    """The plug-in file of ``point``'s case; None for a seed (or a case not registered)."""
+    try:
+        case = cases.get(point.case)
+        return None if case.builtin else case.plugin_file(point.framework)
+    except (KeyError, ValueError):
+        return None
+
+
+def _error_row(exc: BaseException, point: PointSpec, import_s, device_init_s, started) -> dict:
+    """The row of ``point``, whose program raised ``exc``: ``oom`` for an out-of-memory
+    error (:func:`frameworks.is_oom`), else ``error``. ``message`` is the exception's own
+    line (the last line of its traceback) followed by where it was raised
+    (:func:`raised_where`, in parentheses), at most 2 000 characters (the exception's
+    text is shortened from its start, where it was raised is kept). The whole traceback
+    goes to ``sys.stderr`` (the job's log: the ``measure`` rule's script and
+    :func:`crossover_study.measure.job.measure_job` point it there), under a line naming
+    the point."""
+    status = "oom" if frameworks.is_oom(exc) else "error"
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    where = raised_where(exc, _plugin_file(point))
+    suffix = "" if where is None else f" ({where})"
+    print(f"{point.key()}: {status}, the exception's traceback:", file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)
+    sys.stderr.flush()
+    return {
+        "status": status,
+        "message": text[-max(0, 2000 - len(suffix)) :] + suffix[:2000],
+        "import_s": import_s,
+        "device_init_s": device_init_s,
+        "measured_s": time.perf_counter() - started,
+    }
+
+
+def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
+    """:func:`measure_point` without the precision context and columns."""
+    started = time.perf_counter()
+    try:
+        workload = frameworks.make_workload(point, threads)
+    except NotApplicable as reason:
+        return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
+    except (errors.DeviceMissingError, Unavailable) as reason:
+        return {"status": "unavailable", "message": str(reason), "import_s": import_s}
+    except Exception as exc:  # noqa: BLE001 - a plug-in that fails to import or build
+        return _error_row(exc, point, import_s, device_init_s, started)
+    policy = dataclasses.replace(policy, synced=point.timing == "synced")
+    try:
+        m = measure(workload, policy)
+        info = workload.replica_info() if hasattr(workload, "replica_info") else {}
+        # After the timed blocks and the loss read back: counting never changes them.
+        # One count, then the replays of the shapes new to the job (step_replay caches
+        # the others); the rates the model prices the rest at are the rates job's.
+        counted = time.perf_counter()
+        counts = step_counts.count_point(workload, point.framework, point.device, m.steps_per_block)
+        replayed = time.perf_counter()
+        counts.update(step_replay.replay_columns(counts, point.framework, point.device))
+        counts["count_s"] = replayed - counted
+        counts["replay_s"] = time.perf_counter() - replayed
+    except NotApplicable as reason:  # known once a plug-in's builder said what it built
+        return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
+    except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded
+        return _error_row(exc, point, import_s, device_init_s, started)
+    finally:
+        close = getattr(workload, "close", None)
+        if close is not None:
+            close()
+    retraced = None if m.traces_timed is None else m.traces_timed > 0
+    nonfinite = not math.isfinite(m.final_loss) if m.final_loss is not None else None
+    has_batch = "batch" in point.sizes
+    global_batch = info.get("global_batch", point.global_batch() if has_batch else None)
+    allreduce_s = info.get("allreduce_s")
+    messages = []
+    if retraced:
+        messages.append(f"{m.traces_timed} trace(s) or recompilation(s) inside the timed blocks")
+    if nonfinite:
+        messages.append(
+            f"the loss is {m.final_loss} after the timed blocks: the program diverged, so "
+            "its steps computed on NaN/inf (flagged, not a speed of the working program)"
+        )
+    return {
+        "status": "ok",
+        "message": "; ".join(messages) or None,
+        "nonfinite_loss": nonfinite,
+        "step_time_s": m.step_time_s,
+        "step_time_iqr_s": m.step_time_iqr_s,
+        "noisy": m.is_noisy(policy.noise_threshold),
+        "block_step_times_s": json.dumps(m.block_step_times_s),
+        "steps_per_block": m.steps_per_block,
+        "n_blocks": len(m.block_step_times_s),
+        "warmup_steps": m.warmup_steps,
+        "steps_per_call": workload.steps_per_call,
+        "loss_read_every": workload.loss_read_every,
+        "validates_each_epoch": bool(getattr(workload, "validation", False)),
+        "fit_epochs_per_iterator": (
+            workload.fit_epochs_per_iterator()
+            if hasattr(workload, "fit_epochs_per_iterator")
+            else None
+        ),
+        "kernel": workload.kernel() if hasattr(workload, "kernel") else None,
+        "compile_cache": _compile_cache_text(workload),
+        "timer_overhead_s": m.timer_overhead_s,
+        "sync_check": m.sync_check,
+        "sync_check_long_s": m.sync_check_long_s,
+        "sync_check_steps": m.sync_check_steps,
+        "host_load_start": m.host_load_start,
+        "host_load_end": m.host_load_end,
+        "host_cpus_others": m.host_cpus_others,
+        "step_page_faults": m.page_faults_per_step,
+        "traces_first_step": m.traces_first_step,
+        "traces_warmup": m.traces_warmup,
+        "traces_timed": m.traces_timed,
+        "retraced": retraced,
+        "first_step_s": m.first_step_s,
+        "cold_start_s": device_init_s + m.cold_start_s,
+        "device_init_s": device_init_s,
+        "import_s": import_s,
+        "measured_s": m.measured_s,
+        "final_loss": m.final_loss,
+        "replicas": info.get("replicas", point.replicas),
+        "scaling": info.get("scaling", point.scaling),
+        "global_batch": global_batch,
+        "samples_per_s": None if global_batch is None else global_batch / m.step_time_s,
+        "threads_per_replica": info.get("threads_per_replica"),
+        "replica_devices": info.get("replica_devices"),
+        "allreduce_s": allreduce_s,
+        "allreduce_share": None if allreduce_s is None else allreduce_s / m.step_time_s,
+        **counts,
+    }

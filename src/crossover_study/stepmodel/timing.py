@@ -1,0 +1,119 @@
+"""How the step-time model's instruments time: median and IQR over timed blocks
+(:func:`_blocks`), each device's own sync, a line through two timings, and the
+op-cost timers built once per process (:func:`_timer`, :data:`_OP_COSTS`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+#: Timed blocks per rate (median and IQR over them).
+BLOCKS = 5
+
+
+def _blocks(run: Callable[[int], None], sync: Callable[[], None], units: float, n: int) -> dict:
+    """Time ``BLOCKS`` blocks of ``run(n)`` (synchronised) after one untimed block;
+    ``units`` per call of the work (seconds per unit: ``per``). Returns
+    ``{"median": s, "iqr": s, "blocks": BLOCKS}`` in seconds per unit."""
+    run(n)
+    sync()
+    per = []
+    for _ in range(BLOCKS):
+        start = time.perf_counter()
+        run(n)
+        sync()
+        per.append((time.perf_counter() - start) / (n * units))
+    q = statistics.quantiles(per, n=4)
+    return {"median": statistics.median(per), "iqr": q[2] - q[0], "blocks": BLOCKS}
+
+
+def _repeat(call: Callable[[], object]) -> Callable[[int], None]:
+    """``run(n)`` for :func:`_blocks`: ``call()`` n times, each result dropped at once,
+    as a training step drops its temporaries, so that the allocator hands the same
+    memory back to the next call. Keeping every result until the block ends (a list
+    comprehension, as the rates did until 2026-12-02) makes each call's output fresh
+    memory, and the curve then times page faults: PyTorch's element-wise additions
+    measured 6.8 GB/s at 393 KB and 6.3 GB/s at 3.1 MB per op that way, 47 and 97 GB/s
+    with each output dropped (2-core VM, 2026-12-02), so the model priced s001-mlp's
+    element-wise traffic several times too high (its CPU steps predicted at 1.3 to 2.3
+    times the measured time)."""
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            call()
+
+    return run
+
+
+def _inverse(rate: dict, units_name: str) -> dict:
+    """Seconds per unit turned into units per second (median and IQR of the blocks'
+    rates, from :func:`_blocks`' result, approximated by the reciprocal of the median
+    and the relative spread)."""
+    median = 1.0 / rate["median"]
+    return {
+        "median": median,
+        "iqr": rate["iqr"] / rate["median"] * median,
+        "blocks": rate["blocks"],
+        "unit": units_name,
+    }
+
+
+def _line(x_a: float, a: dict, x_b: float, b: dict, min_slope: float) -> tuple[dict, dict]:
+    """The line through two timings (:func:`_blocks` results ``a`` and ``b``, seconds
+    per call at ``x_a`` and ``x_b`` units of work per call): its slope (seconds per
+    unit, at least ``min_slope``) and its intercept (seconds per call beyond the work,
+    at least 0), each as ``{"median", "iqr", "blocks"}``; the slope's spread is the two
+    IQRs over the distance between the points, the intercept's the first point's IQR."""
+    slope = max((b["median"] - a["median"]) / (x_b - x_a), min_slope)
+    return (
+        {"median": slope, "iqr": (a["iqr"] + b["iqr"]) / (x_b - x_a), "blocks": a["blocks"]},
+        {"median": max(a["median"] - x_a * slope, 0.0), "iqr": a["iqr"], "blocks": a["blocks"]},
+    )
+
+
+def _torch_sync(device: str) -> tuple[str, Callable[[], None]]:
+    """``(target, sync)``: torch's device name for ``device`` (``cuda`` or ``cpu``) and
+    the wait for its queued work (``torch.cuda.synchronize`` on CUDA, nothing on the
+    CPU, whose ops return when done)."""
+    import torch
+
+    target = "cuda" if device.startswith("cuda") else "cpu"
+
+    def sync() -> None:
+        if target == "cuda":
+            torch.cuda.synchronize()
+
+    return target, sync
+
+
+def _tf_device(device: str) -> str:
+    """TensorFlow's device name for a device class: the host CPU for ``cpu`` (and
+    ``tpu``, whose rates are the host's here), the first GPU otherwise."""
+    return {"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")
+
+
+def _tf_reader(tf, box: dict) -> Callable[[], None]:
+    """TensorFlow's sync for the rates: read one element of the last result kept in
+    ``box["y"]`` back to the host (nothing before the first result)."""
+
+    def sync() -> None:
+        if "y" in box:
+            tf.reshape(box["y"], [-1])[0].numpy()
+
+    return sync
+
+
+#: Each (framework, device)'s op-cost timer already built in this process
+#: (:func:`op_costs`), and Keras fit's (:func:`_keras_fit_rates`): their minimal steps
+#: and models are built, counted and traced once per process (:func:`_timer`).
+_OP_COSTS: dict[tuple[str, str], Callable[[float], dict]] = {}
+
+
+def _timer(key: tuple[str, str], build: Callable[[], Callable[[float], dict]]):
+    """The ``measure(share)`` kept in :data:`_OP_COSTS` under ``key``, ``build()`` the
+    first time."""
+    if key not in _OP_COSTS:
+        _OP_COSTS[key] = build()
+    return _OP_COSTS[key]
