@@ -32,7 +32,7 @@ from crossover_study.stepmodel.model import MODEL_COLUMNS, TERM_COLUMNS
 from crossover_study.study.spec import size_columns, synced
 
 #: The reference's measured rates (per framework and accelerator, their medians): every
-#: rate a job writes (:data:`step_rates.RATE_COLUMNS`).
+#: rate a job writes (:data:`crossover_study.stepmodel.rates.RATE_COLUMNS`).
 RATE_COLUMNS = tuple(step_rates.RATE_COLUMNS.values())
 #: The reference's rate curves (JSON, :data:`step_rates.CURVE_COLUMNS`): one job's each,
 #: as a median of curves measured at different sizes is not a curve.

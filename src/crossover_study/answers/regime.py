@@ -27,7 +27,7 @@ from crossover_study.study.spec import ACCELERATORS, row_axes, select_rows, sync
 DEVICE_ORDER = ("cpu", *ACCELERATORS)
 #: What one counted operation is called, by ``step_ops_kind``.
 OP_WORDS = {"aten_ops": "ops", "cuda_kernels": "kernels", "tf_ops": "TensorFlow ops"}
-#: The regime of each term (:data:`step_model.REGIME_OF_TERM`, keyed by column).
+#: The regime of each term (:data:`crossover_study.stepmodel.model.REGIME_OF_TERM`, keyed by column).
 _TERM_OF_COLUMN = {column: term for term, column in TERM_COLUMNS.items()}
 
 

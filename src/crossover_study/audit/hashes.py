@@ -142,7 +142,7 @@ def check_inputs(report: AuditReport, layout: Layout, manifest: dict, strict: bo
 
 def note_reused_rates(report: AuditReport, layout: Layout, path: Path) -> None:
     """A rates file copied from an earlier study (its ``reused_from``,
-    :mod:`crossover_study.rates_job`): a ``note`` naming the file it was copied from and
+    :mod:`crossover_study.measure.rates_job`): a ``note`` naming the file it was copied from and
     when those rates were measured, and whether that file is still there with the sha256
     it had (the copy stands alone: a changed or deleted source is a note, not a
     failure). Nothing for rates measured by the run, or a file that is not JSON."""

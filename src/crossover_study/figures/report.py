@@ -184,7 +184,7 @@ def step_time_vs_size(
     ----------
     timings
         Tidy timings table; only ``ok`` rows of ``case`` whose other axes are at the
-        seed's size (``spec.seed_sizes``) are drawn (:func:`figure_data.step_time_frame`).
+        seed's size (``spec.seed_sizes``) are drawn (:func:`crossover_study.figures.data.step_time_frame`).
     case, axis
         Seed case and the size axis on x (samples, features, neurons or time steps).
     crossover
@@ -262,7 +262,7 @@ def cross_machine_step_time(
         ``timings`` is a tidy timings table (``timings.csv``). Of each, only the ``ok``
         rows of the naive program (:func:`programs`: ``eager``, synchronised timing,
         replicated rows left out) of ``case`` with the axes other than ``axis`` at the
-        seed's size are drawn (:func:`figure_data.cross_machine_frame`).
+        seed's size are drawn (:func:`crossover_study.figures.data.cross_machine_frame`).
     case, axis
         Seed case and the size axis on x.
     ax
@@ -326,7 +326,7 @@ def time_to_train(
     For every device x framework (x variant) with an ``ok`` row at the seed's own size
     (all axes at ``spec.seed_sizes(case)``; duplicates are reduced to their median),
     draws ``T(N) = cold_start_s + first_step_s + N * step_time_s`` in seconds against
-    the number of steps N from 1 to ``max_steps`` (:func:`figure_data.time_to_train_frame`),
+    the number of steps N from 1 to ``max_steps`` (:func:`crossover_study.figures.data.time_to_train_frame`),
     both axes logarithmic, with seaborn's ``lineplot`` (gid ``"time-to-train"``, a
     marker at N = 1). Colour = device, dashes = framework (dashed for tensorflow) or
     variant. Rows without a cold start or first step time are left out. Where two

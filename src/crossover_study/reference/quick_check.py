@@ -324,7 +324,7 @@ def _process(cmd: list, progress: Progress) -> float:
 
 def _unstarted(config: dict, out: Path, job: tuple, why: str) -> None:
     """The table and probe record of an absent device's job: ``unavailable`` rows
-    saying ``why`` (:func:`reference_jobs.write_unstarted`), no process started."""
+    saying ``why`` (:func:`crossover_study.reference.gpu_jobs.write_unstarted`), no process started."""
     case, framework, device, batch = job
     paths = job_files(out, out / "logs", job)
     points = study_points.batches(config, case, framework, device)[batch]

@@ -31,7 +31,7 @@ def _term(count: pd.Series, rate: pd.Series, per_unit: bool) -> pd.Series:
 
 def curve_rate(curve_json, per_op: float) -> float:
     """The rate a curve gives at ``per_op`` units per operation: ``curve_json`` is JSON
-    ``[[units per op, units/s], ...]`` (step_rates' ``rate_mem_curve``), interpolated
+    ``[[units per op, units/s], ...]`` (the rates' ``rate_mem_curve``, :mod:`crossover_study.stepmodel.rates`), interpolated
     linearly in log-log between its points and held at its ends. NaN for a missing or
     empty curve or a non-positive ``per_op``."""
     if not isinstance(curve_json, str) or not per_op > 0:

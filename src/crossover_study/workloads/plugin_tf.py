@@ -79,7 +79,7 @@ class TFPluginWorkload(_TFWorkload):
 
     def setup(self) -> None:
         # A failing point's row names the frame that raised and its log holds the whole
-        # traceback (point_measure): TensorFlow and Keras would otherwise cut their own
+        # traceback (measure.point): TensorFlow and Keras would otherwise cut their own
         # frames out of it. Only the traceback changes, never the program.
         tf.debugging.disable_traceback_filtering()
         tf.keras.config.disable_traceback_filtering()
