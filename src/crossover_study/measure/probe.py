@@ -201,6 +201,12 @@ def _framework_devices(framework: str) -> list[str]:
     ]
 
 
+def affinity_cpus() -> int | None:
+    """How many CPUs this process may run on (``os.sched_getaffinity``); None where the
+    OS does not say (macOS, Windows)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
 def probe_record(framework: str, device: str, threads: int, gpu_start: dict | None = None) -> dict:
     """The probe of this process, as a JSON-ready dict.
 
@@ -240,7 +246,7 @@ def probe_record(framework: str, device: str, threads: int, gpu_start: dict | No
             "device_reason": missing,
         }
     slurm_cpus = _int_env("SLURM_CPUS_PER_TASK")
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    affinity = affinity_cpus()
     cpus_given = slurm_cpus if slurm_cpus is not None else affinity
     return {
         "probe_version": PROBE_VERSION,

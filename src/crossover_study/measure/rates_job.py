@@ -45,7 +45,12 @@ from pathlib import Path
 from crossover_study.core.files import sha256_file
 from crossover_study.core.origin import cpu_model
 from crossover_study.measure import device_probe, frameworks
-from crossover_study.measure.probe import check_cpus_given, probe_record, write_probe
+from crossover_study.measure.probe import (
+    affinity_cpus,
+    check_cpus_given,
+    probe_record,
+    write_probe,
+)
 from crossover_study.stepmodel import rates as step_rates
 from crossover_study.study.spec import DEVICES
 
@@ -68,13 +73,12 @@ def rates_key(framework: str, framework_version: str | None, device: str, thread
     each source file that measures them (:func:`rate_code`; rates measured by other code
     are not these). Two files with one key hold rates of one machine, framework and
     thread count measured the same way."""
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     facts = {
         "rates_version": RATES_VERSION,
         "host": socket.gethostname(),
         "cpu_model": cpu_model(),
         "logical_cpus": os.cpu_count(),
-        "affinity": affinity,
+        "affinity": affinity_cpus(),
         "framework": framework,
         "framework_version": framework_version,
         "device": device,
