@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from crossover_study.study.spec import POINT_COLUMNS, size_columns
+from crossover_study.study.spec import POINT_COLUMNS, falsy, size_columns
 
 #: Coverage of :func:`prediction_interval`.
 PREDICTION_LEVEL = 0.95
@@ -193,6 +193,11 @@ def _merge_point(runs: pd.DataFrame, noise_threshold: float) -> dict:
     if "traces_timed" in ok and ok["traces_timed"].notna().any():
         row["traces_timed"] = float(ok["traces_timed"].max())
         row["retraced"] = bool(row["traces_timed"] > 0)
+    if "same_program" in ok:  # one run that computed something else decides
+        differs = ok[falsy(ok["same_program"])]
+        if not differs.empty:
+            for column in ("same_program", "same_program_message"):
+                row[column] = differs.iloc[0].get(column)
     failed = runs[runs["status"] != "ok"]
     if not failed.empty:
         lost = "; ".join(
@@ -216,10 +221,10 @@ def merge_repeats(rows: pd.DataFrame, noise_threshold: float) -> pd.DataFrame:
     is :func:`prediction_interval`; cold start, first step, device initialisation,
     import, timer overhead and all-reduce take the median over the ok runs,
     ``measured_s`` the sum over all runs; the block-length check fails when any run's
-    failed (its long block and host load are shown); other columns are the first ok
-    run's. A point with no ok run keeps its first run's row. Runs that failed while
-    others succeeded are named in ``message``. Returns the rows in the order of each
-    point's first row; a point measured once keeps its row, with ``repeats`` 1.
+    failed (its long block and host load are shown); ``same_program`` is False when any
+    run's is (with that run's message); other columns are the first ok run's. A point
+    with no ok run keeps its first run's row. Runs that failed while others succeeded
+    are named in ``message``. Returns the rows in the order of each point's first row; a point measured once keeps its row, with ``repeats`` 1.
     Raises KeyError when ``rows`` lacks ``repeat``.
     """
     if rows.empty:

@@ -22,6 +22,7 @@ from crossover_study.core import errors, paths
 from crossover_study.core.paths import portable_path
 from crossover_study.measure import frameworks
 from crossover_study.measure.harness import measure
+from crossover_study.measure.same_program import same_program_columns
 from crossover_study.measure.watchdog import PointDeadlineExceeded, stopped_where
 from crossover_study.stepmodel import counts as step_counts
 from crossover_study.stepmodel import replay as step_replay
@@ -188,6 +189,10 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         return _error_row(exc, point, import_s, device_init_s, started)
     policy = dataclasses.replace(policy, synced=point.timing == "synced")
     try:
+        # A derived variant of a plug-in's step is compared with the step as written
+        # (measure.same_program) outside the timed blocks: TensorFlow's before them (a
+        # step that cannot be traced is not_applicable), torch.compile's after the row.
+        same = same_program_columns(point, workload, "before")
         m = measure(workload, policy)
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
         # After the timed blocks and the loss read back: counting never changes them.
@@ -220,7 +225,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
             f"the loss is {m.final_loss} after the timed blocks: the program diverged, so "
             "its steps computed on NaN/inf (flagged, not a speed of the working program)"
         )
-    return {
+    row = {
         "status": "ok",
         "message": "; ".join(messages) or None,
         "nonfinite_loss": nonfinite,
@@ -269,3 +274,6 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         "allreduce_share": None if allreduce_s is None else allreduce_s / m.step_time_s,
         **counts,
     }
+    # After the row's compile columns were read: the check's compilation is not the point's.
+    same = same or same_program_columns(point, workload, "after")
+    return {**row, **same}

@@ -56,6 +56,7 @@ class TorchPluginWorkload(_TorchWorkload):
         self.step_index = 0
         self._loss = None
         self._last_loss = None
+        self.program: TorchStep | None = None
 
     def setup(self) -> None:
         torch.manual_seed(self.seed)
@@ -69,6 +70,7 @@ class TorchPluginWorkload(_TorchWorkload):
         if not program.data:
             built.add("no_data")
         require(self.variant, "torch", self.device_class, PLUGIN_KIND | built)
+        self.program = program  # its optimizer's parameters: measure.same_program
         self.loss_read_every = _loss_read_every(program, self.variant)
         self.host_data = tuple(torch.as_tensor(d) for d in program.data)
         self.data = self.host_data if self.copy_data else tuple(self._placed(self.host_data))
