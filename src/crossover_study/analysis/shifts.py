@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from crossover_study.study.spec import falsy
+
 #: Columns of :func:`remedy_shift`'s table.
 SHIFT_COLUMNS = (
     "case",
@@ -28,7 +30,7 @@ SHIFT_COLUMNS = (
 )
 
 
-def remedy_shift(crossover: pd.DataFrame) -> pd.DataFrame:
+def remedy_shift(crossover: pd.DataFrame, timings: pd.DataFrame | None = None) -> pd.DataFrame:
     """How far each variant moves the crossover and N* against the naive program.
 
     ``crossover`` is the table of :func:`crossover_table`. Returns one row per case ×
@@ -38,11 +40,20 @@ def remedy_shift(crossover: pd.DataFrame) -> pd.DataFrame:
     (dimensionless; below 1: the remedy makes the accelerator win at a smaller size),
     set only when both have a crossover inside the measured range. Speed-ups and N* are
     at the seed's size (N* in steps; empty when the accelerator never catches up).
-    Rows without a comparison (``no_accelerator_data``, ``no_cpu_program``) are left out.
+    Rows without a comparison (``no_accelerator_data``, ``no_cpu_program``) are left out,
+    and, given ``timings`` (the timings table), every case × framework × variant of which
+    a row has ``same_program`` False: a derived variant that computes something else
+    than the step as written is no remedy (:mod:`crossover_study.measure.same_program`).
     """
     if crossover.empty:
         return pd.DataFrame(columns=list(SHIFT_COLUMNS))
     measured = crossover[~crossover["outcome"].isin(("no_accelerator_data", "no_cpu_program"))]
+    if timings is not None and "same_program" in timings:
+        keys3 = ["case", "framework", "variant"]
+        differ = timings.loc[falsy(timings["same_program"]), keys3].drop_duplicates()
+        if not differ.empty:
+            marked = measured.merge(differ.assign(_differs=True), on=keys3, how="left")
+            measured = measured[marked["_differs"].isna().to_numpy()]
     keys = ["case", "framework", "accelerator", "axis"]
     eager = measured[measured["variant"] == "eager"].set_index(keys)
     rows = []

@@ -23,7 +23,12 @@ import pandas as pd
 
 from crossover_study.analysis.prediction import predict_references
 from crossover_study.answers.regime import regime_clause
-from crossover_study.answers.remedies import ANTI_PATTERNS, MARGIN
+from crossover_study.answers.remedies import (
+    ANTI_PATTERNS,
+    MARGIN,
+    NOT_SAME_PROGRAM,
+    not_same_program,
+)
 from crossover_study.answers.sentences import answer_sentence, prediction_text
 from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_ratio
 from crossover_study.core.files import REFERENCE_DIR as REFERENCE_RUNS
@@ -90,8 +95,10 @@ def _verdict(devices: dict) -> dict | None:
 
 def _remedies(rows: pd.DataFrame) -> dict[str, list[dict]]:
     """Per device, every other variant's ok step time against eager's at the size, the
-    largest speed-up first; ``remedy`` False for the anti-patterns and for a speed-up
-    within :data:`answer_remedies.MARGIN` (noise is not sold as a remedy)."""
+    largest speed-up first; ``remedy`` False for the anti-patterns, for a variant that
+    computes something else than the step as written (``same_program`` False:
+    ``differs`` True) and for a speed-up within :data:`answer_remedies.MARGIN` (noise is
+    not sold as a remedy)."""
     found: dict[str, list[dict]] = {}
     for device in [d for d in DEVICES if d in set(rows["device"])]:
         mine = rows[(rows["device"] == device) & (rows["status"] == "ok")]
@@ -99,12 +106,16 @@ def _remedies(rows: pd.DataFrame) -> dict[str, list[dict]]:
         if "eager" not in times:
             continue
         eager = float(times["eager"])
+        differ = not_same_program(mine)
         listed = [
             {
                 "variant": v,
                 "step_time_s": float(t),
                 "speedup": eager / float(t),
-                "remedy": v not in ANTI_PATTERNS and eager / float(t) > 1 + MARGIN,
+                "differs": v in differ,
+                "remedy": v not in ANTI_PATTERNS
+                and v not in differ
+                and eager / float(t) > 1 + MARGIN,
             }
             for v, t in times.drop("eager").items()
         ]
@@ -191,6 +202,8 @@ def _remedy_text(r: dict) -> str:
     label = (
         ""
         if r["remedy"]
+        else f", not a remedy: it computes {NOT_SAME_PROGRAM}"
+        if r.get("differs")
         else ", an anti-pattern"
         if r["variant"] in ANTI_PATTERNS
         else f", not a remedy (under {MARGIN:.0%} faster)"

@@ -12,7 +12,7 @@ import pandas as pd
 from crossover_study.answers.rows import flag_text, seed_rows, to_number
 from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_count, fmt_ratio, fmt_size
 from crossover_study.core.progress import format_seconds
-from crossover_study.study.spec import ACCELERATORS, FRAMEWORKS, synced
+from crossover_study.study.spec import ACCELERATORS, FRAMEWORKS, falsy, synced
 
 #: A variant must be this much faster than eager to be called a remedy: the noise
 #: threshold of STUDY.md item 4 (IQR/median 0.1), so noise is not sold as a speed-up.
@@ -22,6 +22,29 @@ MARGIN = 0.1
 #: show what a factor costs and are never offered as a remedy, even when noise makes
 #: one of them look faster.
 ANTI_PATTERNS = ("read_loss_every_step", "copy_data_each_step")
+#: Why a variant with ``same_program`` False is never a remedy, short (the row's
+#: ``same_program_message`` has the numbers; :mod:`crossover_study.measure.same_program`).
+NOT_SAME_PROGRAM = (
+    "something else than the step as written (traced or compiled, Python "
+    "state the step changes each call, such as a learning rate, stays at its first value)"
+)
+
+
+def not_same_program(rows: pd.DataFrame) -> list[str]:
+    """Variants of ``rows`` (timings rows) of which a row has ``same_program`` False:
+    a derived variant found to compute something else than the step as written. Sorted;
+    empty for a table without the column."""
+    if rows.empty or "same_program" not in rows:
+        return []
+    return sorted(set(rows.loc[falsy(rows["same_program"]), "variant"]))
+
+
+def left_out_text(variants: list[str]) -> str:
+    """``loop left out: it computes something else ...``; "" for no variants."""
+    if not variants:
+        return ""
+    they = "it computes" if len(variants) == 1 else "they compute"
+    return f"{', '.join(variants)} left out: {they} {NOT_SAME_PROGRAM}"
 
 
 def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
@@ -29,9 +52,10 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
 
     Compares, at the seed's own size and per framework, the median step time of the
     ``eager`` program with the fastest other variant measured there (synced timings
-    only; the :data:`ANTI_PATTERNS` never count as remedies), e.g. "On cpu: tensorflow custom_step takes 837 µs per step, 25× faster than
-    eager (20.8 ms)". Says so when no variant beats eager by more than ``MARGIN`` or
-    none was measured.
+    only; the :data:`ANTI_PATTERNS` never count as remedies, nor does a variant whose
+    ``same_program`` is False: the sentence names it as left out and why), e.g. "On
+    cpu: tensorflow custom_step takes 837 µs per step, 25× faster than eager (20.8 ms)".
+    Says so when no variant beats eager by more than ``MARGIN`` or none was measured.
     """
     rows = seed_rows(timings, case)  # replicated rows left out (spec.select_rows)
     rows = synced(rows)
@@ -44,14 +68,19 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
             times = pd.to_numeric(mine.set_index("variant")["step_time_s"], errors="coerce")
             times = times.groupby(level=0).median().dropna()
             times = times.drop([v for v in ANTI_PATTERNS if v in times.index])
+            differ = [v for v in not_same_program(mine) if v != "eager"]
+            left_out = f" ({left_out_text(differ)})" if differ else ""
+            times = times.drop([v for v in differ if v in times.index])
             if "eager" not in times or len(times) < 2:
+                if left_out and "eager" in times:
+                    clauses.append(f"no {framework} variant is a remedy{left_out}")
                 continue
             eager = times["eager"]
             best = times.drop("eager").idxmin()
             if eager / times[best] < 1 + MARGIN:
                 clauses.append(
                     f"no {framework} variant beats eager ({format_seconds(eager)}) by more "
-                    f"than {MARGIN:.0%}"
+                    f"than {MARGIN:.0%}{left_out}"
                 )
                 continue
             ratio = eager / times[best]
@@ -60,7 +89,7 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
             clauses.append(
                 f"{framework} {best} takes {format_seconds(times[best])} per step, "
                 f"{fmt_ratio(ratio)}{TIMES} faster than eager ({format_seconds(eager)})"
-                f"{flags}"
+                f"{flags}{left_out}"
             )
         if clauses:
             parts.append(f"On {DEVICE_NAMES.get(device, device)}: " + "; ".join(clauses) + ".")
@@ -90,20 +119,32 @@ def _n_star_text(value) -> str:
     return "never" if value is None else f"after {fmt_count(value)} steps"
 
 
-def remedy_shift_sentence(shift: pd.DataFrame, case: str) -> str:
+def remedy_shift_sentence(
+    shift: pd.DataFrame, case: str, timings: pd.DataFrame | None = None
+) -> str:
     """How far each remedy moves the crossover and N* for ``case``, in words.
 
     ``shift`` is :func:`crossover_study.analysis.shifts.remedy_shift`'s table. One clause per
     framework × variant × accelerator: the speed-up at the seed's size against the CPU
     program it is compared with (``cpu_variant``), the crossover on each axis with more
     than one common size next to eager's (with the ratio when both cross), and N* next
-    to eager's. Says so when no remedy has accelerator data to compare.
+    to eager's. Says so when no remedy has accelerator data to compare. With
+    ``timings`` (the timings table), names the variants left out of ``shift`` because
+    they compute something else than the step as written (``same_program`` False,
+    :func:`crossover_study.analysis.shifts.remedy_shift`).
     """
     rows = shift[shift["case"] == case] if not shift.empty else shift
+    differ = []
+    if timings is not None and not timings.empty:
+        mine = timings[timings["case"] == case]
+        differ = [
+            f"{f} {v}" for f in FRAMEWORKS for v in not_same_program(mine[mine["framework"] == f])
+        ]
+    left_out = f" ({left_out_text(differ)})" if differ else ""
     if rows.empty:
         return (
             "No remedy (a variant other than eager) has ok accelerator rows for this "
-            "case, so no remedy's effect on the crossover or N* was measured here."
+            f"case, so no remedy's effect on the crossover or N* was measured here{left_out}."
         )
     clauses = []
     for (framework, variant, acc), group in rows.groupby(
@@ -141,4 +182,4 @@ def remedy_shift_sentence(shift: pd.DataFrame, case: str) -> str:
             f"(eager: {_n_star_text(first.get('eager_n_star_steps'))})"
         )
         clauses.append(text)
-    return ". ".join(clauses) + "."
+    return ". ".join(clauses) + left_out + "."
