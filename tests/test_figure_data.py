@@ -267,6 +267,9 @@ def test_variant_frame_naive_program_first(timings):
         "iqr_s",
         "noisy",
         "check_failed",
+        "retraced",
+        "contended",
+        "not_same_program",
     ]
     assert list(zip(frame["program"], frame["device"], strict=True)) == [
         ("torch · eager", "cpu"),

@@ -54,6 +54,7 @@ from crossover_study.study.programs import (
 from crossover_study.study.spec import (
     ACCELERATORS,
     case_axes,
+    contended_apart,
     seed_sizes,
     select_rows,
     synced,
@@ -304,6 +305,9 @@ def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
     """
     timings = without_replicas(timings)  # replicated rows: the scaling figure's
     timings = synced(timings)  # unsynchronised rows are the anti-pattern, never estimated
+    # Rows measured under contention are not ok here: no curve, verdict or speed-up uses
+    # them (their message stays, the reason of a curve left without data).
+    timings = contended_apart(timings)
     # The program every row ran (its own column, or the program table for old tables).
     timings = timings.assign(program=program_column(timings))
     rows = []

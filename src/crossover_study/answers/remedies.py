@@ -12,7 +12,14 @@ import pandas as pd
 from crossover_study.answers.rows import flag_text, seed_rows, to_number
 from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_count, fmt_ratio, fmt_size
 from crossover_study.core.progress import format_seconds
-from crossover_study.study.spec import ACCELERATORS, FRAMEWORKS, falsy, synced
+from crossover_study.study.spec import (
+    ACCELERATORS,
+    FRAMEWORKS,
+    contended_apart,
+    falsy,
+    synced,
+    truthy,
+)
 
 #: A variant must be this much faster than eager to be called a remedy: the noise
 #: threshold of STUDY.md item 4 (IQR/median 0.1), so noise is not sold as a speed-up.
@@ -56,21 +63,35 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
     ``same_program`` is False: the sentence names it as left out and why), e.g. "On
     cpu: tensorflow custom_step takes 837 µs per step, 25× faster than eager (20.8 ms)".
     Says so when no variant beats eager by more than ``MARGIN`` or none was measured.
+    Rows measured under contention (``contended``) are never ranked
+    (:func:`spec.contended_apart`): the clause names the variants left out for it, and
+    says so when eager itself was.
     """
-    rows = seed_rows(timings, case)  # replicated rows left out (spec.select_rows)
-    rows = synced(rows)
+    # Replicated rows left out (spec.select_rows), contended rows too (not ok there).
+    everything = synced(seed_rows(timings, case))
+    rows = synced(seed_rows(contended_apart(timings), case))
     parts = []
-    for device in [d for d in ("cpu", *ACCELERATORS) if d in set(rows["device"])]:
+    for device in [d for d in ("cpu", *ACCELERATORS) if d in set(everything["device"])]:
         on_device = rows[rows["device"] == device]
         clauses = []
-        for framework in [f for f in FRAMEWORKS if f in set(on_device["framework"])]:
+        for framework in [f for f in FRAMEWORKS if f in set(everything["framework"])]:
             mine = on_device[on_device["framework"] == framework]
+            apart = _contended_variants(everything, device, framework)
             times = pd.to_numeric(mine.set_index("variant")["step_time_s"], errors="coerce")
             times = times.groupby(level=0).median().dropna()
             times = times.drop([v for v in ANTI_PATTERNS if v in times.index])
+            if "eager" in apart:
+                clauses.append(
+                    f"no {framework} remedy is ranked: eager was measured under contention "
+                    "(other work held the CPUs), so nothing is compared with it"
+                )
+                continue
             differ = [v for v in not_same_program(mine) if v != "eager"]
-            left_out = f" ({left_out_text(differ)})" if differ else ""
             times = times.drop([v for v in differ if v in times.index])
+            reasons = [left_out_text(differ)] if differ else []
+            if apart:
+                reasons.append(f"{', '.join(apart)} left out: measured under contention")
+            left_out = f" ({'; '.join(reasons)})" if reasons else ""
             if "eager" not in times or len(times) < 2:
                 if left_out and "eager" in times:
                     clauses.append(f"no {framework} variant is a remedy{left_out}")
@@ -96,6 +117,17 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
     if not parts:
         return "No variant other than eager was measured at the seed's size."
     return "Best remedy at the seed's size. " + " ".join(parts)
+
+
+def _contended_variants(rows: pd.DataFrame, device: str, framework: str) -> list[str]:
+    """Variants of ``framework`` on ``device`` among ``rows`` (ok rows at the seed's
+    size) with a row measured under contention, sorted; anti-patterns left out (never
+    ranked anyway)."""
+    if "contended" not in rows:
+        return []
+    mine = rows[(rows["device"] == device) & (rows["framework"] == framework)]
+    mine = mine[truthy(mine["contended"])]
+    return sorted(set(mine["variant"]) - set(ANTI_PATTERNS))
 
 
 def _where(outcome, size, axis: str) -> str:

@@ -57,6 +57,7 @@ def flag_text(rows: pd.DataFrame) -> str:
         ("noisy", "noisy"),
         ("retraced", "retraced while timed"),
         ("nonfinite_loss", "loss NaN/inf: the program diverged"),
+        ("contended", "measured under contention: other work held the CPUs"),
     ):
         if column in rows and truthy(rows[column]).any():
             flags.append(text)

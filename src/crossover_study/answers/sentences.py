@@ -36,8 +36,10 @@ from crossover_study.study.programs import PROGRAMS, program_column, program_of_
 from crossover_study.study.programs import cpu_rows as same_program_cpu_rows
 from crossover_study.study.spec import (
     ACCELERATORS,
+    CONTENDED,
     FRAMEWORKS,
     case_axes,
+    contended_apart,
     seed_sizes,
     select_rows,
     without_replicas,
@@ -192,6 +194,10 @@ def answer_sentence(
     counts priced at a committed reference run's rates); its rows at the seed's size end
     the sentence, labelled as a prediction naming the reference and its device
     (:func:`prediction_text`).
+
+    Rows measured under contention (``contended``) are quoted with their flag in the
+    CPU's step times but kept out of every verdict, speed-up and regime
+    (:func:`spec.contended_apart`): an accelerator clause whose rows all were says so.
     """
     crossover = crossover if crossover is not None else pd.DataFrame()
     timings = without_replicas(timings)  # replicated rows have their own section
@@ -234,6 +240,10 @@ def answer_sentence(
         if failed:
             head += f" (the point failed: {failed})"
 
+    # Verdicts, speed-ups and the regime from rows measured without contention only.
+    timings = contended_apart(timings)
+    at_seed = seed_rows(timings, case)
+    case_rows = timings[timings["case"] == case]
     clauses = []
     present = set(case_rows["device"]) | (
         set(crossover.loc[crossover["case"] == case, "accelerator"])
@@ -274,6 +284,9 @@ def answer_sentence(
                 why = f": {messages[0]}" if messages else ""
                 clauses.append(
                     f"no {name} point ran ({status}{why}), so no crossover was measured here"
+                    if status != CONTENDED
+                    else f"every {name} point was measured under contention{why}, so no "
+                    "crossover was measured here"
                 )
             continue
         for framework, variant in programs:
@@ -287,7 +300,12 @@ def answer_sentence(
                 status = group["status"].iloc[0]
                 messages = [str(m) for m in group["message"].dropna() if str(m).strip()]
                 why = f": {messages[0]}" if messages else ""
-                clauses.append(f"with {program}, no {name} point ran ({status}{why})")
+                clauses.append(
+                    f"with {program}, no {name} point ran ({status}{why})"
+                    if status != CONTENDED
+                    else f"with {program}, the {name} points were measured under "
+                    f"contention{why}, so no verdict is drawn"
+                )
                 continue
             rows = (
                 crossover[

@@ -41,8 +41,12 @@ CURVE_COLUMNS = [
     "check_failed",
 ]
 
+#: The flag columns of :func:`variant_frame`, in the order the figure's legend names them.
+VARIANT_FLAGS = ("noisy", "check_failed", "retraced", "contended", "not_same_program")
+
 __all__ = [
     "CURVE_COLUMNS",
+    "VARIANT_FLAGS",
     "UNSYNCED_LABEL",
     "at_seed",
     "cross_machine_frame",
@@ -118,13 +122,22 @@ def sweep_title(case: str, axis: str) -> str:
 
 def _reduced(df: pd.DataFrame, axis: str, keys: list[str]) -> pd.DataFrame:
     """``df`` (one row per measured point) reduced to one row per ``keys`` x size of
-    ``axis``: median step time and IQR, noisy or check failed when any row is."""
+    ``axis``: median step time and IQR; noisy, check failed, retraced, contended and
+    not the same program (``same_program`` False; an absent column: not checked) when
+    any row is."""
     df = df.assign(
         size=pd.to_numeric(df[axis]),
         step_time_s=pd.to_numeric(df["step_time_s"]),
         iqr_s=pd.to_numeric(df.get("step_time_iqr_s", np.nan), errors="coerce"),
         noisy=truthy(df["noisy"]) if "noisy" in df else False,
         check_failed=(df["sync_check"] == "failed") if "sync_check" in df else False,
+        retraced=truthy(df["retraced"]) if "retraced" in df else False,
+        contended=truthy(df["contended"]) if "contended" in df else False,
+        not_same_program=(
+            df["same_program"].map(lambda v: str(v).strip().lower() in {"false", "0", "0.0"})
+            if "same_program" in df
+            else False
+        ),
     )
     df["iqr_s"] = df["iqr_s"].fillna(0.0)
     return (
@@ -134,6 +147,9 @@ def _reduced(df: pd.DataFrame, axis: str, keys: list[str]) -> pd.DataFrame:
             iqr_s=("iqr_s", "median"),
             noisy=("noisy", "any"),
             check_failed=("check_failed", "any"),
+            retraced=("retraced", "any"),
+            contended=("contended", "any"),
+            not_same_program=("not_same_program", "any"),
         )
         .reset_index()
     )
@@ -341,11 +357,14 @@ def variant_frame(timings: pd.DataFrame, case: str) -> pd.DataFrame:
 
     Columns ``program`` (``"<framework> · <variant>"``), ``framework, variant,
     device``, ``step_time_s`` (median seconds per step), ``iqr_s`` (median IQR, 0 when
-    missing), ``noisy`` and ``check_failed`` (any row). Empty when the case has no
-    ``ok`` row at the seed's size. Raises KeyError for an unknown case.
+    missing), and the flags (any row): ``noisy``, ``check_failed``, ``retraced``,
+    ``contended`` (measured under contention) and ``not_same_program`` (``same_program``
+    False: the variant does not compute what the user's program does; a table without
+    the column is not checked). Empty when the case has no ``ok`` row at the seed's
+    size. Raises KeyError for an unknown case.
     """
     columns = ["program", "framework", "variant", "device", "step_time_s", "iqr_s"]
-    columns += ["noisy", "check_failed"]
+    columns += list(VARIANT_FLAGS)
     df = at_seed(ok_rows(timings, case), case)
     if df.empty:
         return pd.DataFrame(columns=columns)

@@ -6,8 +6,8 @@ figures and is where callers find all of them.
 Each function builds its figure's tidy frame with the pure pandas functions of
 :mod:`crossover_study.figures.grid`, :mod:`~crossover_study.figures.data` and
 :mod:`~crossover_study.figures.scaling` and only draws it: seaborn's ``heatmap``,
-``barplot`` (``errorbar=None``: the error bars are the study's IQR, drawn with
-matplotlib) and ``lineplot``; matplotlib for failed-check markers and annotations.
+and ``lineplot``; matplotlib for the variant comparison's points and intervals (the
+study's IQR), failed-check and other flag markers, and annotations.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from crossover_study.figures.style import (
     fmt_ratio,
     fmt_size,
     palette,
+    time_axis,
 )
 from crossover_study.study.spec import DEVICES
 
@@ -198,55 +199,141 @@ def speedup_heatmap(
     return decorate(ax, title=title, xlabel=x_axis, ylabel=y_axis, grid=False)
 
 
+#: How :func:`variant_comparison` marks a flagged point beyond the fading of a noisy
+#: one: flag column -> (marker drawn around the point, its size in points², legend text).
+VARIANT_FLAG_MARKS = {
+    "check_failed": ("x", 60, "block-length check failed"),
+    "retraced": ("s", 150, "retraced while timed"),
+    "contended": ("D", 150, "contended (kept out of verdicts)"),
+    "not_same_program": ("*", 220, "not the same program (never a remedy)"),
+}
+#: An interval's lower half is drawn down to at most this share below the median: a
+#: noisy point's IQR/2 can exceed its median, which a log axis cannot show.
+LOW_BAR = 0.9
+#: gid of each flag's marks (the block-length check's keeps its older name).
+VARIANT_FLAG_GIDS = {"check_failed": "sync-check-failed"}
+
+
 def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None) -> Axes:
     """Step time of every measured variant at the seed's size, per device and framework.
 
-    seaborn's ``barplot`` of :func:`crossover_study.figures.data.variant_frame`: one
-    horizontal bar (gid ``"variant-bar"``) per (framework, variant[, unsynced]) and
-    device (colour), the median seconds per step on a log x axis, with ``errorbar=None``
-    and the study's own error bars (median ± IQR/2) drawn over it; bars of noisy points
-    faded, points whose block-length check failed marked with an x (gid
-    ``"sync-check-failed"``). This is the factor comparison of STUDY.md item 7 (loss
-    reads, data copies, fit vs train_on_batch vs a compiled step). Rows whose variant
-    does not apply are left out. Returns the Axes.
+    Points with intervals, on a log time axis that reads: one point (gid
+    ``"variant-point"``) per (framework, variant[, unsynced]) and device (colour, the
+    devices side by side within a program's row), at the median seconds per step of
+    :func:`crossover_study.figures.data.variant_frame`, with the study's interval, median
+    ± IQR/2. Why points on a log axis, not bars: variants span 1000x (s000-hjb's eager
+    against its loop) and 1 % (two variants that change nothing) in one study; only a
+    log axis shows both, and a bar on a log axis starts at an arbitrary floor, so its
+    length means nothing. Over a narrow range the axis still spans one decade at least
+    (:func:`style.time_axis`), so that a 1 % difference looks like 1 %, and its ticks are
+    1-2-5 steps labelled in µs, ms or s (``950 µs``, ``1.2 ms``), never 10⁻³ s.
+
+    Flagged points: noisy ones faded (as in every figure, gid ``"noisy"`` on the point),
+    and a black mark around the point per :data:`VARIANT_FLAG_MARKS`: block-length check
+    failed (x, gid ``"sync-check-failed"``), retraced while timed (square, gid
+    ``"retraced"``), measured under contention (diamond, gid ``"contended"``), not the
+    same program as the user's (star, gid ``"not_same_program"``; column
+    ``same_program``, absent: not checked); each kind present gets a legend entry. This is
+    the factor comparison of STUDY.md item 7 (loss reads, data copies, fit vs
+    train_on_batch vs a compiled step). Rows whose variant does not apply are left out.
+    Returns the Axes.
     """
-    ax = new_ax(ax, figsize=(7.0, 4.6))
-    title = f"{case}: variants at the seed's size"
+    from matplotlib.lines import Line2D
+
     frame = variant_frame(timings, case)
+    programs_drawn = list(dict.fromkeys(frame["program"]))
+    ax = new_ax(ax, figsize=(7.0, max(3.2, 2.0 + 0.42 * len(programs_drawn))))
+    title = f"{case}: variants at the seed's size"
     if frame.empty:
         return empty_axes(ax, f"no ok rows for {case} at the seed's size", title)
-    programs_drawn = list(dict.fromkeys(frame["program"]))
     devices = order(frame["device"], DEVICES)
     colours = palette()
-    before = len(ax.containers)
-    sns.barplot(
-        frame,
-        x="step_time_s",
-        y="program",
-        hue="device",
-        order=programs_drawn,
-        hue_order=devices,
-        palette={d: colours.get(d, OTHER_COLOUR) for d in devices},
-        saturation=1,
-        errorbar=None,
-        orient="y",
-        ax=ax,
+    rank = {p: i for i, p in enumerate(programs_drawn)}
+    offset = {d: (i - (len(devices) - 1) / 2) * 0.22 for i, d in enumerate(devices)}
+    frame = frame.assign(
+        y=[rank[p] + offset[d] for p, d in zip(frame["program"], frame["device"], strict=True)]
     )
-    rows = frame.set_index(["device", "program"])
-    for device, bars in zip(devices, ax.containers[before:], strict=True):
-        for bar in bars:
-            y = bar.get_y() + bar.get_height() / 2
-            row = rows.loc[(device, programs_drawn[round(y)])]
-            t, half = float(row["step_time_s"]), float(row["iqr_s"]) / 2
-            bar.set_gid("variant-bar")
-            bar.set_alpha(NOISY_ALPHA if row["noisy"] else 1.0)
-            ax.errorbar(t, y, xerr=[[min(half, 0.999 * t)], [half]], fmt="none", ecolor="0.3")
-            if row["check_failed"]:
-                ax.plot(t, y, "kx", markersize=8, gid="sync-check-failed")
-    # Log x set after drawing: bars start at 0, which matplotlib's default log scale clips
-    # to the left edge (seaborn's log_scale masks them).
-    decorate(ax, title=title, xlabel="step time (s per step)", ylabel="", logx=True)
-    sns.move_legend(ax, "best", fontsize="small", frameon=False, title="device")
+    for row in frame.itertuples(index=False):
+        t, half = float(row.step_time_s), float(row.iqr_s) / 2
+        colour = colours.get(row.device, OTHER_COLOUR)
+        alpha = NOISY_ALPHA if row.noisy else 1.0
+        ax.errorbar(
+            t,
+            row.y,
+            xerr=[[min(half, LOW_BAR * t)], [half]],
+            fmt="o",
+            color=colour,
+            markersize=7,
+            elinewidth=1.4,
+            capsize=3,
+            alpha=alpha,
+            gid="variant-point",
+        )
+        if row.noisy:
+            ax.plot(t, row.y, "o", color=colour, alpha=alpha, markersize=7, gid="noisy")
+    shown = {flag for flag in VARIANT_FLAG_MARKS if frame[flag].astype(bool).any()}
+    for flag, (marker, size, _label) in VARIANT_FLAG_MARKS.items():
+        part = frame[frame[flag].astype(bool)]
+        if part.empty:
+            continue
+        hollow = marker != "x"
+        ax.scatter(
+            part["step_time_s"],
+            part["y"],
+            marker=marker,
+            s=size,
+            facecolors="none" if hollow else "black",
+            edgecolors="black",
+            linewidths=1.1,
+            zorder=4,
+            gid=VARIANT_FLAG_GIDS.get(flag, flag),
+        )
+    ax.set_yticks(range(len(programs_drawn)), programs_drawn)
+    ax.set_ylim(len(programs_drawn) - 0.5, -0.5)  # the first program on top
+    lows = frame["step_time_s"] - np.minimum(frame["iqr_s"] / 2, LOW_BAR * frame["step_time_s"])
+    highs = frame["step_time_s"] + frame["iqr_s"] / 2
+    time_axis(ax, "x", [*frame["step_time_s"], *lows, *highs])
+    decorate(ax, title=title, xlabel="step time per step (median, bar: IQR)", ylabel="")
+    ax.grid(False, axis="y", which="both")
+    handles = [
+        Line2D([], [], marker="o", linestyle="", color=colours.get(d, OTHER_COLOUR), label=d)
+        for d in devices
+    ]
+    if frame["noisy"].astype(bool).any():
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                linestyle="",
+                color="0.3",
+                alpha=NOISY_ALPHA,
+                label="noisy (faded)",
+            )
+        )
+    for flag in [f for f in VARIANT_FLAG_MARKS if f in shown]:
+        marker, size, label = VARIANT_FLAG_MARKS[flag]
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker=marker,
+                linestyle="",
+                markersize=np.sqrt(size) * 0.8,
+                markerfacecolor="none" if marker != "x" else "black",
+                markeredgecolor="black",
+                label=label,
+            )
+        )
+    # Under the axes, never over a point, and the axes keep the figure's width.
+    ax.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=2,
+        fontsize="small",
+        frameon=False,
+    )
     return ax
 
 

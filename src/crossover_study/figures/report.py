@@ -45,6 +45,7 @@ from crossover_study.figures.style import (
     fmt_ratio,
     fmt_size,
     palette,
+    time_axis,
     variant_dashes,
 )
 from crossover_study.study.spec import FRAMEWORKS, seed_sizes
@@ -162,11 +163,12 @@ def _step_time_axes(ax: Axes, title: str, axis: str, sizes, legend: bool) -> Axe
         ax,
         title=title,
         xlabel=axis,
-        ylabel="step time (s per step)",
+        ylabel="step time per step",
         logx=True,
         logy=True,
         legend=legend,
     )
+    time_axis(ax, "y")  # ticks in µs/ms/s, at least a decade (style.time_axis)
     return _widen_if_single(ax, sizes)
 
 
@@ -367,12 +369,13 @@ def time_to_train(
     for line, curve in zip(seaborn_lines(ax, before, curves, "time-to-train"), curves, strict=True):
         line.set(markevery=[0], markeredgecolor=looks[curve][0])
     ax.set_xlim(1, max_steps)
-    return decorate(
+    decorate(
         ax,
         title=title,
         xlabel="training steps N",
-        ylabel="time to train T(N) (s)",
+        ylabel="time to train T(N)",
         logx=True,
         logy=True,
         legend=True,
     )
+    return time_axis(ax, "y")  # ticks in µs/ms/s (style.time_axis)

@@ -11,6 +11,7 @@ number formats without a plotting library.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,7 @@ __all__ = [
     "FRAMEWORK_DASHES",
     "MACHINE_STYLES",
     "MARKERS",
+    "MIN_TIME_SPAN",
     "NOISY_ALPHA",
     "OTHER_COLOUR",
     "OTHER_MARKER",
@@ -70,7 +72,9 @@ __all__ = [
     "fmt_ms",
     "fmt_ratio",
     "fmt_size",
+    "fmt_time",
     "palette",
+    "time_axis",
     "variant_dashes",
 ]
 
@@ -99,6 +103,57 @@ def fmt_size(value: float) -> str:
 def fmt_ms(value: float) -> str:
     """Milliseconds for a heat-map cell: ``0.184``, ``18.4``, ``1,180``."""
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def fmt_time(seconds: float) -> str:
+    """Seconds for a time axis's tick: ``950 µs``, ``1.2 ms``, ``35 ms``, ``2 s``, ``1,800 s``
+    (two significant digits below 10 of a unit, whole units above; ``0`` for zero), never
+    ``10⁻³``."""
+    seconds = float(seconds)
+    if seconds == 0 or not math.isfinite(seconds):
+        return "0" if seconds == 0 else ""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if abs(seconds) >= scale * 0.9995 or unit == "ns":
+            value = seconds / scale
+            text = f"{value:,.0f}" if abs(value) >= 10 else f"{value:.2g}"
+            return f"{text} {unit}"
+    return f"{seconds:g} s"  # unreachable: ns catches the rest
+
+
+#: A time axis spans at least this factor (one decade): over a narrower range a 1 %
+#: difference would fill the axis and look 2x.
+MIN_TIME_SPAN = 10.0
+
+
+def time_axis(ax: Axes, which: str = "y", values: Iterable[float] = ()) -> Axes:
+    """A log axis of seconds (``which``: ``"x"`` or ``"y"``) that reads: ticks at 1, 2 and
+    5 x 10^n (1 x 10^n alone over more than two decades) labelled in µs/ms/s
+    (:func:`fmt_time`), minor ticks unlabelled, and, given the ``values`` drawn
+    (positive seconds; none given: the axis's limits so far), limits widened to span at least :data:`MIN_TIME_SPAN` about their
+    geometric middle, so that differences look as large as they are. Returns ``ax``."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    finite = [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
+    if not finite:  # the limits the data drawn so far gave
+        finite = [v for v in (ax.get_xlim() if which == "x" else ax.get_ylim()) if v > 0]
+    if finite:
+        low, high = min(finite), max(finite)
+        lo, hi = ax.get_xlim() if which == "x" else ax.get_ylim()
+        low, high = min(low, lo) if lo > 0 else low, max(high, hi)
+        if high / low < MIN_TIME_SPAN:
+            middle = math.sqrt(low * high)
+            low, high = middle / math.sqrt(MIN_TIME_SPAN), middle * math.sqrt(MIN_TIME_SPAN)
+        (ax.set_xlim if which == "x" else ax.set_ylim)(low, high)
+        decades = math.log10(high / low)
+    else:
+        decades = 3.0
+    subs = (1.0,) if decades > 2.2 else (1.0, 2.0, 5.0)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt_time(v)))
+    axis.set_minor_formatter(NullFormatter())
+    return ax
 
 
 def fmt_ratio(ratio: float) -> str:

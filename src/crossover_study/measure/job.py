@@ -87,6 +87,7 @@ def measure_job(
         missing_device=config["missing_device"],
         config_hash=study_points.measurement_hash(config, case),
         point_deadline_s=study_points.point_deadline_s(config),
+        contention=study_points.contention_policy(config),
     )
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     job: dict = {}

@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 
 from crossover_study.core import errors, paths
+from crossover_study.core.host_load import contention_share, wait_until_quiet
 from crossover_study.core.paths import portable_path
 from crossover_study.measure import frameworks
 from crossover_study.measure.harness import measure
@@ -28,7 +29,7 @@ from crossover_study.stepmodel import counts as step_counts
 from crossover_study.stepmodel import replay as step_replay
 from crossover_study.study import cases
 from crossover_study.study.applicability import NotApplicable
-from crossover_study.study.points import TimingPolicy
+from crossover_study.study.points import ContentionPolicy, TimingPolicy
 from crossover_study.study.spec import PointSpec
 from crossover_study.workloads import Unavailable, precision
 
@@ -60,6 +61,7 @@ def measure_point(
     import_s: float,
     device_init_s: float,
     threads: int = 1,
+    contention: ContentionPolicy | None = None,
 ) -> dict:
     """Time one point; exceptions become ``status=oom`` or ``status=error`` rows.
 
@@ -81,13 +83,23 @@ def measure_point(
     context, after the measurement (:func:`precision.row_columns`). A point that never
     ran (``not_applicable``, ``unavailable``) leaves them empty.
 
+    Contention (``contention``; None: not checked, the three columns empty): after the
+    timed blocks, when other work took more than ``contention.share`` of the job's
+    ``threads`` CPUs (:func:`host_load.contention_share` of ``host_cpus_others``), the
+    point waits for a quiet machine (at most ``contention.wait_s``, and what is left of
+    the job's ``contention.job_wait_s``) and, once quiet, is measured once more (the
+    whole harness, on the built workload; the second measurement replaces the first,
+    cold start and first step kept from the first). Columns ``contended`` (still
+    contended: flagged, with a ``message`` clause), ``contention_wait_s`` (seconds
+    waited) and ``remeasured``; :func:`_unless_contended`.
+
     A point ended at the job's point deadline (:class:`watchdog.PointDeadlineExceeded`,
     raised inside it) is an ``error`` row naming the deadline and where it stopped.
     """
     with precision.point_precision(point.framework, point.variant):
         started = time.perf_counter()
         try:
-            row = _measure_point(point, policy, import_s, device_init_s, threads)
+            row = _measure_point(point, policy, import_s, device_init_s, threads, contention)
         except PointDeadlineExceeded as exc:  # the job's point deadline (watchdog)
             row = deadline_row(exc, import_s, device_init_s, started)
         if row["status"] in ("ok", "oom", "error"):
@@ -176,7 +188,62 @@ def _error_row(exc: BaseException, point: PointSpec, import_s, device_init_s, st
     }
 
 
-def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
+class _JobWait:
+    """Seconds this measuring process (one job) has waited for a quiet machine, so that
+    a machine busy throughout costs at most ``ContentionPolicy.job_wait_s`` per job."""
+
+    waited_s = 0.0
+
+
+def _unless_contended(m, workload, policy, contention, threads) -> tuple:
+    """``(measurement, columns)`` of a point timed as ``m``: when other work took more
+    than ``contention.share`` of the job's CPUs, wait for a quiet machine (bounded per
+    point and per job) and, once quiet, measure again (``measure(..., built=True)``;
+    cold start, first step and its traces kept from ``m``, ``measured_s`` summed with
+    the wait). Columns ``contended``, ``contention_wait_s``, ``remeasured`` and
+    ``contention_text`` (the message clause, None when not contended). After the timed
+    blocks, never inside them."""
+    if contention is None:
+        return m, {"contended": None, "contention_wait_s": None, "remeasured": None}
+    share = contention_share(m.host_cpus_others, threads)
+    if share is None or share <= contention.share:  # None: not known (window < 0.1 s)
+        known = None if share is None else False
+        return m, {"contended": known, "contention_wait_s": 0.0, "remeasured": False}
+    budget = max(0.0, min(contention.wait_s, contention.job_wait_s - _JobWait.waited_s))
+    quiet, waited = wait_until_quiet(threads, contention.share, budget) if budget else (False, 0.0)
+    _JobWait.waited_s += waited
+    first_share, remeasured = share, quiet
+    if quiet:
+        again = measure(workload, policy, built=True)
+        m = dataclasses.replace(
+            again,
+            cold_start_s=m.cold_start_s,
+            first_step_s=m.first_step_s,
+            traces_first_step=m.traces_first_step,
+            measured_s=m.measured_s + waited + again.measured_s,
+        )
+        share = contention_share(m.host_cpus_others, threads)
+    contended = share is not None and share > contention.share
+    text = None
+    if contended:
+        how = (
+            f"measured again after {waited:.0f} s of waiting for a quiet machine, "
+            f"other work still took {share:.0%}"
+            if remeasured
+            else f"waited {waited:.0f} s for a quiet machine in vain (timing.contention_wait_s"
+            f"={contention.wait_s:g}, at most {contention.job_wait_s:g} s per job)"
+        )
+        text = (
+            f"measured under contention: other work took {first_share:.0%} of the job's "
+            f"{threads} CPU thread(s) while it was timed (timing.contention_share="
+            f"{contention.share:g}); {how}; flagged, kept out of the verdicts and remedy "
+            "rankings"
+        )
+    columns = {"contended": contended, "contention_wait_s": waited, "remeasured": remeasured}
+    return m, {**columns, "contention_text": text}
+
+
+def _measure_point(point, policy, import_s, device_init_s, threads, contention=None) -> dict:
     """:func:`measure_point` without the precision context and columns."""
     started = time.perf_counter()
     try:
@@ -194,6 +261,8 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         # step that cannot be traced is not_applicable), torch.compile's after the row.
         same = same_program_columns(point, workload, "before")
         m = measure(workload, policy)
+        # Contention: after the timed blocks; waits and measures once more if it must.
+        m, contended = _unless_contended(m, workload, policy, contention, threads)
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
         # After the timed blocks and the loss read back: counting never changes them.
         # One count, then the replays of the shapes new to the job (step_replay caches
@@ -220,6 +289,9 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
     messages = []
     if retraced:
         messages.append(f"{m.traces_timed} trace(s) or recompilation(s) inside the timed blocks")
+    if contended.get("contention_text"):
+        messages.append(contended.pop("contention_text"))
+    contended.pop("contention_text", None)
     if nonfinite:
         messages.append(
             f"the loss is {m.final_loss} after the timed blocks: the program diverged, so "
@@ -253,6 +325,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads) -> dict:
         "host_load_start": m.host_load_start,
         "host_load_end": m.host_load_end,
         "host_cpus_others": m.host_cpus_others,
+        **contended,
         "step_page_faults": m.page_faults_per_step,
         "traces_first_step": m.traces_first_step,
         "traces_warmup": m.traces_warmup,

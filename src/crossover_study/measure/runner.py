@@ -45,7 +45,7 @@ from crossover_study.measure.watchdog import (
 from crossover_study.stepmodel import rates as step_rates
 from crossover_study.study import cases
 from crossover_study.study.applicability import NotApplicable
-from crossover_study.study.points import TimingPolicy, logical_cpus
+from crossover_study.study.points import ContentionPolicy, TimingPolicy, logical_cpus
 from crossover_study.study.programs import not_applicable_reason, program_or_none
 from crossover_study.study.spec import PointSpec, timings_columns
 from crossover_study.workloads import check_framework, check_tf32, precision
@@ -103,6 +103,9 @@ class GroupSpec:
     config_hash: str
     #: ``timing.point_deadline_s``: seconds a point may run (None: no deadline).
     point_deadline_s: float | None = None
+    #: ``timing.contention_share`` and ``contention_wait_s`` (None: contention not
+    #: checked); not part of :meth:`settings`: they change no measurement of a quiet point.
+    contention: ContentionPolicy | None = None
 
     def settings(self) -> str:
         """Fingerprint (12 hex digits) of what a measurement depends on besides the
@@ -432,7 +435,14 @@ def _measure_with_deadline(job: _Job, point: PointSpec, base: dict) -> dict:
     if job.watchdog is None:
         return {
             **base,
-            **measure_point(point, group.policy, job.import_s, job.device_init_s, group.threads),
+            **measure_point(
+                point,
+                group.policy,
+                job.import_s,
+                job.device_init_s,
+                group.threads,
+                group.contention,
+            ),
         }
     hard = {
         **base,
@@ -456,7 +466,12 @@ def _measure_with_deadline(job: _Job, point: PointSpec, base: dict) -> dict:
             row = {
                 **base,
                 **measure_point(
-                    point, group.policy, job.import_s, job.device_init_s, group.threads
+                    point,
+                    group.policy,
+                    job.import_s,
+                    job.device_init_s,
+                    group.threads,
+                    group.contention,
                 ),
             }
     except PointDeadlineExceeded as exc:

@@ -208,6 +208,25 @@ def synced(timings):
     return timings[timings["timing"].fillna("synced") == "synced"]
 
 
+#: The status :func:`contended_apart` gives an ok row measured under contention.
+CONTENDED = "contended"
+
+
+def contended_apart(timings):
+    """A timings DataFrame with every ``ok`` row measured under contention (``contended``
+    true: other work held the job's CPUs, also after a wait and one more measurement)
+    given the status :data:`CONTENDED`, so that whatever selects ``ok`` rows (the
+    crossover, its verdicts, the remedy rankings) leaves it out while its message stays
+    for the reason. A copy when a row changes; ``timings`` itself otherwise (no such
+    column: a table written before it existed, nothing contended)."""
+    if "contended" not in timings or "status" not in timings:
+        return timings
+    apart = truthy(timings["contended"]) & (timings["status"] == "ok")
+    if not apart.any():
+        return timings
+    return timings.assign(status=timings["status"].where(~apart, CONTENDED))
+
+
 def select_rows(
     timings,
     case: str,
