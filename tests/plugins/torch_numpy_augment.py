@@ -16,7 +16,7 @@ from crossover_study.plugin import TorchStep
 def build(device: torch.device, batch: int, channels: int) -> TorchStep:
     """A small CNN (Conv(1->channels, 3) -> ReLU -> mean pool -> Linear(channels, 10)) on
     12x12 crops of 16x16 images; each step crops and flips each of the ``batch`` images
-    in a Python loop, then one Adam step."""
+    in a Python loop and normalises it, then one Adam step."""
     rng = np.random.default_rng(0)
     images = rng.standard_normal((batch, 16, 16)).astype(np.float32)
     labels = torch.as_tensor(rng.integers(0, 10, batch))
@@ -35,7 +35,8 @@ def build(device: torch.device, batch: int, channels: int) -> TorchStep:
         for i in range(batch):  # the user's per-sample augmentation
             r, c = rng.integers(0, 5, 2)
             crop = images[i, r : r + 12, c : c + 12]
-            crops[i, 0] = crop[:, ::-1] if rng.random() < 0.5 else crop
+            crop = crop[:, ::-1] if rng.random() < 0.5 else crop
+            crops[i, 0] = (crop - crop.mean()) / (crop.std() + 1e-6)
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(model(torch.from_numpy(crops).to(device)), targets)
         loss.backward()

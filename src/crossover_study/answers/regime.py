@@ -18,6 +18,7 @@ from crossover_study.analysis.crossover import cpu_side, crossover_size
 from crossover_study.answers.rows import seed_rows, to_number
 from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_size
 from crossover_study.core.progress import format_seconds
+from crossover_study.measure.attribution import CATEGORIES, CATEGORY_WORDS
 from crossover_study.stepmodel.columns import fit_parts
 from crossover_study.stepmodel.model import TERM_COLUMNS
 from crossover_study.study.programs import KERAS_FIT_PROGRAMS
@@ -104,23 +105,130 @@ def _term_detail(row: pd.Series, term: str) -> str:
     return " + ".join(parts) or "nothing copied"
 
 
+#: The model agrees with the measured step where model_share lies in this range
+#: (:data:`AGREEMENT_TOLERANCE` either side of 1): there its regime is the answer's.
+AGREES = (0.7, 1.3)
+#: The measured regime of each attribution category (``attr_dominant``), in words.
+MEASURED_REGIME = {
+    "ops": "bound by framework ops",
+    "python": "Python-bound",
+    "data": "data-loading-bound",
+    "trace": "trace-bound",
+    "fit": "bound by Keras fit's own work",
+    "wait": "bound by waiting on the device",
+}
+#: What removes the dominant cost, per category and framework ("" where the model's
+#: regime says it).
+FIXES = {
+    ("fit", "tensorflow"): (
+        "fit's own work is paid per call: one fit over many batches, or a compiled "
+        "step (a tf.function with a GradientTape), removes it"
+    ),
+    ("trace", "tensorflow"): (
+        "a traced function traces again whenever it is given a new Python number or a "
+        "new shape: pass a tensor (tf.constant) or keep the shape fixed"
+    ),
+    ("trace", "torch"): (
+        "torch.compile compiles again for each new shape or Python value: keep them "
+        "fixed or mark them dynamic"
+    ),
+    ("data", "torch"): (
+        "a DataLoader indexes and collates sample by sample: keep the dataset as one "
+        "tensor on the device and take each batch by index (a shuffled randperm slice)"
+    ),
+    ("data", "tensorflow"): (
+        "the input pipeline sets the pace: map after batch with vectorised ops, "
+        "parallel calls and prefetch, not Python per sample"
+    ),
+    ("python", "torch"): (
+        "no accelerator speeds up Python: vectorise the per-sample code or move it out of the step"
+    ),
+    ("python", "tensorflow"): (
+        "no accelerator speeds up Python: vectorise the per-sample code or trace the "
+        "step (tf.function) so its Python runs once"
+    ),
+    ("wait", "torch"): "read results back less often",
+    ("wait", "tensorflow"): "read results back less often",
+}
+
+
+def attribution_text(row: pd.Series) -> str:
+    """'the profile puts 69 % of the step in data loading (...), 17 % in framework ops
+    (...), 14 % in Python ...': each measured share of ``row`` (``attr_*_s`` over
+    ``step_time_s``, largest first, those under 5 % left out), from
+    :mod:`crossover_study.measure.attribution`; empty text for a row without them."""
+    step = to_number(row.get("step_time_s"))
+    shares = {c: to_number(row.get(f"attr_{c}_s")) for c in CATEGORIES if c != "unattributed"}
+    if not step or any(v is None for v in shares.values()):
+        return ""
+    ranked = sorted(shares.items(), key=lambda item: -item[1])
+    parts = [
+        f"{round(100 * value / step)} % in {CATEGORY_WORDS[category]}"
+        for category, value in ranked
+        if value / step >= 0.05
+    ]
+    return "the profile puts " + ", ".join(parts) if parts else ""
+
+
+def model_agrees(row: pd.Series) -> bool | None:
+    """True where the model's whole step is within :data:`AGREES` of the measured one
+    (``model_share``), False outside, None without a model share."""
+    share = to_number(row.get("model_share"))
+    if share is None:
+        return None
+    return AGREES[0] <= share <= AGREES[1]
+
+
+def _model_text(row: pd.Series) -> str:
+    """The model's part: its regime, largest term and whole step against the measured."""
+    terms = {c: to_number(row.get(c)) or 0.0 for c in TERM_COLUMNS.values()}
+    largest = max(terms, key=terms.get)
+    share = to_number(row.get("model_share"))
+    return (
+        f"{row['model_regime']}: "
+        f"{_term_detail(row, _TERM_OF_COLUMN[largest])} ≈ {format_seconds(terms[largest])}; "
+        f"the model's whole step {format_seconds(row['model_step_s'])} of "
+        f"{format_seconds(row['step_time_s'])} measured (the model explains {round(100 * share)} %)"
+    )
+
+
 def device_regime_text(row: pd.Series, first: bool = True) -> str:
     """One device's part of the clause, from one timings row with its model columns:
     'on the CPU the step is launch-bound: 291 ops × 10 µs ≈ 2.91 ms; the model's whole
     step 2.95 ms of 3 ms measured (the model explains 98 %)', 'on CUDA it is ...'
     (``first``: later devices say 'it is'). The term shown is the largest; the share is
-    ``model_share`` (model_step_s / step_time_s), of the whole modelled step."""
+    ``model_share`` (model_step_s / step_time_s), of the whole modelled step.
+
+    A row with the measured attribution (``attr_dominant``): where the profile's largest
+    share is framework ops and the model agrees (:func:`model_agrees`), the model's
+    regime is the answer and the measured shares follow it; otherwise the regime is the
+    largest measured share, with its numbers and what removes it (:data:`FIXES`), and
+    the model sits beside it with how far it is from the measured step."""
     name = DEVICE_NAMES.get(row["device"], str(row["device"]).upper())
     name = "the CPU" if row["device"] == "cpu" else name
-    terms = {c: to_number(row.get(c)) or 0.0 for c in TERM_COLUMNS.values()}
-    largest = max(terms, key=terms.get)
     subject = "the step is" if first else "it is"
+    dominant = row.get("attr_dominant")
+    measured = attribution_text(row) if isinstance(dominant, str) else ""
+    if not measured:
+        return f"on {name} {subject} {_model_text(row)}"
+    if dominant == "ops" and model_agrees(row):
+        return f"on {name} {subject} {_model_text(row)}; measured: {measured}"
+    fix = FIXES.get((dominant, row.get("framework")), "")
     share = to_number(row.get("model_share"))
+    if share is None:
+        beside = ""
+    elif model_agrees(row):
+        beside = f"; the step-time model agrees ({_model_text(row)})"
+    else:
+        beside = (
+            f"; the step-time model explains {round(100 * share)} % of it, outside "
+            f"{AGREES[0]}–{AGREES[1]} of the measured step, so its regime "
+            f"({row['model_regime']}) is not the answer"
+        )
     return (
-        f"on {name} {subject} {row['model_regime']}: "
-        f"{_term_detail(row, _TERM_OF_COLUMN[largest])} ≈ {format_seconds(terms[largest])}; "
-        f"the model's whole step {format_seconds(row['model_step_s'])} of "
-        f"{format_seconds(row['step_time_s'])} measured (the model explains {round(100 * share)} %)"
+        f"on {name} {subject} {MEASURED_REGIME[dominant]} (measured): {measured}"
+        + (f"; {fix}" if fix else "")
+        + beside
     )
 
 
@@ -155,7 +263,9 @@ def regime_clause(timings: pd.DataFrame, case: str) -> str:
             texts.append(device_regime_text(row, first=not texts))
         label = framework if variant == "eager" else f"{framework}/{variant}"
         parts.append(f"with {label}, " + "; ".join(texts))
-    return "why (step-time model): " + "; ".join(parts)
+    measured = "attr_dominant" in rows and rows["attr_dominant"].notna().any()
+    head = "why (measured, with the step-time model): " if measured else "why (step-time model): "
+    return head + "; ".join(parts)
 
 
 def model_crossover(

@@ -55,7 +55,11 @@ def flag_text(rows: pd.DataFrame) -> str:
         flags.append("block-length check failed")
     for column, text in (
         ("noisy", "noisy"),
-        ("retraced", "retraced while timed"),
+        (
+            "retraced",
+            "retraced while timed: a traced function given a new Python number or "
+            "shape traces again; pass a tensor",
+        ),
         ("nonfinite_loss", "loss NaN/inf: the program diverged"),
         ("contended", "measured under contention: other work held the CPUs"),
     ):

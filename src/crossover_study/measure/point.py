@@ -22,6 +22,7 @@ from crossover_study.core import errors, paths
 from crossover_study.core.host_load import contention_share, wait_until_quiet
 from crossover_study.core.paths import portable_path
 from crossover_study.measure import frameworks
+from crossover_study.measure.attribution import attribution_columns
 from crossover_study.measure.harness import measure
 from crossover_study.measure.same_program import same_program_columns
 from crossover_study.measure.watchdog import PointDeadlineExceeded, stopped_where
@@ -263,6 +264,8 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         m = measure(workload, policy)
         # Contention: after the timed blocks; waits and measures once more if it must.
         m, contended = _unless_contended(m, workload, policy, contention, threads)
+        # Where the step's time goes: one extra block, profiled after the timed ones.
+        attributed = attribution_columns(point, workload, m)
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
         # After the timed blocks and the loss read back: counting never changes them.
         # One count, then the replays of the shapes new to the job (step_replay caches
@@ -349,4 +352,4 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
     }
     # After the row's compile columns were read: the check's compilation is not the point's.
     same = same or same_program_columns(point, workload, "after")
-    return {**row, **same}
+    return {**row, **attributed, **same}

@@ -1,0 +1,477 @@
+"""Where a measured step spends its time: one extra block, profiled after the timed ones.
+
+After a point's timed blocks (never inside them) :func:`attribute_point` runs one more
+block of the same program under ``torch.profiler`` with its Python tracer
+(``with_stack=True``) and splits the block's time into what the step spent it on
+(:data:`CATEGORIES`), read off the profile's event tree:
+
+- ``ops``: framework op dispatch and arithmetic. PyTorch: a call into the C++ library
+  that reached an ATen op (``TorchOp`` events: the binding, the dispatcher and the
+  kernel), and the autograd engine's ops; TensorFlow: the C calls of its eager runtime
+  (``TFE_Py_FastPathExecute``, ``TFE_Py_Execute`` of a traced function's graph, the
+  tape's C code: methods of TensorFlow's ``PyCapsule`` extension), and the train steps
+  Keras ``fit`` runs (its ``train_function``).
+- ``python``: Python outside framework ops: the user's code, module calls, optimizer
+  loops, NumPy, the framework's own Python layers (every Python call and every C call
+  of another library, by its exclusive time).
+- ``data``: data loading: everything under a ``torch.utils.data`` DataLoader iterator or
+  a ``tf.data`` iterator, and on an accelerator the host-device copies the step makes.
+- ``trace``: tracing and compilation: a ``tf.function`` call that traced (its trace, and
+  the first run of the graph it built, where TensorFlow instantiates and optimises it),
+  ``torch._dynamo`` frame conversion and Inductor compilation.
+- ``fit``: Keras ``fit``/``evaluate``/``predict``'s own per-call work (data adapter,
+  iterator, callbacks, logs) wherever it is called, inside a plug-in's step too; the
+  train steps it runs count as ``ops``.
+- ``wait``: waiting on the device (a synchronisation: ``.item()``, ``.numpy()``, the
+  block's closing sync) on an accelerator; none on the CPU, whose ops are synchronous.
+- ``unattributed``: the block's time the profile holds no event for (gaps between
+  events: the profiler's own bookkeeping, C code called without a Python frame).
+
+Every share is the exclusive time of the profile's events under the block, so the
+shares sum to the profiled block (``attr_block_s``) by construction and
+``unattributed`` is measured, not a remainder of a guess. A category is claimed by the
+outermost event that names it (a ``tf.data`` pipeline built inside ``fit`` is ``fit``'s
+work, a trace inside a DataLoader is data loading).
+
+The tracer is the same for both frameworks: PyTorch's profiler records every Python and
+C call of the process through CPython's profiling hook, whatever library made it (the
+field's tool for this, Holistic Trace Analysis, reads the same traces). TensorFlow's
+own profiler writes XPlane protobufs whose host events name ops but not the Python
+around them, so a TensorFlow point is traced with PyTorch's tracer too (PyTorch is
+imported once per job, when the first point is attributed). The tracer slows
+Python-heavy code (each call is recorded): ``attr_overhead`` (profiled block per step
+against the timed median) says by how much, and the shares are of the profiled block.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import time
+from dataclasses import dataclass, field
+
+#: The categories a profiled step's time is split into, in the order the columns are.
+CATEGORIES = ("ops", "python", "data", "trace", "fit", "wait", "unattributed")
+#: What each category is, in the answer's words.
+CATEGORY_WORDS = {
+    "ops": "framework ops (dispatch and arithmetic)",
+    "python": "Python outside framework ops (your code, module calls, optimizer loops, NumPy)",
+    "data": "data loading (the DataLoader/tf.data iterator, host-device copies)",
+    "trace": "tracing and compilation",
+    "fit": "Keras fit's own per-call work (data adapter, iterator, callbacks, logs)",
+    "wait": "waiting on the device",
+    "unattributed": "time the profile holds no event for",
+}
+#: Where each category's time is read from.
+SOURCES = {
+    "ops": "torch.profiler: ATen op events (PyTorch); C calls into TensorFlow's runtime",
+    "python": "torch.profiler's Python tracer: exclusive time of Python and other C calls",
+    "data": "Python tracer: calls under torch.utils.data / tensorflow.python.data iterators",
+    "trace": "Python tracer: tf.function traces with their graph's first run, torch._dynamo",
+    "fit": "Python tracer: calls under Keras fit/evaluate/predict, less its train steps",
+    "wait": "torch.profiler: synchronising calls on an accelerator",
+    "unattributed": "gaps between the profile's events",
+}
+#: A profiled block aims at this share of the point's measured seconds at the timed step
+#: time. The tracer records up to about one event per microsecond of Python-heavy code
+#: and reading the tree back costs about 20 µs per event (measured on the 2-core VM,
+#: 2026-12-05: 130 000 events of 100 DataLoader steps, 0.12 s profiled, 2.5 s to read),
+#: so a block of 0.4 % of a point costs about 10 % of it (issue 38 allows 15 %).
+BLOCK_SHARE = 0.004
+#: How the tracer names the profiled block's frame (:func:`_profiled_block`).
+BLOCK_NAME = ("measure/attribution.py(", ": _profiled_block")
+
+#: Paths (as the tracer names a Python function: ``path(line): name``) whose calls are
+#: data loading.
+DATA_PATHS = ("torch/utils/data/", "tensorflow/python/data/")
+#: Paths whose calls are tracing and compilation wherever they are called.
+TRACE_PATHS = (
+    "torch/_dynamo/convert_frame.py",
+    "torch/_dynamo/symbolic_convert.py",
+    "torch/_inductor/",
+)
+#: TensorFlow's tracing of a ``tf.function`` (a Python function's graph built afresh).
+TF_TRACE = ("polymorphic_function/tracing_compilation.py", ": _create_concrete_function")
+#: A tf.function call (its whole subtree is tracing when it traced).
+TF_FUNCTION_CALL = "polymorphic_function/polymorphic_function.py"
+#: Keras's entry points whose own work is ``fit``'s (Keras 3, TensorFlow backend).
+FIT_ENTRIES = (
+    "keras/src/backend/tensorflow/trainer.py",
+    "keras/src/trainers/trainer.py",
+)
+FIT_NAMES = (
+    ": fit",
+    ": evaluate",
+    ": predict",
+    ": train_on_batch",
+    ": test_on_batch",
+    ": predict_on_batch",
+)
+#: Keras's wrapper that runs the compiled train step(s) inside fit: its calls are ops.
+FIT_STEP = "keras/src/backend/tensorflow/trainer.py"
+FIT_STEP_NAMES = (": function", ": one_step_on_data", ": multi_step_on_iterator")
+#: ATen ops that copy between host and device (data loading on an accelerator).
+COPY_OPS = ("aten::to", "aten::_to_copy", "aten::copy_")
+#: Calls that wait on the device (on an accelerator).
+WAIT_OPS = ("aten::_local_scalar_dense", "aten::item")
+
+
+@dataclass
+class Event:
+    """One event of the profile's tree, copied once out of ``torch.profiler``'s (whose
+    accessors build new objects at every call): ``tag`` (``TorchOp``, ``PyCall``,
+    ``PyCCall``, ...), ``name``, ``start_time_ns``, ``duration_time_ns``, ``children``."""
+
+    tag: str
+    name: str
+    start_time_ns: int
+    duration_time_ns: int
+    children: list[Event] = field(default_factory=list)
+
+
+def nested(block) -> Event:
+    """The events under ``block`` (an event of ``torch.profiler``'s tree) copied once as
+    :class:`Event` objects (its accessors build new objects at every call) and nested
+    again by time: each event the child of the innermost event whose time holds its
+    start; ``record_function`` ranges left out (:func:`_is_range`). The profiler
+    parents an ATen op called inside such a range to the range, beside the Python
+    frames whose calls made it; by time the op sits under the binding that called it,
+    where its cost was paid, and no time is counted twice."""
+    flat, stack = [], list(block.children)
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        copy = Event(
+            str(event.tag).rsplit(".", 1)[-1],
+            event.name,
+            event.start_time_ns,
+            event.duration_time_ns,
+        )
+        if not _is_range(copy):
+            flat.append(copy)
+    flat.sort(key=lambda e: (e.start_time_ns, -e.duration_time_ns))
+    root = Event("PyCall", block.name, block.start_time_ns, block.duration_time_ns)
+    open_events = [root]
+    for event in flat:
+        while len(open_events) > 1 and (
+            open_events[-1].start_time_ns + open_events[-1].duration_time_ns <= event.start_time_ns
+        ):
+            open_events.pop()
+        open_events[-1].children.append(event)
+        open_events.append(event)
+    return root
+
+
+def _tag(event: Event) -> str:
+    """``TorchOp``, ``PyCall`` or ``PyCCall`` (the tracer's event kinds), else other."""
+    return event.tag
+
+
+def _is_range(event: Event) -> bool:
+    """A ``record_function`` range (``Optimizer.step#Adam.step``,
+    ``enumerate(DataLoader)#...``): a marker, not work of its own. It is the child of the
+    C call that entered it but outlives that call, overlapping the Python frames that
+    do the work, so it counts no time and spans nothing (:func:`_spans`)."""
+    return event.tag == "TorchOp" and "::" not in event.name
+
+
+def _exclusive_ns(event: Event) -> int:
+    """The event's duration less its children's (nested by time, :func:`nested`), ns,
+    never below 0."""
+    return max(0, event.duration_time_ns - sum(c.duration_time_ns for c in event.children))
+
+
+def _has(event, predicate) -> bool:
+    """True when ``event`` or an event under it satisfies ``predicate``."""
+    stack = [event]
+    while stack:
+        node = stack.pop()
+        if predicate(node):
+            return True
+        stack.extend(node.children)
+    return False
+
+
+def _is_trace(event) -> bool:
+    """True for a call that traces or compiles (:data:`TRACE_PATHS`, :data:`TF_TRACE`)."""
+    if _tag(event) != "PyCall":
+        return False
+    name = event.name
+    return any(path in name for path in TRACE_PATHS) or (
+        TF_TRACE[0] in name and name.endswith(TF_TRACE[1])
+    )
+
+
+def _context(event, device: str) -> str | None:
+    """The category ``event`` claims for its whole subtree, or None (inherit)."""
+    tag, name = _tag(event), event.name
+    if tag == "TorchOp":
+        if name.startswith("enumerate(DataLoader)"):
+            return "data"
+        if "::" not in name:  # a record_function range (Optimizer.step#Adam.step)
+            return None
+        if device != "cpu" and name in COPY_OPS:
+            return "data"
+        if device != "cpu" and name in WAIT_OPS:
+            return "wait"
+        return "ops"
+    if tag == "PyCCall":
+        if device != "cpu" and "synchronize" in name:
+            return "wait"
+        if "PyCapsule object" in name or "EagerTensor" in name:
+            return "ops"  # TensorFlow's runtime: eager ops, graph runs, the tape
+        if any(_tag(e) == "TorchOp" and "::" in e.name for e in event.children):
+            return "ops"  # a PyTorch binding that called an ATen op
+        return None
+    if tag != "PyCall":
+        return None
+    if any(path in name for path in DATA_PATHS):
+        return "data"
+    if _is_trace(event):
+        return "trace"
+    if TF_FUNCTION_CALL in name and name.endswith(": __call__") and _has(event, _is_trace):
+        return "trace"
+    if any(path in name for path in FIT_ENTRIES) and name.endswith(FIT_NAMES):
+        return "fit"
+    return None
+
+
+def attribute_tree(block: Event, device: str) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
+    """``(seconds, events)`` of each of :data:`CATEGORIES` in the profiled block
+    ``block`` (:func:`nested`): every event's exclusive time goes to the category the
+    outermost claiming event above it (or itself) names (:func:`_context`), else
+    ``python`` for Python and C calls, ``ops`` for ATen ops; inside ``fit``, Keras's
+    train-step wrapper (:data:`FIT_STEP`) and what it calls are ``ops``. ``events``
+    counts the events each category's time came from, by event kind. The block's own exclusive time
+    is ``unattributed``; the seconds sum to the block's duration."""
+    seconds = dict.fromkeys(CATEGORIES, 0.0)
+    events = {category: {} for category in CATEGORIES}
+    seconds["unattributed"] += _exclusive_ns(block) / 1e9
+    stack = [(child, None) for child in block.children]
+    while stack:
+        event, context = stack.pop()
+        if context is None:
+            context = _context(event, device)
+        elif context == "fit" and event.tag == "PyCall":
+            if FIT_STEP in event.name and event.name.endswith(FIT_STEP_NAMES):
+                context = "ops"  # the train steps fit runs: the program's own work
+        category = context or ("ops" if event.tag == "TorchOp" else "python")
+        if event.tag not in ("TorchOp", "PyCall", "PyCCall"):
+            category = "unattributed"
+        seconds[category] += _exclusive_ns(event) / 1e9
+        events[category][event.tag] = events[category].get(event.tag, 0) + 1
+        stack.extend((child, context) for child in event.children)
+    return seconds, events
+
+
+def _count(events, predicate) -> int:
+    """Events of a profile's tree (``events``: its roots) that satisfy ``predicate``."""
+    found, stack = 0, list(events)
+    while stack:
+        event = stack.pop()
+        found += bool(predicate(event))
+        stack.extend(event.children)
+    return found
+
+
+def _loop_s(call, n: int) -> float:
+    """Seconds of ``n`` calls of ``call`` (the best of 3 runs)."""
+    best = math.inf
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(n):
+            call()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+@functools.cache
+def tracer_bias() -> dict[str, float]:
+    """The tracer's own cost per recorded event, seconds, by event kind (``PyCall``,
+    ``PyCCall``, ``TorchOp``), measured once per process: ``n`` calls of an empty
+    Python function, of a C builtin and of a one-element ``torch.neg`` timed with and
+    without the profiler, the difference over the events each call records. A
+    property of the machine and the process, so it is measured once, not around
+    every point (the Python library's ``profile`` module calibrates its bias the same
+    way: Python docs, "The Python Profilers", Calibration)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    n = 500
+    tensor = torch.zeros(1)
+
+    def empty():
+        return None
+
+    calls = {"PyCall": empty, "PyCCall": lambda: len(()), "TorchOp": lambda: torch.neg(tensor)}
+    bias = {}
+    for kind, call in calls.items():
+        plain = _loop_s(call, n)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+            traced = _loop_s(call, n)
+        per_call = max(0.0, traced - plain) / n
+        if kind == "TorchOp":  # the lambda's frame, the binding's C call, then the ops
+            per_call -= bias["PyCall"] + bias["PyCCall"]
+            tree = prof.profiler.kineto_results.experimental_event_tree()
+            ops = _count(tree, lambda e: "TorchOp" in str(e.tag) and "::" in e.name)
+            per_call /= max(ops / (3 * n), 1.0)
+        elif kind == "PyCCall":
+            per_call -= bias["PyCall"]  # the lambda's own frame
+        bias[kind] = max(0.0, per_call)
+    return bias
+
+
+def corrected(
+    seconds: dict[str, float],
+    events: dict[str, dict[str, int]],
+    steps: int,
+    step_time_s: float,
+    weights: dict[str, float],
+) -> tuple[dict[str, float], float]:
+    """Seconds per step of each category with the tracer's own cost taken out, and the
+    scale the cost per event was measured at, from :func:`attribute_tree`'s
+    ``seconds`` and ``events`` (per category, per event kind) of a block of ``steps``
+    steps whose timed median step is ``step_time_s``.
+
+    A deterministic profiler adds a fixed cost to every event it records; the Python
+    library's ``profile`` module subtracts such a calibrated bias per event (Python
+    docs, "The Python Profilers", Calibration). The tracer's cost is measured in the
+    point itself: the block's excess over ``steps`` × ``step_time_s``. It is shared
+    over the block's events in proportion to ``weights`` (:func:`tracer_bias`: each
+    event kind's cost in a tight loop, whose absolute values run low in real code with
+    its deeper stacks and colder caches, but whose ratios say which kind costs more);
+    each category loses its events' part (never below 0). The categories then describe
+    the timed step; ``unattributed`` is the block's time no event holds, per step."""
+    total = sum(seconds.values())
+    excess = max(0.0, total - steps * step_time_s)
+    weighted = sum(
+        weights.get(kind, 0.0) * n
+        for category, kinds in events.items()
+        if category != "unattributed"
+        for kind, n in kinds.items()
+    )
+    scale = excess / weighted if weighted > 0 else 0.0
+    per_step = {}
+    for category in CATEGORIES:
+        cost = sum(scale * weights.get(kind, 0.0) * n for kind, n in events[category].items())
+        per_step[category] = max(0.0, seconds[category] - cost) / steps
+    return per_step, scale
+
+
+def _profiled_block(workload, steps: int) -> None:
+    """The profiled block: ``steps`` steps and the closing sync, in a frame of its own
+    whose event in the tracer's tree (:data:`BLOCK_NAME`) holds all of the block."""
+    workload.run(steps)
+    workload.sync()
+
+
+def _find_block(events):
+    """The :func:`_profiled_block` call in the profile's event tree, or None."""
+    stack = list(events)
+    while stack:
+        event = stack.pop()
+        if BLOCK_NAME[0] in event.name and event.name.endswith(BLOCK_NAME[1]):
+            return event
+        stack.extend(event.children)
+    return None
+
+
+def block_steps(step_time_s: float, measured_s: float, workload) -> int:
+    """Steps of the profiled block: about :data:`BLOCK_SHARE` of ``measured_s`` at
+    ``step_time_s`` (seconds), at least one call (``steps_per_call``, and a Keras
+    program's ``min_steps_per_block``), a multiple of ``steps_per_call``."""
+    per_call = max(1, int(getattr(workload, "steps_per_call", 1) or 1))
+    least = max(per_call, int(getattr(workload, "min_steps_per_block", 1) or 1))
+    steps = int(BLOCK_SHARE * measured_s / step_time_s) if step_time_s > 0 else least
+    steps = max(least, steps)
+    return -(-steps // per_call) * per_call
+
+
+def attribute_point(workload, device: str, step_time_s: float, measured_s: float) -> dict:
+    """Profile one extra block of ``workload`` (set up, warm, its timed blocks done) and
+    return the row's attribution columns:
+
+    - ``attr_<category>_s`` for each of :data:`CATEGORIES`: seconds per timed step
+      spent on it (:func:`attribute_tree`, the tracer's cost per event taken out by
+      :func:`corrected`), ``attr_unattributed_s`` the block's time no event holds;
+    - ``attr_block_s``: seconds per step of the profiled block (the profiler's clock);
+    - ``attr_steps``: its steps (:func:`block_steps`); ``attr_events``: the events
+      recorded; ``attr_bias_s``: JSON of the tracer's cost per event by kind, seconds,
+      as taken out (:func:`corrected`);
+    - ``attr_dominant``: the category with the largest share, unattributed aside;
+    - ``attr_coverage``: the identified categories' sum over ``step_time_s`` (the share
+      of the timed step the profile accounts for: below 1 by the block's gaps, and
+      where the profiled block ran faster than the timed median);
+    - ``attr_overhead``: attr_block_s / ``step_time_s`` − 1, how much the tracer slowed
+      the step;
+    - ``attr_cost_s``: seconds the whole attribution took (profiling and reading);
+    - ``attr_top_ops``: JSON ``{op name: seconds per step}`` of the 5 ATen ops with the
+      most inclusive time (PyTorch; ``{}`` where no ATen op ran);
+    - ``attr_source``: JSON of :data:`SOURCES`.
+
+    ``device``: the point's device class (``cpu``, ``cuda``, ...). Runs
+    ``workload.run`` and ``workload.sync`` only. Raises what the workload raises;
+    ImportError when PyTorch is not installed."""
+    started = time.perf_counter()
+    from torch.profiler import ProfilerActivity, profile
+
+    bias = tracer_bias()
+    steps = block_steps(step_time_s, measured_s, workload)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        _profiled_block(workload, steps)
+    block = _find_block(prof.profiler.kineto_results.experimental_event_tree())
+    if block is None or block.duration_time_ns <= 0:
+        raise RuntimeError("the profile holds no event of the profiled block's frame")
+    block = nested(block)
+    seconds, events = attribute_tree(block, device)
+    per_step, scale = corrected(seconds, events, steps, step_time_s, bias)
+    columns = {f"attr_{c}_s": per_step[c] for c in CATEGORIES}
+    identified = [c for c in CATEGORIES if c != "unattributed"]
+    total = block.duration_time_ns / 1e9
+    columns.update(
+        attr_block_s=total / steps,
+        attr_steps=steps,
+        attr_events=sum(sum(kinds.values()) for kinds in events.values()),
+        attr_bias_s=json.dumps({kind: round(scale * value, 10) for kind, value in bias.items()}),
+        attr_dominant=max(identified, key=per_step.get),
+        attr_coverage=sum(per_step[c] for c in identified) / step_time_s,
+        attr_overhead=(total / steps) / step_time_s - 1.0,
+        attr_top_ops=json.dumps(_top_ops(block, steps)),
+        attr_source=json.dumps(SOURCES, sort_keys=True),
+    )
+    columns["attr_cost_s"] = time.perf_counter() - started
+    return columns
+
+
+def _top_ops(block, steps: int, top: int = 5) -> dict[str, float]:
+    """The ``top`` ATen ops under ``block`` by inclusive seconds per step (outermost
+    op events only, so nested ops are not counted twice)."""
+    totals: dict[str, float] = {}
+    stack = list(block.children)
+    while stack:
+        event = stack.pop()
+        if _tag(event) == "TorchOp" and "::" in event.name:
+            totals[event.name] = totals.get(event.name, 0.0) + event.duration_time_ns / 1e9
+            continue
+        stack.extend(event.children)
+    ranked = sorted(totals.items(), key=lambda item: -item[1])[:top]
+    return {name: round(value / steps, 9) for name, value in ranked}
+
+
+def attribution_columns(point, workload, measurement) -> dict:
+    """The attribution columns of ``point`` (a PointSpec) whose timed blocks gave
+    ``measurement`` (a ``harness.Measurement``): :func:`attribute_point`'s, or, for a
+    point not profiled, only ``attr_source`` saying why (an unsynced timing, which
+    times the anti-pattern; replicas, whose work runs in other processes too; a
+    failure of the profiled block, which never loses the point's measurement)."""
+    if point.timing != "synced":
+        return {"attr_source": "not attributed: an unsynced timing"}
+    if (point.replicas or 1) > 1 or point.variant in ("mirrored", "mirrored_fit", "ddp"):
+        return {"attr_source": "not attributed: a replicated program"}
+    try:
+        return attribute_point(
+            workload, point.device, measurement.step_time_s, measurement.measured_s
+        )
+    except Exception as exc:  # noqa: BLE001 - the point's timing is kept whatever happens
+        return {"attr_source": f"not attributed: {type(exc).__name__}: {exc}"[:300]}
