@@ -17,14 +17,13 @@ import pytest
 from crossover_study.answers.regime import device_regime_text, regime_clause
 from crossover_study.measure import frameworks
 from crossover_study.measure.attribution import (
-    CATEGORIES,
     attribute_tree,
     attribution_columns,
     block_steps,
-    corrected,
     nested,
 )
 from crossover_study.measure.point import measure_point
+from crossover_study.measure.tracer_cost import CATEGORIES, corrected
 from crossover_study.study import cases
 from crossover_study.study.config import load_config
 from crossover_study.study.points import TimingPolicy

@@ -18,7 +18,8 @@ from crossover_study.analysis.crossover import cpu_side, crossover_size
 from crossover_study.answers.rows import seed_rows, to_number
 from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_size
 from crossover_study.core.progress import format_seconds
-from crossover_study.measure.attribution import CATEGORIES, CATEGORY_WORDS
+from crossover_study.measure.attribution import CATEGORY_WORDS
+from crossover_study.measure.tracer_cost import CATEGORIES
 from crossover_study.stepmodel.columns import fit_parts
 from crossover_study.stepmodel.model import TERM_COLUMNS
 from crossover_study.study.programs import KERAS_FIT_PROGRAMS

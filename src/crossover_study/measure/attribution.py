@@ -45,14 +45,13 @@ against the timed median) says by how much, and the shares are of the profiled b
 
 from __future__ import annotations
 
-import functools
+import collections
 import json
-import math
 import time
 from dataclasses import dataclass, field
 
-#: The categories a profiled step's time is split into, in the order the columns are.
-CATEGORIES = ("ops", "python", "data", "trace", "fit", "wait", "unattributed")
+from crossover_study.measure.tracer_cost import CATEGORIES, corrected, tracer_bias
+
 #: What each category is, in the answer's words.
 CATEGORY_WORDS = {
     "ops": "framework ops (dispatch and arithmetic)",
@@ -269,97 +268,6 @@ def attribute_tree(block: Event, device: str) -> tuple[dict[str, float], dict[st
     return seconds, events
 
 
-def _count(events, predicate) -> int:
-    """Events of a profile's tree (``events``: its roots) that satisfy ``predicate``."""
-    found, stack = 0, list(events)
-    while stack:
-        event = stack.pop()
-        found += bool(predicate(event))
-        stack.extend(event.children)
-    return found
-
-
-def _loop_s(call, n: int) -> float:
-    """Seconds of ``n`` calls of ``call`` (the best of 3 runs)."""
-    best = math.inf
-    for _ in range(3):
-        started = time.perf_counter()
-        for _ in range(n):
-            call()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
-@functools.cache
-def tracer_bias() -> dict[str, float]:
-    """The tracer's own cost per recorded event, seconds, by event kind (``PyCall``,
-    ``PyCCall``, ``TorchOp``), measured once per process: ``n`` calls of an empty
-    Python function, of a C builtin and of a one-element ``torch.neg`` timed without
-    the profiler, then again inside one profile, the difference over the events each
-    call records. A property of the machine and the process, so it is measured once,
-    not around every point (the Python library's ``profile`` module calibrates its bias
-    the same way: Python docs, "The Python Profilers", Calibration)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    n = 300
-    tensor = torch.zeros(1)
-
-    def empty():
-        return None
-
-    calls = {"PyCall": empty, "PyCCall": lambda: len(()), "TorchOp": lambda: torch.neg(tensor)}
-    plain = {kind: _loop_s(call, n) for kind, call in calls.items()}
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-        traced = {kind: _loop_s(call, n) for kind, call in calls.items()}
-    per_call = {kind: max(0.0, traced[kind] - plain[kind]) / n for kind in calls}
-    tree = prof.profiler.kineto_results.experimental_event_tree()
-    ops = _count(tree, lambda e: "TorchOp" in str(e.tag) and "::" in e.name) / (3 * n)
-    bias = {"PyCall": per_call["PyCall"]}
-    bias["PyCCall"] = max(0.0, per_call["PyCCall"] - bias["PyCall"])  # the lambda's frame
-    # the lambda's frame and the binding's C call, then the ATen ops it records
-    torch_op = per_call["TorchOp"] - bias["PyCall"] - bias["PyCCall"]
-    bias["TorchOp"] = max(0.0, torch_op) / max(ops, 1.0)
-    return bias
-
-
-def corrected(
-    seconds: dict[str, float],
-    events: dict[str, dict[str, int]],
-    steps: int,
-    step_time_s: float,
-    weights: dict[str, float],
-) -> tuple[dict[str, float], float]:
-    """Seconds per step of each category with the tracer's own cost taken out, and the
-    scale the cost per event was measured at, from :func:`attribute_tree`'s
-    ``seconds`` and ``events`` (per category, per event kind) of a block of ``steps``
-    steps whose timed median step is ``step_time_s``.
-
-    A deterministic profiler adds a fixed cost to every event it records; the Python
-    library's ``profile`` module subtracts such a calibrated bias per event (Python
-    docs, "The Python Profilers", Calibration). The tracer's cost is measured in the
-    point itself: the block's excess over ``steps`` × ``step_time_s``. It is shared
-    over the block's events in proportion to ``weights`` (:func:`tracer_bias`: each
-    event kind's cost in a tight loop, whose absolute values run low in real code with
-    its deeper stacks and colder caches, but whose ratios say which kind costs more);
-    each category loses its events' part (never below 0). The categories then describe
-    the timed step; ``unattributed`` is the block's time no event holds, per step."""
-    total = sum(seconds.values())
-    excess = max(0.0, total - steps * step_time_s)
-    weighted = sum(
-        weights.get(kind, 0.0) * n
-        for category, kinds in events.items()
-        if category != "unattributed"
-        for kind, n in kinds.items()
-    )
-    scale = excess / weighted if weighted > 0 else 0.0
-    per_step = {}
-    for category in CATEGORIES:
-        cost = sum(scale * weights.get(kind, 0.0) * n for kind, n in events[category].items())
-        per_step[category] = max(0.0, seconds[category] - cost) / steps
-    return per_step, scale
-
-
 def _profiled_block(workload, steps: int) -> None:
     """The profiled block: ``steps`` steps and the closing sync, in a frame of its own
     whose event in the tracer's tree (:data:`BLOCK_NAME`) holds all of the block."""
@@ -368,13 +276,15 @@ def _profiled_block(workload, steps: int) -> None:
 
 
 def _find_block(events):
-    """The :func:`_profiled_block` call in the profile's event tree, or None."""
-    stack = list(events)
-    while stack:
-        event = stack.pop()
+    """The :func:`_profiled_block` call in the profile's event tree, or None. Breadth
+    first, so that the block's own subtree, which :func:`nested` reads next, is not
+    walked here too (the block sits a few calls below the roots)."""
+    queue = collections.deque(events)
+    while queue:
+        event = queue.popleft()
         if BLOCK_NAME[0] in event.name and event.name.endswith(BLOCK_NAME[1]):
             return event
-        stack.extend(event.children)
+        queue.extend(event.children)
     return None
 
 
@@ -457,9 +367,7 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
     started = time.perf_counter()
     _, steps = _least_steps(workload)
     block, seconds, events = _profile(workload, steps, device)
-    longer = block_steps(
-        step_time_s, measured_s, workload, steps, time.perf_counter() - started
-    )
+    longer = block_steps(step_time_s, measured_s, workload, steps, time.perf_counter() - started)
     if longer:
         steps = longer
         block, seconds, events = _profile(workload, steps, device)
