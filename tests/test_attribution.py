@@ -187,8 +187,10 @@ def test_unsynced_and_replicated_points_are_not_profiled():
 
 def _measure(case: str, framework: str, sizes: dict) -> dict:
     load_config(UNSEEN)  # registers the plug-in cases
-    frameworks.import_framework(framework, "cpu", 2)
-    row = measure_point(PointSpec(case, framework, "cpu", "eager", sizes), POLICY, 0.0, 0.0, 2)
+    frameworks.import_framework(
+        framework, "cpu", 1
+    )  # as every test process does: TensorFlow sets it once
+    row = measure_point(PointSpec(case, framework, "cpu", "eager", sizes), POLICY, 0.0, 0.0, 1)
     assert row["status"] == "ok", row.get("message")
     return row
 
@@ -196,20 +198,35 @@ def _measure(case: str, framework: str, sizes: dict) -> dict:
 @pytest.mark.parametrize(
     "case, framework, sizes, dominant",
     [
-        ("dataloader", "torch", {"batch": 512, "hidden": 128}, "data"),
+        # batch 2048, where the loader is most of the step: at 512 (loader about 1 ms
+        # of 1.3) the tracer-cost correction, which takes too much out of the loader's
+        # many small events (docs/STEP_MODEL.md, "How far each can be trusted"), lets
+        # framework ops come first in some runs
+        ("dataloader", "torch", {"batch": 2048, "hidden": 128}, "data"),
         ("numpy-augment", "torch", {"batch": 64, "channels": 16}, "python"),
         ("fit-per-batch", "tensorflow", {"batch": 32, "units": 64}, "fit"),
         ("decaying-lr", "tensorflow", {"batch": 32, "units": 64}, "trace"),
     ],
 )
 def test_the_profile_finds_the_cost_each_plugin_is_written_around(case, framework, sizes, dominant):
-    row = _measure(case, framework, sizes)
-    assert row["attr_dominant"] == dominant, {c: row[f"attr_{c}_s"] for c in CATEGORIES}
+    # The profiled block is one call here (as at a study's point whose profile is costly),
+    # so one hiccup of the machine inside it can move a category (seen once in a full
+    # test run: an op event 4 ms long). The claim is the majority of three profiles.
+    rows = [_measure(case, framework, sizes)]
+    if rows[0]["attr_dominant"] != dominant:
+        rows += [_measure(case, framework, sizes) for _ in range(2)]
+    found = [r["attr_dominant"] for r in rows]
+    assert found.count(dominant) * 2 > len(found), [
+        {c: r[f"attr_{c}_s"] for c in CATEGORIES} for r in rows
+    ]
+    row = next(r for r in rows if r["attr_dominant"] == dominant)
     share = row[f"attr_{dominant}_s"] / row["step_time_s"]
     assert share > 0.3
-    # The shares account for the timed step: loose bounds (the profiled block is a few
-    # steps and this machine may be busy), tight enough to catch time counted twice.
-    assert 0.5 < row["attr_coverage"] < 1.5
+    # The events name at least 90 % of the profiled block (issue 38's bar) ...
+    assert 0.9 <= row["attr_coverage"] <= 1.0
+    # ... and the shares account for the timed step: loose bounds (the profiled block is
+    # a few steps and this machine may be busy), tight enough to catch time counted twice.
+    assert 0.5 < row["attr_accounted"] < 1.5
     assert row["attr_cost_s"] > 0 and row["attr_steps"] >= 1
 
 
@@ -234,7 +251,8 @@ def _row(dominant_shares: dict, model_share: float, framework="torch") -> pd.Ser
         "step_ops_kind": "aten_ops",
         "rate_eager_op_s": 15e-6,
         "model_launch_s": model_share * step,
-        "attr_unattributed_s": 0.0,
+        # the shares given are of the profiled step; what they leave is unattributed
+        "attr_unattributed_s": (1.0 - sum(dominant_shares.values())) * step,
     }
     for category in CATEGORIES[:-1]:
         row[f"attr_{category}_s"] = dominant_shares.get(category, 0.0) * step

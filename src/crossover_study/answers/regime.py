@@ -155,12 +155,16 @@ FIXES = {
 
 def attribution_text(row: pd.Series) -> str:
     """'the profile puts 69 % of the step in data loading (...), 17 % in framework ops
-    (...), 14 % in Python ...': each measured share of ``row`` (``attr_*_s`` over
-    ``step_time_s``, largest first, those under 5 % left out), from
-    :mod:`crossover_study.measure.attribution`; empty text for a row without them."""
-    step = to_number(row.get("step_time_s"))
-    shares = {c: to_number(row.get(f"attr_{c}_s")) for c in CATEGORIES if c != "unattributed"}
-    if not step or any(v is None for v in shares.values()):
+    (...), 14 % in Python ...': each measured share of ``row`` (``attr_*_s`` over their
+    sum, the profiled step with the tracer's cost taken out; largest first, those under
+    5 % left out), from :mod:`crossover_study.measure.attribution`; empty text for a
+    row without them."""
+    every = {c: to_number(row.get(f"attr_{c}_s")) for c in CATEGORIES}
+    if any(v is None for v in every.values()):
+        return ""
+    step = sum(every.values())
+    shares = {c: v for c, v in every.items() if c != "unattributed"}
+    if not step:
         return ""
     ranked = sorted(shares.items(), key=lambda item: -item[1])
     parts = [

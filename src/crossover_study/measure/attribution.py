@@ -343,9 +343,14 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
       JSON of the tracer's cost per event by kind, seconds, as taken out
       (:func:`corrected`);
     - ``attr_dominant``: the category with the largest share, unattributed aside;
-    - ``attr_coverage``: the identified categories' sum over ``step_time_s`` (the share
-      of the timed step the profile accounts for: below 1 by the block's gaps, and
-      where the profiled block ran faster than the timed median);
+    - ``attr_coverage``: the identified categories' sum over all categories' (the
+      share of the profiled block, its tracer cost taken out, that events name; the
+      rest is ``attr_unattributed_s``);
+    - ``attr_accounted``: all categories' sum over ``step_time_s``: 1 where the
+      tracer's cost came out whole, below 1 where the profiled block ran faster than
+      the timed median (a data pipeline that had filled its buffer), above 1 where
+      the correction could not take all of the tracer's cost out (a category with
+      more events than time);
     - ``attr_overhead``: attr_block_s / ``step_time_s`` − 1, how much the tracer slowed
       the step;
     - ``attr_cost_s``: seconds the attribution took this point (profiling and reading);
@@ -375,13 +380,15 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
     columns = {f"attr_{c}_s": per_step[c] for c in CATEGORIES}
     identified = [c for c in CATEGORIES if c != "unattributed"]
     total = block.duration_time_ns / 1e9
+    accounted = sum(per_step.values())
     columns.update(
         attr_block_s=total / steps,
         attr_steps=steps,
         attr_events=sum(sum(kinds.values()) for kinds in events.values()),
         attr_bias_s=json.dumps({kind: round(scale * value, 10) for kind, value in bias.items()}),
         attr_dominant=max(identified, key=per_step.get),
-        attr_coverage=sum(per_step[c] for c in identified) / step_time_s,
+        attr_coverage=sum(per_step[c] for c in identified) / accounted if accounted else None,
+        attr_accounted=accounted / step_time_s,
         attr_overhead=(total / steps) / step_time_s - 1.0,
         attr_top_ops=json.dumps(_top_ops(block, steps)),
         attr_source=json.dumps(SOURCES, sort_keys=True),
