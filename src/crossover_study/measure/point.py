@@ -96,6 +96,9 @@ def measure_point(
 
     A point ended at the job's point deadline (:class:`watchdog.PointDeadlineExceeded`,
     raised inside it) is an ``error`` row naming the deadline and where it stopped.
+
+    ``point_wall_s``: wall seconds of this call, everything the point cost the job
+    (set-up, warm-up, timed blocks, checks, counts, replays, attribution, waits).
     """
     with precision.point_precision(point.framework, point.variant):
         started = time.perf_counter()
@@ -103,6 +106,7 @@ def measure_point(
             row = _measure_point(point, policy, import_s, device_init_s, threads, contention)
         except PointDeadlineExceeded as exc:  # the job's point deadline (watchdog)
             row = deadline_row(exc, import_s, device_init_s, started)
+        row["point_wall_s"] = time.perf_counter() - started
         if row["status"] in ("ok", "oom", "error"):
             row.update(precision.row_columns(point.framework, point.device))
     return row
