@@ -177,6 +177,34 @@ def test_the_kept_block_is_as_long_as_its_cost_fits_and_whole_calls():
     assert block_steps(0.001, 10.0, Fit(), 32, 0.01) == 192
 
 
+def test_the_processs_first_profile_is_a_warm_up_that_is_not_kept(monkeypatch):
+    from crossover_study.measure import attribution
+
+    profiled = []
+
+    def profile(workload, steps, device):
+        profiled.append(steps)
+        # the warm-up: all Python at 3x the cost; later ones: 1 ms a step, half ops
+        first = len(profiled) == 1
+        seconds = dict.fromkeys(CATEGORIES, 0.0)
+        seconds.update(ops=0.0005, python=0.0015 if first else 0.0005)
+        events = {c: {} for c in CATEGORIES}
+        events["ops"], events["python"] = {"TorchOp": 10}, {"PyCall": 10}
+        block = Fake("PyCall", "block", 0, int(sum(seconds.values()) * 1e9))
+        return block, seconds, events
+
+    monkeypatch.setattr(attribution, "_profile", profile)
+    monkeypatch.setattr(attribution, "_WARM", [])
+    monkeypatch.setattr(attribution, "tracer_bias", lambda: {"TorchOp": 1e-7, "PyCall": 1e-7})
+    # measured_s so short that no longer block fits: one call is profiled
+    first = attribution.attribute_point(object(), "cpu", 0.001, 0.001)
+    assert profiled == [1, 1]  # the warm-up, then the kept block
+    assert first["attr_python_s"] == pytest.approx(0.0005)
+    assert first["attr_setup_s"] >= 0.0 and first["attr_steps"] == 1
+    attribution.attribute_point(object(), "cpu", 0.001, 0.001)
+    assert profiled == [1, 1, 1]  # warm: one block
+
+
 def test_unsynced_and_replicated_points_are_not_profiled():
     unsynced = PointSpec("s001-mlp", "torch", "cpu", "eager", {"batch": 8}, timing="unsynced")
     assert "unsynced" in attribution_columns(unsynced, None, None)["attr_source"]
