@@ -27,6 +27,7 @@ from crossover_study.measure.tracer_cost import CATEGORIES, corrected
 from crossover_study.study import cases
 from crossover_study.study.config import load_config
 from crossover_study.study.points import TimingPolicy
+from crossover_study.study.programs import KERAS_FIT_PROGRAMS
 from crossover_study.study.spec import PointSpec
 
 UNSEEN = Path(__file__).resolve().parents[1] / "config" / "studies" / "unseen.yaml"
@@ -312,6 +313,19 @@ def test_keras_fit_inside_a_step_is_named_with_its_fix():
         "bound by Keras fit's own work (measured): the profile puts 92 % in Keras fit's own" in text
     )
     assert "one fit over many batches" in text
+
+
+def test_a_keras_fit_programs_own_work_keeps_the_models_regime_where_it_agrees():
+    # Iris's Keras fit: the model prices fit's own work per call, epoch and step
+    row = _row({"fit": 0.88, "ops": 0.12}, 0.98, framework="tensorflow")
+    row = pd.concat([row, pd.Series({"program": sorted(KERAS_FIT_PROGRAMS)[0]})])
+    row["rate_fit_call_s"], row["rate_fit_step_s"], row["steps_per_block"] = 0.02, 3e-4, 40
+    text = device_regime_text(row)
+    assert text.startswith("on the CPU the step is launch-bound: Keras fit's own 20 ms per call")
+    assert "measured: the profile puts 88 % in Keras fit's own" in text
+    # a step of a plug-in that calls fit inside it (not a fit program): the measured leads
+    plugin = device_regime_text(_row({"fit": 0.88, "ops": 0.12}, 0.98, framework="tensorflow"))
+    assert "bound by Keras fit's own work (measured)" in plugin
 
 
 def test_the_clause_says_it_is_measured():

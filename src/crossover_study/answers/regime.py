@@ -197,6 +197,15 @@ def _model_text(row: pd.Series) -> str:
     )
 
 
+def _model_prices(row: pd.Series, category: str) -> bool:
+    """True where the step-time model has a term for the measured ``category``: its
+    launch, compute and memory terms split framework ``ops``; for a Keras fit program
+    (:data:`KERAS_FIT_PROGRAMS`) its launch term also holds ``fit``'s own work per call,
+    epoch and step (:func:`fit_parts`). Python, data loading, tracing and waiting are
+    not modelled."""
+    return category == "ops" or (category == "fit" and row.get("program") in KERAS_FIT_PROGRAMS)
+
+
 def device_regime_text(row: pd.Series, first: bool = True) -> str:
     """One device's part of the clause, from one timings row with its model columns:
     'on the CPU the step is launch-bound: 291 ops × 10 µs ≈ 2.91 ms; the model's whole
@@ -204,8 +213,9 @@ def device_regime_text(row: pd.Series, first: bool = True) -> str:
     (``first``: later devices say 'it is'). The term shown is the largest; the share is
     ``model_share`` (model_step_s / step_time_s), of the whole modelled step.
 
-    A row with the measured attribution (``attr_dominant``): where the profile's largest
-    share is framework ops and the model agrees (:func:`model_agrees`), the model's
+    A row with the measured attribution (``attr_dominant``): where the model agrees
+    (:func:`model_agrees`) and has a term for the profile's largest share
+    (:func:`_model_prices`: framework ops; a Keras fit program's own work), the model's
     regime is the answer and the measured shares follow it; otherwise the regime is the
     largest measured share, with its numbers and what removes it (:data:`FIXES`), and
     the model sits beside it with how far it is from the measured step."""
@@ -216,7 +226,7 @@ def device_regime_text(row: pd.Series, first: bool = True) -> str:
     measured = attribution_text(row) if isinstance(dominant, str) else ""
     if not measured:
         return f"on {name} {subject} {_model_text(row)}"
-    if dominant == "ops" and model_agrees(row):
+    if model_agrees(row) and _model_prices(row, dominant):
         return f"on {name} {subject} {_model_text(row)}; measured: {measured}"
     fix = FIXES.get((dominant, row.get("framework")), "")
     share = to_number(row.get("model_share"))
