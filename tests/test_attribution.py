@@ -307,6 +307,13 @@ def test_the_why_keeps_the_models_regime_where_it_agrees_with_a_step_in_ops():
     )
 
 
+def test_framework_ops_the_model_misses_keep_the_models_split_as_its_estimate():
+    text = device_regime_text(_row({"ops": 0.54, "python": 0.46}, 0.59))
+    assert text.startswith("on the CPU the step is bound by framework ops (measured)")
+    assert "the step-time model calls it launch-bound but explains 59 %" in text
+    assert "so that split is its estimate, not the answer" in text
+
+
 def test_keras_fit_inside_a_step_is_named_with_its_fix():
     text = device_regime_text(_row({"fit": 0.92, "ops": 0.05}, 0.03, framework="tensorflow"))
     assert (

@@ -234,6 +234,12 @@ def device_regime_text(row: pd.Series, first: bool = True) -> str:
         beside = ""
     elif model_agrees(row):
         beside = f"; the step-time model agrees ({_model_text(row)})"
+    elif _model_prices(row, dominant):  # the model splits this share but misses the step
+        beside = (
+            f"; the step-time model calls it {row['model_regime']} but explains "
+            f"{round(100 * share)} % of it, outside {AGREES[0]}–{AGREES[1]} of the measured "
+            f"step, so that split is its estimate, not the answer"
+        )
     else:
         beside = (
             f"; the step-time model explains {round(100 * share)} % of it, outside "
