@@ -99,6 +99,23 @@ def s001_rows(device, sizes, times, status="ok", message=None) -> list[dict]:
     ]
 
 
+def iris_row(framework, variant, step_time_s, **columns) -> dict:
+    """A synthetic ok timings row of s002-iris at its seed size on the CPU (synced),
+    ``step_time_s`` seconds per step, with ``columns`` added or replaced."""
+    return {
+        "case": "s002-iris",
+        "framework": framework,
+        "device": "cpu",
+        "variant": variant,
+        "timing": "synced",
+        "batch": 20,
+        "hidden": 32,
+        "status": "ok",
+        "step_time_s": step_time_s,
+        **columns,
+    }
+
+
 def synthetic_reference_gpu(dest: Path, name: str = "reference-gpu") -> Path:
     """A SYNTHETIC reference run for tests only, never committed: the committed CPU
     run's ``timings.csv`` with host, device names and step times edited, as a GPU

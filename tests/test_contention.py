@@ -7,11 +7,11 @@ no real contention is needed."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 
 import pandas as pd
 import pytest
+from conftest import iris_row, s001_rows
 from test_plugins import FAST
 
 from crossover_study.analysis.crossover import crossover_table
@@ -171,19 +171,8 @@ def test_contention_settings_read_with_defaults_and_stay_out_of_the_fingerprint(
 
 
 # ----------------------------------------------------------------------------- answers
-def _iris(framework, variant, t, device="cpu", contended=False):
-    return {
-        "case": "s002-iris",
-        "framework": framework,
-        "device": device,
-        "variant": variant,
-        "timing": "synced",
-        "batch": 20,
-        "hidden": 32,
-        "status": "ok",
-        "step_time_s": t,
-        "contended": contended,
-    }
+def _iris(framework, variant, t, contended=False):
+    return iris_row(framework, variant, t, contended=contended)
 
 
 def test_a_contended_variant_is_never_ranked():
@@ -216,30 +205,11 @@ def test_no_remedy_is_ranked_against_a_contended_eager():
 
 
 def _curves(contended_cuda_hidden=()):
-    rows = []
-    for device, times in (
-        ("cpu", [1e-5 * h for h in (32, 128, 512, 2048)]),
-        ("cuda", [2.56e-3] * 4),
-    ):
-        for h, t in zip((32, 128, 512, 2048), times, strict=True):
-            rows.append(
-                {
-                    "case": "s001-mlp",
-                    "framework": "torch",
-                    "device": device,
-                    "variant": "eager",
-                    "batch": 64,
-                    "d_in": 1024,
-                    "hidden": h,
-                    "status": "ok",
-                    "message": None,
-                    "step_time_s": t,
-                    "block_step_times_s": json.dumps([t, t, t]),
-                    "cold_start_s": 0.1,
-                    "first_step_s": 0.01,
-                    "contended": device == "cuda" and h in contended_cuda_hidden,
-                }
-            )
+    hidden = (32, 128, 512, 2048)
+    rows = s001_rows("cpu", hidden, [1e-5 * h for h in hidden])
+    rows += s001_rows("cuda", hidden, [2.56e-3] * 4)
+    for row in rows:
+        row["contended"] = row["device"] == "cuda" and row["hidden"] in contended_cuda_hidden
     return pd.DataFrame(rows)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import iris_row
 from test_plugins import FAST, _plugin_config
 
 from crossover_study.analysis.shifts import remedy_shift
@@ -181,18 +182,7 @@ def test_torch_compile_of_an_honest_step_is_the_same_program(tmp_path):
 
 
 def _row(variant, t, same=None, framework="tensorflow"):
-    return {
-        "case": "s002-iris",
-        "framework": framework,
-        "device": "cpu",
-        "variant": variant,
-        "timing": "synced",
-        "batch": 20,
-        "hidden": 32,
-        "status": "ok",
-        "step_time_s": t,
-        "same_program": same,
-    }
+    return iris_row(framework, variant, t, same_program=same)
 
 
 def test_the_best_remedy_is_never_a_variant_that_computes_something_else():

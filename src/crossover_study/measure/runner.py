@@ -432,7 +432,8 @@ def _measure_with_deadline(job: _Job, point: PointSpec, base: dict) -> dict:
     :mod:`crossover_study.measure.watchdog`); a deadline reached after the point returned keeps
     the measured row."""
     group = job.group
-    if job.watchdog is None:
+
+    def measured() -> dict:
         return {
             **base,
             **measure_point(
@@ -444,6 +445,9 @@ def _measure_with_deadline(job: _Job, point: PointSpec, base: dict) -> dict:
                 group.contention,
             ),
         }
+
+    if job.watchdog is None:
+        return measured()
     hard = {
         **base,
         "status": "error",
@@ -463,17 +467,7 @@ def _measure_with_deadline(job: _Job, point: PointSpec, base: dict) -> dict:
     started = time.perf_counter()
     try:
         with job.watchdog.point(key, job.journal.path, entry):
-            row = {
-                **base,
-                **measure_point(
-                    point,
-                    group.policy,
-                    job.import_s,
-                    job.device_init_s,
-                    group.threads,
-                    group.contention,
-                ),
-            }
+            row = measured()
     except PointDeadlineExceeded as exc:
         if row is None:  # raised outside measure_point's own handling
             row = {**base, **deadline_row(exc, job.import_s, job.device_init_s, started)}
