@@ -141,7 +141,8 @@ def test_check_torch_example_end_to_end(capsys, tmp_path):
     ]
     out, printed, answer = _check_run(capsys, tmp_path, argv)
     _assert_recorded(out, printed, answer, "digits-cnn", 2)
-    assert answer["why"].startswith("why (step-time model)")
+    # the check profiles the step after timing it: the why is measured, the model beside
+    assert answer["why"].startswith("why (measured, with the step-time model): with torch, on")
     assert [r["variant"] for r in answer["remedies"]["cpu"]] == ["read_loss_every_1000"]
 
 

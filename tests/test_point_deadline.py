@@ -75,7 +75,8 @@ def test_a_step_that_never_returns_is_ended_and_the_job_goes_on(tmp_path, monkey
     assert stuck["status"] == "error"
     assert stuck["message"].startswith("point exceeded timing.point_deadline_s=5 s (ended after")
     assert "in run (test_point_deadline.py:" in stuck["message"]
-    assert 5 <= stuck["measured_s"] < 15
+    # the watchdog's clock starts just before the point's own (a CI run read 4.9997 s)
+    assert 4.95 <= stuck["measured_s"] < 15
     assert fine["status"] == "ok" and fine["step_time_s"] > 0, fine.get("message")
     log = out["log"].read_text()
     assert "still running at timing.point_deadline_s=5 s; every thread's stack:" in log
