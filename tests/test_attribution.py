@@ -195,7 +195,7 @@ def test_the_processs_first_profile_is_a_warm_up_that_is_not_kept(monkeypatch):
         return block, seconds, events
 
     monkeypatch.setattr(attribution, "_profile", profile)
-    monkeypatch.setattr(attribution, "_WARM", [])
+    monkeypatch.setattr(attribution, "_WARM", False)
     monkeypatch.setattr(attribution, "tracer_bias", lambda: {"TorchOp": 1e-7, "PyCall": 1e-7})
     # measured_s so short that no longer block fits: one call is profiled
     first = attribution.attribute_point(object(), "cpu", 0.001, 0.001)

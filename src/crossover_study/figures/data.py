@@ -19,6 +19,7 @@ from crossover_study.study.spec import (
     DEVICES,
     FRAMEWORKS,
     case_axes,
+    falsy,
     seed_sizes,
     select_rows,
     truthy,
@@ -133,11 +134,7 @@ def _reduced(df: pd.DataFrame, axis: str, keys: list[str]) -> pd.DataFrame:
         check_failed=(df["sync_check"] == "failed") if "sync_check" in df else False,
         retraced=truthy(df["retraced"]) if "retraced" in df else False,
         contended=truthy(df["contended"]) if "contended" in df else False,
-        not_same_program=(
-            df["same_program"].map(lambda v: str(v).strip().lower() in {"false", "0", "0.0"})
-            if "same_program" in df
-            else False
-        ),
+        not_same_program=falsy(df["same_program"]) if "same_program" in df else False,
     )
     df["iqr_s"] = df["iqr_s"].fillna(0.0)
     return (

@@ -166,17 +166,17 @@ def nested(block) -> Event:
     return root
 
 
-def _tag(event: Event) -> str:
-    """``TorchOp``, ``PyCall`` or ``PyCCall`` (the tracer's event kinds), else other."""
-    return event.tag
+def _is_aten_op(event: Event) -> bool:
+    """An ATen op (``aten::addmm``): a ``TorchOp`` event whose name has a namespace."""
+    return event.tag == "TorchOp" and "::" in event.name
 
 
 def _is_range(event: Event) -> bool:
     """A ``record_function`` range (``Optimizer.step#Adam.step``,
     ``enumerate(DataLoader)#...``): a marker, not work of its own. It is the child of the
     C call that entered it but outlives that call, overlapping the Python frames that
-    do the work, so it counts no time and spans nothing (:func:`_spans`)."""
-    return event.tag == "TorchOp" and "::" not in event.name
+    do the work, so it counts no time and spans nothing (:func:`nested` leaves it out)."""
+    return event.tag == "TorchOp" and not _is_aten_op(event)
 
 
 def _exclusive_ns(event: Event) -> int:
@@ -198,7 +198,7 @@ def _has(event, predicate) -> bool:
 
 def _is_trace(event) -> bool:
     """True for a call that traces or compiles (:data:`TRACE_PATHS`, :data:`TF_TRACE`)."""
-    if _tag(event) != "PyCall":
+    if event.tag != "PyCall":
         return False
     name = event.name
     return any(path in name for path in TRACE_PATHS) or (
@@ -208,7 +208,7 @@ def _is_trace(event) -> bool:
 
 def _context(event, device: str) -> str | None:
     """The category ``event`` claims for its whole subtree, or None (inherit)."""
-    tag, name = _tag(event), event.name
+    tag, name = event.tag, event.name
     if tag == "TorchOp":
         if name.startswith("enumerate(DataLoader)"):
             return "data"
@@ -224,7 +224,7 @@ def _context(event, device: str) -> str | None:
             return "wait"
         if "PyCapsule object" in name or "EagerTensor" in name:
             return "ops"  # TensorFlow's runtime: eager ops, graph runs, the tape
-        if any(_tag(e) == "TorchOp" and "::" in e.name for e in event.children):
+        if any(_is_aten_op(e) for e in event.children):
             return "ops"  # a PyTorch binding that called an ATen op
         return None
     if tag != "PyCall":
@@ -331,8 +331,8 @@ def _profile(workload, steps: int, device: str):
     return block, seconds, events
 
 
-#: Not empty once this process has run its warm-up profile (:func:`attribute_point`).
-_WARM: list[bool] = []
+#: True once this process has run its warm-up profile (:func:`attribute_point`).
+_WARM = False
 
 
 def attribute_point(workload, device: str, step_time_s: float, measured_s: float) -> dict:
@@ -371,6 +371,7 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
     (:func:`block_steps`), a longer one, which is kept. ``device``: the point's device
     class (``cpu``, ``cuda``, ...). Runs ``workload.run`` and ``workload.sync`` only.
     Raises what the workload raises; ImportError when PyTorch is not installed."""
+    global _WARM
     started = time.perf_counter()
     bias = tracer_bias()
     _, steps = _least_steps(workload)
@@ -380,7 +381,7 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
         # in Python calls, which the per-kind correction cannot tell apart), so it is
         # a warm-up, never kept, and counted with the once-per-process set-up.
         _profile(workload, steps, device)
-        _WARM.append(True)
+        _WARM = True
     setup_s = time.perf_counter() - started  # 0 once the process has warmed the tracer
     started = time.perf_counter()
     block, seconds, events = _profile(workload, steps, device)
@@ -417,7 +418,7 @@ def _top_ops(block, steps: int, top: int = 5) -> dict[str, float]:
     stack = list(block.children)
     while stack:
         event = stack.pop()
-        if _tag(event) == "TorchOp" and "::" in event.name:
+        if _is_aten_op(event):
             totals[event.name] = totals.get(event.name, 0.0) + event.duration_time_ns / 1e9
             continue
         stack.extend(event.children)

@@ -296,9 +296,9 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
     messages = []
     if retraced:
         messages.append(f"{m.traces_timed} trace(s) or recompilation(s) inside the timed blocks")
-    if contended.get("contention_text"):
-        messages.append(contended.pop("contention_text"))
-    contended.pop("contention_text", None)
+    contention_text = contended.pop("contention_text", None)
+    if contention_text:
+        messages.append(contention_text)
     if nonfinite:
         messages.append(
             f"the loss is {m.final_loss} after the timed blocks: the program diverged, so "

@@ -282,16 +282,6 @@ def falsy(series):
     return series.map(lambda v: str(v).strip().lower() in {"false", "0", "0.0", "no"})
 
 
-def same_program_kept(timings):
-    """Rows of a timings DataFrame that may be offered as a remedy: all but a derived
-    variant found to compute something else than the step as written
-    (``same_program`` False, :mod:`crossover_study.measure.same_program`). A table
-    without the column keeps every row."""
-    if "same_program" not in timings:
-        return timings
-    return timings[~falsy(timings["same_program"])]
-
-
 def case_axes(case: str) -> tuple[str, ...]:
     """Size axes of ``case`` in report order (e.g. ``("batch", "width")``), from the case
     registry (:func:`crossover_study.study.cases.axes`); raises KeyError for an unknown case."""
