@@ -224,10 +224,20 @@ def get_final_outputs():
     return [
         f"{RESULTS}/timings.csv",
         f"{RESULTS}/crossover.csv",
+        f"{RESULTS}/predicted.csv",
         f"{REPORTS}/report.html",
         f"{RESULTS}/manifest.json",
         f"{RESULTS}/ro-crate-metadata.json",
     ]
+
+
+def get_card_files():
+    """The device cards the study's predict key names and their families' files
+    (study.device_cards.card_inputs), for the predict rule's input: absolute paths in
+    this repository, as the workflow may run in another working directory (-d)."""
+    from crossover_study.study.device_cards import card_inputs
+
+    return [str(p) for p in card_inputs(config["predict"])]
 
 
 def get_config_files():

@@ -8,6 +8,9 @@ rule manifest:
         timings=f"{RESULTS}/timings.csv",
         crossover=f"{RESULTS}/crossover.csv",
         wall=f"{RESULTS}/wall.json",
+        # The device cards' predictions (their cards are hashed with the code).
+        predicted=f"{RESULTS}/predicted.csv",
+        predicted_crossover=f"{RESULTS}/predicted_crossover.csv",
         html=f"{REPORTS}/report.html",
         notebook=f"{REPORTS}/report.ipynb",
         figures=f"{REPORTS}/figures",

@@ -35,6 +35,8 @@ def main(snakemake) -> None:
             "timings": snakemake.input.timings,
             "crossover": snakemake.input.crossover,
             "wall": snakemake.input.wall,
+            "predicted": snakemake.input.predicted,
+            "predicted_crossover": snakemake.input.predicted_crossover,
         },
         report={"html": snakemake.input.html, "notebook": snakemake.input.notebook},
         figures_dir=snakemake.input.figures,

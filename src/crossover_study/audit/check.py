@@ -61,6 +61,7 @@ from crossover_study.audit.stages import (
     check_crossover,
     check_paper,
     check_plugin_rows,
+    check_predicted,
     check_rows,
 )
 from crossover_study.core.files import MANIFEST_NAME, sha256_file
@@ -171,6 +172,8 @@ def _audit_study(report: AuditReport, target: Path, manifest: dict, strict: bool
         crossover_path = layout.locate(manifest["tables"]["crossover"])
         if crossover_path is not None and crossover_path.is_file():
             check_crossover(report, layout, manifest, timings_path, crossover_path)
+        # The predict stage, from the recorded timings.csv and the run's cards.
+        check_predicted(report, layout, manifest, timings_path)
     check_crate(report, layout)
     check_inputs(report, layout, manifest, strict)
     check_environment(report, manifest)

@@ -10,6 +10,9 @@ so the audit cannot check another order of steps than the one the workflow ran:
   :func:`check_plugin_rows`);
 - crossover (``workflow/scripts/crossover.py``): :func:`crossover.write_crossover` of
   ``timings.csv`` gives ``crossover.csv`` again (:func:`check_crossover`);
+- predict (``workflow/scripts/predict.py``): :func:`card_prediction.write_predictions`
+  of ``timings.csv`` with the run's cards gives ``predicted.csv`` and
+  ``predicted_crossover.csv`` again (:func:`check_predicted`);
 - paper (``workflow/scripts/paper.py``): :func:`paper.paper_figures` of the recorded
   reference runs gives the paper figures again, byte for byte (:func:`check_paper`).
 
@@ -280,6 +283,56 @@ def check_crossover(
         actual=actual_hash,
         details=clipped(details),
     )
+
+
+def check_predicted(report: AuditReport, layout: Layout, manifest: dict, timings: Path) -> None:
+    """The predict stage again: predicted.csv and predicted_crossover.csv must be what
+    :func:`card_prediction.write_predictions` writes from timings.csv with the run's
+    ``predict`` cards. Where a card file (``config/devices/``) changed since the run
+    (its code record's sha256), the tables cannot be derived again: a ``note`` says
+    so. A difference is a FAIL ``not derived`` with both sha256."""
+    from crossover_study.analysis.card_prediction import write_predictions
+    from crossover_study.study.device_cards import CardError, load_cards
+
+    recorded = {role: manifest["tables"].get(role) for role in ("predicted", "predicted_crossover")}
+    if recorded["predicted"] is None:
+        return  # a run written before predictions, or without them
+    cards_changed = [
+        r["path"]
+        for r in manifest.get("code", [])
+        if r["path"].startswith("config/devices/")
+        and ((path := layout.locate(r)) is None or sha256_file(path) != r["sha256"])
+    ]
+    if cards_changed:
+        report.add(
+            "note",
+            "cards changed",
+            f"{len(cards_changed)} file(s)",
+            "device cards changed since the run, so its predictions are not derived again: "
+            + ", ".join(cards_changed[:MAX_ROWS]),
+        )
+        return
+    try:
+        cards = load_cards(manifest["config"]["resolved"].get("predict", []))
+    except CardError as error:
+        report.add("FAIL", "cards unreadable", "config/devices", str(error))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        expected = {role: Path(tmp) / f"{role}.csv" for role in recorded}
+        write_predictions(timings, cards, expected["predicted"], expected["predicted_crossover"])
+        for role, record in recorded.items():
+            actual = layout.locate(record) if record else None
+            if actual is None or not actual.is_file():
+                continue  # check_file has reported it
+            if sha256_file(actual) != sha256_file(expected[role]):
+                report.add(
+                    "FAIL",
+                    "not derived",
+                    layout.shown(actual),
+                    f"differs from the {role} table computed again from timings.csv and the cards",
+                    expected=sha256_file(expected[role]),
+                    actual=sha256_file(actual),
+                )
 
 
 def check_rows(report: AuditReport, layout: Layout, manifest: dict, timings: Path) -> None:

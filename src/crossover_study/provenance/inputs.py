@@ -23,6 +23,8 @@ CODE_PATTERNS: tuple[str, ...] = (
     "requirements.lock",
     "pyproject.toml",
     "envs/*.yaml",
+    # The device cards predictions are priced on (analysis.card_prediction).
+    "config/devices/**/*.yaml",
 )
 
 

@@ -174,11 +174,20 @@ def unreported_manifest(
 ) -> dict:
     """The manifest (:func:`build_manifest`) of a study run measured without Snakemake
     and without its report (the GPU reference run, ``crossover-study check``): its
-    tables are ``<results>/timings.csv``, ``crossover.csv`` and ``wall.json``, no report,
+    tables are ``<results>/timings.csv``, ``crossover.csv`` and ``wall.json`` (and
+    ``predicted.csv`` and ``predicted_crossover.csv`` where written), no report,
     figures or Snakemake version; ``study`` is the run's name (default: the config's);
     ``kwargs`` (``point_tables``, ``probe_records``, ``extra``) go on to
     :func:`build_manifest`. Raises OSError when a table is missing."""
     results = Path(results)
+    tables = {role: results / f"{role}.{ext}" for role, ext in _STUDY_TABLES}
+    tables.update(
+        {
+            role: results / f"{role}.{ext}"
+            for role, ext in _PREDICTION_TABLES
+            if (results / f"{role}.{ext}").is_file()
+        }
+    )
     return build_manifest(
         study=study or config["study"],
         config=config,
@@ -186,7 +195,7 @@ def unreported_manifest(
         config_files=[config_file],
         workdir=workdir,
         results_dir=results,
-        tables={role: results / f"{role}.{ext}" for role, ext in _STUDY_TABLES},
+        tables=tables,
         report={},
         figures_dir=None,
         snakemake_version=None,
@@ -196,6 +205,8 @@ def unreported_manifest(
 
 #: A study run's tables: (role, file extension), the file named after its role.
 _STUDY_TABLES = (("timings", "csv"), ("crossover", "csv"), ("wall", "json"))
+#: The device cards' prediction tables, recorded where the run wrote them.
+_PREDICTION_TABLES = (("predicted", "csv"), ("predicted_crossover", "csv"))
 
 
 def build_manifest(

@@ -22,6 +22,7 @@ import yaml
 from crossover_study.core.origin import SCHEMAS, table_columns
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.study import cases as case_registry
+from crossover_study.study.device_cards import CardError, card_files, load_card_file
 from crossover_study.study.programs import classified
 from crossover_study.study.spec import REPLICA_VARIANTS, seed_sizes
 from crossover_study.study.study_file import (
@@ -180,6 +181,7 @@ def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] 
                 "the program table (src/crossover_study/study/programs.py), so its rows could not "
                 "say which program ran nor be compared with the CPU's"
             )
+    _check_predict(config["predict"])
     for name, spec in config["devices"].items():
         if "cpus_per_task" not in spec:
             continue
@@ -191,6 +193,23 @@ def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] 
             )
         spec["threads"] = spec["cpus_per_task"]
     return config
+
+
+def _check_predict(names: Sequence[str]) -> None:
+    """Every card ``predict`` names exists and validates
+    (:func:`crossover_study.study.device_cards.load_cards`); raises :class:`ConfigError`
+    naming ``predict[i]`` and the cards there are."""
+    known = {p.stem: p for p in card_files()}
+    for i, name in enumerate(names):
+        if name not in known:
+            raise ConfigError(
+                f"config error at predict[{i}]: no device card {name!r} (cards: "
+                f"{', '.join(sorted(known))}; crossover-study devices lists them)"
+            )
+        try:
+            load_card_file(known[name])
+        except CardError as error:
+            raise ConfigError(f"config error at predict[{i}]: {error}") from error
 
 
 def _check_replication(config: Mapping[str, Any]) -> None:

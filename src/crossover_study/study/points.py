@@ -485,7 +485,7 @@ def contention_policy(config: Mapping[str, Any]) -> ContentionPolicy:
 
 #: Keys that do not change what is measured: the study's name, and whether curves may
 #: merge environments (a collect-time policy that can be changed after measuring).
-NOT_MEASUREMENT_KEYS: tuple[str, ...] = ("study", "merge_environments")
+NOT_MEASUREMENT_KEYS: tuple[str, ...] = ("study", "merge_environments", "predict")
 #: Keys under ``timing`` that do not change what is measured: the point deadline decides
 #: only when a stuck point is given up (its error row names the deadline), never how a
 #: point that finishes is timed.

@@ -1,0 +1,345 @@
+"""Predictions from device cards: every CPU point of a study priced on the accelerators
+the study file's ``predict`` key names (:mod:`crossover_study.stepmodel.card_model`), the
+predicted crossover along each swept axis, and each prediction set beside a
+measurement where the device was measured.
+
+Written apart from the measurements: ``results/<study>/predicted.csv``
+(:func:`predict_cards`, one row per card × CPU point × variant the accelerator runs,
+columns of ``workflow/schemas/predicted.schema.yaml``) and
+``results/<study>/predicted_crossover.csv`` (:func:`predicted_crossovers`). No predicted
+number enters ``timings.csv``, ``crossover.csv``, a verdict or a remedy ranking: those
+read measured rows only, and this module writes none.
+
+Which variants a CPU point stands for: each variant with a program on the card's
+device class whose CPU side is that point's variant (``programs.cpu_variants``, the one
+pairing rule): the point's own variant, and from the eager point the ways of running
+it that exist only on an accelerator (``cuda_graph``, ``tf32``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from crossover_study.analysis.crossover import crossover_size
+from crossover_study.analysis.tables import TableError, read_timings
+from crossover_study.core.files import write_csv_atomic
+from crossover_study.core.origin import table_columns
+from crossover_study.stepmodel.card_model import (
+    ENDS,
+    NotPriced,
+    cold_start_s,
+    price_range,
+    work_of_row,
+)
+from crossover_study.study.device_cards import Card
+from crossover_study.study.programs import cpu_variants
+from crossover_study.study.spec import (
+    VARIANTS,
+    case_axes,
+    seed_sizes,
+    size_columns,
+    synced,
+    truthy,
+    without_replicas,
+)
+
+#: Columns of predicted.csv before the size axes, and after them (the schema's order).
+HEAD = ("card", "device_class", "device_name", "case", "framework", "variant", "cpu_variant")
+TAIL = tuple(c for c in table_columns("predicted") if c not in HEAD)
+#: Accelerator-only variants a card prices from the CPU's eager point.
+DERIVED = ("cuda_graph", "tf32")
+
+
+def _variants_for(case: str, framework: str, cpu_variant: str, device_class: str) -> list[str]:
+    """The variants run on ``device_class`` whose CPU side is ``cpu_variant``: the
+    variant itself where it has a program there, and for eager the accelerator-only
+    ways of running it (:data:`DERIVED`), each only where ``cpu_variants`` pairs it with
+    ``cpu_variant`` first."""
+    candidates = [cpu_variant, *(DERIVED if cpu_variant == "eager" else ())]
+    found = []
+    for variant in candidates:
+        if variant not in VARIANTS:
+            continue
+        try:
+            pairs = cpu_variants(case, framework, variant, device_class)
+        except (KeyError, ValueError):
+            continue
+        if pairs and (pairs[0] == cpu_variant or (variant in DERIVED and "eager" in pairs)):
+            found.append(variant)
+    return found
+
+
+def _row(card: Card, cpu: pd.Series, variant: str, axes: Sequence[str]) -> dict:
+    """One predicted row: the card's three estimates of ``cpu``'s counts run as
+    ``variant`` (a reason in ``not_priced`` instead where the card cannot price it)."""
+    out = {
+        "card": card.card,
+        "device_class": card.device_class,
+        "device_name": card.name,
+        "case": cpu["case"],
+        "framework": cpu["framework"],
+        "variant": variant,
+        "cpu_variant": cpu["variant"],
+        **{a: cpu.get(a) for a in axes},
+        "program": cpu.get("program"),
+        "cpu_step_time_s": cpu.get("step_time_s"),
+        "cpu_contended": bool(truthy(pd.Series([cpu.get("contended")])).iloc[0]),
+        "kind": "prediction",
+    }
+    try:
+        estimates = price_range(work_of_row(cpu), card, variant)
+    except NotPriced as exc:
+        return {**out, "not_priced": str(exc)}
+    central = estimates["central"]
+    cold = cold_start_s(card)
+    out.update(
+        predicted_step_s=central.step_s,
+        predicted_low_s=estimates["low"].step_s,
+        predicted_high_s=estimates["high"].step_s,
+        regime=central.regime,
+        host_s=central.host_s,
+        host_launch_s=central.host_launch_s,
+        device_s=central.device_s,
+        floor_s=central.floor_s,
+        compute_s=central.compute_s,
+        memory_s=central.memory_s,
+        sync_s=central.sync_s,
+        kernels=central.kernels,
+        host_ops=float(work_of_row(cpu).ops),
+        cold_start_low_s=cold.low if cold else None,
+        cold_start_high_s=cold.high if cold else None,
+    )
+    t_cpu = pd.to_numeric(pd.Series([cpu.get("step_time_s")]), errors="coerce").iloc[0]
+    if pd.notna(t_cpu) and t_cpu > 0:
+        out["speedup"] = t_cpu / central.step_s
+        out["speedup_low"] = t_cpu / estimates["high"].step_s
+        out["speedup_high"] = t_cpu / estimates["low"].step_s
+        if cold is not None:
+            out.update(_n_star(cpu, estimates, cold))
+    return out
+
+
+def _n_star(cpu: pd.Series, estimates: dict, cold) -> dict:
+    """N*: steps after which the predicted time-to-train beats the CPU's measured one.
+    The accelerator's process pays what the CPU's did before its first step (its
+    measured cold start) plus the card's context start, and the same first step (the
+    tracing and compiling on the host: the CPU's measured first step), so that
+    N* = ceil(context start / (t_cpu − t_acc)) (``crossover.n_star``'s formula with
+    those starts). Low: the low cold start and step; high: the high ones; empty where
+    that estimate of the step is not faster than the CPU's."""
+    t_cpu = float(cpu["step_time_s"])
+    found = {}
+    for name, end in (("n_star_steps", "central"), ("n_star_low", "low"), ("n_star_high", "high")):
+        gain = t_cpu - estimates[end].step_s
+        found[name] = float(np.ceil(cold.pick(end) / gain)) if gain > 0 else None
+    return found
+
+
+def predict_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> pd.DataFrame:
+    """Every ok, synced, unreplicated CPU point of ``timings`` priced on each of
+    ``cards`` (module docstring), one row per card × point × variant, columns of the
+    ``predicted`` schema (size axes after ``cpu_variant``). Seconds per step
+    throughout. A point the card cannot price keeps its row with the reason in
+    ``not_priced`` and no number. Empty (with the columns) without CPU points or cards."""
+    axes = list(size_columns(timings)) if len(timings) else []
+    columns = [*HEAD, *axes, *TAIL]
+    cpu = without_replicas(synced(timings))
+    cpu = cpu[(cpu["device"] == "cpu") & (cpu["status"] == "ok")] if len(cpu) else cpu
+    rows = []
+    for card in cards:
+        for _, point in cpu.iterrows():
+            for variant in _variants_for(
+                point["case"], point["framework"], point["variant"], card.device_class
+            ):
+                rows.append(_row(card, point, variant, axes))
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _curve(predicted: pd.DataFrame, case: str, axis: str) -> pd.DataFrame:
+    """Priced rows of ``case`` along ``axis`` with the other axes at the seed's size,
+    their CPU point measured without contention (a contended CPU step is kept out of a
+    crossover, as the measured crossover keeps it out)."""
+    rows = predicted[(predicted["case"] == case) & predicted["predicted_step_s"].notna()]
+    if "cpu_contended" in rows:
+        rows = rows[~truthy(rows["cpu_contended"])]
+    for other, value in seed_sizes(case).items():
+        if other != axis and other in rows:
+            rows = rows[pd.to_numeric(rows[other], errors="coerce") == value]
+    return rows
+
+
+def predicted_crossovers(predicted: pd.DataFrame) -> pd.DataFrame:
+    """One row per card × case × framework × variant × swept axis: where the predicted
+    accelerator curve (central, and its low and high ends) crosses the measured CPU
+    curve along the axis (``crossover.crossover_size`` on exact times, the other axes
+    at the seed's size). ``crossover_size`` from the central curve; ``crossover_low``
+    from the low (fast) curve and ``crossover_high`` from the high one, each empty where
+    that curve does not cross inside the range (``low_outcome``/``high_outcome`` say
+    what it does). Columns of the ``predicted_crossover`` schema."""
+    columns = list(table_columns("predicted_crossover"))
+    out = []
+    if predicted.empty:
+        return pd.DataFrame(columns=columns)
+    keys = ["card", "device_name", "case", "framework", "variant"]
+    for (card, name, case, framework, variant), group in predicted.groupby(keys, sort=False):
+        for axis in case_axes(case):
+            rows = _curve(group, case, axis)
+            if axis not in rows:
+                continue
+            rows = rows.assign(_x=pd.to_numeric(rows[axis], errors="coerce")).dropna(subset=["_x"])
+            rows = rows.sort_values("_x").drop_duplicates("_x")
+            if len(rows) < 2:
+                continue
+            x, cpu = rows["_x"].to_numpy(), rows["cpu_step_time_s"].astype(float).to_numpy()
+            found = {}
+            for end, column in (
+                ("central", "predicted_step_s"),
+                ("low", "predicted_low_s"),
+                ("high", "predicted_high_s"),
+            ):
+                found[end] = crossover_size(x, cpu, rows[column].astype(float).to_numpy())
+            out.append(
+                {
+                    "card": card,
+                    "device_name": name,
+                    "case": case,
+                    "framework": framework,
+                    "variant": variant,
+                    "axis": axis,
+                    "n_sizes": len(rows),
+                    "outcome": found["central"][0],
+                    "crossover_size": found["central"][1],
+                    "low_outcome": found["low"][0],
+                    "crossover_low": found["low"][1],
+                    "high_outcome": found["high"][0],
+                    "crossover_high": found["high"][1],
+                    "size_min": float(x.min()),
+                    "size_max": float(x.max()),
+                    "seed_size": seed_sizes(case).get(axis),
+                    "kind": "prediction",
+                }
+            )
+    return pd.DataFrame(out, columns=columns)
+
+
+def write_predictions(
+    timings_csv: str | Path,
+    cards: Sequence[Card],
+    predicted_csv: str | Path,
+    crossover_csv: str | Path,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``predicted.csv`` and ``predicted_crossover.csv`` of a study (its ``timings.csv``
+    read by :func:`tables.read_timings`) on ``cards``, each written atomically. Returns
+    both tables. Raises :class:`tables.TableError` for a timings table that breaks its
+    schema."""
+    timings = read_timings(timings_csv)
+    predicted = predict_cards(timings, cards)
+    crossovers = predicted_crossovers(predicted)
+    write_csv_atomic(predicted.to_dict("records"), predicted.columns, predicted_csv)
+    write_csv_atomic(crossovers.to_dict("records"), crossovers.columns, crossover_csv)
+    return predicted, crossovers
+
+
+def read_predicted(path: str | Path | None, table: str = "predicted") -> pd.DataFrame:
+    """``predicted.csv`` (``table`` "predicted") or ``predicted_crossover.csv``
+    ("predicted_crossover") as written by :func:`write_predictions`; an empty table
+    with the schema's columns where ``path`` is empty, missing or holds no rows (a
+    study without predictions). Raises :class:`tables.TableError` naming the columns
+    a table written otherwise lacks."""
+    columns = list(table_columns(table))
+    if not path or not Path(path).is_file():
+        return pd.DataFrame(columns=columns)
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame(columns=columns)
+    required = columns if table == "predicted_crossover" else [*HEAD, "predicted_step_s"]
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise TableError(f"{path}: the {table} table lacks the columns {missing}")
+    return frame
+
+
+def at_seed(predicted: pd.DataFrame, case: str) -> pd.DataFrame:
+    """Predicted rows of ``case`` at its seed's size (every axis)."""
+    rows = predicted[predicted["case"] == case]
+    for axis, value in seed_sizes(case).items():
+        if axis in rows:
+            rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
+    return rows
+
+
+def _short_name(name: str) -> str:
+    """A device's name without its vendor's (NVIDIA H200 -> H200), as a probe may
+    record it with or without."""
+    return str(name).replace("NVIDIA ", "").replace("Google ", "").strip()
+
+
+def measured_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> list[Card]:
+    """The ``cards`` whose device ``timings`` measured: an ok row of the card's device
+    class whose ``device_name`` contains the card's name (without the vendor's)."""
+    if timings.empty or "device_name" not in timings:
+        return []
+    ok = timings[(timings["status"] == "ok") & (timings["device"] != "cpu")]
+    found = []
+    for card in cards:
+        names = ok.loc[ok["device"] == card.device_class, "device_name"].dropna().astype(str)
+        if names.str.contains(_short_name(card.name), regex=False).any():
+            found.append(card)
+    return found
+
+
+def prediction_errors(predicted: pd.DataFrame, timings: pd.DataFrame) -> pd.DataFrame:
+    """Each predicted row whose card's device was measured in ``timings`` (an ok, synced
+    row of its device class whose ``device_name`` contains the card's name, at the same
+    case, framework, variant and sizes), with ``measured_step_s`` and
+    ``prediction_error`` = predicted / measured − 1 (central; dimensionless) and
+    ``within_band`` (the measurement between the low and high estimates). Empty where no
+    card's device was measured."""
+    if predicted.empty or timings.empty:
+        return predicted.iloc[0:0].assign(measured_step_s=[], prediction_error=[], within_band=[])
+    axes = [a for a in size_columns(timings) if a in predicted]
+    measured = synced(timings)
+    measured = measured[(measured["device"] != "cpu") & (measured["status"] == "ok")]
+    frames = []
+    for (name, device_class), group in predicted.groupby(["device_name", "device_class"]):
+        mine = measured[
+            (measured["device"] == device_class)
+            & measured["device_name"]
+            .astype(str)
+            .str.contains(str(name).replace("NVIDIA ", ""), regex=False)
+        ]
+        if mine.empty:
+            continue
+        keys = ["case", "framework", "variant", *axes]
+        right = mine[keys + ["step_time_s"]].rename(columns={"step_time_s": "measured_step_s"})
+        left = group.copy()
+        for a in axes:
+            left[a] = pd.to_numeric(left[a], errors="coerce")
+            right[a] = pd.to_numeric(right[a], errors="coerce")
+        joined = left.merge(right, on=keys, how="inner")
+        frames.append(joined)
+    if not frames:
+        return predicted.iloc[0:0].assign(measured_step_s=[], prediction_error=[], within_band=[])
+    out = pd.concat(frames, ignore_index=True)
+    out["prediction_error"] = out["predicted_step_s"] / out["measured_step_s"] - 1.0
+    out["within_band"] = (out["predicted_low_s"] <= out["measured_step_s"]) & (
+        out["measured_step_s"] <= out["predicted_high_s"]
+    )
+    return out
+
+
+__all__ = [
+    "ENDS",
+    "at_seed",
+    "measured_cards",
+    "predict_cards",
+    "predicted_crossovers",
+    "prediction_errors",
+    "read_predicted",
+    "write_predictions",
+]
