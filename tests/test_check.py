@@ -15,6 +15,7 @@ import pytest
 from crossover_study.analysis.compare_runs import main as compare_main
 from crossover_study.audit.check import audit
 from crossover_study.reference import quick_check as check
+from crossover_study.study.device_cards import DEFAULT_CARDS
 
 CNN = "examples/digits_cnn.py"
 KERAS = "examples/digits_keras_fit.py"
@@ -46,6 +47,10 @@ def _refused(capsys, tmp_path, *argv) -> str:
         ([CNN, "--size", "batch=32", "--size", "channels=16", "--framework", "jax"], "jax"),
         (["s001-mlp", "--size", "width=3"], "no axis 'width'"),
         (["README.md", "--size", "batch=2"], "give --framework"),
+        (
+            ["s001-mlp", "--predict", "t4,gtx-9090"],
+            "--predict t4,gtx-9090: unknown device card 'gtx-9090'",
+        ),
     ],
 )
 def test_bad_input_one_line_exit_2(capsys, tmp_path, argv, named):
@@ -114,10 +119,19 @@ def _assert_recorded(out, printed, answer, case, points, cuda_asked=True):
     timings = pd.read_csv(out / "timings.csv")
     cuda = timings[timings["device"] == "cuda"]
     if cuda_asked:  # absent here: said in one line, unavailable rows, never timed
-        assert "cuda: absent on this machine" in printed and "cuda" in answer["predictions"]
+        assert "cuda: absent on this machine" in printed
         assert len(cuda) and set(cuda["status"]) <= {"unavailable", "not_applicable"}
     else:
         assert cuda.empty
+    # Every default device card predicts the step, one line each, labelled as predicted;
+    # the predictions are a table of their own, never rows of timings.csv.
+    assert set(answer["card_predictions"]) == set(DEFAULT_CARDS)
+    assert "predicted from device cards (not measured" in printed
+    for line in answer["card_predictions"].values():
+        assert "(predicted from its card): " in line and f"  {line}" in printed
+    predicted = pd.read_csv(out / "predicted.csv")
+    assert set(predicted["card"]) == set(DEFAULT_CARDS) and set(predicted["kind"]) == {"prediction"}
+    assert predicted["predicted_step_s"].notna().any()
     assert answer["case"] == case and answer["devices"]["cpu"]["status"] == "ok"
     assert answer["devices"]["cpu"]["q1_s"] <= answer["devices"]["cpu"]["step_time_s"]
     assert (

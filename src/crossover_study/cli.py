@@ -2,6 +2,7 @@
 
     crossover-study study [--config FILE] [--cores N] [-- SNAKEMAKE ARGS]
     crossover-study check FILE.py --size AXIS=N ... | check SEED_CASE [--size AXIS=N]
+    crossover-study devices [CARD ...]
     crossover-study rates --framework F --device D (--threads N | --config FILE) --out FILE
     crossover-study validate STUDY_FILE ...
     crossover-study compare RUN_A RUN_B
@@ -129,6 +130,10 @@ COMMANDS: dict[str, Command] = {
     "check": Command(
         "one model at one size on every device: the answer in about a minute",
         _main_of("reference.quick_check"),
+    ),
+    "devices": Command(
+        "the device cards predictions are priced on, with their sources",
+        _main_of("answers.predicted"),
     ),
     "rates": Command(
         "the step-time model's machine rates for one framework and device, into a file",

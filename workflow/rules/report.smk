@@ -7,6 +7,9 @@ rule report_notebook:
         timings=f"{RESULTS}/timings.csv",
         crossover=f"{RESULTS}/crossover.csv",
         wall=f"{RESULTS}/wall.json",
+        # The device cards' predictions (the predict rule), labelled as such.
+        predicted=f"{RESULTS}/predicted.csv",
+        predicted_crossover=f"{RESULTS}/predicted_crossover.csv",
         # Committed reference runs (possibly none), drawn beside this study's rows.
         reference_timings=get_reference_files("timings.csv"),
     output:

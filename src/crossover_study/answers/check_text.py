@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.prediction import predict_references
+from crossover_study.answers.predicted import check_line
 from crossover_study.answers.regime import regime_clause
 from crossover_study.answers.remedies import (
     ANTI_PATTERNS,
@@ -152,26 +153,39 @@ def answer(
     case: str,
     absent: dict,
     sweep: Path,
+    predicted: pd.DataFrame | None = None,
 ) -> dict:
     """The check's answer as a JSON-ready dict (see the module docstring): ``sizes``,
     ``devices`` (per class: the eager numbers, seconds), ``absent`` (class: why),
     ``verdict``, ``why``, ``remedies`` and ``flip``, ``predictions`` (per absent class:
-    text), ``sentence`` (the report's answer sentence), ``sweep_command``."""
+    a committed reference run's prediction, or why there is none), ``card_predictions``
+    (per device card of ``predicted``, :func:`card_prediction.predict_cards`'s table:
+    its one line, labelled as a prediction), ``sentence`` (the report's answer
+    sentence), ``sweep_command``."""
     rows = _at_size(timings, case)
     devices = {d: _device(rows, d) for d in DEVICES if d in set(rows["device"]) and d not in absent}
     verdict = _verdict(devices)
     remedies = _remedies(rows[rows["device"].isin(list(devices))])
     references = sorted(REFERENCE_DIR.glob("*/timings.csv"))
-    predicted = predict_references(timings, references) if references else pd.DataFrame()
+    on_reference = predict_references(timings, references) if references else pd.DataFrame()
+    cards = predicted if predicted is not None else pd.DataFrame(columns=["card"])
+    card_lines = {c: check_line(cards, case, c) for c in dict.fromkeys(cards["card"])}
+    carded = set(cards.get("device_class", pd.Series(dtype=str)))
     predictions = {}
     for device in absent:
-        mine = predicted[predicted["device"] == device] if not predicted.empty else predicted
+        mine = (
+            on_reference[on_reference["device"] == device]
+            if not on_reference.empty
+            else on_reference
+        )
         text = prediction_text(mine, case) if not mine.empty else ""
         names = ", ".join(p.parent.name for p in references) or "none committed"
-        predictions[device] = text or (
-            f"no prediction for {_name(device)}: no committed reference run measured it "
-            f"with {timings['framework'].iloc[0]} (reference runs: {names})"
-        )
+        if text or device not in carded:
+            predictions[device] = text or (
+                f"no prediction for {_name(device)} from a measured reference: no committed "
+                f"reference run measured it with {timings['framework'].iloc[0]} (reference "
+                f"runs: {names}); no device card of its class was asked for (--predict)"
+            )
     shown = shown_path(sweep.resolve())  # as the user types it
     return {
         "case": case,
@@ -184,6 +198,7 @@ def answer(
         "remedies": remedies,
         "flip": _flip(devices, remedies, verdict),
         "predictions": predictions,
+        "card_predictions": {c: line for c, line in card_lines.items() if line},
         "sentence": answer_sentence(timings, crossover, case),
         "sweep_command": f"make study STUDY={shown}",
     }
@@ -252,5 +267,10 @@ def answer_lines(result: dict) -> list[str]:
     lines.append(f"flip: {result['flip']}")
     for text in result["predictions"].values():
         lines.append(text)
+    if result.get("card_predictions"):
+        lines.append(
+            "predicted from device cards (not measured; crossover-study devices for their sources):"
+        )
+        lines.extend(f"  {text}" for text in result["card_predictions"].values())
     lines.append(f"full sweep for a crossover: {result['sweep_command']}")
     return lines

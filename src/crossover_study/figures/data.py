@@ -56,6 +56,7 @@ __all__ = [
     "most_swept_axis",
     "ok_rows",
     "order",
+    "predicted_frame",
     "programs",
     "step_time_frame",
     "sweep_title",
@@ -217,6 +218,51 @@ def crossover_marks(crossover: pd.DataFrame | None, case: str, axis: str) -> pd.
         size=number("crossover_size"), ci_low=number("ci_low"), ci_high=number("ci_high")
     )
     return rows[rows["size"].notna()].reindex(columns=columns).reset_index(drop=True)
+
+
+#: Columns of :func:`predicted_frame`.
+PREDICTED_COLUMNS = [
+    "card",
+    "device_name",
+    "framework",
+    "curve",
+    "size",
+    "central_s",
+    "low_s",
+    "high_s",
+]
+
+
+def predicted_frame(predicted: pd.DataFrame | None, case: str, axis: str) -> pd.DataFrame:
+    """The device cards' predictions to draw on a step-time figure: rows of
+    ``predicted`` (``predicted.csv``) of ``case``'s naive program (eager, or
+    strategy_step on a TPU) that were priced, the axes other than ``axis`` at the seed's
+    size, as :data:`PREDICTED_COLUMNS` (seconds per step: the central estimate and the
+    low and high ends; ``curve`` "<device_name> (predicted) · <framework>"), sorted by
+    card, framework and size. Empty for None or no such row."""
+    if predicted is None or predicted.empty or axis not in predicted:
+        return pd.DataFrame(columns=PREDICTED_COLUMNS)
+    rows = predicted[
+        (predicted["case"] == case)
+        & predicted["variant"].isin(("eager", "strategy_step"))
+        & predicted["predicted_step_s"].notna()
+    ]
+    rows = at_seed(rows, case, (axis,))
+    size = pd.to_numeric(rows[axis], errors="coerce")
+    out = pd.DataFrame(
+        {
+            "card": rows["card"],
+            "device_name": rows["device_name"],
+            "framework": rows["framework"],
+            "curve": rows["device_name"] + " (predicted) · " + rows["framework"],
+            "size": size,
+            "central_s": rows["predicted_step_s"].astype(float),
+            "low_s": rows["predicted_low_s"].astype(float),
+            "high_s": rows["predicted_high_s"].astype(float),
+        }
+    )
+    out = out[out["size"].notna()]
+    return out.sort_values(["card", "framework", "size"]).reset_index(drop=True)
 
 
 def _naive_along(timings: pd.DataFrame, case: str, axis: str) -> pd.DataFrame:

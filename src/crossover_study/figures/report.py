@@ -27,6 +27,7 @@ from crossover_study.figures.data import (
     cross_machine_frame,
     crossover_marks,
     order,
+    predicted_frame,
     step_time_frame,
     sweep_title,
     time_to_train_frame,
@@ -41,10 +42,12 @@ from crossover_study.figures.style import (
     NOISY_ALPHA,
     OTHER_COLOUR,
     OTHER_MARKER,
+    PREDICTED_DASHES,
     decorate,
     fmt_ratio,
     fmt_size,
     palette,
+    predicted_colours,
     time_axis,
     variant_dashes,
 )
@@ -156,6 +159,36 @@ def _draw_step_curves(ax: Axes, frame: pd.DataFrame, looks: dict, size: float) -
         )
 
 
+def _draw_predicted(ax: Axes, frame: pd.DataFrame) -> None:
+    """Device cards' predictions (:func:`crossover_study.figures.data.predicted_frame`):
+    per card and framework the central estimate as a dashed line (gid
+    ``"predicted"``, labelled "<device> (predicted) · <framework>") over a band from
+    the low to the high estimate (gid ``"predicted-band"``), in the card's colour
+    (:func:`style.predicted_colours`), never a device's."""
+    colours = predicted_colours(frame["card"])
+    for curve, g in frame.groupby("curve", sort=False):
+        colour = colours[g["card"].iloc[0]]
+        ax.fill_between(
+            g["size"],
+            g["low_s"],
+            g["high_s"],
+            color=colour,
+            alpha=0.15,
+            linewidth=0,
+            gid="predicted-band",
+        )
+        ax.plot(
+            g["size"],
+            g["central_s"],
+            color=colour,
+            dashes=PREDICTED_DASHES,
+            linewidth=1.3,
+            marker="x" if len(g) == 1 else None,
+            gid="predicted",
+            label=curve,
+        )
+
+
 def _step_time_axes(ax: Axes, title: str, axis: str, sizes, legend: bool) -> Axes:
     """Log-log axes of a step-time figure: title, ``axis`` on x, seconds per step on y,
     the legend when asked, x limits kept open for a single size (:func:`_widen_if_single`)."""
@@ -179,6 +212,7 @@ def step_time_vs_size(
     axis: str,
     crossover: pd.DataFrame | None = None,
     ax: Axes | None = None,
+    predicted: pd.DataFrame | None = None,
 ) -> Axes:
     """Steady-state step time against one size axis, per device, framework and variant.
 
@@ -197,6 +231,10 @@ def step_time_vs_size(
         ``ci_high`` (the bootstrap 95% interval, gid ``"crossover-ci"``), both labelled.
     ax
         Axes to draw on; a new figure is made when None.
+    predicted
+        Optional device-card predictions (``predicted.csv``): the naive program's
+        predicted step on each card, a dashed line over its low-to-high band
+        (:func:`_draw_predicted`), labelled as predicted.
 
     Draws the median seconds per step (log y) against the size (log x) with seaborn:
     colour = device, marker = framework, dashes = variant. Error bars span median ±
@@ -222,6 +260,9 @@ def step_time_vs_size(
         colour = colours.get(d, OTHER_COLOUR)
         looks[curve] = (colour, dashes[v], MARKERS.get(f, OTHER_MARKER), colour)
     _draw_step_curves(ax, frame, looks, size=28)
+    guesses = predicted_frame(predicted, case, axis)
+    if not guesses.empty:
+        _draw_predicted(ax, guesses)
 
     _seed_line(ax, seed_sizes(case)[axis], axis)
     several_variants = frame["variant"].nunique() > 1
@@ -252,7 +293,11 @@ def step_time_vs_size(
 
 
 def cross_machine_step_time(
-    curves: Iterable[tuple[str, pd.DataFrame]], case: str, axis: str, ax: Axes | None = None
+    curves: Iterable[tuple[str, pd.DataFrame]],
+    case: str,
+    axis: str,
+    ax: Axes | None = None,
+    predicted: pd.DataFrame | None = None,
 ) -> Axes:
     """Step time of the naive program along one size axis on several machines.
 
@@ -269,6 +314,9 @@ def cross_machine_step_time(
         Seed case and the size axis on x.
     ax
         Axes to draw on; a new figure is made when None.
+    predicted
+        Optional device-card predictions (``predicted.csv``) of this study, drawn as in
+        :func:`step_time_vs_size` (dashed, with their band, labelled as predicted).
 
     Draws the median seconds per step (log y) against the size (log x), one line
     (gid ``"step-time"``) per machine x device class (x framework when the tables hold
@@ -304,6 +352,9 @@ def cross_machine_step_time(
         hollow = len(frameworks) > 1 and f != frameworks[0]
         looks[curve] = (colour, dashes, marker, "white" if hollow else colour)
     _draw_step_curves(ax, frame, looks, size=32)
+    guesses = predicted_frame(predicted, case, axis)
+    if not guesses.empty:
+        _draw_predicted(ax, guesses)
 
     _seed_line(ax, seed_sizes(case)[axis], axis)
     _step_time_axes(ax, title, axis, frame["size"], legend=False)

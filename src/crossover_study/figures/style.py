@@ -52,6 +52,9 @@ MACHINE_STYLES: tuple[tuple[str | tuple[float, ...], str], ...] = (
     ((8, 2), "v"),
     ((3, 1, 1, 1, 1, 1, 1, 1), "P"),
 )
+#: Dashes of a device card's predicted curve (matplotlib's on-off form, in points):
+#: short dashes, unlike any measured curve's.
+PREDICTED_DASHES: tuple[float, ...] = (2.0, 1.5)
 #: Colour of anything drawn for a device class without one in :func:`palette`.
 OTHER_COLOUR = "0.4"
 
@@ -65,6 +68,7 @@ __all__ = [
     "NOISY_ALPHA",
     "OTHER_COLOUR",
     "OTHER_MARKER",
+    "PREDICTED_DASHES",
     "SCALING_DASHES",
     "TIMES",
     "VARIANT_DASHES",
@@ -74,6 +78,7 @@ __all__ = [
     "fmt_size",
     "fmt_time",
     "palette",
+    "predicted_colours",
     "time_axis",
     "variant_dashes",
 ]
@@ -86,6 +91,16 @@ def palette() -> dict[str, tuple[float, float, float]]:
 
     colours = sns.color_palette("colorblind", n_colors=max(len(DEVICES), 3))
     return dict(zip(DEVICES, colours[: len(DEVICES)], strict=True))
+
+
+def predicted_colours(cards: Iterable[str]) -> dict[str, tuple[float, float, float]]:
+    """Device card -> RGB colour: seaborn's ``colorblind`` colours after the device
+    classes' (so that a prediction never takes a measured device's colour), in the
+    cards' sorted order, cycled."""
+    import seaborn as sns
+
+    spare = sns.color_palette("colorblind", n_colors=10)[len(DEVICES) :]
+    return dict(zip(sorted(set(cards)), itertools.cycle(spare)))
 
 
 def variant_dashes(variants: Iterable[str]) -> dict[str, str | tuple[float, ...]]:

@@ -2,7 +2,7 @@
 
     crossover-study check FILE.py --size batch=32 --size channels=16
         [--framework torch|tensorflow] [--devices cpu,cuda] [--variants eager,compile]
-        [--out DIR] [--quick]
+        [--out DIR] [--quick] [--predict t4,h200 | none]
     crossover-study check s001-mlp [--size hidden=128]
 
 What a study does for one case at one size, in one command: an in-memory study config
@@ -15,7 +15,8 @@ rates job of its framework and device (``crossover-study rates``, the
 rates rule's code; its file ``<out>/rates/<framework>/<device>.json`` is the rates the
 rows carry);
 the per-job tables are collected (:func:`tables.collect_study`), the crossover table,
-the manifest and the RO-Crate are written as the workflow writes them, so that
+the device cards' predictions (``predicted.csv``, :mod:`crossover_study.analysis.card_prediction`;
+``--predict``), the manifest and the RO-Crate are written as the workflow writes them, so that
 ``crossover-study audit`` and ``compare`` work on ``<out>``. The answer
 (:mod:`crossover_study.answers.check_text`) is printed and written to ``<out>/answer.json``,
 and ``<out>/sweep.yaml`` is the study file of the full sweep for a crossover.
@@ -180,6 +181,19 @@ def _names(text: str | None, known, what: str, flag: str) -> list[str] | None:
     return list(dict.fromkeys(names))
 
 
+def _cards(text: str | None) -> list[str] | None:
+    """``--predict t4,h200`` as card names (``none``: no card; None: the study file's
+    default, the schema's), each an existing card. Raises :class:`CheckError` naming
+    an unknown card and the cards there are."""
+    if text is None:
+        return None
+    if text.strip() == "none":
+        return []
+    from crossover_study.study.device_cards import card_files
+
+    return _names(text, [p.stem for p in card_files()], "device card", "--predict")
+
+
 def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]]:
     """The validated study config of the check, its case, the device classes to measure
     and ``{absent device: why}`` (asked for, or left out of the default, and not found
@@ -187,6 +201,7 @@ def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]
     sizes = parse_sizes(args.size)
     devices = _names(args.devices, DEVICES, "device", "--devices")
     variants = _names(args.variants, VARIANTS, "variant", "--variants")
+    predict = _cards(args.predict)
     if args.framework is not None and args.framework not in FRAMEWORKS:
         raise CheckError(f"--framework {args.framework}: expected one of {', '.join(FRAMEWORKS)}")
     target = args.target
@@ -229,6 +244,8 @@ def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]
         raw["sweep"]["extras_at"] = "all"  # the variants at the sizes given too
     if args.quick:
         raw["timing"] = dict(QUICK_TIMING)
+    if predict is not None:
+        raw["predict"] = predict
     try:
         study_config.validate_config(raw)  # the case must be known to list its variants
     except study_file.ConfigError as error:
@@ -360,11 +377,13 @@ def _fd_stderr_to(path: Path):
 def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdir: Path) -> dict:
     """Measure, collect, answer and record the check in ``out`` (see the module
     docstring); prints one line per point and the answer. Returns the answer (dict)."""
+    from crossover_study.analysis.card_prediction import write_predictions
     from crossover_study.analysis.crossover import write_crossover
     from crossover_study.analysis.tables import collect_study
     from crossover_study.answers.check_text import answer, answer_lines
     from crossover_study.provenance.crate import write_crate
     from crossover_study.provenance.manifest import unreported_manifest, write_json
+    from crossover_study.study.device_cards import load_cards
 
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "study.yaml"
@@ -414,7 +433,14 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
         n_boot=config["crossover"]["bootstrap"],
         seed=config["crossover"]["seed"],
     )
-    result = answer(timings, crossover, case, absent, sweep_path)
+    # The accelerators on the study's device cards, predicted, written apart.
+    predicted, _ = write_predictions(
+        out / "timings.csv",
+        load_cards(config["predict"]),
+        out / "predicted.csv",
+        out / "predicted_crossover.csv",
+    )
+    result = answer(timings, crossover, case, absent, sweep_path, predicted=predicted)
     write_json(result, out / "answer.json")
     manifest = unreported_manifest(
         config,
@@ -460,6 +486,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--out", help="output folder (default: results/check-<case>-<UTC time>/)")
     parser.add_argument(
         "--quick", action="store_true", help="short timing (3 short blocks, no block-length check)"
+    )
+    parser.add_argument(
+        "--predict",
+        metavar="CARDS",
+        help="comma-separated device cards to predict the step on (default: t4,a100-80gb,h100-sxm; "
+        "none: no prediction; crossover-study devices lists them)",
     )
     args = parser.parse_args(argv)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

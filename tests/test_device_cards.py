@@ -1,0 +1,389 @@
+"""Device cards (config/devices/): every card validates and names a source for every
+number; the pricing of a step on a card (stepmodel.card_model) on synthetic counts whose
+answer is known by hand; the answer's words for a launch-bound and a compute-bound
+prediction; and no predicted number ever reaching a measured table or verdict."""
+
+import copy
+
+import pandas as pd
+import pytest
+import yaml
+
+from crossover_study.analysis.card_prediction import (
+    predict_cards,
+    predicted_crossovers,
+    prediction_errors,
+    write_predictions,
+)
+from crossover_study.analysis.crossover import crossover_table
+from crossover_study.answers.predicted import card_clause, check_line
+from crossover_study.answers.predicted import main as devices_main
+from crossover_study.core.files import write_csv_atomic
+from crossover_study.core.origin import table_columns
+from crossover_study.stepmodel.card_model import NotPriced, Work, price, price_range
+from crossover_study.study.device_cards import (
+    CARDS_DIR,
+    DEFAULT_CARDS,
+    CardError,
+    all_cards,
+    card_files,
+    load_card_file,
+    load_cards,
+)
+
+#: The accelerators the issue names, each a card.
+NAMED = (
+    "t4", "l4", "a10g", "v100", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200",
+    "rtx-4090", "tpu-v2-8", "tpu-v3-8", "tpu-v5e",
+)  # fmt: skip
+
+
+def test_every_named_accelerator_has_a_card_that_validates():
+    cards = all_cards()
+    assert set(NAMED) <= set(cards)
+    assert set(DEFAULT_CARDS) <= set(cards)
+    for card in cards.values():
+        assert card.raw["unknowns"], card.card
+
+
+def test_every_number_names_a_defined_source_with_an_address():
+    for card in all_cards().values():
+        numbers = [
+            *card.raw["datasheet"].values(),
+            *card.raw["per_call"].values(),
+            *card.raw["achievable"].values(),
+        ]
+        for entry in numbers:
+            if not isinstance(entry, dict):
+                continue  # host_link: words
+            assert entry["sources"], (card.card, entry)
+            assert entry["kind"] in ("datasheet", "published", "measured")
+            for source in entry["sources"]:
+                found = card.raw["sources"][source]
+                assert found["url"].startswith("http"), (card.card, source)
+                assert found["title"] and found["publisher"] and found["date"]
+        # A number left empty says why.
+        for key, entry in card.raw["datasheet"].items():
+            if isinstance(entry, dict) and entry["value"] is None:
+                assert entry.get("note"), (card.card, key)
+
+
+def test_no_card_value_comes_from_the_h200_anchors():
+    """The anchors only check predictions: no card cites them or marks a number as
+    measured by this project."""
+    for path in [*card_files(), *sorted((CARDS_DIR / "families").glob("*.yaml"))]:
+        text = path.read_text()
+        assert "h200-2026-11-29" not in text.split("unknowns")[0], path
+        assert "kind: measured" not in text, path
+
+
+def _write_card(tmp_path, **changes):
+    """A copy of the T4 card (and its family) under ``tmp_path`` with ``changes``
+    applied to the card's mapping by dotted key."""
+    (tmp_path / "families").mkdir()
+    family = (CARDS_DIR / "families" / "cuda.yaml").read_text()
+    (tmp_path / "families" / "cuda.yaml").write_text(family)
+    card = yaml.safe_load((CARDS_DIR / "t4.yaml").read_text())
+    for dotted, value in changes.items():
+        node = card
+        *head, last = dotted.split(".")
+        for key in head:
+            node = node[key]
+        node[last] = value
+    path = tmp_path / "t4.yaml"
+    path.write_text(yaml.safe_dump(card, sort_keys=False))
+    return path
+
+
+def test_a_card_breaking_its_schema_or_its_ranges_is_refused_naming_the_key(tmp_path):
+    with pytest.raises(CardError, match=r"datasheet\.fp32_flop_per_s\.value"):
+        load_card_file(_write_card(tmp_path, **{"datasheet.fp32_flop_per_s.value": "fast"}))
+
+
+def test_a_range_whose_low_is_above_its_high_is_refused(tmp_path):
+    path = _write_card(
+        tmp_path,
+        per_call={
+            "sync_s": {"low": 2e-5, "high": 1e-5, "kind": "published", "sources": ["sysrq-t4"]}
+        },
+    )
+    with pytest.raises(CardError, match=r"per_call\.sync_s: low 2e-05 is above high 1e-05"):
+        load_card_file(path)
+
+
+def test_a_number_naming_an_undefined_source_is_refused(tmp_path):
+    path = _write_card(tmp_path, **{"datasheet.fp32_flop_per_s.sources": ["nowhere"]})
+    with pytest.raises(CardError, match=r"\['nowhere'\] named but not defined"):
+        load_card_file(path)
+
+
+def test_an_unknown_card_name_lists_the_cards():
+    with pytest.raises(CardError, match="no device card 't5'.*t4"):
+        load_cards(["t5"])
+
+
+def test_crossover_study_devices_lists_cards_with_their_sources(capsys):
+    assert devices_main(["t4"]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA T4" in out and "FP32 8.1 TFLOP/s" in out
+    assert "[ocannl-488]" in out and "https://github.com/ahrefs/ocannl/issues/488" in out
+    assert devices_main(["t5"]) == 2
+
+
+# --------------------------------------------------------------------------- pricing
+def _work(**changes) -> Work:
+    """A synthetic PyTorch step: 40 host ops, 30 kernels (10 products of 1 MFLOP, 20
+    element-wise calls of 4 kB), no Python of its own, no synchronisation."""
+    base = dict(
+        framework="torch",
+        variant="eager",
+        program="torch_step",
+        ops=40.0,
+        graph_ops=0.0,
+        function_calls=0.0,
+        kernels=30.0,
+        flops=1e7,
+        mem_bytes=8e4,
+        syncs=0.0,
+        host_s=0.0,
+        products=((1e6, 10.0),),
+        elementwise=((4e3, 20.0),),
+    )
+    base.update(changes)
+    return Work(**base)
+
+
+def _range(low, high):
+    return {"low": low, "high": high, "kind": "published", "sources": ["s"]}
+
+
+def _card(tmp_path, **per_call):
+    """A card of round numbers: 10 TFLOP/s FP32, 20 TF32, 1 TB/s, fractions 1; every
+    per-call cost 1–4 µs unless given."""
+    costs = {
+        k: _range(1e-6, 4e-6)
+        for k in (
+            "kernel_launch_s", "kernel_floor_s", "torch_eager_op_s", "tf_eager_op_s",
+            "tf_graph_op_s", "tf_function_call_s", "sync_s", "cuda_graph_launch_s",
+            "cuda_graph_kernel_s", "compiled_call_s", "xla_call_s", "context_start_s",
+        )
+    }  # fmt: skip
+    costs.update(per_call)
+    number = lambda v: {"value": v, "kind": "datasheet", "sources": ["s"], "note": "n"}  # noqa: E731
+    card = {
+        "card": "round",
+        "name": "Round GPU",
+        "device_class": "cuda",
+        "family": "cuda",
+        "summary": "test",
+        "datasheet": {
+            "fp32_flop_per_s": number(1e13),
+            "tf32_flop_per_s": number(2e13),
+            "bf16_flop_per_s": number(None),
+            "fp16_flop_per_s": number(None),
+            "memory_bytes": number(1e10),
+            "memory_bandwidth_bytes_per_s": number(1e12),
+            "host_link": "PCIe",
+            "host_link_bytes_per_s": number(1e10),
+        },
+        "per_call": costs,
+        "achievable": {"compute_fraction": _range(1.0, 1.0), "memory_fraction": _range(1.0, 1.0)},
+        "unknowns": ["test"],
+        "sources": {"s": {"title": "t", "publisher": "p", "date": "2026", "url": "https://x"}},
+    }
+    (tmp_path / "families").mkdir(exist_ok=True)
+    (tmp_path / "families" / "cuda.yaml").write_text("family: cuda\nper_call: {}\n")
+    (tmp_path / "round.yaml").write_text(yaml.safe_dump(card))
+    return load_card_file(tmp_path / "round.yaml")
+
+
+def test_a_small_step_is_launch_bound_at_its_host_ops(tmp_path):
+    card = _card(tmp_path)
+    central = price(_work(), card, end="central")
+    # Host: 40 ops × 2 µs (geometric mean of 1–4 µs). Device: 10 products of 0.1 µs and
+    # 20 copies of 4 ns, each held to the 2 µs floor: 30 × 2 µs.
+    assert central.host_launch_s == pytest.approx(80e-6)
+    assert central.device_s == pytest.approx(60e-6)
+    assert central.step_s == pytest.approx(80e-6)
+    assert central.regime == "launch-bound"
+    low, high = price(_work(), card, end="low"), price(_work(), card, end="high")
+    assert low.step_s == pytest.approx(40e-6) and high.step_s == pytest.approx(160e-6)
+
+
+def test_a_large_step_is_compute_bound_at_the_peak(tmp_path):
+    card = _card(tmp_path)
+    work = _work(flops=1e11, products=((1e10, 10.0),))
+    central = price(work, card, end="central")
+    # 10 products of 1e10 FLOP at 10 TFLOP/s: 10 ms; above the host's 80 µs.
+    assert central.compute_s == pytest.approx(1e-2)
+    assert central.step_s == pytest.approx(1e-2 + 20 * 2e-6)
+    assert central.regime == "compute-bound"
+    assert price(work, card, "tf32").compute_s == pytest.approx(5e-3)
+
+
+def test_python_of_its_own_makes_a_step_host_bound(tmp_path):
+    central = price(_work(host_s=1e-3), _card(tmp_path))
+    assert central.step_s == pytest.approx(1e-3 + 80e-6)
+    assert central.regime == "host-bound"
+
+
+def test_a_sync_every_step_adds_its_round_trip(tmp_path):
+    card = _card(tmp_path, sync_s=_range(1e-5, 1e-5))
+    assert price(_work(syncs=1.0), card).step_s == pytest.approx(80e-6 + 1e-5)
+
+
+def test_a_cuda_graph_replays_the_kernels_with_one_launch(tmp_path):
+    card = _card(
+        tmp_path, cuda_graph_launch_s=_range(1e-5, 1e-5), cuda_graph_kernel_s=_range(5e-7, 5e-7)
+    )
+    graph = price(_work(host_s=5e-4), card, "cuda_graph")
+    # The host's Python does not run in a replay; 30 kernels at 0.5 µs = 15 µs.
+    assert graph.host_s == 0 and graph.host_launch_s == pytest.approx(1e-5)
+    assert graph.step_s == pytest.approx(15e-6)
+
+
+def test_compile_fuses_element_wise_kernels_into_a_band(tmp_path):
+    card = _card(tmp_path)
+    ends = price_range(_work(), card, "compile")
+    # Kernels: from the 10 products + 1 (low) to the 30 eager ones (high).
+    assert ends["low"].kernels == pytest.approx(11)
+    assert ends["high"].kernels == pytest.approx(30)
+    assert ends["low"].step_s <= ends["central"].step_s <= ends["high"].step_s
+
+
+def test_modes_a_device_has_not_are_not_priced_with_the_reason(tmp_path):
+    t4, tpu = load_cards(["t4", "tpu-v3-8"])
+    with pytest.raises(NotPriced, match="no TF32"):
+        price(_work(), t4, "tf32")
+    with pytest.raises(NotPriced, match="no TPU backend"):
+        price(_work(), tpu)
+    with pytest.raises(NotPriced, match="copies are not priced"):
+        price(_work(), t4, "copy_data_each_step")
+    tf = price(_work(framework="tensorflow", function_calls=1.0, graph_ops=40.0), tpu)
+    assert tf.regime in ("launch-bound", "host-bound")
+    # One remote TPU call per step: at least the card's low end.
+    assert tf.step_s >= 5.24e-4
+
+
+# --------------------------------------------------------------------- the tables
+def _cpu_rows():
+    """s001-mlp CPU points along hidden (torch eager), with the counts a prediction
+    reads: small steps launch-bound, the largest one compute-bound."""
+    rows = []
+    for hidden, step in ((32, 1.5e-4), (128, 2e-4), (512, 3e-3), (2048, 5e-2)):
+        flops = 2.0 * 64 * 1024 * hidden * 3
+        rows.append(
+            {
+                "case": "s001-mlp", "framework": "torch", "device": "cpu", "variant": "eager",
+                "timing": "synced", "status": "ok", "batch": 64, "d_in": 1024, "hidden": hidden,
+                "axes": "batch,d_in,hidden", "program": "torch_step", "step_time_s": step,
+                "cold_start_s": 0.8, "first_step_s": 0.02, "step_ops": 38.0, "step_flop_ops": 8.0,
+                "step_mem_ops": 24.0, "step_flops": flops, "step_mem_bytes": 5e6,
+                "step_graph_ops": 0.0, "step_function_calls": 0.0, "loss_read_every": 1000,
+                "attr_python_s": 1e-4, "attr_data_s": 0.0, "attr_fit_s": 0.0,
+                "attr_ops_s": step - 1e-4,
+                "step_products": None, "step_elementwise": None,
+            }
+        )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_predicted_rows_carry_a_band_a_regime_and_the_cpu_they_came_from():
+    predicted = predict_cards(_cpu_rows(), load_cards(["t4", "h100-sxm"]))
+    priced = predicted[predicted["predicted_step_s"].notna()]
+    assert set(priced["variant"]) == {"eager", "cuda_graph", "tf32"}  # tf32 on the H100 only
+    assert (priced["predicted_low_s"] <= priced["predicted_step_s"]).all()
+    assert (priced["predicted_step_s"] <= priced["predicted_high_s"]).all()
+    assert set(predicted["kind"]) == {"prediction"}
+    t4_tf32 = predicted[(predicted["card"] == "t4") & (predicted["variant"] == "tf32")]
+    assert t4_tf32["not_priced"].str.contains("no TF32").all()
+    small = priced[
+        (priced["card"] == "t4") & (priced["hidden"] == 32) & (priced["variant"] == "eager")
+    ]
+    assert small["regime"].iloc[0] == "launch-bound"
+    large = priced[
+        (priced["card"] == "t4") & (priced["hidden"] == 2048) & (priced["variant"] == "eager")
+    ]
+    assert large["speedup"].iloc[0] > 1
+
+
+def test_a_predicted_crossover_is_placed_with_its_interval():
+    """The CPU takes 150 and 200 µs at hidden 32 and 128, where every estimate of the T4
+    is slower (at least 38 ops × 3.3 µs + 100 µs of Python), and 3 ms at 512, where
+    every estimate is faster: each curve crosses between 128 and 512, the fast one
+    first."""
+    predicted = predict_cards(_cpu_rows(), load_cards(["t4"]))
+    crossovers = predicted_crossovers(predicted)
+    row = crossovers[(crossovers["variant"] == "eager") & (crossovers["axis"] == "hidden")].iloc[0]
+    assert row["outcome"] == row["low_outcome"] == row["high_outcome"] == "crossover"
+    assert 128 < row["crossover_low"] <= row["crossover_size"] <= row["crossover_high"] < 512
+    assert row["kind"] == "prediction"
+
+
+def test_no_predicted_number_reaches_the_measured_tables_or_verdicts(tmp_path):
+    timings = _cpu_rows()
+    before = crossover_table(timings, n_boot=50)
+    timings_csv = tmp_path / "timings.csv"
+    write_csv_atomic(timings.to_dict("records"), table_columns("timings"), timings_csv)
+    text = timings_csv.read_text()
+    predicted, _ = write_predictions(
+        timings_csv, load_cards(DEFAULT_CARDS), tmp_path / "predicted.csv", tmp_path / "pc.csv"
+    )
+    # The measured table is untouched and the crossover computed from it is the same.
+    assert timings_csv.read_text() == text
+    pd.testing.assert_frame_equal(crossover_table(timings, n_boot=50), before)
+    assert not (set(predicted.columns) & {"step_time_s", "status", "device"})
+    assert before.empty or (before["outcome"] == "no_accelerator_data").all()
+
+
+def test_a_prediction_is_set_beside_a_measurement_of_its_device():
+    timings = _cpu_rows()
+    predicted = predict_cards(timings, load_cards(["h200"]))
+    gpu = timings.copy().assign(device="cuda", device_name="NVIDIA H200", step_time_s=9e-4)
+    errors = prediction_errors(predicted, pd.concat([timings, gpu]))
+    eager = errors[errors["variant"] == "eager"]
+    assert len(eager) == 4
+    expected = eager["predicted_step_s"] / 9e-4 - 1
+    assert eager["prediction_error"].tolist() == pytest.approx(expected.tolist())
+
+
+def test_the_answer_words_a_launch_bound_and_a_compute_bound_prediction():
+    predicted = predict_cards(_cpu_rows(), load_cards(["t4"]))
+    seed = card_clause(predicted, None, "s001-mlp", "t4")
+    assert seed.startswith("on NVIDIA T4 (predicted from its card, not measured): with torch about")
+    assert "launch-bound: 38 host operations cost" in seed
+    assert "as a CUDA graph about" in seed
+    large = predicted.copy()
+    large = large[large["hidden"] == 2048].assign(hidden=128)  # the large point at the seed's size
+    words = card_clause(large, None, "s001-mlp", "t4")
+    assert "compute-bound: the products' arithmetic sets the pace" in words
+    line = check_line(predicted, "s001-mlp", "t4")
+    assert line.startswith("T4 (predicted from its card):") and "launch-bound" in line
+
+
+def test_a_study_file_names_unknown_cards_before_any_work():
+    from crossover_study.study.config import load_config, validate_config
+    from crossover_study.study.study_file import ConfigError
+
+    config = load_config(CARDS_DIR.parents[1] / "config" / "studies" / "smoke.yaml")
+    bad = copy.deepcopy(config)
+    bad["predict"] = ["t4", "gtx-9090"]
+    with pytest.raises(ConfigError, match=r"predict\[1\]: no device card 'gtx-9090'"):
+        validate_config(bad)
+
+
+def test_the_report_says_how_far_a_card_was_from_its_measured_device():
+    from crossover_study.analysis.card_prediction import measured_cards
+    from crossover_study.answers.predicted import beside_sentence
+
+    timings = _cpu_rows()
+    gpu = timings.copy().assign(device="cuda", device_name="NVIDIA H200", step_time_s=9e-4)
+    both = pd.concat([timings, gpu], ignore_index=True)
+    cards = measured_cards(both, all_cards().values())
+    assert [c.card for c in cards] == ["h200"]
+    errors = prediction_errors(predict_cards(timings, cards), both)
+    text = beside_sentence(errors[errors["variant"] == "eager"])
+    assert text.startswith(
+        "the NVIDIA H200 card's prediction was within 25% of the measurement at "
+    )
+    assert "of 4 points" in text and "farthest: s001-mlp torch/eager at " in text
