@@ -1,0 +1,194 @@
+"""The H200 card's predictions against the H200 anchors (docs/anchors/): how far a
+prediction from published numbers lands from a measurement it was never fitted to.
+
+    .venv/bin/python benchmarks/card_anchors.py [--card h200] [--out DIR]
+
+For each program and size the anchors measured in PyTorch (s001-mlp's width sweep
+H = 8…8192 at N = 64, D_in = 1024, its 64 × 5000 × 5000 × 8 point, s000-hjb at batch 100
+and width 8, and at width 64 with batch 100, 10 000 and 1 000 000), this machine's CPU
+counts the step (``crossover-study check … --variants eager --quick --predict CARD``,
+one check per size, each in its own folder under ``--out``) and the card prices it
+(``predicted.csv``: eager and its CUDA graph). Prints one Markdown row per anchor:
+program, size, variant, the predicted low / central / high step, the anchor's measured
+step, central / measured − 1 and whether the measurement lies in the band; then the
+card's cold start against the anchor's CUDA context start; then the published small
+steps found (DeepBench's LSTM training rows on a V100), priced from their shapes
+(``--public-only``: those alone, no check run). The anchors are read here
+only; nothing is tuned to them (a miss is a miss: ``docs/VALIDATION.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import pandas as pd  # noqa: E402
+
+from crossover_study.core.progress import format_seconds  # noqa: E402
+from crossover_study.stepmodel.card_model import Work, price_range  # noqa: E402
+from crossover_study.study.device_cards import load_cards  # noqa: E402
+
+ANCHORS = ROOT / "docs" / "anchors" / "h200-2026-11-29.json"
+#: Anchor rows -> (case, sizes the check is given, variant of the row).
+DEV_VARIANT = {"cuda": "eager", "cuda_graph": "cuda_graph"}
+
+
+def anchor_points(rows: list[dict]) -> list[dict]:
+    """The anchors' GPU rows this study has programs for, as ``{case, sizes, variant,
+    measured_s, label}`` (seconds per step; it/s rows inverted)."""
+    points = []
+    for r in rows:
+        variant = DEV_VARIANT.get(r.get("dev"))
+        if variant is None:
+            continue
+        if r["kind"] == "seed001":
+            case, sizes = "s001-mlp", {"batch": r["N"], "d_in": r["D_in"], "hidden": r["H"]}
+        elif r["kind"] == "seed001_big":
+            case, sizes = "s001-mlp", {"batch": r["N"], "d_in": r["D_in"], "hidden": r["H"]}
+        elif r["kind"] == "sweep_width":
+            case, sizes = "s001-mlp", {"batch": 64, "d_in": 1024, "hidden": r["H"]}
+        elif r["kind"] in ("seed000_hjb", "hjb_batch_sweep"):
+            case, sizes = "s000-hjb", {"batch": r["batch"], "width": r["width"]}
+        else:
+            continue
+        step = r["us_per_step"] * 1e-6 if "us_per_step" in r else 1.0 / r["it_per_s"]
+        label = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        points.append(
+            {"case": case, "sizes": sizes, "variant": variant, "measured_s": step, "label": label}
+        )
+    return points
+
+
+def predict(case: str, sizes: dict, card: str, out: Path) -> pd.DataFrame:
+    """The check of ``case`` at ``sizes`` (torch, eager, quick timing) priced on
+    ``card``: its ``predicted.csv`` (empty when the check failed; its log says why)."""
+    folder = out / (case + "-" + "-".join(f"{k}{v}" for k, v in sizes.items()))
+    if not (folder / "predicted.csv").is_file():
+        cmd = [sys.executable, "-m", "crossover_study", "check", case, "--framework", "torch"]
+        cmd += [f"--size={k}={v}" for k, v in sizes.items()]
+        cmd += ["--variants", "eager", "--quick", "--predict", card, "--out", str(folder)]
+        log = out / f"{folder.name}.log"
+        with log.open("w") as fh:
+            subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, check=False)
+    path = folder / "predicted.csv"
+    return pd.read_csv(path) if path.is_file() else pd.DataFrame()
+
+
+#: DeepBench's FP32 LSTM training rows on a V100 (DGX-1, CUDA 10.1, cuDNN 7.6;
+#: results/train/DeepBench_NV_V100.xlsx of baidu-research/DeepBench): (hidden, batch,
+#: time steps, forward + backward ms).
+DEEPBENCH_LSTM = ((512, 16, 25, 2.197), (256, 16, 150, 9.836))
+
+
+def lstm_work(hidden: int, batch: int, steps: int) -> Work:
+    """One LSTM layer's training step (input size = hidden, as DeepBench's rows) as the
+    cards price it, from its published shape rather than a CPU count: the input
+    projection of all time steps as one product and the recurrent product per time step,
+    forward; each product's two gradients backward; a gate kernel per time step each way;
+    the two cuDNN calls as the host's operations."""
+    gates = 4 * hidden
+    fwd = [
+        (2.0 * steps * batch * hidden * gates, 1.0),
+        (2.0 * batch * hidden * gates, float(steps)),
+    ]
+    products = (*fwd, *fwd, *fwd)  # forward, gradient of the input, gradient of the weights
+    flops = sum(f * n for f, n in products)
+    gate_bytes = 4.0 * batch * gates * 3
+    return Work(
+        framework="torch", variant="eager", program="cudnn_lstm", ops=2.0, graph_ops=0.0,
+        function_calls=0.0, kernels=6.0 + 2 * steps + 2 * steps, flops=flops,
+        mem_bytes=gate_bytes * 2 * steps, syncs=0.0, host_s=0.0, products=products,
+        elementwise=((gate_bytes, 2.0 * steps),),
+    )  # fmt: skip
+
+
+def public_rows() -> None:
+    """The cards against the published small steps found (docs/VALIDATION.md)."""
+    (v100,) = load_cards(["v100"])
+    print(
+        "\n| published step | card | predicted low / central / high | measured | error | in band |"
+    )
+    print("|---|---|---|---|---|---|")
+    for hidden, batch, steps, ms in DEEPBENCH_LSTM:
+        ends = price_range(lstm_work(hidden, batch, steps), v100)
+        measured = ms * 1e-3
+        low, mid, high = (ends[e].step_s for e in ("low", "central", "high"))
+        print(
+            f"| DeepBench LSTM FP32 hidden {hidden}, batch {batch}, {steps} steps, fwd+bwd | "
+            f"{v100.card} | {format_seconds(low)} / {format_seconds(mid)} / "
+            f"{format_seconds(high)} ({ends['central'].regime}) | {format_seconds(measured)} | "
+            f"{mid / measured - 1:+.0%} | {'yes' if low <= measured <= high else 'no'} |"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--card", default="h200")
+    parser.add_argument("--out", help="folder of the checks (default: a temporary one)")
+    parser.add_argument("--public-only", action="store_true", help="only the published steps")
+    args = parser.parse_args(argv)
+    if args.public_only:
+        public_rows()
+        return 0
+    (card,) = load_cards([args.card])
+    anchors = json.loads(ANCHORS.read_text())
+    out = Path(args.out or tempfile.mkdtemp(prefix="card-anchors-"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"card {card.card} ({card.name}); anchors {ANCHORS.name}: {anchors['machine']}")
+    print(f"checks in {out}\n")
+    print(
+        "| program | size | variant | predicted low / central / high | measured | error | in band |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    errors = []
+    for p in anchor_points(anchors["rows"]):
+        table = predict(p["case"], p["sizes"], card.card, out)
+        rows = table[(table.get("variant") == p["variant"])] if len(table) else table
+        rows = rows[rows["predicted_step_s"].notna()] if len(rows) else rows
+        if rows.empty:
+            why = (
+                table["not_priced"].dropna().iloc[0]
+                if "not_priced" in table and table["not_priced"].notna().any()
+                else "the check wrote no prediction"
+            )
+            print(
+                f"| {p['case']} | {p['label']} | {p['variant']} | not predicted ({why}) | {format_seconds(p['measured_s'])} | | |"
+            )
+            continue
+        row = rows.iloc[0]
+        low, mid, high = row["predicted_low_s"], row["predicted_step_s"], row["predicted_high_s"]
+        error = mid / p["measured_s"] - 1
+        errors.append(abs(error))
+        inside = "yes" if low <= p["measured_s"] <= high else "no"
+        print(
+            f"| {p['case']} | {p['label']} | {p['variant']} | {format_seconds(low)} / "
+            f"{format_seconds(mid)} / {format_seconds(high)} ({row['regime']}) | "
+            f"{format_seconds(p['measured_s'])} | {error:+.0%} | {inside} |"
+        )
+    cold = card.cost("context_start_s")
+    measured = next((r["seconds"] for r in anchors["rows"] if r["kind"] == "cuda_init"), None)
+    if cold is not None and measured is not None:
+        inside = "yes" if cold.low <= measured <= cold.high else "no"
+        print(
+            f"| CUDA context start | | | {format_seconds(cold.low)} / {format_seconds(cold.central)}"
+            f" / {format_seconds(cold.high)} | {format_seconds(measured)} | "
+            f"{cold.central / measured - 1:+.0%} | {inside} |"
+        )
+    if errors:
+        errors.sort()
+        print(
+            f"\n|central/measured - 1| over {len(errors)} steps: median {errors[len(errors) // 2]:.0%}, largest {errors[-1]:.0%}"
+        )
+    public_rows()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
