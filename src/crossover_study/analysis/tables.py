@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import jsonschema
-import numpy as np
 import pandas as pd
 import yaml
 
@@ -174,11 +173,15 @@ def upgrade(df: pd.DataFrame, table: str) -> pd.DataFrame:
     old = versions < FORMAT_VERSION
     documented = list(table_columns(table))
     text = set(text_columns(table))
-    for column in documented:
-        if column not in out:  # text columns as objects: filling them in stays valid
-            out[column] = (
-                pd.Series(None, index=out.index, dtype=object) if column in text else np.nan
-            )
+    # The columns the table lacks, added at once (one by one fragments the frame:
+    # pandas' PerformanceWarning). Text columns as objects: filling them in stays valid.
+    missing = {
+        column: pd.Series(None, index=out.index, dtype=object if column in text else float)
+        for column in documented
+        if column not in out
+    }
+    if missing:
+        out = pd.concat([out, pd.DataFrame(missing, index=out.index)], axis=1)
     if table == "timings":
         empty = out["axes"].isna() | (out["axes"].astype(str).str.strip() == "")
         fill = old & empty

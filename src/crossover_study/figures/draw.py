@@ -276,17 +276,20 @@ def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None)
         part = frame[frame[flag].astype(bool)]
         if part.empty:
             continue
-        hollow = marker != "x"
+        # An unfilled marker (x) takes a colour, a filled one an edge colour: matplotlib
+        # warns when an unfilled marker is given edge colours.
+        style = (
+            {"color": "black"} if marker == "x" else {"facecolors": "none", "edgecolors": "black"}
+        )
         ax.scatter(
             part["step_time_s"],
             part["y"],
             marker=marker,
             s=size,
-            facecolors="none" if hollow else "black",
-            edgecolors="black",
             linewidths=1.1,
             zorder=4,
             gid=VARIANT_FLAG_GIDS.get(flag, flag),
+            **style,
         )
     ax.set_yticks(range(len(programs_drawn)), programs_drawn)
     ax.set_ylim(len(programs_drawn) - 0.5, -0.5)  # the first program on top
