@@ -1,7 +1,7 @@
 """The accelerator's why from its trace (issue 53, Part A), tested without a GPU on
 recorded Kineto Chrome traces of small CUDA steps (tests/data/kineto/, written by
 tests/kineto_traces.py): one per regime, read by the same code that reads a live
-profile."""
+profile; the answer's wording of each."""
 
 from __future__ import annotations
 
@@ -9,19 +9,23 @@ import dataclasses
 import gzip
 import json
 
+import pandas as pd
 import pytest
 from kineto_traces import DATA, dumps, host_bound, regime_traces
 
+from crossover_study.answers.regime import device_regime_text, regime_clause
 from crossover_study.measure import attribution
 from crossover_study.measure.device_trace import (
     TraceEvent,
     block_window,
+    device_columns,
     device_regime,
     device_step,
     from_chrome_trace,
     from_kineto,
 )
 from crossover_study.measure.tracer_cost import CATEGORIES
+from crossover_study.study import cases
 
 STEPS = 2  # each recorded block holds 2 steps
 
@@ -250,3 +254,90 @@ def test_the_hosts_tree_leaves_the_traces_cuda_events_to_the_device():
     assert seconds["unattributed"] == pytest.approx(780e-9)  # the block's own time
     assert sum(seconds.values()) == pytest.approx(1000e-9)
     assert "Kineto" not in str(events)
+
+
+# -- the answer's why on the GPU -----------------------------------------------------------
+
+
+def _row(name: str, step_time_s: float | None = None, **extra) -> pd.Series:
+    events = _read(name) if name.endswith(".json") else from_chrome_trace(host_bound())
+    block = device_step(events, STEPS).block_s / STEPS
+    step = step_time_s or block
+    row = {
+        "device": "cuda",
+        "framework": "torch",
+        "variant": "eager",
+        "step_time_s": step,
+        **device_columns(events, STEPS, step),
+        **extra,
+    }
+    return pd.Series(row)
+
+
+def test_the_why_of_a_launch_bound_step():
+    text = device_regime_text(_row("launch_bound.json", 350e-6))
+    assert text.startswith(
+        "on CUDA the step is launch-bound (from its trace): the GPU was busy 28 % of the step: "
+        "24 kernels of median 4 µs, each waiting for the host to launch it (100 % of them "
+        "shorter than their launch call; the launches took 41 % of the step)"
+    )
+    assert "; 1.5 synchronisations per step waited 3 µs" in text
+    assert "CUDA graph" in text and "torch.compile" in text  # what removes it
+
+
+def test_the_why_of_a_device_bound_step():
+    text = device_regime_text(_row("compute_bound.json"))
+    assert text.startswith(
+        "on CUDA the step is compute- or memory-bound (from its trace; kernel times cannot "
+        "tell which): the GPU was busy 98 % of the step: 6 kernels of median 150 µs"
+    )
+
+
+def test_the_why_of_a_transfer_bound_step():
+    text = device_regime_text(_row("transfer_bound.json"))
+    assert text.startswith(
+        "on CUDA the step is transfer-bound (from its trace): copies between the host and the "
+        "GPU took 88 % of the step: 1 host-to-device copy (12.6 MB) and 1 device-to-host copy "
+        "(4 B) per step"
+    )
+    assert "pinned memory" in text
+
+
+def test_the_why_of_a_host_bound_step_names_the_hosts_cost_beside_it():
+    shares = {"data": 0.8, "ops": 0.15, "python": 0.05}
+    step = 0.001
+    host = {f"attr_{c}_s": shares.get(c, 0.0) * step for c in CATEGORIES}
+    row = _row(
+        "host_bound",
+        step,
+        attr_dominant="data",
+        model_share=0.2,
+        model_regime="launch-bound",
+        **host,
+    )
+    text = device_regime_text(row)
+    assert text.startswith(
+        "on CUDA the step is host-bound (from its trace): the GPU was idle 88 % of the step, "
+        "waiting for the host (2 kernels of median 60 µs)"
+    )
+    assert "randperm" in text  # the host's largest share's fix
+    assert "; on the host the profile puts 80 % in data loading" in text
+    assert text.endswith(
+        "the step-time model calls it launch-bound and explains 20 % of the measured step"
+    )
+
+
+def test_the_clause_gives_the_gpus_why_beside_the_cpus():
+    seed = cases.get("s001-mlp").seed
+    common = dict(
+        case="s001-mlp", variant="eager", status="ok", timing="synced", replicas=1, **seed
+    )
+    gpu = _row("launch_bound.json", 350e-6).to_dict() | common
+    cpu = {"device": "cpu", "framework": "torch", "step_time_s": 0.001} | common
+    cpu |= {f"attr_{c}_s": 0.0005 if c in ("ops", "python") else 0.0 for c in CATEGORIES}
+    cpu |= {"attr_dominant": "ops"}
+    clause = regime_clause(pd.DataFrame([cpu, gpu]), "s001-mlp")
+    # no model columns at all: the CPU has no regime to give, the GPU its trace's
+    assert clause.startswith(
+        "why (measured, with the step-time model): with torch, on CUDA the step is launch-bound"
+    )
