@@ -82,6 +82,32 @@ def test_a_recorded_trace_and_a_live_profile_are_read_by_the_same_code(name):
     ]
 
 
+class OlderKinetoEvent(FakeKinetoEvent):
+    """A live event of a PyTorch whose ``_KinetoEvent`` has no ``activity_type``: the
+    category comes from the device type and the name."""
+
+    def __getattribute__(self, name):
+        if name in ("activity_type", "metadata_json"):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+    def device_type(self) -> str:
+        device = self.event["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")
+        return "DeviceType.CUDA" if device else "DeviceType.CPU"
+
+    def is_python_function(self) -> bool:
+        return self.event["cat"] == "python_function"
+
+
+def test_a_live_event_without_activity_type_is_read_from_its_device_and_name():
+    trace = regime_traces()["transfer_bound.json"]
+    older = [OlderKinetoEvent(e) for e in trace["traceEvents"] if e.get("ph") == "X"]
+    step = device_step(from_kineto(older), STEPS)
+    # the same step, but for the copies' bytes, which only the metadata gives
+    recorded = device_step(_read("transfer_bound.json"), STEPS)
+    assert step == dataclasses.replace(recorded, h2d_bytes=None, d2h_bytes=None)
+
+
 def test_a_gzipped_trace_with_epoch_timestamps_keeps_nanoseconds(tmp_path):
     # Kineto's older traces count µs from the epoch (16 digits): a float holds them
     # only to 0.25 µs once multiplied to ns, so times are taken relative to the first.
