@@ -192,7 +192,7 @@ def test_the_processs_first_profile_is_a_warm_up_that_is_not_kept(monkeypatch):
         events = {c: {} for c in CATEGORIES}
         events["ops"], events["python"] = {"TorchOp": 10}, {"PyCall": 10}
         block = Fake("PyCall", "block", 0, int(sum(seconds.values()) * 1e9))
-        return block, seconds, events
+        return block, seconds, events, None
 
     monkeypatch.setattr(attribution, "_profile", profile)
     monkeypatch.setattr(attribution, "_WARM", False)
@@ -262,6 +262,8 @@ def test_the_profile_finds_the_cost_each_plugin_is_written_around(case, framewor
 def test_a_seed_step_is_found_in_framework_ops():
     row = _measure("s001-mlp", "torch", {"batch": 64, "d_in": 1024, "hidden": 128})
     assert row["attr_dominant"] == "ops"
+    # the device's columns (issue 53) are a CUDA point's only
+    assert not [c for c in row if c.startswith(("attr_device", "attr_kernel", "attr_sync"))]
 
 
 # -- the answer's why ----------------------------------------------------------------------

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.crossover import cpu_side, crossover_size
+from crossover_study.answers.device_why import device_fix, device_text
 from crossover_study.answers.rows import seed_rows, to_number
 from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_size
 from crossover_study.core.progress import format_seconds
@@ -218,12 +219,20 @@ def device_regime_text(row: pd.Series, first: bool = True) -> str:
     (:func:`_model_prices`: framework ops; a Keras fit program's own work), the model's
     regime is the answer and the measured shares follow it; otherwise the regime is the
     largest measured share, with its numbers and what removes it (:data:`FIXES`), and
-    the model sits beside it with how far it is from the measured step."""
+    the model sits beside it with how far it is from the measured step.
+
+    A CUDA row with the device's regime from its trace (``attr_device_regime``,
+    :func:`device_why.device_text`) leads with it and what removes it; the host's
+    measured shares follow ("on the host the profile puts ..."), then the model's
+    regime and how much of the step it explains."""
     name = DEVICE_NAMES.get(row["device"], str(row["device"]).upper())
     name = "the CPU" if row["device"] == "cpu" else name
     subject = "the step is" if first else "it is"
     dominant = row.get("attr_dominant")
     measured = attribution_text(row) if isinstance(dominant, str) else ""
+    device = device_text(row)
+    if device:
+        return f"on {name} {subject} {device}" + _beside_device(row, measured, dominant)
     if not measured:
         return f"on {name} {subject} {_model_text(row)}"
     if model_agrees(row) and _model_prices(row, dominant):
@@ -253,16 +262,44 @@ def device_regime_text(row: pd.Series, first: bool = True) -> str:
     )
 
 
+def _beside_device(row: pd.Series, measured: str, dominant) -> str:
+    """What follows the device's regime in :func:`device_regime_text`: what removes it
+    (:func:`device_why.device_fix`; for a host-bound step, what removes the host's largest
+    share, :data:`FIXES`), the host's measured shares and the model's regime."""
+    fix = device_fix(row)
+    if row.get("attr_device_regime") == "host-bound":
+        fix = FIXES.get((dominant, row.get("framework")), "")
+    text = f"; {fix}" if fix else ""
+    if measured:
+        text += f"; on the host {measured}"
+    share = to_number(row.get("model_share"))
+    if share is not None and isinstance(row.get("model_regime"), str):
+        text += (
+            f"; the step-time model calls it {row['model_regime']} and explains "
+            f"{round(100 * share)} % of the measured step"
+        )
+    return text
+
+
+def _has_device_why(rows: pd.DataFrame) -> pd.Series:
+    """True for each row with the device's regime from its trace."""
+    if "attr_device_regime" not in rows:
+        return pd.Series(False, index=rows.index)
+    return rows["attr_device_regime"].notna()
+
+
 def regime_clause(timings: pd.DataFrame, case: str) -> str:
     """'why (step-time model): with torch, on the CPU the step is launch-bound: ...; on
     CUDA it is launch-bound: ...': per program (framework and variant, eager first) with
-    model columns at the seed's size, each device's regime (:func:`device_regime_text`;
-    the first row of a device where several are). Empty text when no row of ``case``
-    at the seed's size has ``model_step_s`` (a table without the model)."""
-    if not _has_model(timings):
+    model columns or the device's regime from its trace at the seed's size, each device's
+    regime (:func:`device_regime_text`; the first row of a device where several are).
+    Empty text when no row of ``case`` at the seed's size has ``model_step_s`` or
+    ``attr_device_regime`` (a table without the model)."""
+    if not _has_model(timings) and not _has_device_why(timings).any():
         return ""
     rows = seed_rows(timings, case)
-    rows = rows[pd.to_numeric(rows["model_step_s"]).notna()]
+    model = pd.to_numeric(rows.get("model_step_s", pd.Series(index=rows.index, dtype=float)))
+    rows = rows[model.notna() | _has_device_why(rows)]
     if rows.empty:
         return ""
     programs = list(
@@ -285,6 +322,7 @@ def regime_clause(timings: pd.DataFrame, case: str) -> str:
         label = framework if variant == "eager" else f"{framework}/{variant}"
         parts.append(f"with {label}, " + "; ".join(texts))
     measured = "attr_dominant" in rows and rows["attr_dominant"].notna().any()
+    measured = measured or _has_device_why(rows).any()
     head = "why (measured, with the step-time model): " if measured else "why (step-time model): "
     return head + "; ".join(parts)
 

@@ -41,6 +41,13 @@ around them, so a TensorFlow point is traced with PyTorch's tracer too (PyTorch 
 imported once per job, when the first point is attributed). The tracer slows
 Python-heavy code (each call is recorded): ``attr_overhead`` (profiled block per step
 against the timed median) says by how much, and the shares are of the profiled block.
+
+On a CUDA device class the block records the device's activity too
+(``ProfilerActivity.CUDA``, where this PyTorch's profiler supports it): the device's
+side of the step (busy and idle time, kernels, copies, synchronisations) and its regime
+are read from it by :mod:`crossover_study.measure.device_trace`, while the host's
+categories above are read from the event tree without the trace's CUDA events (the
+launch calls stay inside the ops that made them, as on the CPU).
 """
 
 from __future__ import annotations
@@ -50,6 +57,12 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from crossover_study.measure.device_trace import (
+    BLOCK_NAME,
+    CUDA_DEVICES,
+    device_columns,
+    from_kineto,
+)
 from crossover_study.measure.tracer_cost import CATEGORIES, corrected, tracer_bias
 
 #: What each category is, in the answer's words.
@@ -82,8 +95,6 @@ COST_SHARE = 0.08
 #: The kept block's most steps: this share of the point's measured seconds at the timed
 #: step time (a cheap step need not be profiled for long).
 BLOCK_SHARE = 0.02
-#: How the tracer names the profiled block's frame (:func:`_profiled_block`).
-BLOCK_NAME = ("measure/attribution.py(", ": _profiled_block")
 
 #: Paths (as the tracer names a Python function: ``path(line): name``) whose calls are
 #: data loading.
@@ -137,10 +148,12 @@ def nested(block) -> Event:
     """The events under ``block`` (an event of ``torch.profiler``'s tree) copied once as
     :class:`Event` objects (its accessors build new objects at every call) and nested
     again by time: each event the child of the innermost event whose time holds its
-    start; ``record_function`` ranges left out (:func:`_is_range`). The profiler
-    parents an ATen op called inside such a range to the range, beside the Python
-    frames whose calls made it; by time the op sits under the binding that called it,
-    where its cost was paid, and no time is counted twice."""
+    start; ``record_function`` ranges left out (:func:`_is_range`), and so are the
+    trace's CUDA events (tag ``Kineto``: runtime calls, kernels and copies, which a
+    profile with ``ProfilerActivity.CUDA`` holds; :mod:`device_trace` reads them). The
+    profiler parents an ATen op called inside such a range to the range, beside the
+    Python frames whose calls made it; by time the op sits under the binding that called
+    it, where its cost was paid, and no time is counted twice."""
     flat, stack = [], list(block.children)
     while stack:
         event = stack.pop()
@@ -151,7 +164,7 @@ def nested(block) -> Event:
             event.start_time_ns,
             event.duration_time_ns,
         )
-        if not _is_range(copy):
+        if not _is_range(copy) and copy.tag != "Kineto":
             flat.append(copy)
     flat.sort(key=lambda e: (e.start_time_ns, -e.duration_time_ns))
     root = Event("PyCall", block.name, block.start_time_ns, block.duration_time_ns)
@@ -317,18 +330,37 @@ def block_steps(
 
 
 def _profile(workload, steps: int, device: str):
-    """Profile a block of ``steps`` steps: ``(block, seconds, events)`` as
-    :func:`nested` and :func:`attribute_tree` give them."""
-    from torch.profiler import ProfilerActivity, profile
+    """Profile a block of ``steps`` steps: ``(block, seconds, events, trace)``, the first
+    three as :func:`nested` and :func:`attribute_tree` give them; ``trace`` the device's
+    and the CUDA calls' events (:func:`device_trace.from_kineto`) on a CUDA device class
+    whose profiler records CUDA activity, else None."""
+    from torch.profiler import ProfilerActivity, profile, supported_activities
 
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+    activities = [ProfilerActivity.CPU]
+    if device in CUDA_DEVICES and ProfilerActivity.CUDA in supported_activities():
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities, with_stack=True) as prof:
         _profiled_block(workload, steps)
-    block = _find_block(prof.profiler.kineto_results.experimental_event_tree())
+    results = prof.profiler.kineto_results
+    block = _find_block(results.experimental_event_tree())
     if block is None or block.duration_time_ns <= 0:
         raise RuntimeError("the profile holds no event of the profiled block's frame")
     block = nested(block)
     seconds, events = attribute_tree(block, device)
-    return block, seconds, events
+    trace = from_kineto(results.events()) if len(activities) > 1 else None
+    return block, seconds, events, trace
+
+
+def _device_part(trace, steps: int, step_time_s: float) -> dict:
+    """The device columns of a CUDA point (:func:`device_trace.device_columns`), or only
+    ``attr_device_source`` saying why there are none (a profiler without CUDA activity,
+    a trace without the block's frame): the host's attribution is kept either way."""
+    if trace is None:
+        return {"attr_device_source": "no device activity: this PyTorch profiles no CUDA"}
+    try:
+        return device_columns(trace, steps, step_time_s)
+    except (LookupError, ValueError) as exc:
+        return {"attr_device_source": f"not read: {exc}"}
 
 
 #: True once this process has run its warm-up profile (:func:`attribute_point`).
@@ -363,7 +395,10 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
       of one call that is not kept), else 0;
     - ``attr_top_ops``: JSON ``{op name: seconds per step}`` of the 5 ATen ops with the
       most inclusive time (PyTorch; ``{}`` where no ATen op ran);
-    - ``attr_source``: JSON of :data:`SOURCES`.
+    - ``attr_source``: JSON of :data:`SOURCES`;
+    - on a CUDA device class, the device's side of the step and its regime
+      (:func:`device_trace.device_columns`: ``attr_device_*``, ``attr_kernels``, ...),
+      or only ``attr_device_source`` saying why there is none.
 
     Two blocks: one call first, profiled (it also drains what a data pipeline had
     prepared while the point was being counted, so the kept block sees the pipeline's
@@ -384,11 +419,11 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
         _WARM = True
     setup_s = time.perf_counter() - started  # 0 once the process has warmed the tracer
     started = time.perf_counter()
-    block, seconds, events = _profile(workload, steps, device)
+    block, seconds, events, trace = _profile(workload, steps, device)
     longer = block_steps(step_time_s, measured_s, workload, steps, time.perf_counter() - started)
     if longer:
         steps = longer
-        block, seconds, events = _profile(workload, steps, device)
+        block, seconds, events, trace = _profile(workload, steps, device)
     per_step, scale = corrected(seconds, events, steps, step_time_s, bias)
     columns = {f"attr_{c}_s": per_step[c] for c in CATEGORIES}
     identified = [c for c in CATEGORIES if c != "unattributed"]
@@ -407,6 +442,8 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
         attr_source=json.dumps(SOURCES, sort_keys=True),
         attr_setup_s=setup_s if setup_s > 0.01 else 0.0,
     )
+    if device in CUDA_DEVICES:
+        columns.update(_device_part(trace, steps, step_time_s))
     columns["attr_cost_s"] = time.perf_counter() - started
     return columns
 
