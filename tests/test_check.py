@@ -132,6 +132,12 @@ def _assert_recorded(out, printed, answer, case, points, cuda_asked=True):
     predicted = pd.read_csv(out / "predicted.csv")
     assert set(predicted["card"]) == set(DEFAULT_CARDS) and set(predicted["kind"]) == {"prediction"}
     assert predicted["predicted_step_s"].notna().any()
+    # The answer in about 12 lines: from its heading to the sweep command, no warning.
+    lines = printed.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{case} ("))
+    end = next(i for i, line in enumerate(lines) if line.startswith("full sweep for a crossover"))
+    assert end - start + 1 <= 13, "\n".join(lines[start : end + 1])
+    assert "Warning" not in printed
     assert answer["case"] == case and answer["devices"]["cpu"]["status"] == "ok"
     assert answer["devices"]["cpu"]["q1_s"] <= answer["devices"]["cpu"]["step_time_s"]
     assert (

@@ -31,6 +31,7 @@ from crossover_study.answers.remedies import (
     not_same_program,
 )
 from crossover_study.answers.sentences import answer_sentence, prediction_text
+from crossover_study.answers.summary import measured_shares
 from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_ratio
 from crossover_study.core.files import REFERENCE_DIR as REFERENCE_RUNS
 from crossover_study.core.paths import REPO_ROOT, shown_path
@@ -143,6 +144,22 @@ def _flip(devices: dict, remedies: dict, verdict: dict | None) -> str:
     return f"a remedy flips it: with each device's best remedy {_name(winner)} is faster (CPU {format_seconds(best['cpu'])}, {_name(acc)} {format_seconds(best[acc])})"
 
 
+def _short_why(rows: pd.DataFrame) -> str:
+    """'on the CPU, framework ops 74%, Python 26% of the step (measured)': the two largest
+    measured shares of each measured device's eager step (:func:`summary.measured_shares`)."""
+    texts = []
+    for device in DEVICES:
+        mine = rows[
+            (rows["device"] == device) & (rows["variant"] == "eager") & (rows["status"] == "ok")
+        ]
+        if mine.empty:
+            continue
+        shares = measured_shares(mine.iloc[0], top=2)
+        if shares:
+            texts.append(f"on the {_name(device)}, {shares} of the step")
+    return "; ".join(texts) + " (measured)" if texts else ""
+
+
 def _name(device: str) -> str:
     return "CPU" if device == "cpu" else DEVICE_NAMES.get(device, device.upper())
 
@@ -195,6 +212,7 @@ def answer(
         "absent": absent,
         "verdict": verdict,
         "why": regime_clause(timings, case),
+        "why_short": _short_why(rows),
         "remedies": remedies,
         "flip": _flip(devices, remedies, verdict),
         "predictions": predictions,
@@ -227,8 +245,11 @@ def _remedy_text(r: dict) -> str:
 
 
 def answer_lines(result: dict) -> list[str]:
-    """The answer as printed: a heading, one line per device, the verdict, why, the
-    remedies per device, the flip, each prediction and the sweep command."""
+    """The answer as printed, about 12 lines: a heading, one line per device, the
+    verdict, why in a few words (the largest measured shares; the whole why stays in
+    ``answer.json``), the remedies per device, the flip where two devices were measured,
+    each prediction (a reference run's, one line per device card) and the sweep
+    command."""
     sizes = ", ".join(f"{a}={v}" for a, v in result["sizes"].items())
     lines = ["", f"{result['case']} ({result['framework']}) at {sizes}:"]
     for device, d in result["devices"].items():
@@ -248,7 +269,10 @@ def answer_lines(result: dict) -> list[str]:
         lines.append(f"  {_name(device)}: absent ({why})")
     v = result["verdict"]
     if v is None:
-        lines.append("verdict: one device measured here, so no comparison at this size")
+        lines.append(
+            "verdict: one device measured here, so no measured comparison at this size"
+            + ("; the device cards' predictions follow" if result.get("card_predictions") else "")
+        )
     elif v["faster"] is None:
         lines.append(
             f"verdict: indistinguishable (block IQRs overlap; medians {fmt_ratio(v['cpu_over_accelerator'])}{TIMES} CPU/{_name(v['accelerator'])})"
@@ -258,13 +282,16 @@ def answer_lines(result: dict) -> list[str]:
         lines.append(
             f"verdict: {_name(v['faster'])} is {fmt_ratio(r if r > 1 else 1 / r)}{TIMES} faster at this size"
         )
-    lines.append(result["why"] or "why: no step-time model columns (counts or rates missing)")
+    # The long why (the model's terms, every variant's shares) stays in answer.json.
+    why = result.get("why_short") or "no attribution of the step"
+    lines.append(f"why: {why}; the whole why is in answer.json")
     for device, listed in result["remedies"].items():
         parts = [_remedy_text(r) for r in listed]
         lines.append(
             f"remedies on {_name(device)} (against eager): " + ("; ".join(parts) or "none measured")
         )
-    lines.append(f"flip: {result['flip']}")
+    if v is not None:
+        lines.append(f"flip: {result['flip']}")
     for text in result["predictions"].values():
         lines.append(text)
     if result.get("card_predictions"):

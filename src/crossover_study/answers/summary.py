@@ -1,0 +1,320 @@
+"""The report's first screen: one row per case × framework that answers "is the
+accelerator worth it here, and why" in a few words, and each case's short lead.
+
+A row (:func:`summary_rows`) holds, at the seed's size: the CPU's eager step with its
+interval (the blocks' quartiles), each accelerator measured (or, where none was,
+predicted from a device card and labelled as predicted), the verdict, where the
+accelerator overtakes the CPU, why in a few words (the largest measured share of the
+CPU's step, and the accelerator's regime) and the best remedy with its measured ratio.
+:func:`summary_html` renders the rows as an HTML table whose case cells link to the
+case's section; :func:`case_lead` is a case's first paragraph (at most about 60 words).
+Every text from a study file or a plug-in is escaped (:func:`html.escape`). Nothing here
+is estimated: numbers are read from the tables and rounded for display.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+import numpy as np
+import pandas as pd
+
+from crossover_study.analysis.card_prediction import at_seed as predicted_at_seed
+from crossover_study.answers.remedies import ANTI_PATTERNS, MARGIN, not_same_program
+from crossover_study.answers.rows import first_number, seed_rows, to_number, verdict_at_seed
+from crossover_study.answers.wording import DEVICE_NAMES, EN_DASH, TIMES, fmt_ratio, fmt_size
+from crossover_study.core.progress import format_seconds
+from crossover_study.study.spec import ACCELERATORS, FRAMEWORKS, contended_apart, synced, truthy
+
+#: The attribution's categories in a few words (the CPU's largest measured share).
+SHARE_WORDS = {
+    "ops": "framework ops",
+    "python": "Python",
+    "data": "data loading",
+    "trace": "tracing",
+    "fit": "Keras fit's own work",
+    "wait": "waiting on the device",
+    "unattributed": "unattributed time",
+}
+#: The columns of the first screen's table, in order, with their headers.
+COLUMNS = {
+    "case": "Case",
+    "cpu": "CPU step at the seed's size",
+    "accelerator": "Accelerator",
+    "verdict": "Verdict at the seed's size",
+    "overtakes": "Accelerator overtakes at",
+    "why": "Why",
+    "remedy": "Best remedy",
+}
+#: Variants of the naive program (the answer's subject) on each device.
+NAIVE = ("eager", "strategy_step")
+
+
+def _quartiles(row: pd.Series) -> tuple[float, float] | None:
+    """First and third quartile (s per step) of a row's timed blocks, or None."""
+    try:
+        blocks = json.loads(row["block_step_times_s"])
+    except (TypeError, ValueError, KeyError):
+        return None
+    return (float(np.percentile(blocks, 25)), float(np.percentile(blocks, 75))) if blocks else None
+
+
+def _step_text(row: pd.Series) -> str:
+    """'581 µs (549–755 µs)': the median step and its blocks' quartiles."""
+    text = format_seconds(row["step_time_s"])
+    q = _quartiles(row)
+    if q is not None:
+        text += f" ({format_seconds(q[0])}{EN_DASH}{format_seconds(q[1])})"
+    flags = [
+        f
+        for f, c in (("noisy", "noisy"), ("contended", "contended"))
+        if c in row and truthy(pd.Series([row[c]])).iloc[0]
+    ]
+    return text + (f", {' and '.join(flags)}" if flags else "")
+
+
+def measured_shares(row: pd.Series, top: int = 1) -> str:
+    """'framework ops 74%, Python 26%': the ``top`` largest measured shares of a row's
+    profiled step (its ``attr_*_s`` over their sum); empty without an attribution."""
+    shares = {k: to_number(row.get(f"attr_{k}_s")) for k in SHARE_WORDS}
+    shares = {k: v for k, v in shares.items() if v}
+    whole = sum(shares.values())
+    if not whole:
+        return ""
+    ranked = sorted(shares, key=shares.get, reverse=True)[:top]
+    return ", ".join(f"{SHARE_WORDS[k]} {shares[k] / whole:.0%}" for k in ranked)
+
+
+def _why_cpu(row: pd.Series) -> str:
+    """'CPU: framework ops 74%': the largest measured share of the CPU's step."""
+    share = measured_shares(row)
+    return f"CPU: {share}" if share else ""
+
+
+def _best_cpu_remedy(rows: pd.DataFrame) -> str:
+    """The fastest same-program variant on the CPU against eager ('compile 1.4×'), or
+    that none beats eager by more than :data:`MARGIN` (the remedy sentence's rule:
+    anti-patterns, contended rows and variants that compute something else left out)."""
+    rows = synced(contended_apart(rows))
+    rows = rows[(rows["device"] == "cpu") & (rows["status"] == "ok")]
+    times = pd.to_numeric(rows.set_index("variant")["step_time_s"], errors="coerce")
+    times = times.groupby(level=0).median().dropna()
+    left_out = [*ANTI_PATTERNS, *not_same_program(rows)]
+    times = times.drop([v for v in left_out if v in times.index and v != "eager"])
+    if "eager" not in times or len(times) < 2:
+        return ""
+    best = times.drop("eager").idxmin()
+    ratio = times["eager"] / times[best]
+    if ratio < 1 + MARGIN:
+        return f"CPU: none beats eager by {MARGIN:.0%}"
+    return f"CPU: {best} {fmt_ratio(ratio)}{TIMES}"
+
+
+def _measured_accelerator(timings, crossover, case, framework) -> dict | None:
+    """The first accelerator with ok naive rows of ``case`` × ``framework`` at the seed's
+    size: its step text, the verdict, where it overtakes and its regime; None."""
+    rows = seed_rows(timings, case)
+    for acc in ACCELERATORS:
+        mine = synced(rows[(rows["device"] == acc) & (rows["framework"] == framework)])
+        mine = mine[mine["variant"].isin(NAIVE)]
+        if mine.empty:
+            continue
+        row = mine.iloc[0]
+        name = DEVICE_NAMES.get(acc, acc.upper())
+        device = row.get("device_name") if isinstance(row.get("device_name"), str) else name
+        cross = (
+            crossover[
+                (crossover["case"] == case)
+                & (crossover["framework"] == framework)
+                & (crossover["variant"] == row["variant"])
+                & (crossover["accelerator"] == acc)
+            ]
+            if not crossover.empty
+            else crossover
+        )
+        speedup = first_number(cross["speedup_at_seed"]) if len(cross) else None
+        verdict = verdict_at_seed(cross) if len(cross) else None
+        if speedup is None:
+            text = "no verdict"
+        elif verdict == "tied":
+            text = f"tied within noise ({fmt_ratio(speedup)}{TIMES})"
+        elif speedup >= 1:
+            text = f"{name} {fmt_ratio(speedup)}{TIMES} faster"
+        else:
+            text = f"CPU {fmt_ratio(1 / speedup)}{TIMES} faster"
+        overtakes = (
+            [
+                f"{r['axis']} ≈ {fmt_size(r['crossover_size'])}"
+                for _, r in cross[cross["outcome"] == "crossover"].iterrows()
+                if to_number(r.get("crossover_size")) is not None
+            ]
+            if len(cross)
+            else []
+        )
+        throughout = len(cross) and (cross["outcome"] == "accelerator_faster_throughout").any()
+        return {
+            "accelerator": f"{device}: {_step_text(row)} (measured)",
+            "verdict": text,
+            "overtakes": "; ".join(overtakes)
+            or ("faster throughout" if throughout else "not in the measured range"),
+            "regime": row.get("attr_device_regime")
+            if isinstance(row.get("attr_device_regime"), str)
+            else "",
+        }
+    return None
+
+
+def _predicted_accelerator(predicted, crossovers, case, framework, cpu_s) -> dict | None:
+    """The device cards' predictions of ``case`` × ``framework``'s naive program at the
+    seed's size: each card's step, the verdict and crossover of the first card, its
+    regime and its fastest variant; None without a priced prediction."""
+    if predicted is None or predicted.empty:
+        return None
+    rows = predicted_at_seed(predicted[predicted["framework"] == framework], case)
+    rows = rows[rows["predicted_step_s"].notna()]
+    naive = rows[rows["variant"].isin(NAIVE)]
+    if naive.empty:
+        return None
+    steps = [
+        f"{name.replace('NVIDIA ', '').replace('Google ', '')} ≈ {format_seconds(r['predicted_step_s'])}"
+        for name, r in zip(naive["device_name"], naive.to_dict("records"), strict=True)
+    ]
+    first = naive.iloc[0]
+    short = str(first["device_name"]).replace("NVIDIA ", "").replace("Google ", "")
+    speedup = cpu_s / first["predicted_step_s"] if cpu_s else None
+    low, high = cpu_s / first["predicted_high_s"], cpu_s / first["predicted_low_s"]
+    if speedup is None:
+        verdict = ""
+    elif low > 1:
+        verdict = f"{short} {fmt_ratio(speedup)}{TIMES} faster (predicted)"
+    elif high < 1:
+        verdict = f"CPU {fmt_ratio(1 / speedup)}{TIMES} faster than {short} (predicted)"
+    else:
+        verdict = (
+            f"about even with {short} (predicted {fmt_ratio(low)}{EN_DASH}{fmt_ratio(high)}{TIMES})"
+        )
+    overtakes = "not in the measured range (predicted)"
+    if crossovers is not None and not crossovers.empty:
+        mine = crossovers[
+            (crossovers["card"] == first["card"])
+            & (crossovers["case"] == case)
+            & (crossovers["framework"] == framework)
+            & (crossovers["variant"] == first["variant"])
+        ]
+        crossing = mine[mine["outcome"] == "crossover"]
+        if not crossing.empty:
+            r = crossing.iloc[0]
+            overtakes = f"{r['axis']} ≈ {fmt_size(r['crossover_size'])} (predicted, {short})"
+        elif (mine["outcome"] == "accelerator_faster_throughout").any():
+            overtakes = "faster throughout (predicted)"
+    others = rows[(rows["card"] == first["card"]) & ~rows["variant"].isin(NAIVE)]
+    others = others.sort_values("predicted_step_s")
+    remedy = ""
+    if not others.empty and others.iloc[0]["predicted_step_s"] < first["predicted_step_s"]:
+        best = others.iloc[0]
+        remedy = (
+            f"{best['variant']} ≈ {format_seconds(best['predicted_step_s'])} on {short} (predicted)"
+        )
+    return {
+        "accelerator": " · ".join(steps) + " (predicted from device cards)",
+        "verdict": verdict,
+        "overtakes": overtakes,
+        "regime": f"{short}: {first['regime']} (predicted)",
+        "remedy": remedy,
+    }
+
+
+def summary_rows(
+    timings: pd.DataFrame,
+    crossover: pd.DataFrame,
+    cases: list[str],
+    predicted: pd.DataFrame | None = None,
+    crossovers: pd.DataFrame | None = None,
+) -> list[dict]:
+    """One dict per case of ``cases`` × framework with an ok CPU eager (or
+    strategy_step) row at the seed's size: ``case``, ``framework`` and the texts of
+    :data:`COLUMNS` (module docstring). A measured accelerator takes the place of the
+    predictions; where neither is, the accelerator cell says so."""
+    out = []
+    for case in cases:
+        at_seed = synced(seed_rows(timings, case))
+        for framework in [f for f in FRAMEWORKS if f in set(at_seed["framework"])]:
+            cpu = at_seed[
+                (at_seed["device"] == "cpu")
+                & (at_seed["framework"] == framework)
+                & at_seed["variant"].isin(NAIVE)
+            ]
+            if cpu.empty:
+                continue
+            row = cpu.iloc[0]
+            side = (
+                _measured_accelerator(timings, crossover, case, framework)
+                or _predicted_accelerator(
+                    predicted, crossovers, case, framework, float(row["step_time_s"])
+                )
+                or {
+                    "accelerator": "none measured or predicted",
+                    "verdict": "only the CPU was measured",
+                    "overtakes": "",
+                    "regime": "",
+                }
+            )
+            why = "; ".join(t for t in (_why_cpu(row), side.get("regime", "")) if t)
+            mine = at_seed[at_seed["framework"] == framework]
+            remedies = [t for t in (_best_cpu_remedy(mine), side.get("remedy", "")) if t]
+            out.append(
+                {
+                    "case": case,
+                    "framework": framework,
+                    "cpu": _step_text(row),
+                    "accelerator": side["accelerator"],
+                    "verdict": side["verdict"],
+                    "overtakes": side["overtakes"],
+                    "why": why,
+                    "remedy": "; ".join(remedies) or "no variant measured",
+                }
+            )
+    return out
+
+
+def anchor(case: str) -> str:
+    """The HTML id of ``case``'s section (letters, digits and hyphens)."""
+    return "case-" + "".join(c if c.isalnum() else "-" for c in case)
+
+
+def summary_html(rows: list[dict]) -> str:
+    """The first screen's table (``<table class="summary">``), one row per
+    :func:`summary_rows` dict, its case cell a link to the case's section
+    (:func:`anchor`); every cell escaped."""
+    head = "".join(f"<th>{html.escape(title)}</th>" for title in COLUMNS.values())
+    body = []
+    for row in rows:
+        cells = [
+            f'<td><a href="#{anchor(row["case"])}">{html.escape(row["case"])}</a>'
+            f"<br><small>{html.escape(row['framework'])}</small></td>"
+        ]
+        cells += [f"<td>{html.escape(str(row[key]))}</td>" for key in list(COLUMNS)[1:]]
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        '<table class="summary" id="summary"><thead><tr>'
+        + head
+        + "</tr></thead><tbody>"
+        + "".join(body)
+        + "</tbody></table>"
+    )
+
+
+def case_lead(rows: list[dict], case: str) -> str:
+    """``case``'s lead, one sentence per framework (about 60 words in all): 'With torch:
+    CPU 1.7× faster than T4 (predicted); why: CPU: framework ops 74%; T4: launch-bound
+    (predicted); best remedy: T4: cuda_graph ≈ 55 µs (predicted).' Empty for a case
+    without summary rows. Plain text: the caller escapes it."""
+    parts = []
+    for row in (r for r in rows if r["case"] == case):
+        text = f"With {row['framework']}: {row['verdict']}"
+        if row["why"]:
+            text += f"; why: {row['why']}"
+        text += f"; best remedy: {row['remedy']}."
+        parts.append(text)
+    return " ".join(parts)
