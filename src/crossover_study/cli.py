@@ -1,6 +1,6 @@
 """``crossover-study``: one command line in front of the study's tools.
 
-    crossover-study study [--config FILE] [--cores N] [-- SNAKEMAKE ARGS]
+    crossover-study study [--config FILE] [--cores N] [--directory DIR] [-- SNAKEMAKE ARGS]
     crossover-study check FILE.py --size AXIS=N ... | check SEED_CASE [--size AXIS=N]
     crossover-study rates --framework F --device D (--threads N | --config FILE) --out FILE
     crossover-study validate STUDY_FILE ...
@@ -48,10 +48,16 @@ class Command:
 
 
 def _study(argv: list[str], prog: str) -> int:
-    """Run a study through Snakemake, as ``make study`` does: ``snakemake --cores N
-    --keep-going --rerun-incomplete --configfile FILE`` in the repository's folder, with
-    this Python's ``bin`` first on PATH (the jobs find its jupyter and python there).
-    Arguments after ``--`` go to Snakemake. Exits 2 when the config file is missing."""
+    """Run a study through Snakemake, as ``make study`` does, where the user is: ``snakemake
+    -s SNAKEFILE -d DIR --cores N --keep-going --rerun-incomplete --configfile FILE`` in
+    ``DIR`` (``--directory``, default the current folder), whose own ``Snakefile`` runs
+    when it has one (a checkout: two checkouts sharing one environment each run their
+    own workflow), else the workflow of the checkout this package was installed from.
+    Prints one line saying which workflow runs and where its results and report go
+    before Snakemake starts. This Python's ``bin`` goes first on PATH (the jobs find its
+    jupyter and python there). ``--config`` is taken from the current folder, else
+    ``DIR``, else the workflow's folder. Arguments after ``--`` go to Snakemake. Exits 2
+    when the config file or the folder is missing, 1 when the config is invalid."""
     extra: list[str] = []
     if "--" in argv:
         argv, extra = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
@@ -66,19 +72,42 @@ def _study(argv: list[str], prog: str) -> int:
         help="the study's config file (default: config/config.yaml, the default study)",
     )
     parser.add_argument("--cores", default="all", help="CPU cores Snakemake may use (default: all)")
+    parser.add_argument(
+        "--directory",
+        "-d",
+        default=".",
+        help="where the study runs: results/<study>/, reports/<study>/ and logs/ go there "
+        "(default: the current folder); its Snakefile runs if it has one",
+    )
     args = parser.parse_args(argv)
+    directory = Path(args.directory).resolve()
+    if not directory.is_dir():
+        parser.error(f"--directory {args.directory}: no such folder")
+    snakefile = directory / "Snakefile"
+    if not snakefile.is_file():
+        snakefile = REPO_ROOT / "Snakefile"
     config = Path(args.config)
     if not config.is_absolute():
-        config = (Path.cwd() / config) if (Path.cwd() / config).exists() else REPO_ROOT / config
+        found = [base / config for base in (Path.cwd(), directory, snakefile.parent)]
+        config = next((p for p in found if p.exists()), found[0]).resolve()
     if not config.is_file():
         parser.error(f"--config {args.config}: no such file")
-    if _validate([str(config)], f"{prog.rsplit(' ', 1)[0]} validate", quiet=True):
+    status, studies = _checked([str(config)], f"{prog.rsplit(' ', 1)[0]} validate", quiet=True)
+    if status:
         return 1
-    command = [sys.executable, "-m", "snakemake", "--cores", str(args.cores)]
-    command += ["--keep-going", "--rerun-incomplete", "--configfile", str(config), *extra]
+    study = studies[0]
+    print(
+        f"{prog}: study {study}: the workflow {snakefile} runs in {directory}; results go to "
+        f"{directory / 'results' / study}, the report to "
+        f"{directory / 'reports' / study / 'report.html'}",
+        flush=True,
+    )
+    command = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(directory)]
+    command += ["--cores", str(args.cores), "--keep-going", "--rerun-incomplete"]
+    command += ["--configfile", str(config), *extra]
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return subprocess.call(command, cwd=REPO_ROOT, env=env)
+    return subprocess.call(command, cwd=directory, env=env)
 
 
 def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
@@ -94,11 +123,16 @@ def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
     )
     parser.add_argument("files", nargs="+", metavar="STUDY_FILE")
     args = parser.parse_args(argv)
+    return _checked(args.files, prog, quiet)[0]
+
+
+def _checked(files: list[str], prog: str, quiet: bool) -> tuple[int, list[str]]:
+    """:func:`_validate` of ``files``: ``(status, the study names of the valid files)``."""
     study_config = importlib.import_module(f"{__package__}.study.config")
     study_file = importlib.import_module(f"{__package__}.study.study_file")
     study_points = importlib.import_module(f"{__package__}.study.points")
-    status = 0
-    for path in args.files:
+    status, studies = 0, []
+    for path in files:
         try:
             config = study_config.load_config(path)
             jobs = study_points.measure_jobs(config)
@@ -106,9 +140,10 @@ def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
             print(f"{prog}: {error}", file=sys.stderr)
             status = 1
             continue
+        studies.append(config["study"])
         if not quiet:
             print(f"{path}: valid (study {config['study']}, {len(jobs)} measuring jobs)")
-    return status
+    return status, studies
 
 
 def _main_of(module: str, *head: str) -> Callable[[list[str], str], int]:
