@@ -14,6 +14,7 @@ import pytest
 
 from crossover_study.analysis.compare_runs import main as compare_main
 from crossover_study.audit.check import audit
+from crossover_study.reference import check_input
 from crossover_study.reference import quick_check as check
 
 CNN = "examples/digits_cnn.py"
@@ -45,11 +46,36 @@ def _refused(capsys, tmp_path, *argv) -> str:
         ([CNN, "--size", "batch=32", "--size", "channels=16", "--devices", "cpu,gpu"], "'gpu'"),
         ([CNN, "--size", "batch=32", "--size", "channels=16", "--framework", "jax"], "jax"),
         (["s001-mlp", "--size", "width=3"], "no axis 'width'"),
-        (["README.md", "--size", "batch=2"], "give --framework"),
+        # Issue 47 item 7: a file that is no plug-in is named as such, not framework-less.
+        (["README.md", "--size", "batch=2"], "README.md: not a Python file"),
     ],
 )
 def test_bad_input_one_line_exit_2(capsys, tmp_path, argv, named):
     assert named in _refused(capsys, tmp_path, *argv)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "named"),
+    [
+        # Issue 47 item 7: parsed first, so the line names the real cause.
+        (
+            "broken.py",
+            "import torch\n\n\ndef build(device, batch)\n    return None\n",
+            "broken.py line 4: expected ':'",
+        ),
+        ("notes.txt", "def build(device, batch):\n    pass\n", "notes.txt: not a Python file"),
+        ("latin.py", "# caf\xe9\nimport torch\n", "latin.py: not UTF-8 text"),
+        ("plain.py", "import numpy\n\ndef build(device, batch):\n    pass\n", "give --framework"),
+    ],
+)
+def test_a_file_that_does_not_parse_is_named_before_its_framework(
+    capsys, tmp_path, monkeypatch, name, text, named
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_bytes(text.encode("latin-1"))
+    err = _refused(capsys, tmp_path, name, "--size", "batch=4")
+    assert named in err
+    assert ("imports neither" in err) == (named == "give --framework")
 
 
 def test_no_builder(capsys, tmp_path):
@@ -60,9 +86,9 @@ def test_no_builder(capsys, tmp_path):
 
 
 def test_framework_not_installed(capsys, tmp_path, monkeypatch):
-    real = check.importlib.util.find_spec
+    real = check_input.importlib.util.find_spec
     monkeypatch.setattr(
-        check.importlib.util,
+        check_input.importlib.util,
         "find_spec",
         lambda name, *a: None if name == "tensorflow" else real(name, *a),
     )
@@ -71,9 +97,9 @@ def test_framework_not_installed(capsys, tmp_path, monkeypatch):
 
 
 def test_devices_present_from_the_gpu_snapshot():
-    none = check.present_devices({"gpus": [], "reason": "nvidia-smi: not on PATH"})
+    none = check_input.present_devices({"gpus": [], "reason": "nvidia-smi: not on PATH"})
     assert none["cpu"] is None and "not on PATH" in none["cuda"] and none["cuda_multi"]
-    one = check.present_devices({"gpus": [{"index": 0}], "reason": None})
+    one = check_input.present_devices({"gpus": [{"index": 0}], "reason": None})
     assert one["cuda"] is None and "2 needed" in one["cuda_multi"]
 
 
@@ -92,13 +118,13 @@ def test_default_variants_are_those_that_apply(tmp_path):
         },
     }
     study_config.validate_config(raw)
-    on_cpu = check.default_variants("digits-cnn", "torch", ["cpu"])
+    on_cpu = check_input.default_variants("digits-cnn", "torch", ["cpu"])
     assert on_cpu[0] == "eager" and "compile" in on_cpu and "read_loss_every_1000" in on_cpu
     assert not {"cuda_graph", "tf32", "xla", "function"} & set(on_cpu)
     assert {"cuda_graph", "tf32"} <= set(
-        check.default_variants("digits-cnn", "torch", ["cpu", "cuda"])
+        check_input.default_variants("digits-cnn", "torch", ["cpu", "cuda"])
     )
-    assert check.case_name(check.Path(KERAS)) == "digits-keras-fit"
+    assert check_input.case_name(check_input.Path(KERAS)) == "digits-keras-fit"
 
 
 def _check_run(capsys, tmp_path, argv, devices="cpu,cuda"):
@@ -203,3 +229,49 @@ def test_a_framework_s_own_stderr_at_an_absent_device_goes_to_the_job_log(capfd,
     assert "oneDNN" in log.read_text()
     err = capfd.readouterr().err
     assert "oneDNN" not in err and "after" in err
+
+
+def test_two_checks_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
+    """Issue 47 item 8: two checks of one case started in the same second (the same
+    UTC stamp) each get a folder of their own, named as their study; an --out that
+    exists is refused in one line before anything is timed."""
+    monkeypatch.chdir(tmp_path)
+
+    class Frozen(check.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return check.datetime(2026, 12, 5, 7, 0, 0, tzinfo=tz)
+
+    ran = []
+    monkeypatch.setattr(check, "datetime", Frozen)
+    monkeypatch.setattr(
+        check,
+        "run_check",
+        lambda config, case, absent, out, workdir: ran.append((config["study"], out)),
+    )
+    argv = [str(check.REPO_ROOT / CNN), "--size", "batch=32", "--size", "channels=16", "--quick"]
+    assert check.main(argv, "check") == 0 and check.main(argv, "check") == 0
+    first, second = ran
+    assert first[1] == tmp_path / "results" / "check-digits-cnn-20261205T070000Z"
+    assert second[1] == tmp_path / "results" / "check-digits-cnn-20261205T070000Z-2"
+    assert [study for study, _ in ran] == [out.name for _, out in ran]
+    with pytest.raises(check_input.CheckError, match="exists: a check never writes into a folder"):
+        check_input.claim_folder(str(first[1]), "x")
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        first[1].name,
+        second[1].name,
+    ]
+
+
+def test_an_out_folder_that_exists_is_refused_in_one_line(capsys, tmp_path):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "timings.csv").write_text("kept\n")
+    argv = [CNN, "--size", "batch=32", "--size", "channels=16", "--out", str(used)]
+    assert check.main(argv, "crossover-study check") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"crossover-study check: --out {used} exists: a check never writes into a folder "
+        "used before; give a new one (or leave --out out: results/check-<case>-<UTC time>/)"
+    )
+    assert (used / "timings.csv").read_text() == "kept\n" and len(list(used.iterdir())) == 1

@@ -23,17 +23,16 @@ and ``<out>/sweep.yaml`` is the study file of the full sweep for a crossover.
 A device class asked for but absent (no NVIDIA GPU listed by NVML or nvidia-smi for
 ``cuda`` and ``cuda_multi``) is said in one line; its rows are ``unavailable`` and no
 process is started for it (never a CPU timing under its name). Bad input exits with
-status 2 and one line before anything is timed (:class:`CheckError`).
+status 2 and one line before anything is timed
+(:class:`crossover_study.reference.check_input.CheckError`; the input is checked and made
+a study config by :mod:`crossover_study.reference.check_input`).
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
-import importlib.util
 import os
-import re
 import subprocess
 import sys
 import time
@@ -44,6 +43,13 @@ import yaml
 
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.core.progress import for_terminal
+from crossover_study.reference.check_input import (
+    CheckError,
+    build_config,
+    case_name,
+    claim_folder,
+    sweep_study,
+)
 from crossover_study.reference.gpu_jobs import (
     Progress,
     job_command,
@@ -53,234 +59,8 @@ from crossover_study.reference.gpu_jobs import (
     write_benchmark,
     write_unstarted,
 )
-from crossover_study.study import cases, study_file
-from crossover_study.study import config as study_config
+from crossover_study.study import cases
 from crossover_study.study import points as study_points
-from crossover_study.study.applicability import applicability, case_kind
-from crossover_study.study.spec import (
-    DEVICES,
-    FRAMEWORKS,
-    PLUGIN_VARIANTS,
-    REPLICA_VARIANTS,
-    VARIANTS,
-)
-
-#: The timing of ``--quick`` (tests, a first look): 3 short blocks, little warm-up, no
-#: block-length check. Without ``--quick`` the study's defaults (the schema's) apply.
-QUICK_TIMING = {
-    "min_block_s": 0.01,
-    "blocks": 3,
-    "max_warmup_s": 0.1,
-    "max_point_s": 1.0,
-    "sync_check_s": 0.0,
-}
-#: Modules whose import in a plug-in file names its framework (:func:`plugin_framework`).
-FRAMEWORK_MODULES = {"torch": "torch", "tensorflow": "tensorflow", "keras": "tensorflow"}
-#: Device classes that need an NVIDIA GPU, with the GPUs they need.
-GPU_CLASSES = {"cuda": 1, "cuda_multi": 2}
-
-
-class CheckError(ValueError):
-    """Bad input to the check (one line: the message); exit status 2, nothing timed."""
-
-
-def parse_sizes(items: list[str]) -> dict[str, int]:
-    """``["batch=32", "channels=16"]`` -> ``{"batch": 32, "channels": 16}`` (positive
-    integers). Raises :class:`CheckError` naming a malformed or repeated item."""
-    sizes: dict[str, int] = {}
-    for item in items:
-        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)=([0-9]+)", item.strip())
-        if not match or int(match[2]) < 1:
-            raise CheckError(f"--size {item}: expected AXIS=N with N a positive integer")
-        if match[1] in sizes:
-            raise CheckError(f"--size {item}: {match[1]} given twice")
-        sizes[match[1]] = int(match[2])
-    return sizes
-
-
-def case_name(path: Path) -> str:
-    """The case name of plug-in file ``path``: its stem in lower case, ``_`` and other
-    characters a case name may not hold as ``-`` (``digits_cnn.py`` -> ``digits-cnn``,
-    as ``config/studies/own-models.yaml`` names it)."""
-    return re.sub(r"[^a-z0-9.]+", "-", path.stem.lower()).strip("-.") or "case"
-
-
-def plugin_framework(path: Path) -> str | None:
-    """The framework plug-in ``path`` imports (``torch``; ``tensorflow`` or ``keras``:
-    tensorflow), read from its import statements without importing it; None when it
-    imports neither or both."""
-    try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
-    found = set()
-    for node in ast.walk(tree):
-        names = (
-            [a.name for a in node.names]
-            if isinstance(node, ast.Import)
-            else [node.module or ""]
-            if isinstance(node, ast.ImportFrom)
-            else []
-        )
-        found |= {
-            FRAMEWORK_MODULES[n.split(".")[0]]
-            for n in names
-            if n.split(".")[0] in FRAMEWORK_MODULES
-        }
-    return found.pop() if len(found) == 1 else None
-
-
-def present_devices(snapshot: dict | None = None) -> dict[str, str | None]:
-    """``{device class: None when present, else why not}`` for :data:`spec.DEVICES`:
-    cpu is always present; cuda needs one NVIDIA GPU and cuda_multi two, as NVML or
-    nvidia-smi list them (:func:`gpu_state.snapshot`, no framework imported); tpu is
-    never found here (a TPU host is asked for with ``--devices tpu``, and its job's
-    probe decides)."""
-    from crossover_study.measure.gpu_state import snapshot as gpu_snapshot
-
-    snap = snapshot if snapshot is not None else gpu_snapshot()
-    gpus = len(snap.get("gpus") or [])
-    found: dict[str, str | None] = {"cpu": None}
-    for device, needed in GPU_CLASSES.items():
-        found[device] = (
-            None
-            if gpus >= needed
-            else f"{gpus} NVIDIA GPU(s) listed, {needed} needed ({snap.get('reason') or 'none'})"
-        )
-    found["tpu"] = "no TPU is looked for unless asked (--devices tpu)"
-    return found
-
-
-def default_variants(case: str, framework: str, devices: list[str]) -> list[str]:
-    """eager and every variant the study derives from the case's step that applies in
-    ``framework`` on at least one of ``devices`` (:func:`applicability.applicability`;
-    a plug-in's :data:`spec.PLUGIN_VARIANTS`, a seed's every ordinary variant)."""
-    pool = PLUGIN_VARIANTS if not cases.get(case).builtin else VARIANTS
-    kind = case_kind(case, framework)
-    return [
-        v
-        for v in pool
-        if v not in REPLICA_VARIANTS
-        and (
-            v == "eager" or any(applicability(v, framework, d, kind, case=case)[0] for d in devices)
-        )
-    ]
-
-
-def _names(text: str | None, known, what: str, flag: str) -> list[str] | None:
-    """A comma-separated ``--devices``/``--variants`` list, each name known."""
-    if text is None:
-        return None
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for name in names:
-        if name not in known:
-            raise CheckError(f"{flag} {text}: unknown {what} {name!r} (known: {', '.join(known)})")
-    if not names:
-        raise CheckError(f"{flag}: no {what} given")
-    return list(dict.fromkeys(names))
-
-
-def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]]:
-    """The validated study config of the check, its case, the device classes to measure
-    and ``{absent device: why}`` (asked for, or left out of the default, and not found
-    by :func:`present_devices`). Raises :class:`CheckError` for every bad input."""
-    sizes = parse_sizes(args.size)
-    devices = _names(args.devices, DEVICES, "device", "--devices")
-    variants = _names(args.variants, VARIANTS, "variant", "--variants")
-    if args.framework is not None and args.framework not in FRAMEWORKS:
-        raise CheckError(f"--framework {args.framework}: expected one of {', '.join(FRAMEWORKS)}")
-    target = args.target
-    if target in cases.SEEDS:
-        case = target
-        seed = cases.SEEDS[case]
-        framework = args.framework or seed.frameworks[0]
-        if framework not in seed.frameworks:
-            raise CheckError(
-                f"--framework {framework}: {case} runs in {', '.join(seed.frameworks)}"
-            )
-        for axis in sizes:
-            if axis not in seed.axes:
-                raise CheckError(
-                    f"--size {axis}: {case} has no axis {axis!r} (axes: {', '.join(seed.axes)})"
-                )
-        spec = {"axes": {a: [v] for a, v in sizes.items()}}
-    else:
-        path = Path(target)
-        if not path.is_file():
-            hint = "" if target.endswith(".py") else f" nor a seed case ({', '.join(cases.SEEDS)})"
-            raise CheckError(f"{target}: no such plug-in file{hint}")
-        case = case_name(path)
-        framework = args.framework or plugin_framework(path)
-        if framework is None:
-            raise CheckError(
-                f"{target}: imports neither torch nor tensorflow/keras alone; give --framework"
-            )
-        if not sizes:
-            raise CheckError(f"{target}: give the sizes its builder takes, e.g. --size batch=32")
-        spec = {"workload": str(path.resolve()), "framework": framework, "seed": sizes}
-    if importlib.util.find_spec(framework) is None:
-        raise CheckError(f"framework {framework} is not installed in {sys.executable}")
-    raw = {
-        "study": study,
-        "sweep": {"frameworks": [framework], "devices": ["cpu"], "variants": ["eager"]},
-        "cases": {case: spec},
-    }
-    if cases.SEEDS.get(case) is not None and sizes:
-        raw["sweep"]["extras_at"] = "all"  # the variants at the sizes given too
-    if args.quick:
-        raw["timing"] = dict(QUICK_TIMING)
-    try:
-        study_config.validate_config(raw)  # the case must be known to list its variants
-    except study_file.ConfigError as error:
-        raise CheckError(str(error)) from None
-    present = present_devices()
-    if devices is None:
-        devices = [d for d in ("cpu", "cuda") if present[d] is None]
-        absent = {d: present[d] for d in ("cuda",) if present[d] is not None}
-    else:
-        absent = {d: present[d] for d in devices if d in GPU_CLASSES and present[d] is not None}
-    raw["sweep"]["devices"] = list(dict.fromkeys([*devices, *absent]))
-    raw["sweep"]["variants"] = variants or default_variants(case, framework, devices)
-    if "cuda_multi" in raw["sweep"]["devices"]:
-        raise CheckError("--devices cuda_multi: a check measures no replicated points; use a study")
-    try:
-        config = study_config.validate_config(raw)
-    except study_file.ConfigError as error:
-        raise CheckError(str(error)) from None
-    return config, case, [d for d in raw["sweep"]["devices"] if d not in absent], absent
-
-
-def sweep_study(config: dict, case: str, name: str) -> dict:
-    """The study file of the full sweep for a crossover of ``case``: each axis at a
-    quarter, 1, 4 and 16 times its size, on cpu and cuda, the check's variants and every
-    one that applies on cpu or cuda (:func:`default_variants`) at the seed's size
-    (``extras_at: seed``), the study's default timing."""
-    spec = dict(config["cases"][case])
-    seed = spec.get("seed") or cases.seed_sizes(case)
-    axes = {a: sorted({max(1, v // 4), v, 4 * v, 16 * v}) for a, v in seed.items()}
-    entry = {
-        **{k: spec[k] for k in ("workload", "framework", "seed", "entry") if k in spec},
-        "axes": axes,
-    }
-    return {
-        "study": name,
-        "sweep": {
-            "frameworks": config["sweep"]["frameworks"],
-            "devices": ["cpu", "cuda"],
-            # The check's variants and every one that applies on cpu or cuda.
-            "variants": list(
-                dict.fromkeys(
-                    [
-                        *config["sweep"]["variants"],
-                        *default_variants(case, config["sweep"]["frameworks"][0], ["cpu", "cuda"]),
-                    ]
-                )
-            ),
-            "extras_at": "seed",
-        },
-        "devices": {"cpu": {"threads": 2}, "cuda": {"threads": 2, "gpu": 1}},
-        "cases": {case: entry},
-    }
 
 
 def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> float:
@@ -469,8 +249,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except CheckError as error:
         print(f"{prog or 'check'}: {error}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else Path("results") / config["study"]
-    out = out.resolve()
+    try:
+        out = claim_folder(args.out, config["study"])
+    except CheckError as error:
+        print(f"{prog or 'check'}: {error}", file=sys.stderr)
+        return 2
+    config["study"] = config["study"] if args.out else out.name
     cwd = Path.cwd().resolve()
     workdir = cwd if out.is_relative_to(cwd) and out != cwd else out.parent
     try:
