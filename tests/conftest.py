@@ -212,11 +212,13 @@ def hard_timeout(request):
     faulthandler.cancel_dump_traceback_later()
 
 
-def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run this repository's workflow in ``workdir`` (2 cores); raise with the output
-    when it fails and ``check``."""
+def run_snakemake(
+    workdir: Path, *args: str, check: bool = True, snakefile: Path = REPO_ROOT / "Snakefile"
+) -> subprocess.CompletedProcess:
+    """Run this repository's workflow (or ``snakefile``'s: a copy of the checkout) in
+    ``workdir`` (2 cores); raise with the output when it fails and ``check``."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    cmd = [str(SNAKEMAKE), "-s", str(REPO_ROOT / "Snakefile"), "-d", str(workdir), "--cores", "2"]
+    cmd = [str(SNAKEMAKE), "-s", str(snakefile), "-d", str(workdir), "--cores", "2"]
     result = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=900)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
@@ -241,20 +243,39 @@ def slurm_dry_run(workdir: Path, study: Path) -> str:
     return out
 
 
+def copy_checkout(dest: Path) -> Path:
+    """A copy of this checkout's files in ``dest`` (tracked and untracked, git's ignored
+    ones left out: no .venv, no results of runs), as a clone there would hold them."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (n.decode() for n in listed)):
+        source = REPO_ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
-    """The smoke study, plus cuda in the sweep (not visible here: unavailable rows), in a
-    working directory holding a copy of the committed reference runs
-    (``results/reference/``, as in a checkout), which the report draws beside it.
+    """The smoke study, plus cuda in the sweep (not visible here: unavailable rows), run
+    as a user runs it in a clone whose folder is named ``a dir é`` (a space and a
+    non-ASCII letter: every path the workflow hands a shell must be quoted, issue 47):
+    this checkout's files copied there, its workflow run there, with the committed
+    reference runs (``results/reference/``), which the report draws beside it.
 
-    Returns ``(workdir, config)``. Tests must not change files in ``workdir``; copy it
-    (``shutil.copytree``) to edit results.
+    Returns ``(workdir, config)``: ``workdir`` is the clone. Tests must not change files
+    in ``workdir``; copy it (``shutil.copytree``) to edit results.
     """
-    workdir = tmp_path_factory.mktemp("smoke")
-    shutil.copytree(REPO_ROOT / "results" / "reference", workdir / "results" / "reference")
+    workdir = copy_checkout(tmp_path_factory.mktemp("smoke") / "a dir é")
     config = yaml.safe_load((REPO_ROOT / "config/studies/smoke.yaml").read_text())
     config["sweep"]["devices"] = ["cpu", "cuda"]
     path = workdir / "smoke.yaml"
     path.write_text(yaml.safe_dump(config))
-    run_snakemake(workdir, "--configfile", str(path))
+    run_snakemake(workdir, "--configfile", str(path), snakefile=workdir / "Snakefile")
     return workdir, config
+
