@@ -279,3 +279,61 @@ def smoke_run(tmp_path_factory):
     run_snakemake(workdir, "--configfile", str(path), snakefile=workdir / "Snakefile")
     return workdir, config
 
+
+#: Issue 47 item 1: a case's question that would run two scripts if rendered as HTML,
+#: and an exception text of its plug-in that would run a third and link a fourth.
+HOSTILE_QUESTION = "<script>window.__pwned=1</script><img src=x onerror=window.__pwned2=1>"
+HOSTILE_MESSAGE = "<img src=x onerror=window.__pwned3=1> [here](javascript:window.__pwned4=1)"
+HOSTILE_PLUGIN = f"""
+import torch
+
+from crossover_study.plugin import TorchStep
+
+
+def build(device, batch):
+    if batch == 8:
+        raise ValueError({HOSTILE_MESSAGE!r})
+    w = torch.ones(batch, requires_grad=True, device=device)
+    optimizer = torch.optim.SGD([w], lr=0.01)
+
+    def step():
+        optimizer.zero_grad()
+        loss = (w * w).sum()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return TorchStep(step, optimizer=optimizer)
+"""
+
+
+@pytest.fixture(scope="session")
+def hostile_run(tmp_path_factory):
+    """A study of one case of its own whose ``question`` is :data:`HOSTILE_QUESTION` and
+    whose plug-in raises :data:`HOSTILE_MESSAGE` at one of its two sizes, through the
+    workflow (torch on the CPU, quick timing), then Snakemake's own report of it.
+    Returns ``(workdir, config)``; the study is ``hostile``."""
+    workdir = tmp_path_factory.mktemp("hostile")
+    (workdir / "hostile.py").write_text(HOSTILE_PLUGIN)
+    config = {
+        "study": "hostile",
+        "sweep": {"frameworks": ["torch"], "devices": ["cpu"], "variants": ["eager"]},
+        "devices": {"cpu": {"threads": 2}},
+        "timing": {"min_block_s": 0.01, "blocks": 3, "max_warmup_s": 0.1, "max_point_s": 1.0},
+        "crossover": {"bootstrap": 200},
+        "cases": {
+            "hostile": {
+                "workload": "hostile.py",
+                "framework": "torch",
+                "question": HOSTILE_QUESTION,
+                "seed": {"batch": 4},
+                "axes": {"batch": [4, 8]},
+            }
+        },
+    }
+    path = workdir / "hostile.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_snakemake(workdir, "--configfile", str(path))
+    report = workdir / "reports/hostile/snakemake-report.zip"
+    run_snakemake(workdir, "--configfile", str(path), "--report", str(report))
+    return workdir, config
