@@ -25,6 +25,7 @@ from crossover_study.measure.probe import probe_record, write_probe
 from crossover_study.measure.rates_job import read_rates
 from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study import config as study_config
+from crossover_study.study import job_limits
 from crossover_study.study import points as study_points
 
 
@@ -86,8 +87,8 @@ def measure_job(
         policy=study_points.timing_policy(config),
         missing_device=config["missing_device"],
         config_hash=study_points.measurement_hash(config, case),
-        point_deadline_s=study_points.point_deadline_s(config),
-        contention=study_points.contention_policy(config),
+        point_deadline_s=job_limits.point_deadline_s(config),
+        contention=job_limits.contention_policy(config),
     )
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     job: dict = {}

@@ -30,7 +30,8 @@ from crossover_study.stepmodel import counts as step_counts
 from crossover_study.stepmodel import replay as step_replay
 from crossover_study.study import cases
 from crossover_study.study.applicability import NotApplicable
-from crossover_study.study.points import ContentionPolicy, TimingPolicy
+from crossover_study.study.job_limits import ContentionPolicy
+from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
 from crossover_study.workloads import Unavailable, precision
 

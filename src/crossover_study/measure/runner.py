@@ -45,7 +45,8 @@ from crossover_study.measure.watchdog import (
 from crossover_study.stepmodel import rates as step_rates
 from crossover_study.study import cases
 from crossover_study.study.applicability import NotApplicable
-from crossover_study.study.points import ContentionPolicy, TimingPolicy, logical_cpus
+from crossover_study.study.job_limits import ContentionPolicy
+from crossover_study.study.points import TimingPolicy, logical_cpus
 from crossover_study.study.programs import not_applicable_reason, program_or_none
 from crossover_study.study.spec import PointSpec, timings_columns
 from crossover_study.workloads import check_framework, check_tf32, precision
