@@ -98,6 +98,12 @@ def measure_point(
     A point ended at the job's point deadline (:class:`watchdog.PointDeadlineExceeded`,
     raised inside it) is an ``error`` row naming the deadline and where it stopped.
 
+    Threads: ``threads_timed`` are the intra-op threads in effect right after the timed
+    blocks (:func:`frameworks.threads_in_effect`); a program that set its own
+    (``torch.set_num_threads(16)`` in a plug-in's ``build``) was timed with those, and
+    its row says so (``threads_changed``, a ``message`` clause); the job's threads are
+    pinned again after the point (:func:`frameworks.restore_threads`).
+
     ``point_wall_s``: wall seconds of this call, everything the point cost the job
     (set-up, warm-up, timed blocks, checks, counts, replays, attribution, waits).
     """
@@ -107,6 +113,8 @@ def measure_point(
             row = _measure_point(point, policy, import_s, device_init_s, threads, contention)
         except PointDeadlineExceeded as exc:  # the job's point deadline (watchdog)
             row = deadline_row(exc, import_s, device_init_s, started)
+        finally:
+            frameworks.restore_threads(point.framework, threads)
         row["point_wall_s"] = time.perf_counter() - started
         if row["status"] in ("ok", "oom", "error"):
             row.update(precision.row_columns(point.framework, point.device))
@@ -267,6 +275,8 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         # step that cannot be traced is not_applicable), torch.compile's after the row.
         same = same_program_columns(point, workload, "before")
         m = measure(workload, policy)
+        # What the timed blocks ran with: a program may set its own threads.
+        threads_timed = frameworks.threads_in_effect(point.framework)
         # Contention: after the timed blocks; waits and measures once more if it must.
         m, contended = _unless_contended(m, workload, policy, contention, threads)
         # Where the step's time goes: one extra block, profiled after the timed ones.
@@ -300,6 +310,13 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
     contention_text = contended.pop("contention_text", None)
     if contention_text:
         messages.append(contention_text)
+    threads_changed = None if threads_timed is None else threads_timed != threads
+    if threads_changed:
+        messages.append(
+            f"timed with {threads_timed} CPU threads, not the job's {threads}: the program "
+            "set its own (torch.set_num_threads?); flagged, the job's threads are set again "
+            "for its next point"
+        )
     if nonfinite:
         messages.append(
             f"the loss is {m.final_loss} after the timed blocks: the program diverged, so "
@@ -334,6 +351,8 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         "host_load_end": m.host_load_end,
         "host_cpus_others": m.host_cpus_others,
         **contended,
+        "threads_timed": threads_timed,
+        "threads_changed": threads_changed,
         "step_page_faults": m.page_faults_per_step,
         "traces_first_step": m.traces_first_step,
         "traces_warmup": m.traces_warmup,
