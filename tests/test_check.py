@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 
 import pandas as pd
+import psutil
 import pytest
 
 from crossover_study.analysis.compare_runs import main as compare_main
 from crossover_study.audit.check import audit
+from crossover_study.core.paths import REPO_ROOT
 from crossover_study.reference import check_input
 from crossover_study.reference import quick_check as check
 
@@ -249,7 +255,7 @@ def test_two_checks_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
         "run_check",
         lambda config, case, absent, out, workdir: ran.append((config["study"], out)),
     )
-    argv = [str(check.REPO_ROOT / CNN), "--size", "batch=32", "--size", "channels=16", "--quick"]
+    argv = [str(REPO_ROOT / CNN), "--size", "batch=32", "--size", "channels=16", "--quick"]
     assert check.main(argv, "check") == 0 and check.main(argv, "check") == 0
     first, second = ran
     assert first[1] == tmp_path / "results" / "check-digits-cnn-20261205T070000Z"
@@ -275,3 +281,128 @@ def test_an_out_folder_that_exists_is_refused_in_one_line(capsys, tmp_path):
         "used before; give a new one (or leave --out out: results/check-<case>-<UTC time>/)"
     )
     assert (used / "timings.csv").read_text() == "kept\n" and len(list(used.iterdir())) == 1
+
+
+#: A plug-in whose first build (the check's first point) leaves a child process and a
+#: non-daemon thread running, and whose second build sleeps ``{sleep}`` s (issue 47
+#: items 2 and 9): ``{marker}`` names the child's unique argument and the file the first
+#: build leaves.
+LINGERS = """
+import pathlib
+import subprocess
+import threading
+import time
+
+import torch
+
+from crossover_study.plugin import TorchStep
+
+MARKER = pathlib.Path({marker!r})
+
+
+def build(device, batch):
+    subprocess.Popen(["sleep", MARKER.name])
+    threading.Thread(target=time.sleep, args=(600,)).start()
+    if MARKER.exists():
+        time.sleep({sleep})
+    MARKER.touch()
+    w = torch.ones(batch, requires_grad=True, device=device)
+
+    def step():
+        return (w * w).sum()
+
+    return TorchStep(step)
+"""
+
+
+def _lingering(tmp_path, sleep: float, *extra: str):
+    """The check of :data:`LINGERS` (2 points) as a process of its own session (as a
+    terminal runs a command), its output folder and its child's marker."""
+    marker = tmp_path / f"599.{os.getpid()}{len(extra)}{int(sleep)}"
+    (tmp_path / "lingers.py").write_text(LINGERS.format(marker=str(marker), sleep=sleep))
+    cmd = [sys.executable, "-m", "crossover_study", "check", "lingers.py", "--size", "batch=4"]
+    cmd += ["--quick", "--devices", "cpu", "--variants", "eager,read_loss_every_1000"]
+    cmd += ["--out", "check", *extra]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    return proc, tmp_path / "check", marker.name
+
+
+def _left_running(marker: str) -> list[int]:
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline", "status"])
+        if marker in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
+
+
+@pytest.mark.slow
+def test_a_plugin_that_leaves_a_thread_and_a_child_process_does_not_hang_the_check(tmp_path):
+    """Issue 47 item 2: both points measured, then the check returns (it hung), its
+    folder complete, and the processes the plug-in left are gone."""
+    proc, out, marker = _lingering(tmp_path, 0)
+    stdout, stderr = proc.communicate(timeout=400)
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    assert set(pd.read_csv(out / "timings.csv")["status"]) == {"ok"}
+    assert json.loads((out / "manifest.json").read_text()).get("incomplete") is None
+    assert _left_running(marker) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_check_keeps_what_was_measured_marked_incomplete(tmp_path):
+    """Issue 47 item 9: Ctrl-C (SIGINT to the check's process group, as a terminal
+    sends it) while the second point builds: one line, no traceback, the folder holds
+    the first point and says it is incomplete, and its audit says so."""
+    proc, out, marker = _lingering(tmp_path, 600)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "[1/2 " in line:  # the first point's progress line
+            break
+    time.sleep(3)  # into the second point's build
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    printed = "".join(lines) + stdout + stderr
+    assert proc.returncode == 130, printed[-4000:]
+    assert "Traceback" not in printed and "KeyboardInterrupt" not in printed
+    assert stderr.strip().splitlines()[-1] == (
+        f"crossover-study check: interrupted after 1 of 2 points; {out} holds what was "
+        "measured, marked incomplete"
+    )
+    timings = pd.read_csv(out / "timings.csv").set_index("variant")
+    assert timings.loc["eager", "status"] == "ok"
+    assert timings.loc["read_loss_every_1000", "status"] == "unavailable"
+    assert "the job was interrupted (SIGINT)" in timings.loc["read_loss_every_1000", "message"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["incomplete"] == {
+        "reason": "interrupted (Ctrl-C)",
+        "points_measured": 1,
+        "points": 2,
+    }
+    report = audit(out)
+    assert report.ok, report.text()
+    assert "note incomplete run" in report.text()
+    assert "1 of 2 points measured; interrupted (Ctrl-C)" in report.text()
+    assert _left_running(marker) == []
+
+
+@pytest.mark.slow
+def test_a_check_past_its_job_deadline_ends_with_one_line(tmp_path):
+    """Issue 47 item 2's deadline through the check: the second point's build sleeps
+    past --job-deadline; the job ends with its line naming the deadline, the check
+    collects the first point, marks its folder incomplete and says so in one line."""
+    proc, out, marker = _lingering(tmp_path, 600, "--job-deadline", "25")
+    stdout, stderr = proc.communicate(timeout=400)
+    assert proc.returncode == 1, stdout[-3000:] + stderr[-3000:]
+    assert "ended at its deadline (timing.job_deadline_s=25 s)" in stdout
+    assert stderr.strip().splitlines()[-1] == (
+        f"crossover-study check: incomplete: 1 of 2 points measured; {out} holds what was "
+        "measured, marked incomplete"
+    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "timing.job_deadline_s=25 s" in manifest["incomplete"]["reason"]
+    assert audit(out).ok
+    assert _left_running(marker) == []

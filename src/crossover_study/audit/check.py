@@ -251,6 +251,15 @@ def audit(target: str | Path, strict: bool = False, regenerate: bool = True) -> 
     except (ValueError, KeyError) as exc:
         report.add("FAIL", "unreadable manifest", target / MANIFEST_NAME, str(exc))
         return report
+    incomplete = manifest.get("incomplete") if isinstance(manifest, dict) else None
+    if incomplete:  # a check interrupted or a job ended early: what it holds is partial
+        what = incomplete.get("reason") if isinstance(incomplete, dict) else incomplete
+        counted = (
+            f"{incomplete.get('points_measured')} of {incomplete.get('points')} points measured; "
+            if isinstance(incomplete, dict) and "points" in incomplete
+            else ""
+        )
+        report.add("note", "incomplete run", target, f"{counted}{what}")
     # A study's re-derivations use its own cases (case_registry.use); the caller's
     # registry (a report's study, the paper's seeds) is put back afterwards.
     with case_registry.kept():

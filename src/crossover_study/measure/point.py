@@ -96,7 +96,9 @@ def measure_point(
     waited) and ``remeasured``; :func:`_unless_contended`.
 
     A point ended at the job's point deadline (:class:`watchdog.PointDeadlineExceeded`,
-    raised inside it) is an ``error`` row naming the deadline and where it stopped.
+    raised inside it) is an ``error`` row naming the deadline and where it stopped; a
+    program that calls ``sys.exit`` gives an ``error`` row naming the call
+    (:func:`_exit_row`), and the job goes on.
 
     Threads: ``threads_timed`` are the intra-op threads in effect right after the timed
     blocks (:func:`frameworks.threads_in_effect`); a program that set its own
@@ -202,6 +204,22 @@ def _error_row(exc: BaseException, point: PointSpec, import_s, device_init_s, st
     }
 
 
+def _exit_row(exc: SystemExit, point: PointSpec, import_s, device_init_s, started) -> dict:
+    """The row of ``point``, whose program called ``sys.exit`` (``exit``, ``quit``: a
+    :class:`SystemExit` raised in the point): ``error``, its ``message`` naming the call
+    with its argument (at most 200 characters of it) and where it was made
+    (:func:`raised_where`), e.g. ``the program called sys.exit(3) (raised in the plug-in
+    at mine.py:9 in step)``; the whole traceback in the job's log (:func:`_error_row`).
+    Recorded so that the job goes on with its next point instead of ending."""
+    row = _error_row(exc, point, import_s, device_init_s, started)
+    where = raised_where(exc, _plugin_file(point))
+    row["message"] = (
+        f"the program called sys.exit({repr(exc.code)[:200]}), which would have ended the "
+        "measuring job; recorded as this point's error" + (f" ({where})" if where else "")
+    )
+    return row
+
+
 class _JobWait:
     """Seconds this measuring process (one job) has waited for a quiet machine, so that
     a machine busy throughout costs at most ``ContentionPolicy.job_wait_s`` per job."""
@@ -266,6 +284,8 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
     except (errors.DeviceMissingError, Unavailable) as reason:
         return {"status": "unavailable", "message": str(reason), "import_s": import_s}
+    except SystemExit as exc:  # sys.exit() while importing or building: the point's end only
+        return _exit_row(exc, point, import_s, device_init_s, started)
     except Exception as exc:  # noqa: BLE001 - a plug-in that fails to import or build
         return _error_row(exc, point, import_s, device_init_s, started)
     policy = dataclasses.replace(policy, synced=point.timing == "synced")
@@ -293,6 +313,8 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         counts["replay_s"] = time.perf_counter() - replayed
     except NotApplicable as reason:  # known once a plug-in's builder said what it built
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
+    except SystemExit as exc:  # sys.exit() in the step: this point's error, not the job's end
+        return _exit_row(exc, point, import_s, device_init_s, started)
     except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded
         return _error_row(exc, point, import_s, device_init_s, started)
     finally:

@@ -206,6 +206,8 @@ def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]
         raw["sweep"]["extras_at"] = "all"  # the variants at the sizes given too
     if args.quick:
         raw["timing"] = dict(QUICK_TIMING)
+    if getattr(args, "job_deadline", None) is not None:  # checked by the schema below
+        raw.setdefault("timing", {})["job_deadline_s"] = args.job_deadline
     try:
         study_config.validate_config(raw)  # the case must be known to list its variants
     except study_file.ConfigError as error:

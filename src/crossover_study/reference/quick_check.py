@@ -2,7 +2,7 @@
 
     crossover-study check FILE.py --size batch=32 --size channels=16
         [--framework torch|tensorflow] [--devices cpu,cuda] [--variants eager,compile]
-        [--out DIR] [--quick]
+        [--out DIR] [--quick] [--job-deadline SECONDS]
     crossover-study check s001-mlp [--size hidden=128]
 
 What a study does for one case at one size, in one command: an in-memory study config
@@ -25,7 +25,10 @@ A device class asked for but absent (no NVIDIA GPU listed by NVML or nvidia-smi 
 process is started for it (never a CPU timing under its name). Bad input exits with
 status 2 and one line before anything is timed
 (:class:`crossover_study.reference.check_input.CheckError`; the input is checked and made
-a study config by :mod:`crossover_study.reference.check_input`).
+a study config by :mod:`crossover_study.reference.check_input`). The folder is the
+check's own (never one used before). A job that ends before its points are measured
+(its deadline, a failure) or Ctrl-C leaves the folder holding what was measured, its
+manifest and ``answer.json`` marked ``incomplete``, and one line saying so.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -43,6 +47,7 @@ import yaml
 
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.core.progress import for_terminal
+from crossover_study.measure.journal import FINAL
 from crossover_study.reference.check_input import (
     CheckError,
     build_config,
@@ -63,43 +68,72 @@ from crossover_study.study import cases
 from crossover_study.study import points as study_points
 
 
-def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> float:
+def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> list[str]:
     """One measuring job as its own ``crossover-study measure-job`` process
-    (the measure rule's code), its progress lines (:func:`progress.for_terminal`) through
-    ``progress``; writes the Snakemake-style benchmark file beside the job's log.
-    Returns its wall seconds."""
+    (the measure rule's code, under its supervisor: the job ends when its points are
+    done, or at its deadline), its progress lines (:func:`progress.for_terminal`) through
+    ``progress``; writes the Snakemake-style benchmark file beside the job's log, also
+    after Ctrl-C (:func:`_process`), then raises KeyboardInterrupt again. Returns the
+    job's ``job failed`` lines (none when it measured every point)."""
     paths = job_files(out, out / "logs", job)
-    wall = _process(job_command(config_path, job, paths), progress)
+    wall, failed, interrupted = _process(job_command(config_path, job, paths), progress)
     write_benchmark(paths["bench"], wall)
-    return wall
+    if interrupted:
+        raise KeyboardInterrupt
+    return failed
 
 
 def _rates(config_path: Path, out: Path, framework: str, device: str, progress: Progress) -> None:
     """The rates job of ``framework`` on ``device`` as its own ``python -m
     crossover_study.measure.rates_job`` process (the rates rule's code), before that pair's
-    measuring jobs, which read its file; its benchmark file beside theirs."""
+    measuring jobs, which read its file; its benchmark file beside theirs (Ctrl-C: as
+    :func:`_measure`)."""
     paths = rates_files(out, out / "logs", framework, device)
-    write_benchmark(
-        paths["bench"], _process(rates_command(config_path, framework, device, paths), progress)
-    )
+    wall, _, interrupted = _process(rates_command(config_path, framework, device, paths), progress)
+    write_benchmark(paths["bench"], wall)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
-def _process(cmd: list, progress: Progress) -> float:
+def _process(cmd: list, progress: Progress) -> tuple[float, list[str], bool]:
     """Run ``cmd`` with this repository's ``src`` first on its path, passing its point
-    lines and failures through ``progress``. Returns its wall seconds."""
+    lines and failures through ``progress``. Returns its wall seconds, its lines that
+    start ``job failed`` and whether Ctrl-C stopped it.
+
+    Ctrl-C: the terminal's SIGINT reaches ``cmd`` too (one process group); a SIGINT sent
+    to this process alone is passed on to it. A measuring job then writes its table
+    from its journal and exits (:mod:`crossover_study.measure.supervisor`), and its last
+    lines are passed on; a second Ctrl-C kills it."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
     }
     started = time.time()
-    with subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as proc:
-        for line in proc.stdout:
+    failed: list[str] = []
+    interrupted = False
+
+    def passed(lines) -> None:
+        for line in lines:
             line = line.rstrip("\n")
             if for_terminal(line):
                 progress.line(line)
-    return time.time() - started
+            if line.startswith("job failed"):
+                failed.append(line)
+
+    with subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        try:
+            passed(proc.stdout)
+        except KeyboardInterrupt:
+            interrupted = True
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+            try:
+                passed(proc.stdout)
+            except KeyboardInterrupt:  # a second Ctrl-C: the job is not waited for
+                proc.kill()
+    return time.time() - started, failed, interrupted
 
 
 def _unstarted(config: dict, out: Path, job: tuple, why: str) -> None:
@@ -139,7 +173,12 @@ def _fd_stderr_to(path: Path):
 
 def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdir: Path) -> dict:
     """Measure, collect, answer and record the check in ``out`` (see the module
-    docstring); prints one line per point and the answer. Returns the answer (dict)."""
+    docstring); prints one line per point and the answer. Returns the answer (dict),
+    whose ``incomplete`` is None, or ``{"reason", "points_measured", "points"}`` when a
+    job ended before its points were measured (its deadline, a failure) or the check
+    was interrupted (Ctrl-C: the jobs not started are left out, the one running writes
+    its table from its journal); the manifest and ``answer.json`` say so too. Raises
+    RuntimeError when no job wrote its table."""
     from crossover_study.analysis.crossover import write_crossover
     from crossover_study.analysis.tables import collect_study
     from crossover_study.answers.check_text import answer, answer_lines
@@ -166,19 +205,24 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
     measured = [j for j in jobs if j[2] not in absent]
     total = sum(len(study_points.batches(config, *j[:3])[j[3]]) for j in measured)
     progress = Progress(total, time.time())
-    rated = set()
-    for job in jobs:
-        if job[2] in absent:
-            _unstarted(config, out, job, f"not visible on this machine: {absent[job[2]]}")
-            continue
-        if job[1:3] not in rated:  # once per framework and device, before its jobs
-            _rates(config_path, out, job[1], job[2], progress)
-            rated.add(job[1:3])
-        _measure(config_path, out, job, progress)
+    rated, failed, interrupted = set(), [], False
+    try:
+        for job in jobs:
+            if job[2] in absent:
+                _unstarted(config, out, job, f"not visible on this machine: {absent[job[2]]}")
+                continue
+            if job[1:3] not in rated:  # once per framework and device, before its jobs
+                _rates(config_path, out, job[1], job[2], progress)
+                rated.add(job[1:3])
+            failed += _measure(config_path, out, job, progress)
+    except KeyboardInterrupt:
+        interrupted = True
     files = [job_files(out, out / "logs", j) for j in jobs]
     done = [f for f in files if f["csv"].is_file() and f["probe"].is_file()]
     if not done:
-        raise RuntimeError(f"no measuring job wrote its table; see {out / 'logs'}")
+        raise (KeyboardInterrupt if interrupted else RuntimeError)(
+            f"no measuring job wrote its table; see {out / 'logs'}"
+        )
     timings, _, _ = collect_study(
         [f["csv"] for f in done],
         [f["probe"] for f in done],
@@ -195,6 +239,11 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
         seed=config["crossover"]["seed"],
     )
     result = answer(timings, crossover, case, absent, sweep_path)
+    kept = timings[~timings["device"].isin(list(absent)) & timings["status"].isin(FINAL)]
+    result["incomplete"] = None
+    if interrupted or failed:
+        reason = "interrupted (Ctrl-C)" if interrupted else "; ".join(failed)
+        result["incomplete"] = {"reason": reason, "points_measured": len(kept), "points": total}
     write_json(result, out / "answer.json")
     manifest = unreported_manifest(
         config,
@@ -203,7 +252,10 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
         out,
         point_tables=[f["csv"] for f in done],
         probe_records=[f["probe"] for f in done],
-        extra={"check": {"answer": "answer.json", "sweep_study": "sweep.yaml"}},
+        extra={
+            "check": {"answer": "answer.json", "sweep_study": "sweep.yaml"},
+            **({"incomplete": result["incomplete"]} if result["incomplete"] else {}),
+        },
     )
     write_json(manifest, out / "manifest.json")
     write_crate(
@@ -212,15 +264,19 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
         out=out / "ro-crate-metadata.json",
         manifest_path=out / "manifest.json",
     )
-    for line in answer_lines(result):
-        print(line, flush=True)
-    print(f"wrote {out} (timings.csv, answer.json, manifest.json; crossover-study audit {out})")
+    if not interrupted:
+        for line in answer_lines(result):
+            print(line, flush=True)
+        print(f"wrote {out} (timings.csv, answer.json, manifest.json; crossover-study audit {out})")
     return result
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Command line (see the module docstring). Returns 0, 2 for bad input (one line on
-    stderr, nothing timed), 1 when no job wrote its table."""
+    """Command line (see the module docstring). Returns 0; 2 for bad input (one line on
+    stderr, nothing timed); 1 when no job wrote its table, or a job ended before its
+    points were measured (its deadline, a failure: one line, the folder marked
+    incomplete); 130 after Ctrl-C (one line: how many points were measured, the folder
+    marked incomplete)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("target", help="a plug-in file (FILE.py) or a seed case (s001-mlp)")
     parser.add_argument(
@@ -241,6 +297,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="short timing (3 short blocks, no block-length check)"
     )
+    parser.add_argument(
+        "--job-deadline",
+        type=float,
+        metavar="SECONDS",
+        help="end a device's measuring job after this long, keeping what it measured "
+        "(default: the device class's runtime, 60 minutes)",
+    )
     args = parser.parse_args(argv)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     try:
@@ -257,9 +320,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     config["study"] = config["study"] if args.out else out.name
     cwd = Path.cwd().resolve()
     workdir = cwd if out.is_relative_to(cwd) and out != cwd else out.parent
+    name = prog or "check"
     try:
-        run_check(config, case, absent, out, workdir)
+        result = run_check(config, case, absent, out, workdir)
+    except KeyboardInterrupt as stopped:  # before a job wrote its table, or after collecting
+        why = str(stopped) or f"{out} holds what was measured, without a manifest"
+        print(f"{name}: interrupted; {why}", file=sys.stderr)
+        return 130
     except RuntimeError as error:
-        print(f"{prog or 'check'}: {error}", file=sys.stderr)
+        print(f"{name}: {error}", file=sys.stderr)
         return 1
-    return 0
+    incomplete = result["incomplete"]
+    if incomplete is None:
+        return 0
+    measured = f"{incomplete['points_measured']} of {incomplete['points']} points"
+    holds = f"{out} holds what was measured, marked incomplete"
+    if incomplete["reason"].startswith("interrupted"):
+        print(f"{name}: interrupted after {measured}; {holds}", file=sys.stderr, flush=True)
+        return 130
+    print(f"{name}: incomplete: {measured} measured; {holds}", file=sys.stderr, flush=True)
+    return 1
