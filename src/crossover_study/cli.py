@@ -30,10 +30,12 @@ import importlib
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from crossover_study.core.errors import describe_os_error, disk_error
 from crossover_study.core.paths import REPO_ROOT
 
 PROG = "crossover-study"
@@ -83,6 +85,10 @@ def _study(argv: list[str], prog: str) -> int:
     directory = Path(args.directory).resolve()
     if not directory.is_dir():
         parser.error(f"--directory {args.directory}: no such folder")
+    try:  # Snakemake's own error names no cause: a read-only folder is said here
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as exc:
+        parser.error(f"--directory {directory}: cannot write there: {describe_os_error(exc)}")
     snakefile = directory / "Snakefile"
     if not snakefile.is_file():
         snakefile = REPO_ROOT / "Snakefile"
@@ -233,7 +239,9 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Route ``argv`` (default: the process's arguments) to a subcommand. Returns its
-    exit status; 0 after ``--help``, 2 with the usage for no or an unknown command."""
+    exit status; 0 after ``--help``, 2 with the usage for no or an unknown command, 1
+    with one line naming the cause and the path when a disk takes no more writes (full,
+    read-only: :func:`crossover_study.core.errors.describe_os_error`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("-h", "--help"):
         print(usage())
@@ -243,4 +251,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {problem}\n\n{usage()}", file=sys.stderr)
         return 2
     name, rest = argv[0], argv[1:]
-    return COMMANDS[name].run(rest, f"{PROG} {name}")
+    try:
+        return COMMANDS[name].run(rest, f"{PROG} {name}")
+    except OSError as exc:  # a full or read-only disk: one line, not a traceback
+        if not disk_error(exc):
+            raise
+        print(
+            f"{PROG} {name}: cannot write: {describe_os_error(exc)}; what was written before "
+            "is kept",
+            file=sys.stderr,
+        )
+        return 1

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
+from crossover_study.core.errors import describe_os_error, disk_error
 from crossover_study.core.progress import job_line
 from crossover_study.measure.journal import JournalBusy, adopt, hold
 from crossover_study.measure.probe import probe_record, write_probe
@@ -32,6 +33,10 @@ from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study import config as study_config
 from crossover_study.study import job_limits
 from crossover_study.study import points as study_points
+
+#: What a job that could not write says is kept: each point is journaled (and synced)
+#: as it finishes.
+KEPT = "the points measured before are kept in its journal; a rerun measures the rest"
 
 
 def measure_job(
@@ -104,7 +109,8 @@ def measure_job(
     with open(log_path, "a") as log, contextlib.ExitStack() as held:
 
         def say(text: str) -> None:
-            print(text, file=log, flush=True)
+            with contextlib.suppress(OSError):  # a full disk: the line is still echoed
+                print(text, file=log, flush=True)
             if echo is not None:
                 echo(text)
 
@@ -133,7 +139,10 @@ def measure_job(
                     stacks=log,
                 )
         except Exception as exc:
-            say(f"job failed: {type(exc).__name__}: {exc}")
+            if disk_error(exc):  # a full or read-only disk: its cause and path in words
+                say(f"job failed: cannot write: {describe_os_error(exc)}; {KEPT}")
+            else:
+                say(f"job failed: {type(exc).__name__}: {exc}")
             raise
         finally:
             # After the measurement: the probe imports the framework's device queries,
@@ -259,7 +268,12 @@ def worker(raw: Mapping, args, threads: int, files: tuple) -> NoReturn:
         send({"end": "done"})
         status = 0
     except BaseException as exc:  # noqa: BLE001 - measure_job logged its "job failed" line
-        send({"end": "failed", "why": f"{type(exc).__name__}: {exc}"})
+        why = (
+            f"cannot write: {describe_os_error(exc)}; {KEPT}"
+            if disk_error(exc)
+            else f"{type(exc).__name__}: {exc}"
+        )
+        send({"end": "failed", "why": why})
     finally:
         for stream in (sys.stdout, sys.stderr, control):
             with contextlib.suppress(OSError, ValueError):

@@ -174,7 +174,8 @@ class _Job:
 
     def say(self, text: str) -> None:
         """One line to the job's log and, when given, to ``echo``."""
-        print(text, file=self.log, flush=True)
+        with contextlib.suppress(OSError):  # a full disk: the line is still echoed
+            print(text, file=self.log, flush=True)
         if self.echo is not None:
             self.echo(text)
 

@@ -45,6 +45,7 @@ from pathlib import Path
 
 import yaml
 
+from crossover_study.core.errors import describe_os_error, disk_error
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.core.progress import for_terminal
 from crossover_study.measure.journal import FINAL
@@ -329,6 +330,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 130
     except RuntimeError as error:
         print(f"{name}: {error}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a full or read-only disk: one line, what was measured kept
+        if not disk_error(exc):
+            raise
+        print(
+            f"{name}: cannot write: {describe_os_error(exc)}; {out} keeps what was measured "
+            "(its journals hold every point measured)",
+            file=sys.stderr,
+        )
         return 1
     incomplete = result["incomplete"]
     if incomplete is None:
