@@ -29,7 +29,9 @@ checks that each table and figure derives from the recorded results:
   byte (when matplotlib is the recorded version).
 
 Changed code, config files, data files or package versions since the run are notes
-(``--strict`` makes them failures). Exit status: 0 when nothing failed, 1 otherwise,
+(``--strict`` makes them failures); so is a manifest's ``incomplete`` (a check
+interrupted, or one of its jobs ended at its deadline: not every point asked for was
+measured). Exit status: 0 when nothing failed, 1 otherwise,
 2 when there was nothing to audit.
 
 The checks live beside this module: the report model in

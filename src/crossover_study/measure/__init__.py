@@ -1,4 +1,5 @@
 """One measuring job, from pinned threads to the job's table and probe record: the timing
 harness, the GPU's state, the per-point watchdog, the journal, the frameworks' set-up
 and device probe, one point's measurement, the runner of a group, the rates job, the
-measuring job and the timer agreement."""
+measuring job, its supervisor (the job ends when its points are done) and the timer
+agreement."""
