@@ -7,6 +7,7 @@ timed so, and flagged."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -233,3 +234,39 @@ def test_a_plugin_that_keeps_the_threads_is_not_flagged(tmp_path):
     assert row["threads_timed"] == 1 and row["threads_changed"] is False
     assert "CPU threads" not in (row["message"] or "")
     assert "threads" not in flag_text(pd.DataFrame([row]))
+
+
+@pytest.mark.slow
+def test_a_job_killed_from_outside_leaves_nothing_measuring(tmp_path):
+    """The job's own process SIGKILLed (a scheduler, a runner's deadline) while a build
+    sleeps: its measuring process and what the plug-in started end with it (nothing
+    measures on, nothing holds the journal)."""
+    marker = f"599.{os.getpid()}3"
+    cmd, files = _job(tmp_path, [4, 8], marker)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    job = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    for line in job.stdout:
+        if "batch=4: ok" in line:
+            break
+    time.sleep(2)  # into the second build, which sleeps
+    assert _left_running(marker)
+    job.kill()
+    job.wait()
+    deadline = time.monotonic() + 10
+    while (_left_running(marker) or not _free(files["journal"])) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _left_running(marker) == []
+    assert _free(files["journal"])  # the lock went with them: a rerun may measure
+
+
+def _free(journal: Path) -> bool:
+    """Whether no process holds the journal's lock."""
+    with open(journal) as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        return True

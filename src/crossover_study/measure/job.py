@@ -225,6 +225,21 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     return 0
 
 
+def _die_with(supervisor: int) -> None:
+    """End this process's group (this process and whatever the measured program started)
+    should ``supervisor`` (its parent) be gone: nothing may go on measuring, nor hold the
+    journal, once the job's own process was killed (a scheduler's SIGKILL, a runner's
+    deadline). A daemon thread looks five times a second. (The kernel's
+    ``PR_SET_PDEATHSIG`` would end this process alone and leave its children running.)"""
+
+    def orphaned() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(0.2)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=orphaned, daemon=True, name="supervisor-watch").start()
+
+
 def worker(raw: Mapping, args, threads: int, files: tuple) -> NoReturn:
     """The supervisor's measuring process: :func:`measure_job` in this process, the
     journal held through the supervisor's lock (``args.lock_fd``,
@@ -238,13 +253,7 @@ def worker(raw: Mapping, args, threads: int, files: tuple) -> NoReturn:
     control = os.fdopen(args.control_fd, "w", buffering=1)
     adopt(args.journal, args.lock_fd)
     supervisor = os.getppid()
-
-    def orphaned() -> None:  # the supervisor was killed: nothing may measure on
-        while os.getppid() == supervisor:
-            time.sleep(1.0)
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-
-    threading.Thread(target=orphaned, daemon=True, name="supervisor-watch").start()
+    _die_with(supervisor)
 
     def send(message: dict) -> None:
         with contextlib.suppress(OSError, ValueError):
