@@ -25,7 +25,7 @@ reading its log lines over a pipe:
   the OOM killer, a preempted node) leaves its point to a rerun and fails the job, as a
   job's single process did.
 - The whole job has a deadline (``timing.job_deadline_s``; left out, the device class's
-  runtime: :func:`crossover_study.study.job_limits.job_deadline_s`). Past it, or on
+  runtime's 90 %: :func:`crossover_study.study.job_limits.job_deadline_s`). Past it, or on
   SIGINT (Ctrl-C), SIGTERM or SIGHUP, the worker's group is ended, one last worker that
   measures nothing writes the job's table and probe record from the journal (the points
   not measured are ``unavailable`` rows saying why, which a rerun measures), and the
@@ -260,6 +260,8 @@ class _Job:
             try:
                 message = json.loads(line)
             except ValueError:
+                continue
+            if not isinstance(message, dict):
                 continue
             if "line" in message and self.echo is not None:
                 self.echo(message["line"])

@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         type=float,
         metavar="SECONDS",
         help="end a device's measuring job after this long, keeping what it measured "
-        "(default: the device class's runtime, 60 minutes)",
+        "(default: 90%% of the device class's runtime, 54 minutes)",
     )
     args = parser.parse_args(argv)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

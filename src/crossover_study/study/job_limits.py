@@ -79,15 +79,21 @@ def contention_policy(config: Mapping[str, Any]) -> ContentionPolicy:
     )
 
 
+#: The share of a device class's ``runtime`` a job may run when ``timing.job_deadline_s``
+#: is left out: the rest (6 of 60 minutes) is for writing its table from its journal
+#: before Slurm's own limit, which would end it without a line.
+RUNTIME_SHARE = 0.9
+
+
 def job_deadline_s(config: Mapping[str, Any], device: str) -> float | None:
     """Seconds a whole measuring job of ``device``'s class may run before it is ended
     (``timing.job_deadline_s``; None: no deadline): its points measured so far are kept
     and the rest left to a rerun (:mod:`crossover_study.measure.supervisor`). Left out
-    of a config it is the class's ``devices.<device>.runtime`` (minutes, 60 by default:
-    what Slurm grants the job), so that a job ends itself with its own line, its table
-    written, before a scheduler would kill it without one; a local run has the same
-    limit (60 minutes for a class the config does not give)."""
+    of a config it is :data:`RUNTIME_SHARE` of the class's ``devices.<device>.runtime``
+    (minutes, 60 by default: what Slurm grants the job), so that a job ends itself with
+    its own line, its table written, before a scheduler would kill it without one; a
+    local run has the same limit (60 minutes for a class the config does not give)."""
     t = config["timing"]
     if "job_deadline_s" in t:
         return t["job_deadline_s"]
-    return 60.0 * config.get("devices", {}).get(device, {}).get("runtime", 60)
+    return RUNTIME_SHARE * 60.0 * config.get("devices", {}).get(device, {}).get("runtime", 60)
