@@ -6,8 +6,6 @@ estimated (the numbers come from :mod:`crossover_study.answers.rows`).
 
 from __future__ import annotations
 
-import html
-
 #: Display characters (kept as escapes so linters do not mistake them for x and -).
 TIMES = "\u00d7"
 EN_DASH = "\u2013"
@@ -36,15 +34,18 @@ def fmt_ratio(ratio: float) -> str:
 def report_markdown(text: str) -> str:
     """``text``, Markdown the report displays (its sentences, which quote texts of the
     study file and its plug-ins: a case's ``question``, messages, exception texts), made
-    safe to render as HTML, however those texts read. ``&``, ``<`` and ``>`` are escaped
-    by :func:`html.escape`, so that no text becomes a tag (``<script>`` or ``<img
-    onerror=...>`` shows as the text it is); ``[`` and ``]`` become character
-    references (``&#91;``, ``&#93;``), which Markdown shows as brackets but never reads
-    as its syntax, so that no text becomes a link or an image (nbconvert's Markdown
-    renderer keeps ``javascript:`` URLs; a backslash escape could itself be escaped by a
-    backslash in the text). The report's own sentences use no HTML, no links and no code
-    span holding ``<``, ``>``, ``&`` or brackets (inside a code span a reference shows
-    as written), so they read as before. Hand-rolled beside :func:`html.escape` because
-    nbconvert's own sanitiser (``HTMLExporter.sanitize_html``) also escapes the tables
-    and headings the report is made of."""
-    return html.escape(text, quote=False).replace("[", "&#91;").replace("]", "&#93;")
+    safe to render as HTML, however those texts read. ``&`` and ``<`` become character
+    references, so that no text opens a tag or names an entity (``<script>`` or ``<img
+    onerror=...>`` shows as the text it is); ``[`` and ``]`` too, which Markdown shows as
+    brackets but never reads as its syntax, so that no text becomes a link or an image
+    (nbconvert's Markdown renderer keeps ``javascript:`` URLs; a backslash escape could
+    itself be escaped by a backslash in the text). ``>`` opens nothing and stays, so an
+    arrow (``1.50 -> 3.20``) reads as written in the notebook too. The report's own
+    sentences use no HTML, no links and no code span holding ``<``, ``&`` or brackets
+    (inside a code span a reference shows as written), so they read as before.
+    Hand-rolled: :func:`html.escape` would also turn ``>`` into a reference, and
+    nbconvert's own sanitiser (``HTMLExporter.sanitize_html``) escapes the tables and
+    headings the report is made of."""
+    for character, reference in (("&", "&amp;"), ("<", "&lt;"), ("[", "&#91;"), ("]", "&#93;")):
+        text = text.replace(character, reference)
+    return text
