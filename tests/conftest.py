@@ -212,11 +212,13 @@ def hard_timeout(request):
     faulthandler.cancel_dump_traceback_later()
 
 
-def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run this repository's workflow in ``workdir`` (2 cores); raise with the output
-    when it fails and ``check``."""
+def run_snakemake(
+    workdir: Path, *args: str, check: bool = True, snakefile: Path = REPO_ROOT / "Snakefile"
+) -> subprocess.CompletedProcess:
+    """Run this repository's workflow (or ``snakefile``'s: a copy of the checkout) in
+    ``workdir`` (2 cores); raise with the output when it fails and ``check``."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    cmd = [str(SNAKEMAKE), "-s", str(REPO_ROOT / "Snakefile"), "-d", str(workdir), "--cores", "2"]
+    cmd = [str(SNAKEMAKE), "-s", str(snakefile), "-d", str(workdir), "--cores", "2"]
     result = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=900)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
@@ -241,20 +243,97 @@ def slurm_dry_run(workdir: Path, study: Path) -> str:
     return out
 
 
+def copy_checkout(dest: Path) -> Path:
+    """A copy of this checkout's files in ``dest`` (tracked and untracked, git's ignored
+    ones left out: no .venv, no results of runs), as a clone there would hold them."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (n.decode() for n in listed)):
+        source = REPO_ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
-    """The smoke study, plus cuda in the sweep (not visible here: unavailable rows), in a
-    working directory holding a copy of the committed reference runs
-    (``results/reference/``, as in a checkout), which the report draws beside it.
+    """The smoke study, plus cuda in the sweep (not visible here: unavailable rows), run
+    as a user runs it in a clone whose folder is named ``a dir é`` (a space and a
+    non-ASCII letter: every path the workflow hands a shell must be quoted, issue 47):
+    this checkout's files copied there, its workflow run there, with the committed
+    reference runs (``results/reference/``), which the report draws beside it.
 
-    Returns ``(workdir, config)``. Tests must not change files in ``workdir``; copy it
-    (``shutil.copytree``) to edit results.
+    Returns ``(workdir, config)``: ``workdir`` is the clone. Tests must not change files
+    in ``workdir``; copy it (``shutil.copytree``) to edit results.
     """
-    workdir = tmp_path_factory.mktemp("smoke")
-    shutil.copytree(REPO_ROOT / "results" / "reference", workdir / "results" / "reference")
+    workdir = copy_checkout(tmp_path_factory.mktemp("smoke") / "a dir é")
     config = yaml.safe_load((REPO_ROOT / "config/studies/smoke.yaml").read_text())
     config["sweep"]["devices"] = ["cpu", "cuda"]
     path = workdir / "smoke.yaml"
     path.write_text(yaml.safe_dump(config))
+    run_snakemake(workdir, "--configfile", str(path), snakefile=workdir / "Snakefile")
+    return workdir, config
+
+
+#: Issue 47 item 1: a case's question that would run two scripts if rendered as HTML,
+#: and an exception text of its plug-in that would run a third and link a fourth.
+HOSTILE_QUESTION = "<script>window.__pwned=1</script><img src=x onerror=window.__pwned2=1>"
+HOSTILE_MESSAGE = "<img src=x onerror=window.__pwned3=1> [here](javascript:window.__pwned4=1)"
+HOSTILE_PLUGIN = f"""
+import torch
+
+from crossover_study.plugin import TorchStep
+
+
+def build(device, batch):
+    if batch == 8:
+        raise ValueError({HOSTILE_MESSAGE!r})
+    w = torch.ones(batch, requires_grad=True, device=device)
+    optimizer = torch.optim.SGD([w], lr=0.01)
+
+    def step():
+        optimizer.zero_grad()
+        loss = (w * w).sum()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return TorchStep(step, optimizer=optimizer)
+"""
+
+
+@pytest.fixture(scope="session")
+def hostile_run(tmp_path_factory):
+    """A study of one case of its own whose ``question`` is :data:`HOSTILE_QUESTION` and
+    whose plug-in raises :data:`HOSTILE_MESSAGE` at one of its two sizes, through the
+    workflow (torch on the CPU, quick timing), then Snakemake's own report of it.
+    Returns ``(workdir, config)``; the study is ``hostile``."""
+    workdir = tmp_path_factory.mktemp("hostile")
+    (workdir / "hostile.py").write_text(HOSTILE_PLUGIN)
+    config = {
+        "study": "hostile",
+        "sweep": {"frameworks": ["torch"], "devices": ["cpu"], "variants": ["eager"]},
+        "devices": {"cpu": {"threads": 2}},
+        "timing": {"min_block_s": 0.01, "blocks": 3, "max_warmup_s": 0.1, "max_point_s": 1.0},
+        "crossover": {"bootstrap": 200},
+        "cases": {
+            "hostile": {
+                "workload": "hostile.py",
+                "framework": "torch",
+                "question": HOSTILE_QUESTION,
+                "seed": {"batch": 4},
+                "axes": {"batch": [4, 8]},
+            }
+        },
+    }
+    path = workdir / "hostile.yaml"
+    path.write_text(yaml.safe_dump(config))
     run_snakemake(workdir, "--configfile", str(path))
+    report = workdir / "reports/hostile/snakemake-report.zip"
+    run_snakemake(workdir, "--configfile", str(path), "--report", str(report))
     return workdir, config

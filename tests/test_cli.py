@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,33 @@ def test_study_hands_snakemake_the_config_and_extra_arguments(capfd):
     assert status == 0
     out = capfd.readouterr()
     assert "measure" in out.out + out.err
+
+
+@pytest.mark.slow
+def test_study_runs_in_the_checkout_the_user_is_in(tmp_path, monkeypatch, capfd):
+    """Issue 47 item 11: a second checkout sharing this environment runs its own
+    workflow in its own folder (not the one the package was installed from), and a
+    folder without a Snakefile gets the installed checkout's workflow, its results
+    where the user is; the line before Snakemake says which and where."""
+    other = tmp_path / "checkout-b"
+    for part in ("workflow", "profiles", "config"):
+        shutil.copytree(REPO_ROOT / part, other / part)
+    snakefile = (REPO_ROOT / "Snakefile").read_text()
+    (other / "Snakefile").write_text(snakefile + '\nprint("parsed the workflow of checkout-b")\n')
+    monkeypatch.chdir(other)
+    argv = ["study", "--config", "config/studies/smoke.yaml", "--cores", "1", "--", "-n"]
+    assert cli.main(argv) == 0
+    out = capfd.readouterr().out
+    assert f"the workflow {other / 'Snakefile'} runs in {other};" in out
+    assert f"results go to {other / 'results' / 'smoke'}," in out
+    assert "parsed the workflow of checkout-b" in out
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert (
+        cli.main(argv[:1] + ["--config", str(other / "config/studies/smoke.yaml")] + argv[3:]) == 0
+    )
+    out = capfd.readouterr().out
+    assert f"the workflow {REPO_ROOT / 'Snakefile'} runs in {elsewhere};" in out
+    assert "checkout-b" not in out.split("results go to", 1)[1].splitlines()[0]
+    assert "parsed the workflow of checkout-b" not in out

@@ -5,6 +5,7 @@ import copy
 import pytest
 
 from crossover_study.core.paths import REPO_ROOT
+from crossover_study.study import job_limits
 from crossover_study.study import points as study_points
 from crossover_study.study.config import load_config, validate_config
 from crossover_study.study.points import (
@@ -337,11 +338,11 @@ def test_the_deadline_defaults_to_600_s_without_changing_any_studys_hash_or_para
     base = {"study": "x", "cases": {"s001-mlp": {}}}
     default = validate_config(base)
     assert "point_deadline_s" not in default["timing"]  # not filled in
-    assert study_points.point_deadline_s(default) == 600
+    assert job_limits.point_deadline_s(default) == 600
     off = validate_config({**base, "timing": {"point_deadline_s": None}})
-    assert study_points.point_deadline_s(off) is None
+    assert job_limits.point_deadline_s(off) is None
     short = validate_config({**base, "timing": {"point_deadline_s": 30}})
-    assert study_points.point_deadline_s(short) == 30
+    assert job_limits.point_deadline_s(short) == 30
     # It changes no measurement: neither the config hash nor the measure rule's params.
     hashes = {study_points.measurement_hash(c) for c in (default, off, short)}
     assert len(hashes) == 1

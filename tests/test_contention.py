@@ -23,9 +23,10 @@ from crossover_study.core.host_load import HostSample, contention_share, wait_un
 from crossover_study.measure import harness
 from crossover_study.measure import point as point_measure
 from crossover_study.measure.runner import GroupSpec
+from crossover_study.study import job_limits
 from crossover_study.study import points as study_points
 from crossover_study.study.config import validate_config
-from crossover_study.study.points import ContentionPolicy
+from crossover_study.study.job_limits import ContentionPolicy
 from crossover_study.study.spec import PointSpec, contended_apart, seed_sizes
 from crossover_study.study.study_file import ConfigError
 
@@ -159,8 +160,8 @@ def test_contention_settings_read_with_defaults_and_stay_out_of_the_fingerprint(
     plain = validate_config(_config())
     mine = validate_config(_config(contention_share=0.5, contention_wait_s=3))
     assert "contention_share" not in plain["timing"]  # no default filled in
-    assert study_points.contention_policy(plain) == ContentionPolicy(0.25, 20.0)
-    assert study_points.contention_policy(mine) == ContentionPolicy(0.5, 3)
+    assert job_limits.contention_policy(plain) == ContentionPolicy(0.25, 20.0)
+    assert job_limits.contention_policy(mine) == ContentionPolicy(0.5, 3)
     assert study_points.measurement_hash(plain) == study_points.measurement_hash(mine)
     assert study_points.measurement_timing(plain) == study_points.measurement_timing(mine)
     group = GroupSpec("s001-mlp", "torch", "cpu", (POINT,), 1, FAST, "skip", "h")

@@ -138,10 +138,12 @@ def test_report_without_reference_runs_says_so(smoke_run, tmp_path):
     """With no results/reference/ the report_notebook rule gets an empty input list:
     the section says so in one line, no cross-machine figure, nothing recorded."""
     workdir, _ = smoke_run
+    smoke = workdir / "Snakefile"
     work = tmp_path / "work"
     shutil.copytree(workdir, work, symlinks=True)
     shutil.rmtree(work / "results/reference")
-    result = snakemake(work, "--configfile", str(work / "smoke.yaml"))
+    # The workflow the study ran (the clone's: its params name its src/).
+    result = snakemake(work, "--configfile", str(work / "smoke.yaml"), snakefile=smoke)
     assert "rule measure" not in result.stdout + result.stderr  # nothing measured again
     assert not list((work / "reports/smoke/figures").glob("*-cross-machine-*"))
     html = (work / "reports/smoke/report.html").read_text()
@@ -155,7 +157,8 @@ def test_report_without_reference_runs_says_so(smoke_run, tmp_path):
 @pytest.mark.slow
 def test_rerun_measures_nothing_again(smoke_run):
     workdir, _ = smoke_run
-    result = snakemake(workdir, "--configfile", str(workdir / "smoke.yaml"), "-n")
+    smoke = workdir / "Snakefile"  # the clone's workflow, which ran the study
+    result = snakemake(workdir, "--configfile", str(workdir / "smoke.yaml"), "-n", snakefile=smoke)
     assert "Nothing to be done" in result.stdout + result.stderr
 
 

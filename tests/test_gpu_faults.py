@@ -6,6 +6,7 @@ of its kind: a fake workload, a patched probe, an import hook, a spy on torch.
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -60,6 +61,9 @@ def test_mlp_compile_has_stable_gradient_buffers_before_its_first_compiled_call(
     assert eager.w1.grad is None
 
 
+#: TensorFlow hidden from every Python process that starts with this file's folder on
+#: its PYTHONPATH (``site`` imports ``sitecustomize``): the measuring job's supervisor
+#: and the worker it starts alike.
 HIDE_TENSORFLOW = """
 import importlib.abc, sys
 class Hide(importlib.abc.MetaPathFinder):
@@ -68,9 +72,6 @@ class Hide(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError("No module named " + repr(name), name=name)
         return None
 sys.meta_path.insert(0, Hide())
-sys.path.insert(0, {src!r})
-from crossover_study.measure.job import main
-sys.exit(main(sys.argv[1:]))
 """
 
 
@@ -90,16 +91,19 @@ def test_a_framework_that_cannot_be_imported_gives_unavailable_rows_and_a_probe(
     }
     config = tmp_path / "study.yaml"
     config.write_text(yaml.safe_dump(study))
-    script = tmp_path / "hidden.py"
-    script.write_text(HIDE_TENSORFLOW.format(src=str(REPO_ROOT / "src")))
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "sitecustomize.py").write_text(HIDE_TENSORFLOW)
     out = {k: tmp_path / f"job.{k}" for k in ("csv", "probe", "journal", "log")}
     args = [f"--{k}={v}" for k, v in out.items()]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden), str(REPO_ROOT / "src")])}
     proc = subprocess.run(
-        [sys.executable, str(script), f"--config={config}", "--case=s001-mlp"]
-        + ["--framework=tensorflow", "--device=cpu", *args],
+        [sys.executable, "-m", "crossover_study", "measure-job", f"--config={config}"]
+        + ["--case=s001-mlp", "--framework=tensorflow", "--device=cpu", *args],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = pd.read_csv(out["csv"])

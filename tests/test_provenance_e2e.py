@@ -110,7 +110,10 @@ def test_fresh_crate_passes_the_validator_and_holds_no_machine_path(smoke_run):
 def test_snakemake_report_zip_has_figures_config_and_code(smoke_run):
     workdir, _ = smoke_run
     out = workdir / "reports/smoke/snakemake-report.zip"
-    run_snakemake(workdir, "--configfile", str(workdir / "smoke.yaml"), "--report", str(out))
+    smoke = workdir / "Snakefile"  # the clone's workflow, which ran the study
+    run_snakemake(
+        workdir, "--configfile", str(workdir / "smoke.yaml"), "--report", str(out), snakefile=smoke
+    )
     with zipfile.ZipFile(out) as zf:
         names = zf.namelist()
         html = zf.read("snakemake-report/report.html").decode()
@@ -155,12 +158,13 @@ def test_collect_refuses_rows_from_different_environments(smoke_run, tmp_path):
     df.loc[1, "host"] = "another-host"
     df.to_csv(per_job, index=False)
     args = ("results/smoke/timings.csv", "--configfile", str(work / "smoke.yaml"))
-    result = run_snakemake(work, *args, check=False)
+    smoke = smoke_run[0] / "Snakefile"  # the clone's workflow, which ran the study
+    result = run_snakemake(work, *args, check=False, snakefile=smoke)
     assert result.returncode != 0
     output = result.stdout + result.stderr  # the job's message is on the console
     assert "curve s001-mlp/torch/cpu/eager/synced mixes 2 environments (host differ)" in output
     assert "host=another-host; run " in output and "(batch=64,d_in=1024,hidden=512)" in output
-    run_snakemake(work, *args, "--config", "merge_environments=True")
+    run_snakemake(work, *args, "--config", "merge_environments=True", snakefile=smoke)
     log = (work / "logs/smoke/collect.log").read_text()
     assert "merged on purpose (merge_environments: true)" in log
 
@@ -192,7 +196,8 @@ def test_dropping_a_case_and_rerunning_keeps_the_run_auditable(smoke_run, tmp_pa
     config = yaml.safe_load((work / "smoke.yaml").read_text())
     del config["cases"]["s000-hjb"]
     (work / "smoke.yaml").write_text(yaml.safe_dump(config))
-    run_snakemake(work, "--configfile", str(work / "smoke.yaml"))
+    smoke = smoke_run[0] / "Snakefile"  # the clone's workflow, which ran the study
+    run_snakemake(work, "--configfile", str(work / "smoke.yaml"), snakefile=smoke)
     results = work / "results/smoke"
     report = audit.audit(results)
     assert report.ok, report.text()

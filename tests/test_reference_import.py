@@ -259,3 +259,85 @@ def test_make_passes_reference_name_as_one_argument(tmp_path):
     assert result.returncode != 0
     assert f"--name 'x\" --reference=\"{evil}' is not a folder name" in result.stderr
     assert not evil.exists()
+
+
+class _Zeros(io.RawIOBase):
+    """``size`` zero bytes read in chunks: a gzip bomb's member built without holding it
+    in memory."""
+
+    def __init__(self, size: int):
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = min(len(buffer), self.left)
+        buffer[:n] = bytes(n)
+        self.left -= n
+        return n
+
+
+def _bomb(path: Path, member_bytes: int, before: int = 2) -> Path:
+    """A gzip archive of ``before`` small files (1 KiB each) then one member of
+    ``member_bytes`` zeros (streamed into the archive, never in memory)."""
+    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+        for i in range(before):
+            info = tarfile.TarInfo(f"{STUDY}/small-{i}.csv")
+            info.size = 1024
+            tar.addfile(info, _bytes(b"x" * 1024))
+        info = tarfile.TarInfo(f"{STUDY}/points/bomb.csv")
+        info.size = member_bytes
+        tar.addfile(info, _Zeros(member_bytes))
+    return path
+
+
+def _written(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def test_a_gzip_bomb_is_refused_at_its_member_before_it_is_written(tmp_path):
+    """Issue 47 item 4: a small archive holding a member far larger than the limit (64
+    MiB of zeros in about 64 KiB, against a 1 MiB limit) is refused while streaming, at
+    that member and naming it; what was unpacked before it stays under the limit, and
+    the big member itself is never written."""
+    archive = _bomb(tmp_path / "bomb.tar.gz", 64 * 2**20)
+    assert archive.stat().st_size < 2**20  # the bomb is small on disk
+    dest = tmp_path / "unpacked"
+    dest.mkdir()
+    with pytest.raises(reference_import.ArchiveError) as refused:
+        reference_import._extract(archive, dest, max_bytes=2**20)
+    assert "member 'results/x/points/bomb.csv' (67108864 bytes)" in str(refused.value)
+    assert "past the limit of 1048576 bytes" in str(refused.value)
+    assert _written(dest) == 2 * 1024 <= 2**20
+    assert not (dest / STUDY / "points" / "bomb.csv").exists()
+
+
+def test_a_gzip_bomb_is_refused_by_the_import_and_nothing_is_kept(place, monkeypatch):
+    """The import refuses the bomb in one line naming its member, before anything under
+    the reference folder; its temporary folder never held more than the limit."""
+    tmp, root = place
+    archive = _bomb(tmp / "bomb.tar.gz", 16 * 2**20)
+    peak = []
+    real = reference_import._extract
+
+    def measured(archive, dest, max_bytes, max_members):
+        try:
+            return real(archive, dest, max_bytes, max_members)
+        finally:
+            peak.append(_written(dest))
+
+    monkeypatch.setattr(reference_import, "_extract", measured)
+    with pytest.raises(reference_import.ArchiveError, match="bomb.csv"):
+        reference_import.import_archive(archive, root, max_bytes=2**20)
+    assert peak == [2 * 1024] and tree(root) == set()
+
+
+def test_an_archive_past_the_member_count_is_refused_at_that_member(tmp_path):
+    archive = _bomb(tmp_path / "many.tar.gz", 0, before=30)
+    dest = tmp_path / "unpacked"
+    dest.mkdir()
+    with pytest.raises(reference_import.ArchiveError) as refused:
+        reference_import._extract(archive, dest, max_members=20)
+    assert "member 'results/x/small-20.csv' is past the limit of 20 members" in str(refused.value)
+    assert len([p for p in dest.rglob("*") if p.is_file()]) == 20

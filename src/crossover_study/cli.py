@@ -1,6 +1,6 @@
 """``crossover-study``: one command line in front of the study's tools.
 
-    crossover-study study [--config FILE] [--cores N] [-- SNAKEMAKE ARGS]
+    crossover-study study [--config FILE] [--cores N] [--directory DIR] [-- SNAKEMAKE ARGS]
     crossover-study check FILE.py --size AXIS=N ... | check SEED_CASE [--size AXIS=N]
     crossover-study devices [CARD ...]
     crossover-study rates --framework F --device D (--threads N | --config FILE) --out FILE
@@ -31,10 +31,12 @@ import importlib
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from crossover_study.core.errors import describe_os_error, disk_error
 from crossover_study.core.paths import REPO_ROOT
 
 PROG = "crossover-study"
@@ -49,10 +51,16 @@ class Command:
 
 
 def _study(argv: list[str], prog: str) -> int:
-    """Run a study through Snakemake, as ``make study`` does: ``snakemake --cores N
-    --keep-going --rerun-incomplete --configfile FILE`` in the repository's folder, with
-    this Python's ``bin`` first on PATH (the jobs find its jupyter and python there).
-    Arguments after ``--`` go to Snakemake. Exits 2 when the config file is missing."""
+    """Run a study through Snakemake, as ``make study`` does, where the user is: ``snakemake
+    -s SNAKEFILE -d DIR --cores N --keep-going --rerun-incomplete --configfile FILE`` in
+    ``DIR`` (``--directory``, default the current folder), whose own ``Snakefile`` runs
+    when it has one (a checkout: two checkouts sharing one environment each run their
+    own workflow), else the workflow of the checkout this package was installed from.
+    Prints one line saying which workflow runs and where its results and report go
+    before Snakemake starts. This Python's ``bin`` goes first on PATH (the jobs find its
+    jupyter and python there). ``--config`` is taken from the current folder, else
+    ``DIR``, else the workflow's folder. Arguments after ``--`` go to Snakemake. Exits 2
+    when the config file or the folder is missing, 1 when the config is invalid."""
     extra: list[str] = []
     if "--" in argv:
         argv, extra = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
@@ -67,19 +75,46 @@ def _study(argv: list[str], prog: str) -> int:
         help="the study's config file (default: config/config.yaml, the default study)",
     )
     parser.add_argument("--cores", default="all", help="CPU cores Snakemake may use (default: all)")
+    parser.add_argument(
+        "--directory",
+        "-d",
+        default=".",
+        help="where the study runs: results/<study>/, reports/<study>/ and logs/ go there "
+        "(default: the current folder); its Snakefile runs if it has one",
+    )
     args = parser.parse_args(argv)
+    directory = Path(args.directory).resolve()
+    if not directory.is_dir():
+        parser.error(f"--directory {args.directory}: no such folder")
+    try:  # Snakemake's own error names no cause: a read-only folder is said here
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as exc:
+        parser.error(f"--directory {directory}: cannot write there: {describe_os_error(exc)}")
+    snakefile = directory / "Snakefile"
+    if not snakefile.is_file():
+        snakefile = REPO_ROOT / "Snakefile"
     config = Path(args.config)
     if not config.is_absolute():
-        config = (Path.cwd() / config) if (Path.cwd() / config).exists() else REPO_ROOT / config
+        found = [base / config for base in (Path.cwd(), directory, snakefile.parent)]
+        config = next((p for p in found if p.exists()), found[0]).resolve()
     if not config.is_file():
         parser.error(f"--config {args.config}: no such file")
-    if _validate([str(config)], f"{prog.rsplit(' ', 1)[0]} validate", quiet=True):
+    status, studies = _checked([str(config)], f"{prog.rsplit(' ', 1)[0]} validate", quiet=True)
+    if status:
         return 1
-    command = [sys.executable, "-m", "snakemake", "--cores", str(args.cores)]
-    command += ["--keep-going", "--rerun-incomplete", "--configfile", str(config), *extra]
+    study = studies[0]
+    print(
+        f"{prog}: study {study}: the workflow {snakefile} runs in {directory}; results go to "
+        f"{directory / 'results' / study}, the report to "
+        f"{directory / 'reports' / study / 'report.html'}",
+        flush=True,
+    )
+    command = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(directory)]
+    command += ["--cores", str(args.cores), "--keep-going", "--rerun-incomplete"]
+    command += ["--configfile", str(config), *extra]
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return subprocess.call(command, cwd=REPO_ROOT, env=env)
+    return subprocess.call(command, cwd=directory, env=env)
 
 
 def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
@@ -95,11 +130,16 @@ def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
     )
     parser.add_argument("files", nargs="+", metavar="STUDY_FILE")
     args = parser.parse_args(argv)
+    return _checked(args.files, prog, quiet)[0]
+
+
+def _checked(files: list[str], prog: str, quiet: bool) -> tuple[int, list[str]]:
+    """:func:`_validate` of ``files``: ``(status, the study names of the valid files)``."""
     study_config = importlib.import_module(f"{__package__}.study.config")
     study_file = importlib.import_module(f"{__package__}.study.study_file")
     study_points = importlib.import_module(f"{__package__}.study.points")
-    status = 0
-    for path in args.files:
+    status, studies = 0, []
+    for path in files:
         try:
             config = study_config.load_config(path)
             jobs = study_points.measure_jobs(config)
@@ -107,9 +147,10 @@ def _validate(argv: list[str], prog: str, quiet: bool = False) -> int:
             print(f"{prog}: {error}", file=sys.stderr)
             status = 1
             continue
+        studies.append(config["study"])
         if not quiet:
             print(f"{path}: valid (study {config['study']}, {len(jobs)} measuring jobs)")
-    return status
+    return status, studies
 
 
 def _main_of(module: str, *head: str) -> Callable[[list[str], str], int]:
@@ -203,7 +244,9 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Route ``argv`` (default: the process's arguments) to a subcommand. Returns its
-    exit status; 0 after ``--help``, 2 with the usage for no or an unknown command."""
+    exit status; 0 after ``--help``, 2 with the usage for no or an unknown command, 1
+    with one line naming the cause and the path when a disk takes no more writes (full,
+    read-only: :func:`crossover_study.core.errors.describe_os_error`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("-h", "--help"):
         print(usage())
@@ -213,4 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {problem}\n\n{usage()}", file=sys.stderr)
         return 2
     name, rest = argv[0], argv[1:]
-    return COMMANDS[name].run(rest, f"{PROG} {name}")
+    try:
+        return COMMANDS[name].run(rest, f"{PROG} {name}")
+    except OSError as exc:  # a full or read-only disk: one line, not a traceback
+        if not disk_error(exc):
+            raise
+        print(
+            f"{PROG} {name}: cannot write: {describe_os_error(exc)}; what was written before "
+            "is kept",
+            file=sys.stderr,
+        )
+        return 1

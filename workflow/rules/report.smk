@@ -58,6 +58,7 @@ rule report_html:
         outdir=get_output_dir,
         # The lab template without CDN scripts, so that the report works offline.
         template=get_html_template(),
+    # Every path quoted (:q): a checkout or working directory may have spaces in its name.
     shell:
-        "jupyter nbconvert --to html --no-input --template-file {params.template} "
-        "--output-dir {params.outdir} --output report.html {input.notebook} > {log} 2>&1"
+        "jupyter nbconvert --to html --no-input --template-file {params.template:q} "
+        "--output-dir {params.outdir:q} --output report.html {input.notebook:q} > {log:q} 2>&1"

@@ -1,6 +1,8 @@
 """Snakemake job: measure one batch of a case x framework x device group, then write the
-job's probe record (crossover_study.measure.job, the same code that
-`crossover-study measure-job` runs without Snakemake).
+job's probe record (crossover_study.measure.job in a worker process under its supervisor,
+crossover_study.measure.supervisor: the same code that `crossover-study measure-job` runs
+without Snakemake). The job ends when its points are done, whatever the measured program
+left running, and at its deadline (timing.job_deadline_s).
 
 The job's log gets every line; its progress lines (the job's first line, one per point,
 a failed job: crossover_study.core.progress) also go to the script's standard output, which
@@ -17,14 +19,14 @@ def main(snakemake) -> None:
     os.dup2(sys.stderr.fileno(), 2)
     sys.path.insert(0, snakemake.params.src)
     from crossover_study.core.progress import for_terminal
-    from crossover_study.measure.job import measure_job
+    from crossover_study.measure.supervisor import supervise
 
     def echo(text: str) -> None:
         if for_terminal(text):
             print(text, file=sys.__stdout__, flush=True)
 
     w = snakemake.wildcards
-    measure_job(
+    supervise(
         snakemake.config,
         w.case,
         w.framework,
@@ -41,4 +43,9 @@ def main(snakemake) -> None:
 
 
 if __name__ == "__main__":
-    main(snakemake)  # noqa: F821 - injected by Snakemake's script directive
+    # A full or read-only disk: one line on Snakemake's terminal, not only in the log.
+    sys.path.insert(0, snakemake.params.src)  # noqa: F821 - injected by Snakemake
+    from crossover_study.core.errors import STUDY_KEPT, disk_errors_in_one_line
+
+    with disk_errors_in_one_line("rule measure", snakemake.log[0], STUDY_KEPT):  # noqa: F821
+        main(snakemake)  # noqa: F821 - injected by Snakemake's script directive

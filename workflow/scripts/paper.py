@@ -30,4 +30,10 @@ def main(snakemake) -> None:
 
 
 if __name__ == "__main__":
-    main(snakemake)  # noqa: F821 - injected by Snakemake's script directive
+    # A full or read-only disk: one line on Snakemake's terminal, not only in the log.
+    sys.path.insert(0, snakemake.params.src)  # noqa: F821 - injected by Snakemake
+    from crossover_study.core.errors import disk_errors_in_one_line
+
+    kept = "the reference runs it draws from are untouched; free space, then run it again"
+    with disk_errors_in_one_line("rule paper", snakemake.log[0], kept):  # noqa: F821
+        main(snakemake)  # noqa: F821 - injected by Snakemake's script directive

@@ -62,6 +62,7 @@ def flag_text(rows: pd.DataFrame) -> str:
         ),
         ("nonfinite_loss", "loss NaN/inf: the program diverged"),
         ("contended", "measured under contention: other work held the CPUs"),
+        ("threads_changed", "timed with other CPU threads than the job's: the program set them"),
     ):
         if column in rows and truthy(rows[column]).any():
             flags.append(text)

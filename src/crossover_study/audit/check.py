@@ -29,7 +29,9 @@ checks that each table and figure derives from the recorded results:
   byte (when matplotlib is the recorded version).
 
 Changed code, config files, data files or package versions since the run are notes
-(``--strict`` makes them failures). Exit status: 0 when nothing failed, 1 otherwise,
+(``--strict`` makes them failures); so is a manifest's ``incomplete`` (a check
+interrupted, or one of its jobs ended at its deadline: not every point asked for was
+measured). Exit status: 0 when nothing failed, 1 otherwise,
 2 when there was nothing to audit.
 
 The checks live beside this module: the report model in
@@ -254,6 +256,15 @@ def audit(target: str | Path, strict: bool = False, regenerate: bool = True) -> 
     except (ValueError, KeyError) as exc:
         report.add("FAIL", "unreadable manifest", target / MANIFEST_NAME, str(exc))
         return report
+    incomplete = manifest.get("incomplete") if isinstance(manifest, dict) else None
+    if incomplete:  # a check interrupted or a job ended early: what it holds is partial
+        what = incomplete.get("reason") if isinstance(incomplete, dict) else incomplete
+        counted = (
+            f"{incomplete.get('points_measured')} of {incomplete.get('points')} points measured; "
+            if isinstance(incomplete, dict) and "points" in incomplete
+            else ""
+        )
+        report.add("note", "incomplete run", target, f"{counted}{what}")
     # A study's re-derivations use its own cases (case_registry.use); the caller's
     # registry (a report's study, the paper's seeds) is put back afterwards.
     with case_registry.kept():

@@ -8,6 +8,7 @@ instead of from one another.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Iterable
@@ -44,7 +45,25 @@ def write_csv_atomic(rows: Iterable[dict], columns: Iterable[str], path: str | P
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pd.DataFrame(list(rows), columns=list(columns)).to_csv(tmp, index=False)
-    with tmp.open("rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    with written_as(tmp, path):
+        pd.DataFrame(list(rows), columns=list(columns)).to_csv(tmp, index=False)
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def written_as(tmp: str | Path, path: str | Path):
+    """The block writes ``tmp`` and renames it to ``path``. Should it fail with an
+    OSError (a full or read-only disk), ``tmp`` is removed (no half-written file is
+    left behind) and an error that names no file (a failed ``write``) is raised again
+    naming ``path``, so that its one-line message says where
+    (:func:`crossover_study.core.errors.describe_os_error`)."""
+    try:
+        yield
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise

@@ -66,13 +66,15 @@ class PageCheck:
     ``images`` holds one dict per ``<img>`` (``src`` prefix, ``naturalWidth``,
     ``naturalHeight`` in pixels, ``complete``); ``console_errors`` holds one text per
     console error, uncaught exception or failed resource load; ``screenshot`` is the
-    PNG written (or None).
+    PNG written (or None); ``values`` holds what each of the ``expressions`` given to
+    :func:`check_page` evaluated to in the page (JSON values; None for ``undefined``).
     """
 
     url: str
     images: list[dict] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
     screenshot: Path | None = None
+    values: dict = field(default_factory=dict)
 
     @property
     def broken_images(self) -> list[dict]:
@@ -176,13 +178,16 @@ def check_page(
     executable: str | None = None,
     timeout: float = 60.0,
     settle_s: float = 0.5,
+    expressions: dict[str, str] | None = None,
 ) -> PageCheck:
     """Load ``path`` (an HTML file) in headless Chromium and report what it saw.
 
     Waits for the page's load event, then ``settle_s`` seconds for late console
     messages, reads every image's natural size and collects console errors, uncaught
     exceptions and failed resource loads. Writes a full-page PNG to ``screenshot``
-    when given. Raises FileNotFoundError for a missing page, :class:`BrowserError` when
+    when given. ``expressions`` (``{name: JavaScript expression}``) are evaluated in
+    the page after that, their JSON values in ``values[name]`` (e.g. whether a flag an
+    injected script would set is set, or the page's visible text). Raises FileNotFoundError for a missing page, :class:`BrowserError` when
     Chromium is missing, fails to start or does not answer within ``timeout`` seconds.
     """
     page = Path(path).resolve()
@@ -244,6 +249,14 @@ def check_page(
                 timeout=timeout,
             )
             result.images = evaluated.get("result", {}).get("value", [])
+            for name, expression in (expressions or {}).items():
+                value = pipe.send(
+                    "Runtime.evaluate",
+                    {"expression": expression, "returnByValue": True, "awaitPromise": True},
+                    session=session,
+                    timeout=timeout,
+                )
+                result.values[name] = value.get("result", {}).get("value")
             if screenshot is not None:
                 shot = pipe.send(
                     "Page.captureScreenshot",

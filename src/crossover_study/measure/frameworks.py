@@ -154,6 +154,28 @@ def thread_settings(framework: str) -> tuple[int, int]:
     return t.get_intra_op_parallelism_threads(), t.get_inter_op_parallelism_threads()
 
 
+def threads_in_effect(framework: str) -> int | None:
+    """The intra-op CPU threads ``framework`` uses now in this process (read after a
+    point's timed blocks: a program may have set its own), or None when it cannot be
+    read (the framework not imported)."""
+    try:
+        return thread_settings(framework)[0]
+    except (ImportError, RuntimeError, AttributeError):
+        return None
+
+
+def restore_threads(framework: str, threads: int) -> None:
+    """Pin PyTorch's intra-op threads back to ``threads`` (the job's) after a point whose
+    program set its own (``torch.set_num_threads`` in a plug-in), so that the job's next
+    point is timed with the job's threads. TensorFlow's cannot be changed once it ran
+    (neither by a program), so nothing is done for it."""
+    if framework == "torch" and "torch" in sys.modules:
+        import torch
+
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
 #: Texts of allocation failures that are not raised as an out-of-memory type, compared
 #: case-insensitively with the exception's text. Each entry names where the text comes from.
 OOM_MARKERS: tuple[str, ...] = (

@@ -15,17 +15,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import NoReturn
 
+from crossover_study.core.errors import describe_os_error, disk_error
 from crossover_study.core.progress import job_line
-from crossover_study.measure.journal import JournalBusy, hold
+from crossover_study.measure.journal import JournalBusy, adopt, hold
 from crossover_study.measure.probe import probe_record, write_probe
 from crossover_study.measure.rates_job import read_rates
 from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study import config as study_config
+from crossover_study.study import job_limits
 from crossover_study.study import points as study_points
+
+#: What a job that could not write says is kept: each point is journaled (and synced)
+#: as it finishes.
+KEPT = "the points measured before are kept in its journal; a rerun measures the rest"
 
 
 def measure_job(
@@ -42,9 +53,12 @@ def measure_job(
     echo: Callable[[str], None] | None = None,
     deadline: float | None = None,
     rates: str | Path | None = None,
+    deadline_why: str | None = None,
 ) -> list[dict]:
     """Measure batch ``batch`` of the group ``(case, framework, device)`` of ``config``
-    (a study config; validated here) with ``threads`` CPU threads.
+    (a study config; validated here) with ``threads`` CPU threads, in this process (the
+    measure rule and ``crossover-study measure-job`` run it in a worker process under
+    :func:`crossover_study.measure.supervisor.supervise`).
 
     Writes the job's table ``out_csv`` (atomically), appends every line it logs to
     ``log_path`` (and passes it to ``echo`` when given, e.g. a printer of the progress
@@ -57,7 +71,8 @@ def measure_job(
     :func:`runner.run_group` raises (a missing device with ``missing_device: fail``, a
     device lost to a sticky error), :class:`config.ConfigError` for a bad config and
     IndexError for a batch the group does not have. ``deadline``: see
-    :func:`runner.run_group` (points not started by then are not measured). A point
+    :func:`runner.run_group` (points not started by then are not measured;
+    ``deadline_why``: the reason their rows give instead of the run's deadline). A point
     past ``timing.point_deadline_s`` (:func:`config.point_deadline_s`) is ended with
     every thread's stack in ``log_path`` (:mod:`crossover_study.measure.watchdog`); one that
     cannot be interrupted ends the process (SIGKILL) after its error row is journaled.
@@ -86,15 +101,16 @@ def measure_job(
         policy=study_points.timing_policy(config),
         missing_device=config["missing_device"],
         config_hash=study_points.measurement_hash(config, case),
-        point_deadline_s=study_points.point_deadline_s(config),
-        contention=study_points.contention_policy(config),
+        point_deadline_s=job_limits.point_deadline_s(config),
+        contention=job_limits.contention_policy(config),
     )
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    job: dict = {}
+    job: dict = {"deadline_why": deadline_why}
     with open(log_path, "a") as log, contextlib.ExitStack() as held:
 
         def say(text: str) -> None:
-            print(text, file=log, flush=True)
+            with contextlib.suppress(OSError):  # a full disk: the line is still echoed
+                print(text, file=log, flush=True)
             if echo is not None:
                 echo(text)
 
@@ -123,7 +139,10 @@ def measure_job(
                     stacks=log,
                 )
         except Exception as exc:
-            say(f"job failed: {type(exc).__name__}: {exc}")
+            if disk_error(exc):  # a full or read-only disk: its cause and path in words
+                say(f"job failed: cannot write: {describe_os_error(exc)}; {KEPT}")
+            else:
+                say(f"job failed: {type(exc).__name__}: {exc}")
             raise
         finally:
             # After the measurement: the probe imports the framework's device queries,
@@ -141,9 +160,14 @@ def measure_job(
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Command line: one measuring job from a study config file (YAML or JSON)."""
+    """Command line: one measuring job from a study config file (YAML or JSON; ``-``:
+    standard input), under its supervisor
+    (:func:`crossover_study.measure.supervisor.supervise`). Returns 0, 1 when the job
+    was refused or failed (its line on stderr unless ``--echo`` printed it), 128 + the
+    signal's number when a signal ended it. ``--worker`` is the supervisor's own
+    measuring process (:func:`worker`)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="study config (YAML or JSON)")
+    parser.add_argument("--config", required=True, help="study config (YAML or JSON; -: stdin)")
     for name in ("case", "framework", "device"):
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--batch", type=int, default=0)
@@ -157,15 +181,85 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument(
         "--deadline", type=float, help="seconds since the epoch; later points are not measured"
     )
+    parser.add_argument("--deadline-why", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--lock-fd", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--control-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     import yaml
 
-    raw = yaml.safe_load(Path(args.config).read_text())
+    text = sys.stdin.read() if args.config == "-" else Path(args.config).read_text()
+    raw = yaml.safe_load(text)
     threads = args.threads or study_config.validate_config(raw)["devices"][args.device]["threads"]
+    files = (args.csv, args.probe, args.journal, args.log)
+    if args.worker:
+        worker(raw, args, threads, files)  # never returns
 
     def echo(text: str) -> None:
         print(text, flush=True)
 
+    from crossover_study.measure.supervisor import JobEnded, supervise
+
+    try:
+        supervise(
+            raw,
+            args.case,
+            args.framework,
+            args.device,
+            args.batch,
+            threads,
+            *files,
+            echo=echo if args.echo else None,
+            deadline=args.deadline,
+            rates=args.rates,
+        )
+    except JournalBusy:  # supervise printed its one line
+        return 1
+    except JobEnded as exc:  # logged (and with --echo printed) by the supervisor
+        if not args.echo:
+            print(exc, file=sys.stderr, flush=True)
+        return exc.status
+    except Exception as exc:  # noqa: BLE001 - a bad config or batch: one line
+        print(f"job failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def _die_with(supervisor: int) -> None:
+    """End this process's group (this process and whatever the measured program started)
+    should ``supervisor`` (its parent) be gone: nothing may go on measuring, nor hold the
+    journal, once the job's own process was killed (a scheduler's SIGKILL, a runner's
+    deadline). A daemon thread looks five times a second. (The kernel's
+    ``PR_SET_PDEATHSIG`` would end this process alone and leave its children running.)"""
+
+    def orphaned() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(0.2)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=orphaned, daemon=True, name="supervisor-watch").start()
+
+
+def worker(raw: Mapping, args, threads: int, files: tuple) -> NoReturn:
+    """The supervisor's measuring process: :func:`measure_job` in this process, the
+    journal held through the supervisor's lock (``args.lock_fd``,
+    :func:`journal.adopt`), each log line sent to the supervisor as a JSON line on
+    ``args.control_fd`` (``{"line": ...}``), then ``{"end": "done"}`` or ``{"end":
+    "failed", "why": ...}``. Leaves with :func:`os._exit` once its files are written
+    and its output flushed (status 0, or 1 after a failure), so that no thread the
+    measured program left running can keep it; its process group (what the program
+    started) is the supervisor's to end. Should the supervisor be gone (SIGKILL), the
+    worker ends its own process group."""
+    control = os.fdopen(args.control_fd, "w", buffering=1)
+    adopt(args.journal, args.lock_fd)
+    supervisor = os.getppid()
+    _die_with(supervisor)
+
+    def send(message: dict) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            control.write(json.dumps(message) + "\n")
+
+    status = 1
     try:
         measure_job(
             raw,
@@ -174,18 +268,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             args.device,
             args.batch,
             threads,
-            args.csv,
-            args.probe,
-            args.journal,
-            args.log,
-            echo=echo if args.echo else None,
+            *files,
+            echo=lambda text: send({"line": text}),
             deadline=args.deadline,
             rates=args.rates,
+            deadline_why=args.deadline_why,
         )
-    except JournalBusy:  # measure_job printed its one line
-        return 1
-    except Exception as exc:  # noqa: BLE001 - the log has the traceback's summary
-        if not args.echo:  # with --echo the job's own "job failed" line was printed
-            print(f"job failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+        send({"end": "done"})
+        status = 0
+    except BaseException as exc:  # noqa: BLE001 - measure_job logged its "job failed" line
+        why = (
+            f"cannot write: {describe_os_error(exc)}; {KEPT}"
+            if disk_error(exc)
+            else f"{type(exc).__name__}: {exc}"
+        )
+        send({"end": "failed", "why": why})
+    finally:
+        for stream in (sys.stdout, sys.stderr, control):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(status)

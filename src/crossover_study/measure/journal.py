@@ -251,6 +251,16 @@ def hold(path: str | os.PathLike):
         fh.close()  # releases the lock
 
 
+def adopt(path: str | os.PathLike, fd: int) -> None:
+    """Count the journal ``path`` as held by this process for the rest of its life:
+    ``fd`` is a descriptor of it that carries the ``flock`` of another process, inherited
+    from it (the supervisor's, :mod:`crossover_study.measure.supervisor`, which holds the
+    journal for the whole job and hands it to each process it starts). The lock is one
+    per open file, so this process shares it, and :func:`hold` of ``path`` here is then
+    re-entrant instead of refused."""
+    _HELD[_held_key(path)] = os.fdopen(fd, "a")
+
+
 def json_default(value):
     """``json.dumps``'s ``default`` for a journal line: a float NaN is written as
     ``null``, anything else JSON cannot hold (a path, a numpy scalar) as its ``str``."""

@@ -30,7 +30,8 @@ from crossover_study.stepmodel import counts as step_counts
 from crossover_study.stepmodel import replay as step_replay
 from crossover_study.study import cases
 from crossover_study.study.applicability import NotApplicable
-from crossover_study.study.points import ContentionPolicy, TimingPolicy
+from crossover_study.study.job_limits import ContentionPolicy
+from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
 from crossover_study.workloads import Unavailable, precision
 
@@ -95,7 +96,15 @@ def measure_point(
     waited) and ``remeasured``; :func:`_unless_contended`.
 
     A point ended at the job's point deadline (:class:`watchdog.PointDeadlineExceeded`,
-    raised inside it) is an ``error`` row naming the deadline and where it stopped.
+    raised inside it) is an ``error`` row naming the deadline and where it stopped; a
+    program that calls ``sys.exit`` gives an ``error`` row naming the call
+    (:func:`_exit_row`), and the job goes on.
+
+    Threads: ``threads_timed`` are the intra-op threads in effect right after the timed
+    blocks (:func:`frameworks.threads_in_effect`); a program that set its own
+    (``torch.set_num_threads(16)`` in a plug-in's ``build``) was timed with those, and
+    its row says so (``threads_changed``, a ``message`` clause); the job's threads are
+    pinned again after the point (:func:`frameworks.restore_threads`).
 
     ``point_wall_s``: wall seconds of this call, everything the point cost the job
     (set-up, warm-up, timed blocks, checks, counts, replays, attribution, waits).
@@ -106,6 +115,8 @@ def measure_point(
             row = _measure_point(point, policy, import_s, device_init_s, threads, contention)
         except PointDeadlineExceeded as exc:  # the job's point deadline (watchdog)
             row = deadline_row(exc, import_s, device_init_s, started)
+        finally:
+            frameworks.restore_threads(point.framework, threads)
         row["point_wall_s"] = time.perf_counter() - started
         if row["status"] in ("ok", "oom", "error"):
             row.update(precision.row_columns(point.framework, point.device))
@@ -193,6 +204,22 @@ def _error_row(exc: BaseException, point: PointSpec, import_s, device_init_s, st
     }
 
 
+def _exit_row(exc: SystemExit, point: PointSpec, import_s, device_init_s, started) -> dict:
+    """The row of ``point``, whose program called ``sys.exit`` (``exit``, ``quit``: a
+    :class:`SystemExit` raised in the point): ``error``, its ``message`` naming the call
+    with its argument (at most 200 characters of it) and where it was made
+    (:func:`raised_where`), e.g. ``the program called sys.exit(3) (raised in the plug-in
+    at mine.py:9 in step)``; the whole traceback in the job's log (:func:`_error_row`).
+    Recorded so that the job goes on with its next point instead of ending."""
+    row = _error_row(exc, point, import_s, device_init_s, started)
+    where = raised_where(exc, _plugin_file(point))
+    row["message"] = (
+        f"the program called sys.exit({repr(exc.code)[:200]}), which would have ended the "
+        "measuring job; recorded as this point's error" + (f" ({where})" if where else "")
+    )
+    return row
+
+
 class _JobWait:
     """Seconds this measuring process (one job) has waited for a quiet machine, so that
     a machine busy throughout costs at most ``ContentionPolicy.job_wait_s`` per job."""
@@ -257,6 +284,8 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
     except (errors.DeviceMissingError, Unavailable) as reason:
         return {"status": "unavailable", "message": str(reason), "import_s": import_s}
+    except SystemExit as exc:  # sys.exit() while importing or building: the point's end only
+        return _exit_row(exc, point, import_s, device_init_s, started)
     except Exception as exc:  # noqa: BLE001 - a plug-in that fails to import or build
         return _error_row(exc, point, import_s, device_init_s, started)
     policy = dataclasses.replace(policy, synced=point.timing == "synced")
@@ -266,6 +295,8 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         # step that cannot be traced is not_applicable), torch.compile's after the row.
         same = same_program_columns(point, workload, "before")
         m = measure(workload, policy)
+        # What the timed blocks ran with: a program may set its own threads.
+        threads_timed = frameworks.threads_in_effect(point.framework)
         # Contention: after the timed blocks; waits and measures once more if it must.
         m, contended = _unless_contended(m, workload, policy, contention, threads)
         # Where the step's time goes: one extra block, profiled after the timed ones.
@@ -282,6 +313,8 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         counts["replay_s"] = time.perf_counter() - replayed
     except NotApplicable as reason:  # known once a plug-in's builder said what it built
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
+    except SystemExit as exc:  # sys.exit() in the step: this point's error, not the job's end
+        return _exit_row(exc, point, import_s, device_init_s, started)
     except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded
         return _error_row(exc, point, import_s, device_init_s, started)
     finally:
@@ -299,6 +332,13 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
     contention_text = contended.pop("contention_text", None)
     if contention_text:
         messages.append(contention_text)
+    threads_changed = None if threads_timed is None else threads_timed != threads
+    if threads_changed:
+        messages.append(
+            f"timed with {threads_timed} CPU threads, not the job's {threads}: the program "
+            "set its own (torch.set_num_threads?); flagged, the job's threads are set again "
+            "for its next point"
+        )
     if nonfinite:
         messages.append(
             f"the loss is {m.final_loss} after the timed blocks: the program diverged, so "
@@ -333,6 +373,8 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         "host_load_end": m.host_load_end,
         "host_cpus_others": m.host_cpus_others,
         **contended,
+        "threads_timed": threads_timed,
+        "threads_changed": threads_changed,
         "step_page_faults": m.page_faults_per_step,
         "traces_first_step": m.traces_first_step,
         "traces_warmup": m.traces_warmup,

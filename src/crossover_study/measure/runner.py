@@ -45,7 +45,8 @@ from crossover_study.measure.watchdog import (
 from crossover_study.stepmodel import rates as step_rates
 from crossover_study.study import cases
 from crossover_study.study.applicability import NotApplicable
-from crossover_study.study.points import ContentionPolicy, TimingPolicy, logical_cpus
+from crossover_study.study.job_limits import ContentionPolicy
+from crossover_study.study.points import TimingPolicy, logical_cpus
 from crossover_study.study.programs import not_applicable_reason, program_or_none
 from crossover_study.study.spec import PointSpec, timings_columns
 from crossover_study.workloads import check_framework, check_tf32, precision
@@ -149,7 +150,9 @@ def run_group(
     row's ``rate_*`` columns (:func:`step_rates.row_columns`; empty without them): the
     job measures no rates itself. ``deadline`` (seconds since the epoch, as
     ``time.time()``): a point not yet started when it has passed is not measured; its
-    row is ``unavailable`` and says so (not final: a rerun measures it).
+    row is ``unavailable`` and says so (not final: a rerun measures it), with
+    ``job["deadline_why"]`` as the reason when given (a job ended early by its
+    supervisor, :mod:`crossover_study.measure.supervisor`).
 
     ``group.point_deadline_s`` (:mod:`crossover_study.measure.watchdog`): a point still running
     that many seconds after it started is ended, every thread's stack written to
@@ -277,6 +280,7 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
     job_state = _Job(
         group, journal, common, probe, log, watchdog, gpu_start, deadline, import_s, device_init_s
     )
+    job_state.deadline_why = job.get("deadline_why")
     # Points whose process ended in them before go last: one that ends every process
     # from outside (a point the OOM killer takes each time, which is tried again each
     # run) costs no other point its measurement.
@@ -316,6 +320,8 @@ class _Job:
     device_init_s: float | None
     #: Points of the job done so far (kept or measured), for the progress lines.
     done: int = 0
+    #: Why a point not started by ``deadline`` is not measured (None: the run's deadline).
+    deadline_why: str | None = None
 
     def progress(self, point: PointSpec, row: dict, kept_from: str | None = None) -> None:
         """Log ``point``'s progress line (:func:`progress.point_line`), counting it
@@ -368,11 +374,8 @@ def _run_point(job: _Job, point: PointSpec) -> dict:
         }
     elif job.deadline is not None and time.time() > job.deadline:
         when = datetime.fromtimestamp(job.deadline, UTC).isoformat(timespec="seconds")
-        row = {
-            **base,
-            "status": "unavailable",
-            "message": f"not measured: the run's deadline ({when}) passed before this point",
-        }
+        why = job.deadline_why or f"the run's deadline ({when}) passed before this point"
+        row = {**base, "status": "unavailable", "message": f"not measured: {why}"}
     else:
         _say_tried_before(journal, key, log)
         journal.start(key)

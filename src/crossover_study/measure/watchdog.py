@@ -158,11 +158,15 @@ class PointWatchdog:
         for _ in range(2):
             if self._helper is None or self._helper.poll() is not None:
                 fd = self.stacks.fileno()
+                # In a session of its own: a measuring job's supervisor ends the process
+                # group of the measuring process once that process is gone (what a
+                # program left running), and the helper may still have a row to journal.
                 self._helper = subprocess.Popen(
                     [sys.executable, "-I", "-c", _HELPER_MAIN, os.path.abspath(__file__)]
                     + [str(os.getpid()), str(fd)],
                     stdin=subprocess.PIPE,
                     pass_fds=(fd,),
+                    start_new_session=True,
                 )
             try:
                 self._helper.stdin.write(line)

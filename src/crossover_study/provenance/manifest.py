@@ -54,7 +54,7 @@ from pathlib import Path
 import pandas as pd
 
 from crossover_study.analysis.tables import read_csv_text
-from crossover_study.core.files import MANIFEST_NAME
+from crossover_study.core.files import MANIFEST_NAME, written_as
 from crossover_study.core.origin import git_state
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.figures.files import FIGURE_FORMATS, figure_sources
@@ -403,8 +403,9 @@ def write_json(data: Mapping, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    with written_as(tmp, path):  # a full disk: no temporary file left, the error names path
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+        os.replace(tmp, path)
     return path
 
 

@@ -5,9 +5,11 @@ The archive holds ``results/<study>/`` (per-job tables, probe records, journals,
 ``timings.csv``, ``crossover.csv``, ``wall.json``, the resolved config and the
 manifest) and ``logs/<study>/``. Importing it:
 
-1. checks every member before anything is unpacked (only regular files and folders,
-   no absolute path, no ``..``) and unpacks it into a temporary working directory
-   (:func:`tarfile.data_filter` as a second guard);
+1. unpacks it into a temporary working directory while reading it as a stream,
+   checking each member before a byte of it is written: only regular files and folders,
+   no absolute path, no ``..``, at most :data:`MAX_MEMBERS` members and
+   :data:`MAX_UNPACKED_BYTES` bytes unpacked in all (a gzip bomb is refused at its first
+   member past the limit, naming it); :func:`tarfile.data_filter` as a second guard;
 2. builds the run's folder name and checks it: ``<name>`` is ``<gpu>-<date>`` from the
    probe records (e.g. ``h200-2026-12-01``; ``cpu-<n>core-<date>`` when no probe saw a
    GPU) unless given (``--name``); the date must be the manifest's ISO ``created_utc``,
@@ -131,29 +133,66 @@ def run_name(results: str | Path) -> str:
     return check_name(f"cpu-{cpus or 'unknown'}core-{date}", "probe records: cpus.os_cpu_count")
 
 
-def _check_members(tar: tarfile.TarFile, archive: Path) -> None:
-    """Refuse the archive, naming the first bad member, unless every member is a regular
-    file or a folder (a reference run has no links or devices) whose relative path
-    stays inside the folder it is unpacked into (no absolute path, no ``..``)."""
-    for member in tar.getmembers():
-        path = PurePosixPath(member.name)
-        if member.issym() or member.islnk():
-            raise ArchiveError(f"{archive}: holds links ({member.name})")
-        if not (member.isfile() or member.isdir()):
-            raise ArchiveError(f"{archive}: member {member.name!r} is not a file or folder")
-        if path.is_absolute() or ".." in path.parts:
-            raise ArchiveError(f"{archive}: member {member.name!r} leaves its folder")
+#: The most bytes an archive may unpack to. A reference run's results and logs are small
+#: (the committed CPU run: about 1 MB; a GPU run of the reference study: a few MB); 512 MiB
+#: leaves room for a study of many thousands of points and refuses a gzip bomb (a few MB
+#: that would unpack to gigabytes) before it fills the disk.
+MAX_UNPACKED_BYTES = 512 * 2**20
+#: The most members an archive may hold (files and folders): a study's jobs write five
+#: files each; 20 000 is far beyond any study here.
+MAX_MEMBERS = 20_000
 
 
-def _extract(archive: Path, dest: Path) -> None:
-    """Unpack ``archive`` into ``dest`` after checking every member (:func:`_check_members`;
-    :func:`tarfile.data_filter` as well)."""
+def _check_member(member: tarfile.TarInfo, archive: Path) -> None:
+    """Refuse the archive, naming ``member``, unless it is a regular file or a folder (a
+    reference run has no links, devices or sparse files) whose relative path stays
+    inside the folder it is unpacked into (no absolute path, no ``..``)."""
+    path = PurePosixPath(member.name)
+    if member.issym() or member.islnk():
+        raise ArchiveError(f"{archive}: holds links ({member.name})")
+    if not (member.isfile() or member.isdir()) or member.issparse():
+        raise ArchiveError(f"{archive}: member {member.name!r} is not a file or folder")
+    if path.is_absolute() or ".." in path.parts:
+        raise ArchiveError(f"{archive}: member {member.name!r} leaves its folder")
+
+
+def _extract(
+    archive: Path,
+    dest: Path,
+    max_bytes: int = MAX_UNPACKED_BYTES,
+    max_members: int = MAX_MEMBERS,
+) -> int:
+    """Unpack ``archive`` into ``dest`` member by member, reading it once as a stream
+    (:mod:`tarfile`'s ``r|*`` mode: each member's header is read before its data, and
+    nothing of the archive is read ahead). Each member is checked before a byte of it is
+    written: :func:`_check_member`, at most ``max_members`` members, and the bytes
+    unpacked so far plus the member's size (from its header; tarfile writes exactly that
+    many bytes) at most ``max_bytes``. The first member past a check refuses the archive
+    with :class:`ArchiveError` naming it, so nothing larger than ``max_bytes`` is ever
+    written (a gzip bomb is refused at its first big member, not after it filled the
+    disk). :func:`tarfile.data_filter` guards each member as well. Returns the bytes
+    unpacked. Raises :class:`ArchiveError` for an archive that cannot be read."""
+    total = 0
     try:
-        with tarfile.open(archive) as tar:
-            _check_members(tar, archive)
-            tar.extractall(dest, filter="data")
+        with tarfile.open(archive, mode="r|*") as tar:
+            for count, member in enumerate(tar, start=1):
+                _check_member(member, archive)
+                if count > max_members:
+                    raise ArchiveError(
+                        f"{archive}: member {member.name!r} is past the limit of "
+                        f"{max_members} members (a reference run has far fewer)"
+                    )
+                if member.isfile() and total + member.size > max_bytes:
+                    raise ArchiveError(
+                        f"{archive}: member {member.name!r} ({member.size} bytes) would "
+                        f"unpack the archive past the limit of {max_bytes} bytes (a "
+                        "reference run is a few MB; a gzip bomb?)"
+                    )
+                tar.extract(member, dest, filter="data")
+                total += member.size if member.isfile() else 0
     except (tarfile.TarError, OSError) as exc:
         raise ArchiveError(f"{archive}: cannot unpack: {exc}") from exc
+    return total
 
 
 def already_imported(manifest_path: Path, reference_root: Path) -> Path | None:
@@ -200,11 +239,15 @@ def import_archive(
     reference_root: str | Path = REFERENCE_DIR,
     name: str | None = None,
     log=print,
+    max_bytes: int = MAX_UNPACKED_BYTES,
+    max_members: int = MAX_MEMBERS,
 ) -> Path:
     """Import ``archive`` into ``<reference_root>/<name>`` (see the module docstring) and
     return that folder. Raises :class:`ArchiveError` (nothing written under
     ``reference_root``) for an archive that holds no study run (or several), a member
-    that leaves its folder, a manifest or probe value that would lead the run's folder
+    that leaves its folder, a member past ``max_bytes`` unpacked in all or past
+    ``max_members`` members (:func:`_extract`: refused while unpacking, before the
+    member is written), a manifest or probe value that would lead the run's folder
     elsewhere (or a ``name`` that would), naming the member or field;
     FileExistsError when the destination exists (give another ``name``), ValueError
     when the run fails its audit (nothing is copied)."""
@@ -218,7 +261,7 @@ def import_archive(
         raise ArchiveError(f"{archive}: no such archive file")
     with tempfile.TemporaryDirectory(prefix="crossover-import-") as tmp:
         work = Path(tmp)
-        _extract(archive, work)
+        _extract(archive, work, max_bytes, max_members)
         found = sorted(work.glob(f"results/*/{MANIFEST_NAME}"))
         if len(found) != 1:
             raise ArchiveError(

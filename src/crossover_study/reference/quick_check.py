@@ -2,7 +2,7 @@
 
     crossover-study check FILE.py --size batch=32 --size channels=16
         [--framework torch|tensorflow] [--devices cpu,cuda] [--variants eager,compile]
-        [--out DIR] [--quick] [--predict t4,h200 | none]
+        [--out DIR] [--quick] [--job-deadline SECONDS] [--predict t4,h200 | none]
     crossover-study check s001-mlp [--size hidden=128]
 
 What a study does for one case at one size, in one command: an in-memory study config
@@ -24,17 +24,20 @@ and ``<out>/sweep.yaml`` is the study file of the full sweep for a crossover.
 A device class asked for but absent (no NVIDIA GPU listed by NVML or nvidia-smi for
 ``cuda`` and ``cuda_multi``) is said in one line; its rows are ``unavailable`` and no
 process is started for it (never a CPU timing under its name). Bad input exits with
-status 2 and one line before anything is timed (:class:`CheckError`).
+status 2 and one line before anything is timed
+(:class:`crossover_study.reference.check_input.CheckError`; the input is checked and made
+a study config by :mod:`crossover_study.reference.check_input`). The folder is the
+check's own (never one used before). A job that ends before its points are measured
+(its deadline, a failure) or Ctrl-C leaves the folder holding what was measured, its
+manifest and ``answer.json`` marked ``incomplete``, and one line saying so.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
-import importlib.util
 import os
-import re
+import signal
 import subprocess
 import sys
 import time
@@ -43,8 +46,17 @@ from pathlib import Path
 
 import yaml
 
+from crossover_study.core.errors import describe_os_error, disk_error
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.core.progress import for_terminal
+from crossover_study.measure.journal import FINAL
+from crossover_study.reference.check_input import (
+    CheckError,
+    build_config,
+    case_name,
+    claim_folder,
+    sweep_study,
+)
 from crossover_study.reference.gpu_jobs import (
     Progress,
     job_command,
@@ -54,289 +66,76 @@ from crossover_study.reference.gpu_jobs import (
     write_benchmark,
     write_unstarted,
 )
-from crossover_study.study import cases, study_file
-from crossover_study.study import config as study_config
+from crossover_study.study import cases
 from crossover_study.study import points as study_points
-from crossover_study.study.applicability import applicability, case_kind
-from crossover_study.study.spec import (
-    DEVICES,
-    FRAMEWORKS,
-    PLUGIN_VARIANTS,
-    REPLICA_VARIANTS,
-    VARIANTS,
-)
-
-#: The timing of ``--quick`` (tests, a first look): 3 short blocks, little warm-up, no
-#: block-length check. Without ``--quick`` the study's defaults (the schema's) apply.
-QUICK_TIMING = {
-    "min_block_s": 0.01,
-    "blocks": 3,
-    "max_warmup_s": 0.1,
-    "max_point_s": 1.0,
-    "sync_check_s": 0.0,
-}
-#: Modules whose import in a plug-in file names its framework (:func:`plugin_framework`).
-FRAMEWORK_MODULES = {"torch": "torch", "tensorflow": "tensorflow", "keras": "tensorflow"}
-#: Device classes that need an NVIDIA GPU, with the GPUs they need.
-GPU_CLASSES = {"cuda": 1, "cuda_multi": 2}
 
 
-class CheckError(ValueError):
-    """Bad input to the check (one line: the message); exit status 2, nothing timed."""
-
-
-def parse_sizes(items: list[str]) -> dict[str, int]:
-    """``["batch=32", "channels=16"]`` -> ``{"batch": 32, "channels": 16}`` (positive
-    integers). Raises :class:`CheckError` naming a malformed or repeated item."""
-    sizes: dict[str, int] = {}
-    for item in items:
-        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)=([0-9]+)", item.strip())
-        if not match or int(match[2]) < 1:
-            raise CheckError(f"--size {item}: expected AXIS=N with N a positive integer")
-        if match[1] in sizes:
-            raise CheckError(f"--size {item}: {match[1]} given twice")
-        sizes[match[1]] = int(match[2])
-    return sizes
-
-
-def case_name(path: Path) -> str:
-    """The case name of plug-in file ``path``: its stem in lower case, ``_`` and other
-    characters a case name may not hold as ``-`` (``digits_cnn.py`` -> ``digits-cnn``,
-    as ``config/studies/own-models.yaml`` names it)."""
-    return re.sub(r"[^a-z0-9.]+", "-", path.stem.lower()).strip("-.") or "case"
-
-
-def plugin_framework(path: Path) -> str | None:
-    """The framework plug-in ``path`` imports (``torch``; ``tensorflow`` or ``keras``:
-    tensorflow), read from its import statements without importing it; None when it
-    imports neither or both."""
-    try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
-    found = set()
-    for node in ast.walk(tree):
-        names = (
-            [a.name for a in node.names]
-            if isinstance(node, ast.Import)
-            else [node.module or ""]
-            if isinstance(node, ast.ImportFrom)
-            else []
-        )
-        found |= {
-            FRAMEWORK_MODULES[n.split(".")[0]]
-            for n in names
-            if n.split(".")[0] in FRAMEWORK_MODULES
-        }
-    return found.pop() if len(found) == 1 else None
-
-
-def present_devices(snapshot: dict | None = None) -> dict[str, str | None]:
-    """``{device class: None when present, else why not}`` for :data:`spec.DEVICES`:
-    cpu is always present; cuda needs one NVIDIA GPU and cuda_multi two, as NVML or
-    nvidia-smi list them (:func:`gpu_state.snapshot`, no framework imported); tpu is
-    never found here (a TPU host is asked for with ``--devices tpu``, and its job's
-    probe decides)."""
-    from crossover_study.measure.gpu_state import snapshot as gpu_snapshot
-
-    snap = snapshot if snapshot is not None else gpu_snapshot()
-    gpus = len(snap.get("gpus") or [])
-    found: dict[str, str | None] = {"cpu": None}
-    for device, needed in GPU_CLASSES.items():
-        found[device] = (
-            None
-            if gpus >= needed
-            else f"{gpus} NVIDIA GPU(s) listed, {needed} needed ({snap.get('reason') or 'none'})"
-        )
-    found["tpu"] = "no TPU is looked for unless asked (--devices tpu)"
-    return found
-
-
-def default_variants(case: str, framework: str, devices: list[str]) -> list[str]:
-    """eager and every variant the study derives from the case's step that applies in
-    ``framework`` on at least one of ``devices`` (:func:`applicability.applicability`;
-    a plug-in's :data:`spec.PLUGIN_VARIANTS`, a seed's every ordinary variant)."""
-    pool = PLUGIN_VARIANTS if not cases.get(case).builtin else VARIANTS
-    kind = case_kind(case, framework)
-    return [
-        v
-        for v in pool
-        if v not in REPLICA_VARIANTS
-        and (
-            v == "eager" or any(applicability(v, framework, d, kind, case=case)[0] for d in devices)
-        )
-    ]
-
-
-def _names(text: str | None, known, what: str, flag: str) -> list[str] | None:
-    """A comma-separated ``--devices``/``--variants`` list, each name known."""
-    if text is None:
-        return None
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for name in names:
-        if name not in known:
-            raise CheckError(f"{flag} {text}: unknown {what} {name!r} (known: {', '.join(known)})")
-    if not names:
-        raise CheckError(f"{flag}: no {what} given")
-    return list(dict.fromkeys(names))
-
-
-def _cards(text: str | None) -> list[str] | None:
-    """``--predict t4,h200`` as card names (``none``: no card; None: the study file's
-    default, the schema's), each an existing card. Raises :class:`CheckError` naming
-    an unknown card and the cards there are."""
-    if text is None:
-        return None
-    if text.strip() == "none":
-        return []
-    from crossover_study.study.device_cards import card_files
-
-    return _names(text, [p.stem for p in card_files()], "device card", "--predict")
-
-
-def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]]:
-    """The validated study config of the check, its case, the device classes to measure
-    and ``{absent device: why}`` (asked for, or left out of the default, and not found
-    by :func:`present_devices`). Raises :class:`CheckError` for every bad input."""
-    sizes = parse_sizes(args.size)
-    devices = _names(args.devices, DEVICES, "device", "--devices")
-    variants = _names(args.variants, VARIANTS, "variant", "--variants")
-    predict = _cards(args.predict)
-    if args.framework is not None and args.framework not in FRAMEWORKS:
-        raise CheckError(f"--framework {args.framework}: expected one of {', '.join(FRAMEWORKS)}")
-    target = args.target
-    if target in cases.SEEDS:
-        case = target
-        seed = cases.SEEDS[case]
-        framework = args.framework or seed.frameworks[0]
-        if framework not in seed.frameworks:
-            raise CheckError(
-                f"--framework {framework}: {case} runs in {', '.join(seed.frameworks)}"
-            )
-        for axis in sizes:
-            if axis not in seed.axes:
-                raise CheckError(
-                    f"--size {axis}: {case} has no axis {axis!r} (axes: {', '.join(seed.axes)})"
-                )
-        spec = {"axes": {a: [v] for a, v in sizes.items()}}
-    else:
-        path = Path(target)
-        if not path.is_file():
-            hint = "" if target.endswith(".py") else f" nor a seed case ({', '.join(cases.SEEDS)})"
-            raise CheckError(f"{target}: no such plug-in file{hint}")
-        case = case_name(path)
-        framework = args.framework or plugin_framework(path)
-        if framework is None:
-            raise CheckError(
-                f"{target}: imports neither torch nor tensorflow/keras alone; give --framework"
-            )
-        if not sizes:
-            raise CheckError(f"{target}: give the sizes its builder takes, e.g. --size batch=32")
-        spec = {"workload": str(path.resolve()), "framework": framework, "seed": sizes}
-    if importlib.util.find_spec(framework) is None:
-        raise CheckError(f"framework {framework} is not installed in {sys.executable}")
-    raw = {
-        "study": study,
-        "sweep": {"frameworks": [framework], "devices": ["cpu"], "variants": ["eager"]},
-        "cases": {case: spec},
-    }
-    if cases.SEEDS.get(case) is not None and sizes:
-        raw["sweep"]["extras_at"] = "all"  # the variants at the sizes given too
-    if args.quick:
-        raw["timing"] = dict(QUICK_TIMING)
-    if predict is not None:
-        raw["predict"] = predict
-    try:
-        study_config.validate_config(raw)  # the case must be known to list its variants
-    except study_file.ConfigError as error:
-        raise CheckError(str(error)) from None
-    present = present_devices()
-    if devices is None:
-        devices = [d for d in ("cpu", "cuda") if present[d] is None]
-        absent = {d: present[d] for d in ("cuda",) if present[d] is not None}
-    else:
-        absent = {d: present[d] for d in devices if d in GPU_CLASSES and present[d] is not None}
-    raw["sweep"]["devices"] = list(dict.fromkeys([*devices, *absent]))
-    raw["sweep"]["variants"] = variants or default_variants(case, framework, devices)
-    if "cuda_multi" in raw["sweep"]["devices"]:
-        raise CheckError("--devices cuda_multi: a check measures no replicated points; use a study")
-    try:
-        config = study_config.validate_config(raw)
-    except study_file.ConfigError as error:
-        raise CheckError(str(error)) from None
-    return config, case, [d for d in raw["sweep"]["devices"] if d not in absent], absent
-
-
-def sweep_study(config: dict, case: str, name: str) -> dict:
-    """The study file of the full sweep for a crossover of ``case``: each axis at a
-    quarter, 1, 4 and 16 times its size, on cpu and cuda, the check's variants and every
-    one that applies on cpu or cuda (:func:`default_variants`) at the seed's size
-    (``extras_at: seed``), the study's default timing."""
-    spec = dict(config["cases"][case])
-    seed = spec.get("seed") or cases.seed_sizes(case)
-    axes = {a: sorted({max(1, v // 4), v, 4 * v, 16 * v}) for a, v in seed.items()}
-    entry = {
-        **{k: spec[k] for k in ("workload", "framework", "seed", "entry") if k in spec},
-        "axes": axes,
-    }
-    return {
-        "study": name,
-        "sweep": {
-            "frameworks": config["sweep"]["frameworks"],
-            "devices": ["cpu", "cuda"],
-            # The check's variants and every one that applies on cpu or cuda.
-            "variants": list(
-                dict.fromkeys(
-                    [
-                        *config["sweep"]["variants"],
-                        *default_variants(case, config["sweep"]["frameworks"][0], ["cpu", "cuda"]),
-                    ]
-                )
-            ),
-            "extras_at": "seed",
-        },
-        "devices": {"cpu": {"threads": 2}, "cuda": {"threads": 2, "gpu": 1}},
-        "cases": {case: entry},
-    }
-
-
-def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> float:
+def _measure(config_path: Path, out: Path, job: tuple, progress: Progress) -> list[str]:
     """One measuring job as its own ``crossover-study measure-job`` process
-    (the measure rule's code), its progress lines (:func:`progress.for_terminal`) through
-    ``progress``; writes the Snakemake-style benchmark file beside the job's log.
-    Returns its wall seconds."""
+    (the measure rule's code, under its supervisor: the job ends when its points are
+    done, or at its deadline), its progress lines (:func:`progress.for_terminal`) through
+    ``progress``; writes the Snakemake-style benchmark file beside the job's log, also
+    after Ctrl-C (:func:`_process`), then raises KeyboardInterrupt again. Returns the
+    job's ``job failed`` lines (none when it measured every point)."""
     paths = job_files(out, out / "logs", job)
-    wall = _process(job_command(config_path, job, paths), progress)
+    wall, failed, interrupted = _process(job_command(config_path, job, paths), progress)
     write_benchmark(paths["bench"], wall)
-    return wall
+    if interrupted:
+        raise KeyboardInterrupt
+    return failed
 
 
 def _rates(config_path: Path, out: Path, framework: str, device: str, progress: Progress) -> None:
     """The rates job of ``framework`` on ``device`` as its own ``python -m
     crossover_study.measure.rates_job`` process (the rates rule's code), before that pair's
-    measuring jobs, which read its file; its benchmark file beside theirs."""
+    measuring jobs, which read its file; its benchmark file beside theirs (Ctrl-C: as
+    :func:`_measure`)."""
     paths = rates_files(out, out / "logs", framework, device)
-    write_benchmark(
-        paths["bench"], _process(rates_command(config_path, framework, device, paths), progress)
-    )
+    wall, _, interrupted = _process(rates_command(config_path, framework, device, paths), progress)
+    write_benchmark(paths["bench"], wall)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
-def _process(cmd: list, progress: Progress) -> float:
+def _process(cmd: list, progress: Progress) -> tuple[float, list[str], bool]:
     """Run ``cmd`` with this repository's ``src`` first on its path, passing its point
-    lines and failures through ``progress``. Returns its wall seconds."""
+    lines and failures through ``progress``. Returns its wall seconds, its lines that
+    start ``job failed`` and whether Ctrl-C stopped it.
+
+    Ctrl-C: the terminal's SIGINT reaches ``cmd`` too (one process group); a SIGINT sent
+    to this process alone is passed on to it. A measuring job then writes its table
+    from its journal and exits (:mod:`crossover_study.measure.supervisor`), and its last
+    lines are passed on; a second Ctrl-C kills it."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
     }
     started = time.time()
-    with subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as proc:
-        for line in proc.stdout:
+    failed: list[str] = []
+    interrupted = False
+
+    def passed(lines) -> None:
+        for line in lines:
             line = line.rstrip("\n")
             if for_terminal(line):
                 progress.line(line)
-    return time.time() - started
+            if line.startswith("job failed"):
+                failed.append(line)
+
+    with subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        try:
+            passed(proc.stdout)
+        except KeyboardInterrupt:
+            interrupted = True
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+            try:
+                passed(proc.stdout)
+            except KeyboardInterrupt:  # a second Ctrl-C: the job is not waited for
+                proc.kill()
+    return time.time() - started, failed, interrupted
 
 
 def _unstarted(config: dict, out: Path, job: tuple, why: str) -> None:
@@ -376,7 +175,12 @@ def _fd_stderr_to(path: Path):
 
 def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdir: Path) -> dict:
     """Measure, collect, answer and record the check in ``out`` (see the module
-    docstring); prints one line per point and the answer. Returns the answer (dict)."""
+    docstring); prints one line per point and the answer. Returns the answer (dict),
+    whose ``incomplete`` is None, or ``{"reason", "points_measured", "points"}`` when a
+    job ended before its points were measured (its deadline, a failure) or the check
+    was interrupted (Ctrl-C: the jobs not started are left out, the one running writes
+    its table from its journal); the manifest and ``answer.json`` say so too. Raises
+    RuntimeError when no job wrote its table."""
     from crossover_study.analysis.card_prediction import write_predictions
     from crossover_study.analysis.crossover import write_crossover
     from crossover_study.analysis.tables import collect_study
@@ -405,19 +209,24 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
     measured = [j for j in jobs if j[2] not in absent]
     total = sum(len(study_points.batches(config, *j[:3])[j[3]]) for j in measured)
     progress = Progress(total, time.time())
-    rated = set()
-    for job in jobs:
-        if job[2] in absent:
-            _unstarted(config, out, job, f"not visible on this machine: {absent[job[2]]}")
-            continue
-        if job[1:3] not in rated:  # once per framework and device, before its jobs
-            _rates(config_path, out, job[1], job[2], progress)
-            rated.add(job[1:3])
-        _measure(config_path, out, job, progress)
+    rated, failed, interrupted = set(), [], False
+    try:
+        for job in jobs:
+            if job[2] in absent:
+                _unstarted(config, out, job, f"not visible on this machine: {absent[job[2]]}")
+                continue
+            if job[1:3] not in rated:  # once per framework and device, before its jobs
+                _rates(config_path, out, job[1], job[2], progress)
+                rated.add(job[1:3])
+            failed += _measure(config_path, out, job, progress)
+    except KeyboardInterrupt:
+        interrupted = True
     files = [job_files(out, out / "logs", j) for j in jobs]
     done = [f for f in files if f["csv"].is_file() and f["probe"].is_file()]
     if not done:
-        raise RuntimeError(f"no measuring job wrote its table; see {out / 'logs'}")
+        raise (KeyboardInterrupt if interrupted else RuntimeError)(
+            f"no measuring job wrote its table; see {out / 'logs'}"
+        )
     timings, _, _ = collect_study(
         [f["csv"] for f in done],
         [f["probe"] for f in done],
@@ -441,6 +250,11 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
         out / "predicted_crossover.csv",
     )
     result = answer(timings, crossover, case, absent, sweep_path, predicted=predicted)
+    kept = timings[~timings["device"].isin(list(absent)) & timings["status"].isin(FINAL)]
+    result["incomplete"] = None
+    if interrupted or failed:
+        reason = "interrupted (Ctrl-C)" if interrupted else "; ".join(failed)
+        result["incomplete"] = {"reason": reason, "points_measured": len(kept), "points": total}
     write_json(result, out / "answer.json")
     manifest = unreported_manifest(
         config,
@@ -449,7 +263,10 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
         out,
         point_tables=[f["csv"] for f in done],
         probe_records=[f["probe"] for f in done],
-        extra={"check": {"answer": "answer.json", "sweep_study": "sweep.yaml"}},
+        extra={
+            "check": {"answer": "answer.json", "sweep_study": "sweep.yaml"},
+            **({"incomplete": result["incomplete"]} if result["incomplete"] else {}),
+        },
     )
     write_json(manifest, out / "manifest.json")
     write_crate(
@@ -458,15 +275,19 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
         out=out / "ro-crate-metadata.json",
         manifest_path=out / "manifest.json",
     )
-    for line in answer_lines(result):
-        print(line, flush=True)
-    print(f"wrote {out} (timings.csv, answer.json, manifest.json; crossover-study audit {out})")
+    if not interrupted:
+        for line in answer_lines(result):
+            print(line, flush=True)
+        print(f"wrote {out} (timings.csv, answer.json, manifest.json; crossover-study audit {out})")
     return result
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Command line (see the module docstring). Returns 0, 2 for bad input (one line on
-    stderr, nothing timed), 1 when no job wrote its table."""
+    """Command line (see the module docstring). Returns 0; 2 for bad input (one line on
+    stderr, nothing timed); 1 when no job wrote its table, or a job ended before its
+    points were measured (its deadline, a failure: one line, the folder marked
+    incomplete); 130 after Ctrl-C (one line: how many points were measured, the folder
+    marked incomplete)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("target", help="a plug-in file (FILE.py) or a seed case (s001-mlp)")
     parser.add_argument(
@@ -488,10 +309,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         "--quick", action="store_true", help="short timing (3 short blocks, no block-length check)"
     )
     parser.add_argument(
+        "--job-deadline",
+        type=float,
+        metavar="SECONDS",
+        help="end a device's measuring job after this long, keeping what it measured "
+        "(default: 90%% of the device class's runtime, 54 minutes)",
+    )
+    parser.add_argument(
         "--predict",
         metavar="CARDS",
-        help="comma-separated device cards to predict the step on (default: t4,a100-80gb,h100-sxm; "
-        "none: no prediction; crossover-study devices lists them)",
+        help="comma-separated device cards to predict the step on (default: t4,a100-80gb,"
+        "h100-sxm; none: no prediction; crossover-study devices lists them)",
     )
     args = parser.parse_args(argv)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -501,13 +329,40 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except CheckError as error:
         print(f"{prog or 'check'}: {error}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else Path("results") / config["study"]
-    out = out.resolve()
+    try:
+        out = claim_folder(args.out, config["study"])
+    except CheckError as error:
+        print(f"{prog or 'check'}: {error}", file=sys.stderr)
+        return 2
+    config["study"] = config["study"] if args.out else out.name
     cwd = Path.cwd().resolve()
     workdir = cwd if out.is_relative_to(cwd) and out != cwd else out.parent
+    name = prog or "check"
     try:
-        run_check(config, case, absent, out, workdir)
+        result = run_check(config, case, absent, out, workdir)
+    except KeyboardInterrupt as stopped:  # before a job wrote its table, or after collecting
+        why = str(stopped) or f"{out} holds what was measured, without a manifest"
+        print(f"{name}: interrupted; {why}", file=sys.stderr)
+        return 130
     except RuntimeError as error:
-        print(f"{prog or 'check'}: {error}", file=sys.stderr)
+        print(f"{name}: {error}", file=sys.stderr)
         return 1
-    return 0
+    except OSError as exc:  # a full or read-only disk: one line, what was measured kept
+        if not disk_error(exc):
+            raise
+        print(
+            f"{name}: cannot write: {describe_os_error(exc)}; {out} keeps what was measured "
+            "(its journals hold every point measured)",
+            file=sys.stderr,
+        )
+        return 1
+    incomplete = result["incomplete"]
+    if incomplete is None:
+        return 0
+    measured = f"{incomplete['points_measured']} of {incomplete['points']} points"
+    holds = f"{out} holds what was measured, marked incomplete"
+    if incomplete["reason"].startswith("interrupted"):
+        print(f"{name}: interrupted after {measured}; {holds}", file=sys.stderr, flush=True)
+        return 130
+    print(f"{name}: incomplete: {measured} measured; {holds}", file=sys.stderr, flush=True)
+    return 1

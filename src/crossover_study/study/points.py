@@ -416,85 +416,20 @@ def timing_policy(config: Mapping[str, Any]) -> TimingPolicy:
     )
 
 
-#: ``timing.point_deadline_s`` when a config leaves it out (seconds; not filled in by
-#: validation, see :func:`point_deadline_s`).
-DEFAULT_POINT_DEADLINE_S = 600.0
-
-
-def point_deadline_s(config: Mapping[str, Any]) -> float | None:
-    """Seconds a point may run before it is ended (``timing.point_deadline_s``; None: no
-    deadline). Left out of a config it is :data:`DEFAULT_POINT_DEADLINE_S`: the schema
-    gives no default to fill in, so that studies written without the key keep their
-    config hash and the measure rule's params (a change would rerun every measuring
-    job). A point of the committed studies takes seconds (``timing.max_point_s`` is its
-    budget for the timed blocks, plus warm-up, set-up and a first compile); ten minutes
-    is far past that, yet well within a measuring job's Slurm ``runtime`` (60 minutes by
-    default), so a stuck point ends before Slurm ends the whole job."""
-    return config["timing"].get("point_deadline_s", DEFAULT_POINT_DEADLINE_S)
-
-
-@dataclasses.dataclass(frozen=True)
-class ContentionPolicy:
-    """When a point counts as measured under contention, and how long to wait for a
-    quiet machine before measuring it again (``timing.contention_share`` and
-    ``timing.contention_wait_s``; :func:`crossover_study.measure.point.measure_point`).
-
-    share: a point is contended when other work took more than this share of the job's
-        CPU threads while it was timed (:func:`crossover_study.core.host_load.
-        contention_share`: other work's CPUs beyond those the job does not need, over
-        its threads). 0.25: a quarter of the job's CPUs, e.g. half of one core under a
-        2-thread job, far above what a quiet machine's daemons take (a few %), and below
-        one core of another process (0.5 under 2 threads), which in one trial made a
-        DataLoader step read 64 ms against 4.3 ms quiet.
-    wait_s: seconds to wait for a quiet machine before measuring a contended point
-        once more (0: never wait, flag only). 20 s: a few seconds of someone's build or
-        test run pass; a longer load does not, and the point is flagged.
-    job_wait_s: seconds a measuring job waits in all (:data:`JOB_WAIT_POINTS` points'
-        worth): on a machine busy throughout, the job stops waiting and flags, so
-        contention never multiplies a study's time.
-
-    Not part of a job's fingerprint or the measurement hash
-    (:data:`NOT_MEASUREMENT_TIMING_KEYS`): changing them reruns no finished job.
-    """
-
-    share: float = 0.25
-    wait_s: float = 20.0
-
-    @property
-    def job_wait_s(self) -> float:
-        """Seconds one measuring job waits for a quiet machine in all."""
-        return JOB_WAIT_POINTS * self.wait_s
-
-
-#: A measuring job waits for a quiet machine for at most this many points' waits.
-JOB_WAIT_POINTS = 5
-
-
-def contention_policy(config: Mapping[str, Any]) -> ContentionPolicy:
-    """The contention settings from ``config['timing']`` (``contention_share``,
-    ``contention_wait_s``), :class:`ContentionPolicy`'s defaults for the keys left out
-    (the schema fills in no default, so that studies written without them keep their
-    config)."""
-    t = config["timing"]
-    default = ContentionPolicy()
-    return ContentionPolicy(
-        share=t.get("contention_share", default.share),
-        wait_s=t.get("contention_wait_s", default.wait_s),
-    )
-
-
 #: Keys that do not change what is measured: the study's name, and whether curves may
 #: merge environments (a collect-time policy that can be changed after measuring).
 NOT_MEASUREMENT_KEYS: tuple[str, ...] = ("study", "merge_environments", "predict")
 #: Keys under ``timing`` that do not change what is measured: the point deadline decides
 #: only when a stuck point is given up (its error row names the deadline), never how a
 #: point that finishes is timed.
+#: The job deadline likewise decides only when a job is given up.
 #: ``repeats`` does not change how one run is measured: runs after the first have point
 #: keys and journals of their own, so raising it keeps the runs already measured.
 #: The contention settings decide whether a point is measured once more and flagged,
-#: never how a point is timed (:class:`ContentionPolicy`).
+#: never how a point is timed (:class:`crossover_study.study.job_limits.ContentionPolicy`).
 NOT_MEASUREMENT_TIMING_KEYS: tuple[str, ...] = (
     "point_deadline_s",
+    "job_deadline_s",
     "repeats",
     "contention_share",
     "contention_wait_s",
