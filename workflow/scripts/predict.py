@@ -27,4 +27,9 @@ def main(snakemake) -> None:
 
 
 if __name__ == "__main__":
-    main(snakemake)  # noqa: F821 - injected by Snakemake's script directive
+    # A full or read-only disk: one line on Snakemake's terminal, not only in the log.
+    sys.path.insert(0, snakemake.params.src)  # noqa: F821 - injected by Snakemake
+    from crossover_study.core.errors import STUDY_KEPT, disk_errors_in_one_line
+
+    with disk_errors_in_one_line("rule predict", snakemake.log[0], STUDY_KEPT):  # noqa: F821
+        main(snakemake)  # noqa: F821 - injected by Snakemake's script directive
