@@ -3,24 +3,26 @@ prediction from published numbers lands from a measurement it was never fitted t
 
     .venv/bin/python benchmarks/card_anchors.py [--card h200] [--out DIR]
 
-For each program and size the anchors measured in PyTorch (s001-mlp's width sweep
-H = 8…8192 at N = 64, D_in = 1024, its 64 × 5000 × 5000 × 8 point, s000-hjb at batch 100
-and width 8, and at width 64 with batch 100, 10 000 and 1 000 000), this machine's CPU
-counts the step (``crossover-study check … --variants eager --quick --predict CARD``,
-one check per size, each in its own folder under ``--out``) and the card prices it
-(``predicted.csv``: eager and its CUDA graph). Prints one Markdown row per anchor:
-program, size, variant, the predicted low / central / high step, the anchor's measured
-step, central / measured − 1 and whether the measurement lies in the band; then the
-card's cold start against the anchor's CUDA context start; then the published small
-steps found (DeepBench's LSTM training rows on a V100), priced from their shapes
-(``--public-only``: those alone, no check run). The anchors are read here
-only; nothing is tuned to them (a miss is a miss: ``docs/VALIDATION.md``).
+The anchors measured PyTorch programs on an H200: s001-mlp's width sweep H = 8…8192 at
+N = 64, D_in = 1024 and its 64 × 5000 × 5000 × 8 point, s000-hjb at batch 100 and
+width 8, and at width 64 with batch 100, 10 000 and 1 000 000. This machine's CPU
+counts and profiles each of those programs at those sizes in one small study (PyTorch,
+eager, the CPU, quick timing: ``<out>/anchors.yaml``, run through the workflow up to
+its ``predict`` rule in ``<out>``), and the card prices it (``predicted.csv``: eager
+and its CUDA graph). Prints one Markdown row per anchor: program, size, variant, the
+predicted low / central / high step, the anchor's measured step, central / measured −
+1 and whether the measurement lies in the band; then the card's cold start against the
+anchor's CUDA context start; then the published small steps found (DeepBench's LSTM
+training rows on a V100), priced from their shapes (``--public-only``: those alone,
+no study run). The anchors are read here only; nothing is tuned to them (a miss is a
+miss: ``docs/VALIDATION.md``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -30,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
 
 from crossover_study.core.progress import format_seconds  # noqa: E402
 from crossover_study.stepmodel.card_model import Work, price_range  # noqa: E402
@@ -66,19 +69,57 @@ def anchor_points(rows: list[dict]) -> list[dict]:
     return points
 
 
-def predict(case: str, sizes: dict, card: str, out: Path) -> pd.DataFrame:
-    """The check of ``case`` at ``sizes`` (torch, eager, quick timing) priced on
-    ``card``: its ``predicted.csv`` (empty when the check failed; its log says why)."""
-    folder = out / (case + "-" + "-".join(f"{k}{v}" for k, v in sizes.items()))
-    if not (folder / "predicted.csv").is_file():
-        cmd = [sys.executable, "-m", "crossover_study", "check", case, "--framework", "torch"]
-        cmd += [f"--size={k}={v}" for k, v in sizes.items()]
-        cmd += ["--variants", "eager", "--quick", "--predict", card, "--out", str(folder)]
-        log = out / f"{folder.name}.log"
-        with log.open("w") as fh:
-            subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, check=False)
-    path = folder / "predicted.csv"
-    return pd.read_csv(path) if path.is_file() else pd.DataFrame()
+#: The study that measures the anchors' programs at their sizes on this CPU.
+STUDY = {
+    "study": "anchors",
+    "sweep": {"frameworks": ["torch"], "devices": ["cpu"], "variants": ["eager"]},
+    "devices": {"cpu": {"threads": 2}},
+    "timing": {
+        "min_block_s": 0.01,
+        "blocks": 3,
+        "max_warmup_s": 0.1,
+        "max_point_s": 1.0,
+        "sync_check_s": 0.0,
+    },
+    "cases": {
+        "s001-mlp": {
+            "axes": {"d_in": [1024, 5000], "hidden": [8, 32, 128, 512, 2048, 5000, 8192]},
+            "grid": ["d_in", "hidden"],
+        },
+        "s000-hjb": {
+            "axes": {"batch": [100, 10000, 1000000], "width": [8, 64]},
+            "grid": ["batch", "width"],
+        },
+    },
+}
+
+
+def predicted_table(card: str, out: Path) -> pd.DataFrame:
+    """The anchors' study (:data:`STUDY`, predicting on ``card``) run in ``out``
+    through the workflow up to ``predicted.csv`` (kept when it is there already), and
+    that table."""
+    table = out / "results" / "anchors" / "predicted.csv"
+    if not table.is_file():
+        study = out / "anchors.yaml"
+        study.write_text(yaml.safe_dump({**STUDY, "predict": [card]}, sort_keys=False))
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(out)]
+        # The target first: --configfile takes every argument after it.
+        cmd += [str(table.relative_to(out)), "--cores", "2", "--configfile", str(study)]
+        env = {
+            **os.environ,
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+        }
+        with (out / "study.log").open("w") as log:
+            subprocess.run(cmd, cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
+    return pd.read_csv(table)
+
+
+def at(table: pd.DataFrame, case: str, sizes: dict, variant: str) -> pd.DataFrame:
+    """Priced rows of ``table`` for ``case`` at ``sizes`` as ``variant``."""
+    rows = table[(table["case"] == case) & (table["variant"] == variant)]
+    for axis, value in sizes.items():
+        rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
+    return rows[rows["predicted_step_s"].notna()]
 
 
 #: DeepBench's FP32 LSTM training rows on a V100 (DGX-1, CUDA 10.1, cuDNN 7.6;
@@ -131,7 +172,7 @@ def public_rows() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--card", default="h200")
-    parser.add_argument("--out", help="folder of the checks (default: a temporary one)")
+    parser.add_argument("--out", help="folder of the study (default: a temporary one)")
     parser.add_argument("--public-only", action="store_true", help="only the published steps")
     args = parser.parse_args(argv)
     if args.public_only:
@@ -142,22 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="card-anchors-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"card {card.card} ({card.name}); anchors {ANCHORS.name}: {anchors['machine']}")
-    print(f"checks in {out}\n")
+    print(f"study in {out}\n")
     print(
         "| program | size | variant | predicted low / central / high | measured | error | in band |"
     )
     print("|---|---|---|---|---|---|---|")
     errors = []
+    table = predicted_table(card.card, out)
     for p in anchor_points(anchors["rows"]):
-        table = predict(p["case"], p["sizes"], card.card, out)
-        rows = table[(table.get("variant") == p["variant"])] if len(table) else table
-        rows = rows[rows["predicted_step_s"].notna()] if len(rows) else rows
+        rows = at(table, p["case"], p["sizes"], p["variant"])
         if rows.empty:
-            why = (
-                table["not_priced"].dropna().iloc[0]
-                if "not_priced" in table and table["not_priced"].notna().any()
-                else "the check wrote no prediction"
-            )
+            why = "the study has no point there"
             print(
                 f"| {p['case']} | {p['label']} | {p['variant']} | not predicted ({why}) | {format_seconds(p['measured_s'])} | | |"
             )

@@ -32,6 +32,7 @@ from crossover_study.stepmodel.card_model import (
     ENDS,
     NotPriced,
     cold_start_s,
+    host_parts_s,
     price_range,
     work_of_row,
 )
@@ -73,7 +74,27 @@ def _variants_for(case: str, framework: str, cpu_variant: str, device_class: str
     return found
 
 
-def _row(card: Card, cpu: pd.Series, variant: str, axes: Sequence[str]) -> dict:
+def host_work(cpu: pd.DataFrame) -> pd.Series:
+    """Each CPU point's host work beside its operations, seconds per step: the median
+    Python and Keras fit work of its program (the points of one case, framework and
+    variant, any size) plus its own data loading (:func:`card_model.host_parts_s`).
+    Why the program's median: its own Python and fit's per-call work do not grow with
+    its tensors, while one point's profile errs both ways: on the CPU the Python share
+    grows with the tensors (a tensor of tens of MB that Python frees is unmapped there,
+    work a GPU's caching allocator does not do; s001-mlp's rose from 150 µs at hidden 128
+    to 8 ms at 5000 × 8192 on the 2-core VM), and a one-step profile can read none
+    (0 at hidden 8 there). Data loading does grow with the batch: the point's own."""
+    parts = pd.DataFrame([host_parts_s(r) for r in cpu.to_dict("records")], index=cpu.index)
+    if parts.empty:
+        return pd.Series(dtype=float)
+    keys = [cpu[k].astype(str) for k in ("case", "framework", "variant")]
+    typical = parts[["python", "fit"]].groupby(keys).transform("median")
+    return typical["python"] + typical["fit"] + parts["data"]
+
+
+def _row(
+    card: Card, cpu: pd.Series, variant: str, axes: Sequence[str], host_s: float | None = None
+) -> dict:
     """One predicted row: the card's three estimates of ``cpu``'s counts run as
     ``variant`` (a reason in ``not_priced`` instead where the card cannot price it)."""
     out = {
@@ -91,7 +112,7 @@ def _row(card: Card, cpu: pd.Series, variant: str, axes: Sequence[str]) -> dict:
         "kind": "prediction",
     }
     try:
-        estimates = price_range(work_of_row(cpu), card, variant)
+        estimates = price_range(work_of_row(cpu, host_s), card, variant)
     except NotPriced as exc:
         return {**out, "not_priced": str(exc)}
     central = estimates["central"]
@@ -109,7 +130,7 @@ def _row(card: Card, cpu: pd.Series, variant: str, axes: Sequence[str]) -> dict:
         memory_s=central.memory_s,
         sync_s=central.sync_s,
         kernels=central.kernels,
-        host_ops=float(work_of_row(cpu).ops),
+        host_ops=float(work_of_row(cpu, host_s).ops),
         cold_start_low_s=cold.low if cold else None,
         cold_start_high_s=cold.high if cold else None,
     )
@@ -150,12 +171,13 @@ def predict_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> pd.DataFrame:
     cpu = without_replicas(synced(timings))
     cpu = cpu[(cpu["device"] == "cpu") & (cpu["status"] == "ok")] if len(cpu) else cpu
     rows = []
+    host = host_work(cpu)
     for card in cards:
-        for _, point in cpu.iterrows():
+        for index, point in cpu.iterrows():
             for variant in _variants_for(
                 point["case"], point["framework"], point["variant"], card.device_class
             ):
-                rows.append(_row(card, point, variant, axes))
+                rows.append(_row(card, point, variant, axes, float(host[index])))
     return pd.DataFrame(rows, columns=columns)
 
 

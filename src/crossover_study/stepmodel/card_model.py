@@ -133,25 +133,32 @@ ATTRIBUTION = ("ops", "python", "data", "trace", "fit", "wait", "unattributed")
 HOST_WORK = ("python", "data", "fit")
 
 
-def host_work_s(row: Mapping) -> float:
-    """The host's own work per step, seconds: the attribution's share of Python, data
-    loading and Keras fit's own work in the profiled block (``attr_python_s`` +
-    ``attr_data_s`` + ``attr_fit_s`` over the sum of every ``attr_*_s`` category) times
-    the measured step (``step_time_s``): the shares are the profile's, the scale the
-    timed blocks' (a profiled block slower than the timed step, under the tracer or
-    other work, then scales nothing). 0 where the row has no attribution."""
+def host_parts_s(row: Mapping) -> dict[str, float]:
+    """The host's own work per step, seconds, by part (``python``, ``data``, ``fit``):
+    each the attribution's share of the profiled block (``attr_<part>_s`` over the sum
+    of every ``attr_*_s`` category) times the measured step (``step_time_s``): the
+    shares are the profile's, the scale the timed blocks' (a profiled block slower than
+    the timed step, under the tracer or other work, then scales nothing). Zeros where
+    the row has no attribution."""
     parts = {k: _number(row, f"attr_{k}_s") for k in ATTRIBUTION}
     whole = sum(v for v in parts.values() if v is not None)
     step = _number(row, "step_time_s")
     if not whole or step is None:
-        return 0.0
-    return step * sum(parts[k] or 0.0 for k in HOST_WORK) / whole
+        return dict.fromkeys(HOST_WORK, 0.0)
+    return {k: step * (parts[k] or 0.0) / whole for k in HOST_WORK}
 
 
-def work_of_row(row: Mapping) -> Work:
-    """The :class:`Work` of one ok CPU row of a timings table (a mapping of its columns).
-    Raises :class:`NotPriced` naming a count the row lacks (a row counted before the
-    column existed, a program the counters could not follow)."""
+def host_work_s(row: Mapping) -> float:
+    """The host's own work per step, seconds: the sum of :func:`host_parts_s`."""
+    return sum(host_parts_s(row).values())
+
+
+def work_of_row(row: Mapping, host_s: float | None = None) -> Work:
+    """The :class:`Work` of one ok CPU row of a timings table (a mapping of its columns);
+    its host's own work ``host_s`` (seconds per step) where the caller knows it better,
+    else :func:`host_work_s` of the row. Raises :class:`NotPriced` naming a count the
+    row lacks (a row counted before the column existed, a program the counters could
+    not follow)."""
     needed = ("step_ops", "step_flops", "step_mem_bytes")
     missing = [k for k in needed if _number(row, k) is None]
     if missing:
@@ -172,7 +179,7 @@ def work_of_row(row: Mapping) -> Work:
         flops=_number(row, "step_flops"),
         mem_bytes=_number(row, "step_mem_bytes"),
         syncs=1.0 / every if every and every > 0 else 0.0,
-        host_s=host_work_s(row),
+        host_s=host_work_s(row) if host_s is None else host_s,
         products=_products(row.get("step_products")),
         elementwise=_elementwise(row.get("step_elementwise")),
     )
