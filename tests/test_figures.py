@@ -788,24 +788,23 @@ def test_notebook_draws_the_reference_machines_beside_the_study(tmp_path, monkey
     assert str(REPO) not in outputs and str(tmp_path) not in outputs
 
 
-def test_report_warnings_name_no_file_of_this_machine():
-    """The report notebook shows a warning (matplotlib's, pandas') by its category and
-    text only: the file it came from is a path on this machine."""
+def test_report_warnings_are_kept_for_its_notes_and_name_no_file_of_this_machine():
+    """A library's warning (matplotlib's, pandas') is not printed between the answers
+    and the figures: the report keeps it, by its category and text only (the file it
+    came from is a path on this machine), and says it once in its notes at the end."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    setup = next(c.source for c in nb.cells if "warnings.formatwarning" in c.source)
+    setup = next(c.source for c in nb.cells if "warnings.showwarning" in c.source)
+    notes = next(c.source for c in nb.cells if c.get("id") == "notes")
     # In a process of its own: pytest records warnings instead of showing them.
     warn = "warnings.warn('no positive values', UserWarning)"
-    script = (
-        f"import warnings\nsmk = None\n{setup}\n"
-        # A warning raised in a file of the repository, as matplotlib's are in figures.py.
-        f"exec(compile({warn!r}, {str(REPO / 'src/crossover_study/figures/report.py')!r}, 'exec'))\n"
-    )
+    raise_it = f"exec(compile({warn!r}, {str(REPO / 'src/crossover_study/figures/report.py')!r}, 'exec'))\n"
+    script = f"import warnings\nsmk = None\n{setup}\n" + raise_it * 2 + notes
     result = subprocess.run(
         [sys.executable, "-W", "always", "-c", script], capture_output=True, text=True, check=True
     )
-    err = result.stderr
-    assert err == "UserWarning: no positive values\n"
-    assert str(REPO) not in err
+    assert result.stderr == ""
+    assert result.stdout == "- crossover-study (user): no positive values (2 times)\n"
+    assert str(REPO) not in result.stdout
 
 
 def test_a_single_size_keeps_its_panel_in_a_constrained_grid():

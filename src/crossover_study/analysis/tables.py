@@ -96,7 +96,9 @@ def _typed(df: pd.DataFrame, table: str = "timings") -> pd.DataFrame:
             ).astype(object)
         elif "number" in types or "integer" in types:
             out[column] = pd.to_numeric(values, errors="raise")
-    return out
+    # One block per type again: each column replaced above is a block of its own, and a
+    # frame of 150 blocks makes pandas warn (PerformanceWarning) at its next insert.
+    return out.copy()
 
 
 def text_columns(table: str) -> tuple[str, ...]:

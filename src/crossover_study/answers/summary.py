@@ -47,6 +47,16 @@ COLUMNS = {
     "why": "Why",
     "remedy": "Best remedy",
 }
+#: The first screen's table's look: small type and tight cells, so that the four seeds'
+#: rows fit a 1366 × 768 screen with the title above them (tests/test_browser.py).
+SUMMARY_STYLE = """<style>
+table.summary { border-collapse: collapse; font-size: 12px; line-height: 1.25; width: 100%;
+  table-layout: auto; }
+table.summary th, table.summary td { border: 1px solid #ccc; padding: 2px 5px;
+  text-align: left !important; vertical-align: top; }
+table.summary th { background: #f3f3f3; }
+table.summary tr:nth-child(even) td { background: #fafafa; }
+</style>"""
 #: Variants of the naive program (the answer's subject) on each device.
 NAIVE = ("eager", "strategy_step")
 
@@ -176,10 +186,12 @@ def _predicted_accelerator(predicted, crossovers, case, framework, cpu_s) -> dic
     naive = rows[rows["variant"].isin(NAIVE)]
     if naive.empty:
         return None
-    steps = [
-        f"{name.replace('NVIDIA ', '').replace('Google ', '')} ≈ {format_seconds(r['predicted_step_s'])}"
-        for name, r in zip(naive["device_name"], naive.to_dict("records"), strict=True)
-    ]
+    names = [str(n).replace("NVIDIA ", "").replace("Google ", "") for n in naive["device_name"]]
+    times = naive["predicted_step_s"].astype(float)
+    if times.max() <= 1.05 * times.min():  # the cards agree: one number, every name
+        steps = [f"≈ {format_seconds(times.iloc[0])} on {', '.join(names)}"]
+    else:
+        steps = [f"{n} ≈ {format_seconds(t)}" for n, t in zip(names, times, strict=True)]
     first = naive.iloc[0]
     short = str(first["device_name"]).replace("NVIDIA ", "").replace("Google ", "")
     speedup = cpu_s / first["predicted_step_s"] if cpu_s else None
@@ -217,7 +229,7 @@ def _predicted_accelerator(predicted, crossovers, case, framework, cpu_s) -> dic
             f"{best['variant']} ≈ {format_seconds(best['predicted_step_s'])} on {short} (predicted)"
         )
     return {
-        "accelerator": " · ".join(steps) + " (predicted from device cards)",
+        "accelerator": " · ".join(steps) + " (predicted)",
         "verdict": verdict,
         "overtakes": overtakes,
         "regime": f"{short}: {first['regime']} (predicted)",

@@ -36,8 +36,9 @@ CHROMIUM_FLAGS: tuple[str, ...] = (
     "--disable-component-update",
     "--disable-sync",
     "--hide-scrollbars",
-    "--window-size=1280,1024",
 )
+#: The browser window's size in pixels when none is asked for.
+WINDOW = (1280, 1024)
 
 #: Executables tried, in order, when none is given.
 CANDIDATES: tuple[str, ...] = ("chromium", "chromium-browser", "google-chrome")
@@ -179,6 +180,8 @@ def check_page(
     timeout: float = 60.0,
     settle_s: float = 0.5,
     expressions: dict[str, str] | None = None,
+    window: tuple[int, int] = WINDOW,
+    first_screen: str | Path | None = None,
 ) -> PageCheck:
     """Load ``path`` (an HTML file) in headless Chromium and report what it saw.
 
@@ -187,8 +190,11 @@ def check_page(
     exceptions and failed resource loads. Writes a full-page PNG to ``screenshot``
     when given. ``expressions`` (``{name: JavaScript expression}``) are evaluated in
     the page after that, their JSON values in ``values[name]`` (e.g. whether a flag an
-    injected script would set is set, or the page's visible text). Raises FileNotFoundError for a missing page, :class:`BrowserError` when
-    Chromium is missing, fails to start or does not answer within ``timeout`` seconds.
+    injected script would set is set, or the page's visible text). ``window`` is the
+    page's viewport, width and height in pixels; ``first_screen``, when given, gets a PNG
+    of what that window shows before any scrolling (the page's first screen). Raises
+    FileNotFoundError for a missing page, :class:`BrowserError` when Chromium is
+    missing, fails to start or does not answer within ``timeout`` seconds.
     """
     page = Path(path).resolve()
     if not page.is_file():
@@ -216,6 +222,7 @@ def check_page(
             [
                 binary,
                 *CHROMIUM_FLAGS,
+                f"--window-size={window[0]},{window[1]}",
                 f"--user-data-dir={profile}",
                 "--remote-debugging-pipe",
                 "about:blank",
@@ -238,6 +245,14 @@ def check_page(
             )["sessionId"]
             for domain in ("Page", "Runtime", "Log"):
                 pipe.send(f"{domain}.enable", session=session, timeout=timeout)
+            # The page's viewport is the window's size exactly (headless Chromium keeps
+            # part of the window for a toolbar it does not draw).
+            pipe.send(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": window[0], "height": window[1], "deviceScaleFactor": 1, "mobile": False},
+                session=session,
+                timeout=timeout,
+            )
             pipe.events.clear()
             pipe.send("Page.navigate", {"url": result.url}, session=session, timeout=timeout)
             pipe.wait_for("Page.loadEventFired", timeout=timeout)
@@ -257,6 +272,12 @@ def check_page(
                     timeout=timeout,
                 )
                 result.values[name] = value.get("result", {}).get("value")
+            if first_screen is not None:
+                shot = pipe.send(
+                    "Page.captureScreenshot", {"format": "png"}, session=session, timeout=timeout
+                )
+                Path(first_screen).parent.mkdir(parents=True, exist_ok=True)
+                Path(first_screen).write_bytes(base64.b64decode(shot["data"]))
             if screenshot is not None:
                 shot = pipe.send(
                     "Page.captureScreenshot",

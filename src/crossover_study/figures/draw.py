@@ -424,7 +424,14 @@ def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) ->
     ax.set_xlabel("replicas")
     ax.set_ylabel("global samples per second")
     ax.set_title(title)
+    # Outside the axes, on the right: never over a point.
     ax.legend(
-        fontsize=7, title="1 replica: the same program; dotted: perfect scaling", title_fontsize=7
+        fontsize=7,
+        title="1 replica: the same program;\ndotted: perfect scaling",
+        title_fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0.0,
+        frameon=False,
     )
     return ax

@@ -149,6 +149,10 @@ def save_figure(
     if unknown:
         raise ValueError(f"unknown figure format(s) {unknown}; known: {FIGURE_FORMATS}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Settle the constrained layout first: with a legend outside the axes its first draw
+    # still moves the axes, so that a figure saved once would differ from the same
+    # figure saved again (matplotlib lays out from the previous draw's sizes).
+    fig.draw_without_rendering()
     with _reproducible():
         for fmt in wanted:
             metadata = dict(_FIXED_METADATA[fmt])

@@ -191,7 +191,8 @@ def decorate(
 ) -> Axes:
     """Shared decoration of ``ax``: log scales when asked, a light major and minor grid,
     the axis labels (left as they are when None), the title and, when asked and there
-    is a labelled artist, a small frameless legend. Returns ``ax``."""
+    is a labelled artist, a small frameless legend to the right of the axes (never over
+    a point). Returns ``ax``."""
     if logx:
         ax.set_xscale("log")
     if logy:
@@ -207,5 +208,13 @@ def decorate(
     if legend:
         handles, _ = ax.get_legend_handles_labels()
         if handles:
-            ax.legend(fontsize="small", frameon=False, loc="best")
+            # Outside the axes, on the right: a legend never covers a point ("best" can,
+            # where the points fill every corner).
+            ax.legend(
+                fontsize="x-small",
+                frameon=False,
+                loc="upper left",
+                bbox_to_anchor=(1.01, 1.0),
+                borderaxespad=0.0,
+            )
     return ax
