@@ -15,10 +15,8 @@ tables and only rounded for display.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.prediction import predict_references
@@ -31,7 +29,7 @@ from crossover_study.answers.remedies import (
     not_same_program,
 )
 from crossover_study.answers.sentences import answer_sentence, prediction_text
-from crossover_study.answers.summary import measured_shares
+from crossover_study.answers.summary import block_quartiles, measured_shares
 from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_ratio
 from crossover_study.core.files import REFERENCE_DIR as REFERENCE_RUNS
 from crossover_study.core.paths import REPO_ROOT, shown_path
@@ -40,15 +38,6 @@ from crossover_study.study.spec import DEVICES, seed_sizes, select_rows, synced
 
 #: Where the committed reference runs are (their ``timings.csv`` price predictions).
 REFERENCE_DIR = REPO_ROOT / REFERENCE_RUNS
-
-
-def _quartiles(row: pd.Series) -> tuple[float, float] | None:
-    """First and third quartile (s per step) of a row's timed blocks, or None."""
-    try:
-        blocks = json.loads(row["block_step_times_s"])
-    except (TypeError, ValueError):
-        return None
-    return (float(np.percentile(blocks, 25)), float(np.percentile(blocks, 75))) if blocks else None
 
 
 def _at_size(timings: pd.DataFrame, case: str) -> pd.DataFrame:
@@ -66,7 +55,7 @@ def _device(rows: pd.DataFrame, device: str) -> dict:
     row = mine.iloc[0]
     if row["status"] != "ok":
         return {"status": row["status"], "message": row.get("message")}
-    q = _quartiles(row)
+    q = block_quartiles(row)
     return {
         "status": "ok",
         "step_time_s": float(row["step_time_s"]),

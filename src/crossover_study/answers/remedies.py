@@ -77,9 +77,7 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
         for framework in [f for f in FRAMEWORKS if f in set(everything["framework"])]:
             mine = on_device[on_device["framework"] == framework]
             apart = _contended_variants(everything, device, framework)
-            times = pd.to_numeric(mine.set_index("variant")["step_time_s"], errors="coerce")
-            times = times.groupby(level=0).median().dropna()
-            times = times.drop([v for v in ANTI_PATTERNS if v in times.index])
+            times = remedy_times(mine)
             if "eager" in apart:
                 clauses.append(
                     f"no {framework} remedy is ranked: eager was measured under contention "
@@ -87,7 +85,6 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
                 )
                 continue
             differ = [v for v in not_same_program(mine) if v != "eager"]
-            times = times.drop([v for v in differ if v in times.index])
             reasons = [left_out_text(differ)] if differ else []
             if apart:
                 reasons.append(f"{', '.join(apart)} left out: measured under contention")
@@ -117,6 +114,18 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
     if not parts:
         return "No variant other than eager was measured at the seed's size."
     return "Best remedy at the seed's size. " + " ".join(parts)
+
+
+def remedy_times(rows: pd.DataFrame) -> pd.Series:
+    """Median seconds per step by variant of ``rows`` (ok timings rows of one device and
+    framework at one size) that may be ranked as remedies against ``eager``: the
+    :data:`ANTI_PATTERNS` and the variants that compute something else than the step as
+    written (:func:`not_same_program`) left out. The one ranking rule of the remedy
+    sentence and the report's first screen."""
+    times = pd.to_numeric(rows.set_index("variant")["step_time_s"], errors="coerce")
+    times = times.groupby(level=0).median().dropna()
+    left_out = [*ANTI_PATTERNS, *(v for v in not_same_program(rows) if v != "eager")]
+    return times.drop([v for v in left_out if v in times.index])
 
 
 def _contended_variants(rows: pd.DataFrame, device: str, framework: str) -> list[str]:

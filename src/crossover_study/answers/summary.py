@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.card_prediction import at_seed as predicted_at_seed
-from crossover_study.answers.remedies import ANTI_PATTERNS, MARGIN, not_same_program
+from crossover_study.answers.remedies import MARGIN, remedy_times
 from crossover_study.answers.rows import first_number, seed_rows, to_number, verdict_at_seed
 from crossover_study.answers.wording import DEVICE_NAMES, EN_DASH, TIMES, fmt_ratio, fmt_size
 from crossover_study.core.progress import format_seconds
@@ -61,8 +61,9 @@ table.summary tr:nth-child(even) td { background: #fafafa; }
 NAIVE = ("eager", "strategy_step")
 
 
-def _quartiles(row: pd.Series) -> tuple[float, float] | None:
-    """First and third quartile (s per step) of a row's timed blocks, or None."""
+def block_quartiles(row: pd.Series) -> tuple[float, float] | None:
+    """First and third quartile (s per step) of a row's timed blocks
+    (``block_step_times_s``), or None without blocks."""
     try:
         blocks = json.loads(row["block_step_times_s"])
     except (TypeError, ValueError, KeyError):
@@ -73,7 +74,7 @@ def _quartiles(row: pd.Series) -> tuple[float, float] | None:
 def _step_text(row: pd.Series) -> str:
     """'581 µs (549–755 µs)': the median step and its blocks' quartiles."""
     text = format_seconds(row["step_time_s"])
-    q = _quartiles(row)
+    q = block_quartiles(row)
     if q is not None:
         text += f" ({format_seconds(q[0])}{EN_DASH}{format_seconds(q[1])})"
     flags = [
@@ -103,15 +104,11 @@ def _why_cpu(row: pd.Series) -> str:
 
 
 def _best_cpu_remedy(rows: pd.DataFrame) -> str:
-    """The fastest same-program variant on the CPU against eager ('compile 1.4×'), or
-    that none beats eager by more than :data:`MARGIN` (the remedy sentence's rule:
-    anti-patterns, contended rows and variants that compute something else left out)."""
+    """The fastest same-program variant on the CPU against eager ('CPU: compile 1.4×'),
+    or that none beats eager by more than :data:`MARGIN` (the remedy sentence's rule,
+    :func:`remedies.remedy_times`; contended rows left out)."""
     rows = synced(contended_apart(rows))
-    rows = rows[(rows["device"] == "cpu") & (rows["status"] == "ok")]
-    times = pd.to_numeric(rows.set_index("variant")["step_time_s"], errors="coerce")
-    times = times.groupby(level=0).median().dropna()
-    left_out = [*ANTI_PATTERNS, *not_same_program(rows)]
-    times = times.drop([v for v in left_out if v in times.index and v != "eager"])
+    times = remedy_times(rows[(rows["device"] == "cpu") & (rows["status"] == "ok")])
     if "eager" not in times or len(times) < 2:
         return ""
     best = times.drop("eager").idxmin()
@@ -226,7 +223,7 @@ def _predicted_accelerator(predicted, crossovers, case, framework, cpu_s) -> dic
     if not others.empty and others.iloc[0]["predicted_step_s"] < first["predicted_step_s"]:
         best = others.iloc[0]
         remedy = (
-            f"{best['variant']} ≈ {format_seconds(best['predicted_step_s'])} on {short} (predicted)"
+            f"{short}: {best['variant']} ≈ {format_seconds(best['predicted_step_s'])} (predicted)"
         )
     return {
         "accelerator": " · ".join(steps) + " (predicted)",
