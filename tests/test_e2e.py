@@ -124,8 +124,11 @@ def test_smoke_report_draws_the_reference_machines_beside_it(smoke_run):
     assert manifest["reference_tables"][name]["sha256"] == sha256_file(reference)
     for figure in manifest["figures"]:
         if "-cross-machine-" in figure["path"]:
+            # This study's timings and its device cards' predictions, drawn dashed beside
+            # the reference run's curves.
             assert figure["sources"] == {
                 "timings.csv": sha256_file(workdir / "results/smoke/timings.csv"),
+                "predicted.csv": sha256_file(workdir / "results/smoke/predicted.csv"),
                 name: sha256_file(reference),
             }
     html = (workdir / "reports/smoke/report.html").read_text()

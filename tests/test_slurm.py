@@ -244,9 +244,9 @@ def test_every_job_ran_in_its_device_partition(skip_run):
     for _, job in rates.iterrows():
         assert job["Partition"] == PARTITION[job["device"]], job.to_dict()
     others = jobs.drop(measured.index).drop(rates.index)
-    # collect, crossover, report_notebook, report_html, manifest, ro_crate: the cpu
-    # class's partition
-    assert len(others) == 6 and set(others["Partition"]) == {"cpu"}, others.to_string()
+    # collect, crossover, predict, report_notebook, report_html, manifest, ro_crate: the
+    # cpu class's partition
+    assert len(others) == 7 and set(others["Partition"]) == {"cpu"}, others.to_string()
 
 
 def test_cuda_jobs_got_one_gpu_and_the_others_none(skip_run):

@@ -34,6 +34,9 @@ REFERENCE_FILES: tuple[str, ...] = (
     "timings.csv",
     "crossover.csv",
     "wall.json",
+    # The device cards' predictions, tables of the run (crossover_study.analysis.card_prediction).
+    "predicted.csv",
+    "predicted_crossover.csv",
     MANIFEST_NAME,
     "ro-crate-metadata.json",
     "config.resolved.yaml",
