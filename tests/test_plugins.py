@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -468,7 +469,7 @@ def test_adding_a_case_keeps_the_other_cases_config_hash(own_models):
         ({"validation_split": 0.2}, 80),
         ({"validation_split": 0.25}, 75),
         # validation_data overrides the split (Keras trains on all of x then)
-        ({"validation_split": 0.2, "validation_data": ([0], [0])}, 100),
+        ({"validation_split": 0.2, "validation_data": (np.zeros((3, 2)), np.zeros((3, 1)))}, 100),
     ],
 )
 def test_keras_fit_steps_count_only_the_training_samples(fit, samples):
@@ -478,5 +479,6 @@ def test_keras_fit_steps_count_only_the_training_samples(fit, samples):
     from crossover_study.plugin import KerasFit
     from crossover_study.workloads.plugin_tf import training_samples
 
-    program = KerasFit(model=None, x=list(range(100)), y=list(range(100)), batch_size=10, fit=fit)
+    data = np.zeros((100, 2))
+    program = KerasFit(model=None, x=data, y=data, batch_size=10, fit=fit)
     assert training_samples(program) == samples

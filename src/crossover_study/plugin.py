@@ -110,9 +110,13 @@ class KerasFit:
     and ``steps_per_execution``, which the library pins (``False`` and 1; Keras's
     "auto" would turn XLA on on GPUs only and so compare different programs): the
     ``xla`` variant compiles with ``jit_compile=True``, ``steps_per_execution`` runs
-    a whole epoch per call. ``x``, ``y``: the training data (NumPy arrays);
-    ``batch_size``: samples per step; one epoch is ``ceil(len(x) / batch_size)`` steps
-    and a timed block is one ``fit`` call of whole epochs. ``fit``: further keyword
+    a whole epoch per call. ``x``, ``y``: the training data as ``fit`` takes it: one
+    array (NumPy, or a tensor), a list or tuple of arrays (a model of several inputs or
+    outputs) or a dict of named arrays, every array with the same number of samples
+    (:func:`sample_count`); a generator or a ``tf.data.Dataset`` is refused (the library
+    times whole epochs of a known length); ``batch_size``: samples per step; one epoch
+    is ``ceil(samples / batch_size)`` steps and a timed block is one ``fit`` call of
+    whole epochs. ``fit``: further keyword
     arguments of ``fit`` (``validation_data``, ``callbacks``, ``shuffle``...; not
     ``epochs``, ``initial_epoch``, ``batch_size``, ``steps_per_epoch`` or ``verbose``,
     which the library sets; ``verbose`` is 0). A pinned key raises ValueError here, and
@@ -152,8 +156,61 @@ class KerasFit:
                     f"KerasFit.{name} must not set {', '.join(clash)}: the library pins "
                     f"{', '.join(pinned)} so that every device runs the same program"
                 )
-        if len(self.x) != len(self.y):
-            raise ValueError(f"KerasFit: x has {len(self.x)} samples but y has {len(self.y)}")
+        samples, targets = sample_count(self.x, "x"), sample_count(self.y, "y")
+        if samples != targets:
+            raise ValueError(f"KerasFit: x has {samples} samples but y has {targets}")
+        validation = dict(self.fit).get("validation_data")
+        if validation is not None:
+            if not isinstance(validation, tuple | list) or len(validation) not in (2, 3):
+                raise ValueError(
+                    "KerasFit.fit validation_data: give (x_val, y_val) or (x_val, y_val, "
+                    "sample_weight) of arrays, as fit takes it"
+                )
+            held, held_targets = (
+                sample_count(validation[0], "validation_data x"),
+                sample_count(validation[1], "validation_data y"),
+            )
+            if held != held_targets:
+                raise ValueError(
+                    f"KerasFit: validation_data's x has {held} samples but its y has {held_targets}"
+                )
+
+
+#: What to pass instead of data whose length the library cannot know.
+_PASS_ARRAYS = (
+    "pass arrays (NumPy or tensors; a list, tuple or dict of them for several inputs), "
+    "whose sample count makes an epoch's steps known, or write the step yourself as a TFStep"
+)
+
+
+def sample_count(data: Any, name: str = "x") -> int:
+    """Samples in ``data`` as Keras ``fit`` takes it (``name`` says which argument, for
+    the message): one array (its first dimension: ``shape[0]``, else ``len``), a list
+    or tuple of arrays, or a dict of named arrays (every one the same count). Raises
+    ValueError naming the argument for data of no known length (a generator, an
+    iterator, a ``tf.data.Dataset``, a ``keras.utils.PyDataset``), for arrays of
+    different sample counts, for an empty structure and for a scalar."""
+    if data is None:
+        raise ValueError(f"KerasFit.{name} is None: {_PASS_ARRAYS}")
+    if isinstance(data, Iterator) or hasattr(data, "element_spec") or hasattr(data, "num_batches"):
+        kind = type(data).__name__
+        raise ValueError(
+            f"KerasFit.{name} is a {kind}, whose length the library cannot know before "
+            f"fit runs (it times whole epochs): {_PASS_ARRAYS}"
+        )
+    shape = getattr(data, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    if isinstance(data, Mapping) or isinstance(data, list | tuple):
+        items = list(data.items()) if isinstance(data, Mapping) else list(enumerate(data))
+        if not items:
+            raise ValueError(f"KerasFit.{name} is empty: {_PASS_ARRAYS}")
+        counts = {key: sample_count(value, f"{name}[{key!r}]") for key, value in items}
+        if len(set(counts.values())) > 1:
+            listed = ", ".join(f"{key!r}: {count}" for key, count in counts.items())
+            raise ValueError(f"KerasFit.{name}: its arrays hold different sample counts ({listed})")
+        return next(iter(counts.values()))
+    raise ValueError(f"KerasFit.{name} is a {type(data).__name__}, not an array: {_PASS_ARRAYS}")
 
 
 #: The kinds of program a builder may return.

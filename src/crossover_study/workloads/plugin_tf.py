@@ -26,7 +26,7 @@ import math
 
 import tensorflow as tf
 
-from crossover_study.plugin import KerasFit, TFStep
+from crossover_study.plugin import KerasFit, TFStep, sample_count
 from crossover_study.study.applicability import loss_kind, require
 from crossover_study.workloads import loss_read_every as _loss_read_every
 from crossover_study.workloads.tf_base import _TFWorkload, tf_function_traces
@@ -39,13 +39,14 @@ FIT_KIND = PLUGIN_KIND | {"keras_fit", "fit_reads_every_step"}
 
 
 def training_samples(program: KerasFit) -> int:
-    """Samples one epoch of ``program``'s ``fit`` trains on: ``len(x)``, less the held-out
+    """Samples one epoch of ``program``'s ``fit`` trains on: ``x``'s sample count
+    (:func:`plugin.sample_count`: one array, or a list, tuple or dict of them), less the held-out
     tail when ``fit`` is given ``validation_split`` without ``validation_data``. Keras 3
     keeps the first ``floor(len(x) * (1 - validation_split))`` samples for training
     (``keras.src.trainers.data_adapters.array_slicing.train_validation_split``;
     ``validation_data`` overrides the split, ``keras.src.backend.tensorflow.trainer.fit``).
     Counting all of ``x`` would give more steps per call than ran, and step times too low."""
-    samples = len(program.x)
+    samples = sample_count(program.x)
     split = program.fit.get("validation_split") or 0.0
     if split and program.fit.get("validation_data") is None:
         samples = int(math.floor(samples * (1.0 - split)))
