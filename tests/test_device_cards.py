@@ -387,3 +387,36 @@ def test_the_report_says_how_far_a_card_was_from_its_measured_device():
         "the NVIDIA H200 card's prediction was within 25% of the measurement at "
     )
     assert "of 4 points" in text and "farthest: s001-mlp torch/eager at " in text
+
+
+def test_a_card_s_per_call_costs_are_set_beside_what_a_gpu_trace_measured():
+    """Issue 53: on the first GPU run, the card's launch, kernel and sync costs beside the
+    device attribution's (a synthetic H200 row here: 40 kernels launched in 200 µs, a
+    median kernel of 2 µs, one sync waited 30 µs)."""
+    from crossover_study.analysis.card_prediction import trace_beside_cards
+
+    gpu = _cpu_rows().iloc[[1]].assign(
+        device="cuda", device_name="NVIDIA H200", attr_kernels=40.0, attr_launch_s=2e-4,
+        attr_kernel_median_s=2e-6, attr_syncs=1.0, attr_sync_wait_s=3e-5,
+    )  # fmt: skip
+    table = trace_beside_cards(pd.concat([_cpu_rows(), gpu]), all_cards().values())
+    got = {r.cost: (r.measured_s, r.within) for r in table.itertuples()}
+    assert set(table["card"]) == {"h200"}
+    assert got["kernel_launch_s"] == (pytest.approx(5e-6), True)  # inside 2.6–9.1 µs
+    assert got["kernel_floor_s"] == (pytest.approx(2e-6), True)  # inside 0.58–3 µs
+    assert got["sync_s"] == (pytest.approx(3e-5), False)  # outside 3.7–10 µs: a miss, said
+    assert trace_beside_cards(_cpu_rows(), all_cards().values()).empty
+
+
+def test_the_report_words_a_card_beside_a_trace():
+    from crossover_study.answers.predicted import trace_sentence
+
+    table = pd.DataFrame(
+        [{"card": "h200", "cost": "sync_s", "what": "a synchronisation's wait (host)",
+          "card_low_s": 3.7e-6, "card_high_s": 1e-5, "measured_s": 3e-5, "rows": 1, "within": False}]
+    )  # fmt: skip
+    assert trace_sentence(table) == (
+        "the h200 card gives 3.7 µs–10 µs for a synchronisation's wait (host), the trace "
+        "measured 30 µs (outside: a miss)"
+    )
+    assert trace_sentence(table.iloc[0:0]) == ""

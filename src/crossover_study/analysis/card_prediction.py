@@ -315,6 +315,72 @@ def measured_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> list[Card]:
     return found
 
 
+#: A card's per-call costs set beside what a GPU's trace measured of them (issue 53):
+#: the card's key, the measured quantity's words, and how it is read from a timings row
+#: (seconds, column by column; the device attribution's columns, measure.device_trace).
+TRACE_BESIDE_CARD = (
+    ("kernel_launch_s", "a kernel launch (host)", lambda r: r["attr_launch_s"] / r["attr_kernels"]),
+    ("kernel_floor_s", "a kernel's median time (device)", lambda r: r["attr_kernel_median_s"]),
+    (
+        "sync_s",
+        "a synchronisation's wait (host)",
+        lambda r: r["attr_sync_wait_s"] / r["attr_syncs"],
+    ),
+)
+
+
+def trace_beside_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> pd.DataFrame:
+    """Each card whose device ``timings`` measured (:func:`measured_cards`), its
+    per-call costs beside what the device's trace measured of them on the ok, synced
+    rows with a device attribution: one row per card and cost, ``card``, ``cost`` (the
+    card's key), ``what``, ``card_low_s``, ``card_high_s``, ``measured_s`` (the median
+    over the rows, seconds), ``rows`` (how many) and ``within`` (the median inside the
+    card's range). Empty where no card's device has such rows (every run before the
+    first GPU run). The card's numbers are never changed by it: a miss is reported."""
+    columns = ["card", "cost", "what", "card_low_s", "card_high_s", "measured_s", "rows", "within"]
+    if timings.empty or "attr_kernels" not in timings:
+        return pd.DataFrame(columns=columns)
+    rows = synced(timings)
+    rows = rows[(rows["status"] == "ok") & (rows["device"] != "cpu")]
+    out = []
+    for card in measured_cards(rows, cards):
+        mine = rows[
+            (rows["device"] == card.device_class)
+            & rows["device_name"].astype(str).str.contains(_short_name(card.name), regex=False)
+        ]
+        for key, what, read in TRACE_BESIDE_CARD:
+            cost = card.cost(key)
+            if cost is None:
+                continue
+            needed = [
+                "attr_launch_s",
+                "attr_kernels",
+                "attr_kernel_median_s",
+                "attr_sync_wait_s",
+                "attr_syncs",
+            ]
+            numbers = mine.reindex(columns=needed).apply(pd.to_numeric, errors="coerce")
+            with np.errstate(divide="ignore", invalid="ignore"):
+                values = read(numbers).astype(float)
+            values = values[np.isfinite(values) & (values > 0)]
+            if values.empty:
+                continue
+            median = float(values.median())
+            out.append(
+                {
+                    "card": card.card,
+                    "cost": key,
+                    "what": what,
+                    "card_low_s": cost.low,
+                    "card_high_s": cost.high,
+                    "measured_s": median,
+                    "rows": len(values),
+                    "within": cost.low <= median <= cost.high,
+                }
+            )
+    return pd.DataFrame(out, columns=columns)
+
+
 def prediction_errors(predicted: pd.DataFrame, timings: pd.DataFrame) -> pd.DataFrame:
     """Each predicted row whose card's device was measured in ``timings`` (an ok, synced
     row of its device class whose ``device_name`` contains the card's name, at the same
@@ -363,5 +429,6 @@ __all__ = [
     "predicted_crossovers",
     "prediction_errors",
     "read_predicted",
+    "trace_beside_cards",
     "write_predictions",
 ]

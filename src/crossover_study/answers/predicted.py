@@ -206,6 +206,23 @@ def beside_sentence(errors: pd.DataFrame, within: float = 0.25) -> str:
     return "; ".join(texts)
 
 
+def trace_sentence(table: pd.DataFrame) -> str:
+    """The cards' per-call costs beside a GPU trace's
+    (:func:`card_prediction.trace_beside_cards`): 'the h200 card gives 2.6–9.1 µs for a
+    kernel launch (host), the trace measured 5 µs (inside); ...'. Empty without rows."""
+    if table is None or table.empty:
+        return ""
+    texts = []
+    for card, group in table.groupby("card", sort=False):
+        parts = [
+            f"{_interval(r.card_low_s, r.card_high_s)} for {r.what}, the trace measured "
+            f"{format_seconds(r.measured_s)} ({'inside' if r.within else 'outside: a miss'})"
+            for r in group.itertuples()
+        ]
+        texts.append(f"the {card} card gives " + "; ".join(parts))
+    return "; ".join(texts)
+
+
 def check_line(predicted: pd.DataFrame, case: str, card: str) -> str:
     """One line for ``crossover-study check``: 'T4 (predicted): 348 µs (278–456 µs),
     launch-bound, 1.7× faster than the CPU; cuda_graph 55 µs'."""
