@@ -112,7 +112,8 @@ def _row(
         "kind": "prediction",
     }
     try:
-        estimates = price_range(work_of_row(cpu, host_s), card, variant)
+        work = work_of_row(cpu, host_s)
+        estimates = price_range(work, card, variant)
     except NotPriced as exc:
         return {**out, "not_priced": str(exc)}
     central = estimates["central"]
@@ -130,7 +131,7 @@ def _row(
         memory_s=central.memory_s,
         sync_s=central.sync_s,
         kernels=central.kernels,
-        host_ops=float(work_of_row(cpu, host_s).ops),
+        host_ops=float(work.ops),
         cold_start_low_s=cold.low if cold else None,
         cold_start_high_s=cold.high if cold else None,
     )
