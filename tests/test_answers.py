@@ -34,9 +34,61 @@ def test_best_remedy_is_named_with_its_measured_speedup():
     )
     text = remedy_sentence(df, "s002-iris")
     assert (
-        "tensorflow custom_step takes 800 µs per step, 25\u00d7 faster than eager (20 ms)" in text
+        "tensorflow custom_step takes 800 µs per step, 25\u00d7 faster than eager (20 ms; "
+        "measured apart, not side by side)" in text
     )
     assert "no torch variant beats eager (600 µs) by more than 10%" in text
+
+
+def _paired(framework, variant, t, speedup, low, high):
+    return {
+        **_row(framework, variant, t),
+        "interleaved": True,
+        "speedup": speedup,
+        "speedup_low": low,
+        "speedup_high": high,
+    }
+
+
+def test_a_remedy_whose_interval_reaches_below_the_margin_is_never_offered():
+    """Measured apart, compile's medians say 1.5x (the machine's speed moved between the
+    two points); interleaved with eager its paired speed-up is 1.02x (0.95-1.12): not a
+    remedy, and the sentence says it is no different within noise."""
+    from crossover_study.answers.remedies import remedy_table
+    from crossover_study.answers.summary import _best_cpu_remedy
+
+    df = pd.DataFrame(
+        [
+            _row("torch", "eager", 30e-3),
+            _paired("torch", "compile", 20e-3, 1.02, 0.95, 1.12),
+            _paired("torch", "read_loss_every_1000", 29e-3, 1.04, 1.02, 1.09),
+        ]
+    )
+    table = remedy_table(df)
+    assert not table["offered"].any()
+    text = remedy_sentence(df, "s002-iris")
+    assert "no torch variant beats eager (30 ms) by more than 10%" in text
+    assert "read_loss_every_1000 1.04\u00d7 faster, but its 95 % CI 1.02–1.09 reaches below 1.1" in text
+    assert "takes" not in text
+    assert _best_cpu_remedy(df) == "CPU: none beats eager by 10%"
+
+
+def test_a_remedy_is_offered_with_its_paired_interval():
+    from crossover_study.answers.summary import _best_cpu_remedy
+
+    df = pd.DataFrame(
+        [
+            _row("torch", "eager", 30e-3),
+            _paired("torch", "compile", 20e-3, 1.45, 1.38, 1.52),
+            _paired("torch", "read_loss_every_1000", 29e-3, 0.99, 0.95, 1.03),
+        ]
+    )
+    text = remedy_sentence(df, "s002-iris")
+    assert (
+        "torch compile takes 20 ms per step, 1.45\u00d7 faster than eager (30 ms; 95 % CI "
+        "1.38–1.52)" in text
+    )
+    assert _best_cpu_remedy(df) == "CPU: compile 1.4\u00d7 (1.38–1.52)"
 
 
 def test_no_variants_measured():

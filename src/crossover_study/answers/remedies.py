@@ -77,7 +77,7 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
         for framework in [f for f in FRAMEWORKS if f in set(everything["framework"])]:
             mine = on_device[on_device["framework"] == framework]
             apart = _contended_variants(everything, device, framework)
-            times = remedy_times(mine)
+            table = remedy_table(mine)
             if "eager" in apart:
                 clauses.append(
                     f"no {framework} remedy is ranked: eager was measured under contention "
@@ -89,24 +89,28 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
             if apart:
                 reasons.append(f"{', '.join(apart)} left out: measured under contention")
             left_out = f" ({'; '.join(reasons)})" if reasons else ""
-            if "eager" not in times or len(times) < 2:
+            times = remedy_times(mine)
+            if table.empty:
                 if left_out and "eager" in times:
                     clauses.append(f"no {framework} variant is a remedy{left_out}")
                 continue
             eager = times["eager"]
-            best = times.drop("eager").idxmin()
-            if eager / times[best] < 1 + MARGIN:
+            offered = table[table["offered"]]
+            if offered.empty:
+                top = table.iloc[0]
                 clauses.append(
                     f"no {framework} variant beats eager ({format_seconds(eager)}) by more "
-                    f"than {MARGIN:.0%}{left_out}"
+                    f"than {MARGIN:.0%}: the fastest, {within_noise_text(top.name, top)}"
+                    f"{left_out}"
                 )
                 continue
-            ratio = eager / times[best]
+            best = offered.iloc[0]
             # A headline number is never quoted without its flags (noisy, failed check).
-            flags = flag_text(mine[mine["variant"].isin([best, "eager"])])
+            flags = flag_text(mine[mine["variant"].isin([best.name, "eager"])])
+            ratio, how = ratio_text(best)
             clauses.append(
-                f"{framework} {best} takes {format_seconds(times[best])} per step, "
-                f"{fmt_ratio(ratio)}{TIMES} faster than eager ({format_seconds(eager)})"
+                f"{framework} {best.name} takes {format_seconds(best['step_time_s'])} per step, "
+                f"{ratio} faster than eager ({format_seconds(eager)}; {how})"
                 f"{flags}{left_out}"
             )
         if clauses:
@@ -120,12 +124,105 @@ def remedy_times(rows: pd.DataFrame) -> pd.Series:
     """Median seconds per step by variant of ``rows`` (ok timings rows of one device and
     framework at one size) that may be ranked as remedies against ``eager``: the
     :data:`ANTI_PATTERNS` and the variants that compute something else than the step as
-    written (:func:`not_same_program`) left out. The one ranking rule of the remedy
-    sentence and the report's first screen."""
+    written (:func:`not_same_program`) left out."""
     times = pd.to_numeric(rows.set_index("variant")["step_time_s"], errors="coerce")
     times = times.groupby(level=0).median().dropna()
     left_out = [*ANTI_PATTERNS, *(v for v in not_same_program(rows) if v != "eager")]
     return times.drop([v for v in left_out if v in times.index])
+
+
+#: Columns of :func:`remedy_table`.
+REMEDY_COLUMNS = (
+    "step_time_s",
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "interleaved",
+    "offered",
+)
+
+
+def remedy_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Every variant of ``rows`` (ok timings rows of one device and framework at one
+    size) that may be ranked against ``eager`` (:func:`remedy_times`), indexed by
+    variant, columns :data:`REMEDY_COLUMNS`, the largest speed-up first. The one
+    ranking rule of the remedy sentence, the report's first screen and ``check``.
+
+    ``speedup`` (eager / variant, > 1: the variant is faster) is the variant row's
+    paired speed-up where its blocks were interleaved with eager's
+    (:mod:`crossover_study.measure.pairing`; ``speedup_low``/``speedup_high`` its 95 %
+    interval), else the ratio of the two rows' medians (interval NaN, ``interleaved``
+    False: not measured side by side). ``offered``: a remedy is offered only when the
+    lower end of its interval is above ``1 + MARGIN``, or, measured apart, its ratio is.
+    Empty (with the columns) without an eager row."""
+    times = remedy_times(rows)
+    if "eager" not in times or len(times) < 2:
+        return pd.DataFrame(columns=list(REMEDY_COLUMNS))
+    eager = float(times["eager"])
+    by_variant = rows.drop_duplicates("variant").set_index("variant")
+    entries = {}
+    for variant, t in times.drop("eager").items():
+        entry = variant_speedup(by_variant.loc[variant], eager, float(t))
+        low = entry["speedup_low"] if entry["interleaved"] else entry["speedup"]
+        entries[variant] = (float(t), *entry.values(), low > 1 + MARGIN)
+    table = pd.DataFrame.from_dict(entries, orient="index", columns=list(REMEDY_COLUMNS))
+    return table.sort_values("speedup", ascending=False)
+
+
+def variant_speedup(row, eager_s: float, step_time_s: float) -> dict:
+    """``{"speedup", "speedup_low", "speedup_high", "interleaved"}`` of one variant row
+    (a timings row, Series or mapping) against eager: its paired speed-up and 95 %
+    interval where its blocks were interleaved with eager's (``interleaved`` True and
+    the three numbers present), else ``eager_s / step_time_s`` (seconds per step of the
+    two rows' medians) with a NaN interval and ``interleaved`` False."""
+    paired = truthy(pd.Series([row.get("interleaved")])).iloc[0]
+    speedup = to_number(row.get("speedup"))
+    low, high = to_number(row.get("speedup_low")), to_number(row.get("speedup_high"))
+    if paired and None not in (speedup, low, high):
+        return {"speedup": speedup, "speedup_low": low, "speedup_high": high, "interleaved": True}
+    nan = float("nan")
+    return {
+        "speedup": eager_s / step_time_s,
+        "speedup_low": nan,
+        "speedup_high": nan,
+        "interleaved": False,
+    }
+
+
+def ratio_text(entry) -> tuple[str, str]:
+    """A variant's speed-up and how it was measured: ``("1.52×", "95 % CI 1.47–1.60")``
+    for a paired speed-up, ``("1.5×", "measured apart, not side by side")`` without one;
+    ``entry`` is a :func:`remedy_table` row (or a mapping with its keys)."""
+    speedup = float(entry["speedup"])
+    if bool(entry["interleaved"]):
+        low, high = float(entry["speedup_low"]), float(entry["speedup_high"])
+        return f"{speedup:.2f}{TIMES}", f"95 % CI {low:.2f}–{high:.2f}"
+    return f"{fmt_ratio(speedup)}{TIMES}", "measured apart, not side by side"
+
+
+def within_noise_text(variant: str, entry) -> str:
+    """Why ``variant`` (a :func:`remedy_table` row, or a mapping with its keys) is not
+    offered as a remedy, in words: ``compile no different from eager within noise
+    (0.97×, 95 % CI 0.90–1.05)`` when its interval covers 1; ``compile 1.06× faster, but
+    its 95 % CI 1.02–1.11 reaches below 1.1×`` when it does not; ``compile under 10 %
+    faster than eager (1.0×, measured apart)`` without an interval."""
+    speedup = float(entry["speedup"])
+    if not bool(entry["interleaved"]):
+        return (
+            f"{variant} under {MARGIN:.0%} faster than eager ({fmt_ratio(speedup)}{TIMES}, "
+            "measured apart)"
+        )
+    low, high = float(entry["speedup_low"]), float(entry["speedup_high"])
+    if low <= 1 <= high:
+        return (
+            f"{variant} no different from eager within noise ({speedup:.2f}{TIMES}, 95 % CI "
+            f"{low:.2f}–{high:.2f})"
+        )
+    how = "faster" if speedup >= 1 else "as fast"
+    return (
+        f"{variant} {speedup:.2f}{TIMES} {how}, but its 95 % CI {low:.2f}–{high:.2f} reaches "
+        f"below {1 + MARGIN:.1f}{TIMES}"
+    )
 
 
 def _contended_variants(rows: pd.DataFrame, device: str, framework: str) -> list[str]:

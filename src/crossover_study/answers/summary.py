@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.card_prediction import at_seed as predicted_at_seed
-from crossover_study.answers.remedies import MARGIN, remedy_times
+from crossover_study.answers.remedies import MARGIN, remedy_table
 from crossover_study.answers.rows import first_number, seed_rows, to_number, verdict_at_seed
 from crossover_study.answers.wording import DEVICE_NAMES, EN_DASH, TIMES, fmt_ratio, fmt_size
 from crossover_study.core.progress import format_seconds
@@ -104,18 +104,22 @@ def _why_cpu(row: pd.Series) -> str:
 
 
 def _best_cpu_remedy(rows: pd.DataFrame) -> str:
-    """The fastest same-program variant on the CPU against eager ('CPU: compile 1.4×'),
-    or that none beats eager by more than :data:`MARGIN` (the remedy sentence's rule,
-    :func:`remedies.remedy_times`; contended rows left out)."""
+    """The fastest same-program variant on the CPU offered as a remedy ('CPU: compile
+    1.4× (1.35–1.46)', with the 95 % interval of its paired speed-up where it was
+    interleaved with eager), or that none beats eager by more than :data:`MARGIN` (the
+    remedy sentence's rule, :func:`remedies.remedy_table`; contended rows left out)."""
     rows = synced(contended_apart(rows))
-    times = remedy_times(rows[(rows["device"] == "cpu") & (rows["status"] == "ok")])
-    if "eager" not in times or len(times) < 2:
+    table = remedy_table(rows[(rows["device"] == "cpu") & (rows["status"] == "ok")])
+    if table.empty:
         return ""
-    best = times.drop("eager").idxmin()
-    ratio = times["eager"] / times[best]
-    if ratio < 1 + MARGIN:
+    offered = table[table["offered"]]
+    if offered.empty:
         return f"CPU: none beats eager by {MARGIN:.0%}"
-    return f"CPU: {best} {fmt_ratio(ratio)}{TIMES}"
+    best = offered.iloc[0]
+    interval = (
+        f" ({best['speedup_low']:.2f}–{best['speedup_high']:.2f})" if best["interleaved"] else ""
+    )
+    return f"CPU: {best.name} {fmt_ratio(best['speedup'])}{TIMES}{interval}"
 
 
 def _measured_accelerator(timings, crossover, case, framework) -> dict | None:

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from crossover_study.core.host_load import cpus_others, faults_per_step, host_sample
+from crossover_study.core.host_load import cpus_others, faults_per_step, host_sample, minor_faults
+from crossover_study.measure.pairing import interleave_order
 from crossover_study.study.points import TimingPolicy
 
 
@@ -82,6 +83,9 @@ class Measurement:
     host_load_end: float | None = None
     host_cpus_others: float | None = None
     page_faults_per_step: float | None = None
+    #: Seconds per step of the :class:`Partner`'s blocks, one per round, interleaved with
+    #: ``block_step_times_s`` (same index: same round); None when timed alone.
+    partner_block_step_times_s: list[float] | None = None
 
     @property
     def step_time_s(self) -> float:
@@ -97,6 +101,19 @@ class Measurement:
     def is_noisy(self, threshold: float) -> bool:
         """True when IQR / median exceeds ``threshold`` (STUDY.md item 4)."""
         return self.step_time_iqr_s / self.step_time_s > threshold
+
+
+@dataclass
+class Partner:
+    """The step as written (``eager``), built, timed and kept warm, whose blocks a
+    variant's timed blocks are interleaved with (:mod:`crossover_study.measure.pairing`).
+
+    ``steps_per_block`` is the block length its own measurement calibrated (steps);
+    ``seed`` draws the order of each round (:func:`pairing.interleave_order`)."""
+
+    workload: Workload
+    steps_per_block: int
+    seed: int = 0
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -239,24 +256,32 @@ def measure(
     policy: TimingPolicy = TimingPolicy(),  # noqa: B008 - frozen: never changed
     clock: Callable[[], float] = time.perf_counter,
     built: bool = False,
+    partner: Partner | None = None,
 ) -> Measurement:
     """Time one point: cold start, first step, warm-up (discarded), timed blocks, then
     the block-length check.
 
     ``built=True`` times a workload whose ``setup`` already ran (cold start then reads
-    0; used to time one workload repeatedly). Returns a :class:`Measurement`.
+    0; used to time one workload repeatedly). With a ``partner`` (the step as written,
+    already measured), after the warm-up one untimed block of the partner warms it
+    again, and each timed block is one round: a block of the workload and a block of the
+    partner, in the order :func:`pairing.interleave_order` draws; the partner's seconds
+    per step go to ``partner_block_step_times_s``, and the page faults a step count the
+    workload's own blocks only. Returns a :class:`Measurement`.
     Exceptions from the workload propagate (the runner turns them into
     ``status=error``/``oom`` rows).
     """
     gc_was_enabled = gc.isenabled()
     try:
-        return _measure(workload, policy, clock, built)
+        return _measure(workload, policy, clock, built, partner)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Measurement:
+def _measure(
+    workload: Workload, policy: TimingPolicy, clock, built: bool, partner: Partner | None = None
+) -> Measurement:
     start = clock()
     t0 = clock()
     if not built:
@@ -313,12 +338,25 @@ def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Me
     halves = 2 if checked and factor >= 4 else 1
     long_steps = _round_up((factor // halves) * k, g) if checked else 0
 
+    if partner is not None:  # warm the step as written again after the variant's warm-up
+        time_block(partner.workload, partner.steps_per_block, clock)
     host_start = host_sample()  # outside the timed blocks, as is host_end
     long_s = time_block(workload, long_steps, clock) if checked and halves == 2 else 0.0
     blocks: list[float] = []
+    partner_blocks: list[float] = []
+    own_faults = 0  # the workload's own page faults (a partner's are not its)
+    order = interleave_order(policy.n_blocks, 2, partner.seed) if partner else None
     while len(blocks) < policy.n_blocks:
-        blocks.append(time_block(workload, k, clock, synced=policy.synced) / k)
-        if len(blocks) >= 3 and clock() - start > policy.max_point_s:
+        for member in order[len(blocks)] if order else (0,):
+            if member == 1:
+                n = partner.steps_per_block
+                partner_blocks.append(time_block(partner.workload, n, clock) / n)
+                continue
+            before = minor_faults()
+            blocks.append(time_block(workload, k, clock, synced=policy.synced) / k)
+            after = minor_faults()
+            own_faults += 0 if None in (before, after) else after - before
+        if len(blocks) >= 3 and clock() - start > policy.max_point_s * (2 if partner else 1):
             break
     if not policy.synced:
         workload.sync()  # drain what the unsynchronised blocks left queued (untimed)
@@ -331,6 +369,7 @@ def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Me
         block_step_times_s=blocks,
         timer_overhead_s=overhead_s,
         synced=policy.synced,
+        partner_block_step_times_s=partner_blocks if partner else None,
     )
     if checked:
         long_s += time_block(workload, long_steps, clock)
@@ -344,7 +383,10 @@ def _measure(workload: Workload, policy: TimingPolicy, clock, built: bool) -> Me
     result.host_load_start, result.host_load_end = host_start.load_1m, host_end.load_1m
     result.host_cpus_others = cpus_others(host_start, host_end)
     between = (halves * long_steps if checked else 0) + k * len(blocks)
-    result.page_faults_per_step = faults_per_step(host_start, host_end, between)
+    if partner is None:
+        result.page_faults_per_step = faults_per_step(host_start, host_end, between)
+    elif host_start.minor_faults is not None:
+        result.page_faults_per_step = own_faults / (k * len(blocks))
 
     traces_end = _traces(workload)
     result.traces_first_step = traces_after_first

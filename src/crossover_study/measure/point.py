@@ -16,14 +16,16 @@ import sys
 import sysconfig
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 from crossover_study.core import errors, paths
 from crossover_study.core.host_load import contention_share, wait_until_quiet
 from crossover_study.core.paths import portable_path
 from crossover_study.measure import frameworks
+from crossover_study.measure import pairing as pairs
 from crossover_study.measure.attribution import attribution_columns
-from crossover_study.measure.harness import measure
+from crossover_study.measure.harness import Partner, measure
 from crossover_study.measure.same_program import same_program_columns
 from crossover_study.measure.watchdog import PointDeadlineExceeded, stopped_where
 from crossover_study.stepmodel import counts as step_counts
@@ -34,6 +36,22 @@ from crossover_study.study.job_limits import ContentionPolicy
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
 from crossover_study.workloads import Unavailable, precision
+
+
+@dataclass
+class Pairing:
+    """How one point is paired with the step as written (:mod:`crossover_study.measure.pairing`).
+
+    ``partner``: the eager workload a variant's timed blocks are interleaved with;
+    ``alone``: why a variant is measured alone instead (its row's ``interleaved`` False
+    and ``interleaved_reason``); ``keep``: an eager point whose variants follow at its
+    size, whose built workload :func:`measure_point` then leaves open in ``kept`` (the
+    caller closes it) instead of closing it."""
+
+    partner: Partner | None = None
+    alone: str | None = None
+    keep: bool = False
+    kept: Partner | None = None
 
 
 def deadline_row(exc: PointDeadlineExceeded, import_s, device_init_s, started) -> dict:
@@ -64,8 +82,15 @@ def measure_point(
     device_init_s: float,
     threads: int = 1,
     contention: ContentionPolicy | None = None,
+    pairing: Pairing | None = None,
 ) -> dict:
     """Time one point; exceptions become ``status=oom`` or ``status=error`` rows.
+
+    Pairing (``pairing``; None: a point timed alone, no paired columns): a variant with
+    a ``partner`` is timed in rounds interleaved with the step as written and its row
+    gets :func:`pairing.paired_columns` (``speedup`` = eager / variant per round, median
+    and 95 % interval); one with ``alone`` gets ``interleaved`` False and the reason; an
+    eager point with ``keep`` leaves its built workload in ``pairing.kept`` when ok.
 
     ``cold_start_s`` = ``device_init_s`` (once per process, see
     :func:`frameworks.initialise_device`) + this point's model and data placement (for
@@ -112,7 +137,9 @@ def measure_point(
     with precision.point_precision(point.framework, point.variant):
         started = time.perf_counter()
         try:
-            row = _measure_point(point, policy, import_s, device_init_s, threads, contention)
+            row = _measure_point(
+                point, policy, import_s, device_init_s, threads, contention, pairing
+            )
         except PointDeadlineExceeded as exc:  # the job's point deadline (watchdog)
             row = deadline_row(exc, import_s, device_init_s, started)
         finally:
@@ -227,7 +254,7 @@ class _JobWait:
     waited_s = 0.0
 
 
-def _unless_contended(m, workload, policy, contention, threads) -> tuple:
+def _unless_contended(m, workload, policy, contention, threads, partner=None) -> tuple:
     """``(measurement, columns)`` of a point timed as ``m``: when other work took more
     than ``contention.share`` of the job's CPUs, wait for a quiet machine (bounded per
     point and per job) and, once quiet, measure again (``measure(..., built=True)``;
@@ -246,7 +273,7 @@ def _unless_contended(m, workload, policy, contention, threads) -> tuple:
     _JobWait.waited_s += waited
     first_share, remeasured = share, quiet
     if quiet:
-        again = measure(workload, policy, built=True)
+        again = measure(workload, policy, built=True, partner=partner)
         m = dataclasses.replace(
             again,
             cold_start_s=m.cold_start_s,
@@ -275,9 +302,13 @@ def _unless_contended(m, workload, policy, contention, threads) -> tuple:
     return m, {**columns, "contention_text": text}
 
 
-def _measure_point(point, policy, import_s, device_init_s, threads, contention=None) -> dict:
+def _measure_point(
+    point, policy, import_s, device_init_s, threads, contention=None, pairing=None
+) -> dict:
     """:func:`measure_point` without the precision context and columns."""
     started = time.perf_counter()
+    pairing = pairing or Pairing()
+    kept = False
     try:
         workload = frameworks.make_workload(point, threads)
     except NotApplicable as reason:
@@ -294,11 +325,12 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         # (measure.same_program) outside the timed blocks: TensorFlow's before them (a
         # step that cannot be traced is not_applicable), torch.compile's after the row.
         same = same_program_columns(point, workload, "before")
-        m = measure(workload, policy)
+        partner = pairing.partner
+        m = measure(workload, policy, partner=partner)
         # What the timed blocks ran with: a program may set its own threads.
         threads_timed = frameworks.threads_in_effect(point.framework)
         # Contention: after the timed blocks; waits and measures once more if it must.
-        m, contended = _unless_contended(m, workload, policy, contention, threads)
+        m, contended = _unless_contended(m, workload, policy, contention, threads, partner)
         # Where the step's time goes: one extra block, profiled after the timed ones.
         attributed = attribution_columns(point, workload, m)
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
@@ -317,9 +349,13 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         return _exit_row(exc, point, import_s, device_init_s, started)
     except Exception as exc:  # noqa: BLE001 - any failure of one point is recorded
         return _error_row(exc, point, import_s, device_init_s, started)
+    else:
+        if pairing.keep:  # the partner of this size's variants: closed by the caller
+            pairing.kept = Partner(workload, m.steps_per_block, pairs.order_seed(point.key()))
+            kept = True
     finally:
         close = getattr(workload, "close", None)
-        if close is not None:
+        if close is not None and not kept:
             close()
     retraced = None if m.traces_timed is None else m.traces_timed > 0
     nonfinite = not math.isfinite(m.final_loss) if m.final_loss is not None else None
@@ -396,6 +432,16 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         "allreduce_share": None if allreduce_s is None else allreduce_s / m.step_time_s,
         **counts,
     }
+    if m.partner_block_step_times_s is not None:
+        row.update(
+            pairs.paired_columns(
+                m.partner_block_step_times_s,
+                m.block_step_times_s,
+                pairs.order_seed(point.key()),
+            )
+        )
+    elif pairing.alone is not None:
+        row.update(pairs.alone_columns(pairing.alone))
     # After the row's compile columns were read: the check's compilation is not the point's.
     same = same or same_program_columns(point, workload, "after")
     return {**row, **attributed, **same}
