@@ -96,6 +96,14 @@ COST_SHARE = 0.08
 #: step time (a cheap step need not be profiled for long).
 BLOCK_SHARE = 0.02
 
+#: The lead (share of the identified categories' sum) by which the first profiled call's
+#: dominant category must beat the runner-up for that call to be kept and no longer
+#: block profiled (:func:`first_block_settles`). ``benchmarks/attribution_settle.py``
+#: (2-core VM, 2026-12-05, torch seeds and plug-ins): leads of 0.64-0.96 named the
+#: longer block's category every time; s001-mlp's first call (lead 0.29) once named
+#: Python where the longer block named framework ops, so the bar is well above that.
+SETTLED_LEAD = 0.5
+
 #: Paths (as the tracer names a Python function: ``path(line): name``) whose calls are
 #: data loading.
 DATA_PATHS = ("torch/utils/data/", "tensorflow/python/data/")
@@ -329,6 +337,26 @@ def block_steps(
     return steps if steps > first_steps else 0
 
 
+def first_block_lead(per_step: dict[str, float], data_s: float) -> float | None:
+    """How far the first profiled call's largest identified category (``per_step``:
+    seconds per step by category of :data:`CATEGORIES`, as :func:`corrected` gives
+    them) leads the runner-up, as a share of the identified categories' sum (0 to 1);
+    None where the call read data (``data_s`` > 0: a pipeline's first call drains what
+    it had prepared, so its share there is not its steady one) or has no identified
+    time."""
+    identified = sorted((v for c, v in per_step.items() if c != "unattributed"), reverse=True)
+    whole = sum(identified)
+    if data_s > 0 or whole <= 0 or len(identified) < 2:
+        return None
+    return (identified[0] - identified[1]) / whole
+
+
+def first_block_settles(lead: float | None) -> bool:
+    """Whether the first profiled call already names the step's dominant cost: its
+    :func:`first_block_lead` is at least :data:`SETTLED_LEAD`."""
+    return lead is not None and lead >= SETTLED_LEAD
+
+
 def _profile(workload, steps: int, device: str):
     """Profile a block of ``steps`` steps: ``(block, seconds, events, trace)``, the first
     three as :func:`nested` and :func:`attribute_tree` give them; ``trace`` the device's
@@ -403,7 +431,9 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
     Two blocks: one call first, profiled (it also drains what a data pipeline had
     prepared while the point was being counted, so the kept block sees the pipeline's
     steady rate), then, where the first block's cost says a longer one fits
-    (:func:`block_steps`), a longer one, which is kept. ``device``: the point's device
+    (:func:`block_steps`), a longer one, which is kept; none where the first call
+    already names the dominant cost (:func:`first_block_settles`; ``attr_first_settled``
+    True), to keep the attribution's cost down. ``device``: the point's device
     class (``cpu``, ``cuda``, ...). Runs ``workload.run`` and ``workload.sync`` only.
     Raises what the workload raises; ImportError when PyTorch is not installed."""
     global _WARM
@@ -420,7 +450,15 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
     setup_s = time.perf_counter() - started  # 0 once the process has warmed the tracer
     started = time.perf_counter()
     block, seconds, events, trace = _profile(workload, steps, device)
-    longer = block_steps(step_time_s, measured_s, workload, steps, time.perf_counter() - started)
+    lead = first_block_lead(
+        corrected(seconds, events, steps, step_time_s, bias)[0], seconds.get("data", 0.0)
+    )
+    settled = first_block_settles(lead)
+    longer = (
+        0
+        if settled
+        else block_steps(step_time_s, measured_s, workload, steps, time.perf_counter() - started)
+    )
     if longer:
         steps = longer
         block, seconds, events, trace = _profile(workload, steps, device)
@@ -441,6 +479,8 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
         attr_top_ops=json.dumps(_top_ops(block, steps)),
         attr_source=json.dumps(SOURCES, sort_keys=True),
         attr_setup_s=setup_s if setup_s > 0.01 else 0.0,
+        attr_first_settled=settled,
+        attr_first_lead=lead,
     )
     if device in CUDA_DEVICES:
         columns.update(_device_part(trace, steps, step_time_s))
