@@ -68,7 +68,10 @@ def test_a_remedy_whose_interval_reaches_below_the_margin_is_never_offered():
     assert not table["offered"].any()
     text = remedy_sentence(df, "s002-iris")
     assert "no torch variant beats eager (30 ms) by more than 10%" in text
-    assert "read_loss_every_1000 1.04\u00d7 faster, but its 95 % CI 1.02–1.09 reaches below 1.1" in text
+    assert (
+        "read_loss_every_1000 1.04\u00d7 faster, but its 95 % CI 1.02–1.09 reaches below 1.1"
+        in text
+    )
     assert "takes" not in text
     assert _best_cpu_remedy(df) == "CPU: none beats eager by 10%"
 

@@ -104,9 +104,7 @@ def test_a_slow_stretch_cancels_interleaved_and_not_measured_apart():
     assert len(m.partner_block_step_times_s) == len(m.block_step_times_s) == 7
     slow_blocks = [t for t in m.block_step_times_s if t > 1.3e-3]
     assert slow_blocks and len(slow_blocks) < 7  # the stretch fell inside the rounds
-    speedup, low, high = pairing.paired_speedup(
-        m.partner_block_step_times_s, m.block_step_times_s
-    )
+    speedup, low, high = pairing.paired_speedup(m.partner_block_step_times_s, m.block_step_times_s)
     assert speedup == pytest.approx(1.0, abs=0.02)
     assert low <= 1.0 <= high
 
