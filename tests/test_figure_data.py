@@ -270,7 +270,11 @@ def test_variant_frame_naive_program_first(timings):
         "retraced",
         "contended",
         "not_same_program",
+        "speedup",
+        "speedup_low",
+        "speedup_high",
     ]
+    assert frame["speedup"].isna().all()  # no row was measured side by side
     assert list(zip(frame["program"], frame["device"], strict=True)) == [
         ("torch · eager", "cpu"),
         ("torch · copy_data_each_step", "cpu"),
@@ -278,6 +282,21 @@ def test_variant_frame_naive_program_first(timings):
     ]
     np.testing.assert_allclose(frame["step_time_s"], [3e-3, 5e-3, 1e-3])
     assert figure_data.variant_frame(timings.assign(status="error"), "s001-mlp").empty
+
+
+def test_the_variant_comparison_writes_a_paired_speedup_beside_its_point(timings):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from crossover_study.figures.draw import variant_comparison
+
+    paired = _mlp(variant="copy_data_each_step", t=3.1e-3)
+    paired.update(interleaved=True, speedup=0.97, speedup_low=0.9, speedup_high=1.05)
+    frame = pd.concat([timings, pd.DataFrame([paired])], ignore_index=True)
+    assert figure_data.variant_frame(frame, "s001-mlp")["speedup"].tolist()[1] == 0.97
+    ax = variant_comparison(frame, "s001-mlp")
+    texts = [t.get_text() for t in ax.texts if t.get_gid() == "paired-speedup"]
+    assert texts == ["0.97× (0.90–1.05)"]
 
 
 def _replicated() -> pd.DataFrame:

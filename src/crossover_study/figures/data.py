@@ -392,6 +392,10 @@ def time_to_train_frame(
     return pd.concat(parts, ignore_index=True)[columns]
 
 
+#: The paired speed-up columns the variant comparison annotates (measure.pairing).
+PAIRED = ("speedup", "speedup_low", "speedup_high")
+
+
 def variant_frame(timings: pd.DataFrame, case: str) -> pd.DataFrame:
     """The variant comparison's frame: every ``ok`` row of ``case`` at the seed's size,
     one row per program (framework x variant, unsynced rows as their own variant,
@@ -403,17 +407,22 @@ def variant_frame(timings: pd.DataFrame, case: str) -> pd.DataFrame:
     missing), and the flags (any row): ``noisy``, ``check_failed``, ``retraced``,
     ``contended`` (measured under contention) and ``not_same_program`` (``same_program``
     False: the variant does not compute what the user's program does; a table without
-    the column is not checked). Empty when the case has no ``ok`` row at the seed's
-    size. Raises KeyError for an unknown case.
+    the column is not checked), and ``speedup``, ``speedup_low``, ``speedup_high``: the
+    paired speed-up against eager and its 95 % interval where the variant's blocks were
+    interleaved with eager's (median over repeats; NaN otherwise). Empty when the case
+    has no ``ok`` row at the seed's size. Raises KeyError for an unknown case.
     """
     columns = ["program", "framework", "variant", "device", "step_time_s", "iqr_s"]
-    columns += list(VARIANT_FLAGS)
+    columns += [*VARIANT_FLAGS, *PAIRED]
     df = at_seed(ok_rows(timings, case), case)
     if df.empty:
         return pd.DataFrame(columns=columns)
     df = programs(df, variants=tuple(df["variant"].unique()))
     df = df.assign(program=df["framework"] + " · " + df["variant"], one_size=0)
     out = _reduced(df, "one_size", ["program", "framework", "variant", "device"])
+    paired = df.reindex(columns=["program", "device", *PAIRED])
+    paired[list(PAIRED)] = paired[list(PAIRED)].apply(pd.to_numeric, errors="coerce")
+    out = out.merge(paired.groupby(["program", "device"], as_index=False).median(), how="left")
     programs_in_order = sorted(
         dict.fromkeys(zip(out["framework"], out["variant"], out["program"], strict=True)),
         key=lambda k: (k[0], k[1] != "eager", k[2]),

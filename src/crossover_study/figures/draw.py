@@ -235,7 +235,10 @@ def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None)
     same program as the user's (star, gid ``"not_same_program"``; column
     ``same_program``, absent: not checked); each kind present gets a legend entry. This is
     the factor comparison of STUDY.md item 7 (loss reads, data copies, fit vs
-    train_on_batch vs a compiled step). Rows whose variant does not apply are left out.
+    train_on_batch vs a compiled step). A variant measured side by side with eager
+    (:mod:`crossover_study.measure.pairing`) has its paired speed-up and 95 % interval
+    written beside its point (``1.02× (0.98–1.06)``, gid ``"paired-speedup"``; above 1:
+    faster than eager). Rows whose variant does not apply are left out.
     Returns the Axes.
     """
     from matplotlib.lines import Line2D
@@ -271,6 +274,17 @@ def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None)
         )
         if row.noisy:
             ax.plot(t, row.y, "o", color=colour, alpha=alpha, markersize=7, gid="noisy")
+        if np.isfinite(row.speedup):  # measured side by side with eager: the ratio reads
+            ax.annotate(
+                f"{row.speedup:.2f}× ({row.speedup_low:.2f}–{row.speedup_high:.2f})",
+                (t + half, row.y),
+                xytext=(6, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize="x-small",
+                color="0.25",
+                gid="paired-speedup",
+            )
     shown = {flag for flag in VARIANT_FLAG_MARKS if frame[flag].astype(bool).any()}
     for flag, (marker, size, _label) in VARIANT_FLAG_MARKS.items():
         part = frame[frame[flag].astype(bool)]
