@@ -176,3 +176,69 @@ def test_a_job_measures_each_sizes_eager_before_its_variants():
     assert points[order[0]].sizes == small
     # A point that ended its process before still goes last.
     assert _paired_order(points, [False, False, True, False, False])[-1] == 2
+
+
+class _Journal:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def final_row(self, key):
+        return self.rows.get(key)
+
+
+class _Closing:
+    closed = 0
+
+    def close(self):
+        _Closing.closed += 1
+
+
+def _job(rows, wanted=()):
+    from crossover_study.measure.runner import _Job
+
+    return _Job(
+        group=None,
+        journal=_Journal(rows),
+        common={},
+        probe=None,
+        log=print,
+        watchdog=None,
+        gpu_start=None,
+        deadline=None,
+        import_s=0.0,
+        device_init_s=None,
+        wanted=set(wanted),
+    )
+
+
+def test_the_job_keeps_eager_for_its_variants_and_rebuilds_it_from_the_journal(monkeypatch):
+    from crossover_study.measure import runner
+
+    eager, compile_ = _point("eager"), _point("compile")
+    job = _job({}, wanted=[eager.key()])
+    assert job.pairing_for(eager).keep
+    kept = Partner(_Closing(), 64, 1)
+    pairing_of_eager = job.pairing_for(eager)
+    pairing_of_eager.kept = kept
+    job.after_point(eager, pairing_of_eager)
+    assert job.pairing_for(compile_).partner is kept
+    assert "TF32" in job.pairing_for(_point("tf32")).alone
+    # Another size: the kept workload is closed before its points run.
+    other = dataclasses.replace(compile_, sizes={"d_in": 1024, "hidden": 32})
+    before = _Closing.closed
+    assert "no ok measurement" in job.pairing_for(other).alone
+    assert _Closing.closed == before + 1 and job.partner is None
+
+    # Eager kept from an earlier run's journal: built again for its variants.
+    built = []
+    monkeypatch.setattr(
+        runner,
+        "_rebuild_partner",
+        lambda point, row, group: built.append((point.key(), row["steps_per_block"]))
+        or Partner(_Closing(), row["steps_per_block"], 2),
+    )
+    job = _job({eager.key(): {"status": "ok", "steps_per_block": 32}})
+    assert job.pairing_for(compile_).partner.steps_per_block == 32
+    assert built == [(eager.key(), 32)]
+    job.pairing_for(_point("copy_data_each_step"))
+    assert len(built) == 1  # built once for the size
