@@ -439,13 +439,16 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
     global _WARM
     started = time.perf_counter()
     bias = tracer_bias()
-    _, steps = _least_steps(workload)
+    per_call, steps = _least_steps(workload)
     if not _WARM:
         # The process's first profile pays the tracer's first sight of every function
         # (a job's first point: 2-3x the cost per event of later profiles, most of it
         # in Python calls, which the per-kind correction cannot tell apart), so it is
-        # a warm-up, never kept, and counted with the once-per-process set-up.
-        _profile(workload, steps, device)
+        # a warm-up, never kept, and counted with the once-per-process set-up. One call
+        # of the program's fewest steps sees every function a longer call would (a Keras
+        # fit of one epoch where the kept block is a fit of 20: s002-iris's warm-up
+        # profile took 6.4 s at 40 steps).
+        _profile(workload, per_call, device)
         _WARM = True
     setup_s = time.perf_counter() - started  # 0 once the process has warmed the tracer
     started = time.perf_counter()

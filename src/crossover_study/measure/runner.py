@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import hashlib
 import json
 import os
@@ -248,6 +249,11 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
     if probe.available and (deadline is None or time.time() <= deadline):
         frameworks.initialise_device(group.framework, group.device, lstm=cases.get(group.case).lstm)
         device_init_s = time.perf_counter() - init_start
+    # Everything the framework's import and the device's start created lives as long as
+    # the process: frozen, a point's gc.collect (frameworks.release_memory) no longer
+    # walks it (0.15-0.2 s a point with TensorFlow or PyTorch loaded on the 2-core VM,
+    # 2026-12-05; a few µs frozen). The timed blocks run with the collector off anyway.
+    gc.freeze()
     journal = Journal(journal_path, group.settings())
     commit, dirty = git_state()
     common = {
