@@ -242,3 +242,11 @@ def test_faster_at_part_of_the_range_places_no_crossover():
         "it is faster only at part of the measured range of hidden (hidden = 512, 2048), "
         "with no smaller size where it is slower, so no crossover is placed"
     ) in text
+
+
+def test_a_variant_slower_than_eager_is_called_slower():
+    df = pd.DataFrame(
+        [_row("torch", "eager", 367e-6), _paired("torch", "compile", 570e-6, 0.71, 0.68, 0.71)]
+    )
+    text = remedy_sentence(df, "s002-iris")
+    assert "the fastest, compile slower than eager (0.71\u00d7, 95 % CI 0.68–0.71)" in text

@@ -232,7 +232,11 @@ def _remedy_text(r: dict) -> str:
     if paired and not r.get("differs") and r["speedup_low"] <= 1 <= r["speedup_high"]:
         return f"{within_noise_text(r['variant'], r)[:-1]}; {format_seconds(r['step_time_s'])})"
     if paired:
-        how = f"{speedup:.2f}{TIMES} " + ("faster" if speedup >= 1 else "as fast")
+        how = (
+            f"{speedup:.2f}{TIMES} faster"
+            if speedup >= 1
+            else f"{1 / speedup:.2f}{TIMES} slower (speed-up {speedup:.2f}{TIMES})"
+        )
         how += f", 95 % CI {r['speedup_low']:.2f}–{r['speedup_high']:.2f}"
     else:
         how = (
