@@ -100,7 +100,7 @@ def main() -> int:
         ]
         if runs[0].empty or runs[1].empty:
             continue
-        both = runs[0].join(runs[1], lsuffix="_1", rsuffix="_2", how="inner")
+        both = runs[0].add_suffix("_1").join(runs[1].add_suffix("_2"), how="inner")
         for variant, r in both.iterrows():
             lines.append({"program": f"{name} {framework}", "variant": variant, **r.to_dict()})
             print(
