@@ -35,15 +35,25 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ("s000-hjb", "s001-mlp", "s002-iris", "s004-lstm")
-EXAMPLES = (("examples/digits_cnn.py", "torch"), ("examples/digits_keras_fit.py", "tensorflow"))
+#: The examples, their framework and the sizes their builders take (README's examples).
+EXAMPLES = (
+    ("examples/digits_cnn.py", "torch", ("batch=32", "channels=16")),
+    ("examples/digits_keras_fit.py", "tensorflow", ("batch=16", "units=64")),
+)
 #: Variants that do the eager step's own work on the CPU (see the module docstring).
 SAME_WORK = ("copy_data_each_step", "read_loss_every_step", "read_loss_every_1000")
 AGREE = 0.10  # the two runs' speed-ups agree when their ratio is within 1 +- AGREE
 GOAL = 0.90
 
 
-def _check(target: str, framework: str, out: Path) -> pd.DataFrame:
-    """One check's ok CPU rows (``out`` kept)."""
+def _check(
+    target: str, framework: str, out: Path, sizes: tuple = (), reuse: bool = False
+) -> pd.DataFrame:
+    """One check's ok CPU rows (``out`` kept; with ``reuse``, a folder holding a table
+    already is read, not measured again)."""
+    if reuse and (out / "timings.csv").exists():
+        rows = pd.read_csv(out / "timings.csv", low_memory=False)
+        return rows[(rows["status"] == "ok") & (rows["device"] == "cpu")]
     command = [
         str(ROOT / ".venv/bin/crossover-study"),
         "check",
@@ -56,6 +66,7 @@ def _check(target: str, framework: str, out: Path) -> pd.DataFrame:
         "none",
         "--out",
         str(out),
+        *(f"--size={size}" for size in sizes),
     ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
@@ -67,6 +78,8 @@ def _check(target: str, framework: str, out: Path) -> pd.DataFrame:
 
 def _ratios(rows: pd.DataFrame) -> pd.DataFrame:
     """Per variant: paired speed-up, its interval, and the apart ratio."""
+    if rows.empty:
+        return pd.DataFrame()
     eager = rows.loc[rows["variant"] == "eager", "step_time_s"]
     if eager.empty:
         return pd.DataFrame()
@@ -86,16 +99,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frameworks", default="torch,tensorflow")
     parser.add_argument("--out", type=Path, default=Path("/tmp/remedy-stability"))
+    parser.add_argument(
+        "--reuse", action="store_true", help="read the checks already in --out, measure the rest"
+    )
     args = parser.parse_args()
     frameworks = args.frameworks.split(",")
-    targets = [(s, f) for s in SEEDS for f in frameworks]
-    targets += [(e, f) for e, f in EXAMPLES if f in frameworks]
+    targets = [(s, f, ()) for s in SEEDS for f in frameworks]
+    targets += [(e, f, sizes) for e, f, sizes in EXAMPLES if f in frameworks]
     started = time.time()
     lines = []
-    for target, framework in targets:
+    for target, framework, sizes in targets:
         name = Path(target).stem
         runs = [
-            _ratios(_check(target, framework, args.out / f"{name}-{framework}-{i}"))
+            _ratios(
+                _check(target, framework, args.out / f"{name}-{framework}-{i}", sizes, args.reuse)
+            )
             for i in (1, 2)
         ]
         if runs[0].empty or runs[1].empty:
@@ -124,9 +142,7 @@ def main() -> int:
             f"variants (goal {GOAL:.0%}: {'met' if agree >= GOAL else 'missed'})"
         )
     same = paired[paired["variant"].isin(SAME_WORK)]
-    covered = pd.concat(
-        [(same[f"low_{i}"] <= 1) & (same[f"high_{i}"] >= 1) for i in (1, 2)]
-    )
+    covered = pd.concat([(same[f"low_{i}"] <= 1) & (same[f"high_{i}"] >= 1) for i in (1, 2)])
     apart_same = table[table["variant"].isin(SAME_WORK)]
     within = pd.concat([(apart_same[f"apart_{i}"] - 1).abs() <= AGREE for i in (1, 2)])
     print(
