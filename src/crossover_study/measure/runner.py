@@ -32,6 +32,7 @@ from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import git_state, placement
 from crossover_study.core.progress import point_line
 from crossover_study.measure import device_probe, frameworks, gpu_state
+from crossover_study.measure.fresh_point import in_users_state
 from crossover_study.measure.journal import MAX_ATTEMPTS, Journal, hold, json_default
 from crossover_study.measure.point import deadline_row, measure_point
 from crossover_study.measure.probe import check_cpus_given
@@ -436,18 +437,13 @@ def _measure_with_deadline(job: _Job, point: PointSpec, base: dict) -> dict:
     the measured row."""
     group = job.group
 
-    def measured() -> dict:
-        return {
-            **base,
-            **measure_point(
-                point,
-                group.policy,
-                job.import_s,
-                job.device_init_s,
-                group.threads,
-                group.contention,
-            ),
-        }
+    def here() -> dict:
+        return measure_point(
+            point, group.policy, job.import_s, job.device_init_s, group.threads, group.contention
+        )
+
+    def measured() -> dict:  # issue 51: timed again in a fresh process where the heap matters
+        return {**base, **in_users_state(point, group, here, base.get("rate_page_fault_s"))}
 
     if job.watchdog is None:
         return measured()
