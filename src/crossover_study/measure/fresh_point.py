@@ -14,12 +14,12 @@ step allocates enough to matter; the second forks a process whose framework may 
 started threads (TensorFlow's pools start at import), which neither framework
 supports. So the job's process measures every point as before, screens the pages its
 step touches afresh (:func:`heap.trimmed_heap_faults`, three steps after the timed
-blocks, each after the heap gave its free pages back), and only where those would cost a material share of the step
-(:func:`heap.needs_users_state`) times the point again here, in a fresh Python process
+blocks, each after the heap gave its free pages back), and only where those would
+cost a material share of the step (:func:`heap.needs_users_state`) times the point again here, in a fresh Python process
 that imports the framework, initialises the device without settling the heap, builds
-the program and measures it (:func:`measure_point`, everything the job's process
-does). The row then is the fresh process's, with ``step_state`` ``fresh_process`` and
-the job process's step time and faults kept beside it (``job_step_time_s``,
+the program and measures it (:func:`measure_point`). The row's steady state then is the
+fresh process's (:data:`TIMED_COLUMNS`), with ``step_state`` ``fresh_process`` and the
+job process's step time and faults kept beside it (``job_step_time_s``,
 ``job_page_faults``); a row measured in the job's process has ``step_state``
 ``job_process`` and the same two columns equal to its own.
 
@@ -51,16 +51,37 @@ ROW_MARKER = "crossover-study-fresh-row "
 CHILD_GRACE_S = 60.0
 #: Seconds a child may take when the job has no point deadline.
 CHILD_DEFAULT_TIMEOUT_S = 600.0
-#: Columns of the job process's measurement a fresh row keeps: the cold start and first
-#: step are the job's (a user's process pays them once too; the child's compile cache is
-#: the job's, warm), as are the torch.compile cache counts of that first step.
-KEPT_FROM_JOB: tuple[str, ...] = (
-    "first_step_s",
-    "cold_start_s",
-    "device_init_s",
-    "import_s",
-    "compile_cache",
-    "traces_first_step",
+#: Columns a fresh process's measurement gives a row measured in the job's process
+#: (the steady state as the user's loop runs it); the rest stays the job's: the cold
+#: start and first step (the child's compile cache is the job's, warm), the profile's
+#: shares and the counts and replays of the step-time model (the replays the model is
+#: calibrated with run in the job's heap state: in a fresh process their own calls
+#: would fault too).
+TIMED_COLUMNS: tuple[str, ...] = (
+    "step_time_s",
+    "step_time_iqr_s",
+    "noisy",
+    "block_step_times_s",
+    "steps_per_block",
+    "n_blocks",
+    "warmup_steps",
+    "timer_overhead_s",
+    "sync_check",
+    "sync_check_long_s",
+    "sync_check_steps",
+    "host_load_start",
+    "host_load_end",
+    "host_cpus_others",
+    "contended",
+    "contention_wait_s",
+    "remeasured",
+    "threads_timed",
+    "threads_changed",
+    "step_page_faults",
+    "measured_s",
+    "final_loss",
+    "nonfinite_loss",
+    "samples_per_s",
 )
 
 
@@ -159,8 +180,8 @@ def in_users_state(point, group, measure_here: Callable[[], dict], fault_s=None)
       (``malloc_env`` = the env's ``NAME=value`` pairs); a child that returns no row
       gives an ``error`` row saying so.
     - any other ``ok`` row that :func:`heap.needs_users_state` flags: measured again in
-      a fresh process; the fresh row replaces it (columns of :data:`KEPT_FROM_JOB` from
-      the job's), with a ``message`` clause naming both step times and fault counts. A
+      a fresh process, whose :data:`TIMED_COLUMNS` replace the job's, with a
+      ``message`` clause naming both step times and fault counts. A
       fresh measurement that fails or is not ``ok`` keeps the job's row, and its
       ``message`` says so.
 
@@ -178,10 +199,19 @@ def in_users_state(point, group, measure_here: Callable[[], dict], fault_s=None)
         env_text = " ".join(f"{k}={v}" for k, v in heap.REMEDY_ENV.items())
         try:
             row = measure_fresh(
-                point, group.policy, group.threads, group.contention, heap.REMEDY_ENV, _timeout(group)
+                point,
+                group.policy,
+                group.threads,
+                group.contention,
+                heap.REMEDY_ENV,
+                _timeout(group),
             )
         except FreshPointError as exc:
-            return {"status": "error", "message": f"{MALLOC_VARIANT}: {exc}", "malloc_env": env_text}
+            return {
+                "status": "error",
+                "message": f"{MALLOC_VARIANT}: {exc}",
+                "malloc_env": env_text,
+            }
         return {
             **row,
             "step_state": "fresh_process",
@@ -212,16 +242,15 @@ def in_users_state(point, group, measure_here: Callable[[], dict], fault_s=None)
         return _with_message(row, f"not timed again in a fresh process ({exc}); {job_text}")
     if fresh.get("status") != "ok":
         return _with_message(
-            row, f"timing it again in a fresh process gave {fresh.get('status')}: "
-            f"{fresh.get('message')}; {job_text}"
+            row,
+            f"timing it again in a fresh process gave {fresh.get('status')}: "
+            f"{fresh.get('message')}; {job_text}",
         )
     merged = {
-        **fresh,
-        **{name: row.get(name) for name in KEPT_FROM_JOB},
+        **row,
+        **{name: fresh.get(name) for name in TIMED_COLUMNS},
         "step_state": "fresh_process",
-        "job_step_time_s": row["step_time_s"],
-        "job_page_faults": row.get("step_page_faults"),
-        "trimmed_page_faults": row.get("trimmed_page_faults"),
+        "fresh_process_s": fresh.get("fresh_process_s"),
     }
     return _with_message(
         merged,
