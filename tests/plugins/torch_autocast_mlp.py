@@ -20,6 +20,7 @@ def build(device: torch.device, batch: int, hidden: int) -> TorchStep:
     256 features with integer labels, cross-entropy, Adam (lr 1e-3); the forward pass
     and loss under bfloat16 autocast, the loss read every step (``.item()`` in the
     user's loop)."""
+    torch.manual_seed(0)  # the model's initial weights
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(batch, 256, generator=gen)
     y = torch.randint(0, 10, (batch,), generator=gen)

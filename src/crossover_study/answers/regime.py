@@ -208,7 +208,9 @@ def _model_prices(row: pd.Series, category: str) -> bool:
 
 
 #: Bytes of one page a minor fault maps (4 KiB: x86-64 and most Linux builds on arm64),
-#: to say how much memory a step's faults map afresh.
+#: to say how much memory a step's faults map afresh: at least that much, since a fault
+#: in a transparent huge page maps 2 MiB (NumPy asks for them from 4 MiB on; PyTorch's
+#: CPU tensors did not get them on the 2-core VM, whose THP mode is madvise).
 PAGE_BYTES = 4096
 #: A step's page faults are named in its why when, at the job's measured price of a
 #: fault (``rate_page_fault_s``), they cost at least this share of the measured step.
@@ -251,8 +253,8 @@ def page_fault_text(row: pd.Series, rows: pd.DataFrame | None = None) -> str:
     if cost < FAULT_SHARE * step:
         return ""
     text = (
-        f"about {_round_count(faults)} page faults a step: {fmt_si(faults * PAGE_BYTES, 'B')} of "
-        f"memory is mapped afresh every step (≈ {format_seconds(cost)} at "
+        f"about {_round_count(faults)} page faults a step: at least "
+        f"{fmt_si(faults * PAGE_BYTES, 'B')} of memory is mapped afresh every step (≈ {format_seconds(cost)} at "
         f"{format_seconds(price)} a fault{' assumed' if assumed else ''}, "
         f"{round(100 * min(cost / step, 1.0))} % of the step): the C library gives the memory "
         "the step frees back to the kernel and maps it again at the next"
