@@ -206,3 +206,25 @@ def test_a_churning_step_is_timed_as_a_fresh_process_runs_it_and_the_answer_name
         assert "MALLOC_TRIM_THRESHOLD_=536870912" in text
         assert "measured (malloc_env, the same program)" in text
         assert page_fault_short(pd.Series(eager)).startswith("about ")
+
+
+@glibc
+def test_the_screen_stays_within_its_budget_and_off_the_devices():
+    class Counted(_NumpyChurn):
+        calls = 0
+
+        def run(self, n):
+            Counted.calls += 1
+            super().run(n)
+
+    class M:
+        step_time_s = 2.0  # a Keras fit epoch of 2 s: not screened
+
+    cpu = PointSpec("s001-mlp", "torch", "cpu", "eager", {"batch": 64, "hidden": 32})
+    assert heap.heap_columns(cpu, Counted(1), M()) == {"trimmed_page_faults": None}
+    assert Counted.calls == 0
+    M.step_time_s = 0.2  # 0.5 s of budget: two calls
+    assert heap.heap_columns(cpu, Counted(1), M())["trimmed_page_faults"] is not None
+    assert Counted.calls == 2
+    cuda = PointSpec("s001-mlp", "torch", "cuda", "eager", {"batch": 64, "hidden": 32})
+    assert heap.heap_columns(cuda, Counted(1), M()) == {"trimmed_page_faults": None}

@@ -96,13 +96,32 @@ def trimmed_heap_faults(workload, calls: int = SCREEN_CALLS) -> float | None:
     return faults / (per_call * calls)
 
 
-def heap_columns(point, workload) -> dict:
+#: Seconds the screen may take at most (its calls, each one of the workload's ``run``
+#: calls: a Keras fit program's is a whole epoch); at least one call is counted.
+SCREEN_BUDGET_S = 0.5
+#: A point whose one call takes longer than this many seconds is not screened (a Keras
+#: fit epoch of several seconds: TensorFlow's CPU allocator keeps its large blocks, its
+#: steps took no faults in the job's or a fresh process, stepmodel/faults.py).
+SCREEN_MAX_CALL_S = 1.0
+
+
+def heap_columns(point, workload, m=None) -> dict:
     """The row's ``trimmed_page_faults`` (:func:`trimmed_heap_faults`) for a point on
-    the CPU; None elsewhere (a device's step keeps its tensors in the device's own
-    allocator) and for a replicated point (its replicas are other processes)."""
+    the CPU, over as many calls as fit :data:`SCREEN_BUDGET_S` at the measured step
+    time (``m``, the harness's :class:`Measurement`; 1 to :data:`SCREEN_CALLS`); None
+    elsewhere (a device's step keeps its tensors in the device's own allocator), for a
+    replicated point (its replicas are other processes) and where one call takes more
+    than :data:`SCREEN_MAX_CALL_S`."""
     if point.device != "cpu" or point.replicas != 1:
         return {"trimmed_page_faults": None}
-    return {"trimmed_page_faults": trimmed_heap_faults(workload)}
+    calls = SCREEN_CALLS
+    step_s = getattr(m, "step_time_s", None)
+    if step_s:
+        call_s = step_s * max(1, int(getattr(workload, "steps_per_call", 1) or 1))
+        if call_s > SCREEN_MAX_CALL_S:
+            return {"trimmed_page_faults": None}
+        calls = max(1, min(SCREEN_CALLS, int(SCREEN_BUDGET_S / call_s)))
+    return {"trimmed_page_faults": trimmed_heap_faults(workload, calls)}
 
 
 def needs_users_state(row: dict, fault_s: float | None) -> bool:

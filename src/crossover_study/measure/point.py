@@ -302,7 +302,7 @@ def _measure_point(point, policy, import_s, device_init_s, threads, contention=N
         m, contended = _unless_contended(m, workload, policy, contention, threads)
         # Where the step's time goes: one extra block, profiled after the timed ones.
         attributed = attribution_columns(point, workload, m)
-        attributed.update(heap_columns(point, workload))  # issue 51: a fresh heap's faults
+        attributed.update(heap_columns(point, workload, m))  # issue 51: a fresh heap's faults
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
         # After the timed blocks and the loss read back: counting never changes them.
         # One count, then the replays of the shapes new to the job (step_replay caches
