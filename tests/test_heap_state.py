@@ -87,7 +87,11 @@ def test_a_step_is_timed_again_only_where_its_fresh_faults_matter():
     assert not heap.needs_users_state({**row, "trimmed_page_faults": None}, 1.3e-6)
     assert not heap.needs_users_state({"status": "error", "trimmed_page_faults": 9e9}, None)
     # Without a measured price the lowest measured one (1 µs) decides.
-    assert heap.needs_users_state({**row, "trimmed_page_faults": 600.0}, None)
+    assert heap.needs_users_state({**row, "trimmed_page_faults": 1200.0}, None)
+    assert not heap.needs_users_state({**row, "trimmed_page_faults": 800.0}, None)
+    # A cheap step's few faults are not worth a fresh process's import.
+    tiny = {"status": "ok", "step_time_s": 1e-4, "step_page_faults": 0.0}
+    assert not heap.needs_users_state({**tiny, "trimmed_page_faults": 200.0}, 1.3e-6)
 
 
 class _Group:

@@ -47,8 +47,13 @@ REMEDY_ENV: dict[str, str] = {
 }
 
 #: A step whose screened faults would cost at least this share of its measured time
-#: is timed again in a fresh process (:func:`needs_users_state`).
-MATERIAL_SHARE = 0.05
+#: is timed again in a fresh process (:func:`needs_users_state`): the share at which
+#: the answer names page faults (answers.regime.FAULT_SHARE).
+MATERIAL_SHARE = 0.10
+#: ... and that many faults a step at least (1 MiB of 4 KiB pages): the screen is an
+#: upper bound (after a trim even a step's small blocks fault once), and a step that
+#: maps less afresh is not worth a fresh process's import.
+MIN_FAULTS = 256
 #: Seconds per minor page fault when the job has no measured price
 #: (``rate_page_fault_s``): the lowest measured on the 2-core VM (1.3 µs, two threads;
 #: :func:`crossover_study.stepmodel.faults._page_fault`), so the screen errs towards
@@ -138,4 +143,4 @@ def needs_users_state(row: dict, fault_s: float | None) -> bool:
         return False
     extra = screened - (row.get("step_page_faults") or 0.0)
     price = fault_s if fault_s and fault_s > 0 else FALLBACK_FAULT_S
-    return extra * price >= MATERIAL_SHARE * step
+    return extra >= MIN_FAULTS and extra * price >= MATERIAL_SHARE * step
