@@ -203,12 +203,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "fidelity.jsonl"))
     parser.add_argument("--summarise", action="store_true", help="only summarise --out")
+    parser.add_argument(
+        "--first-round", type=int, default=0, help="number of the first round (runs split in parts)"
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     if not args.summarise:
         todo = programs(set(filter(None, args.only.split(","))) or None, args.framework)
         with out.open("a") as f:
-            for k in range(args.rounds):
+            for k in range(args.first_round, args.first_round + args.rounds):
                 for program in todo:
                     order = (product, plain) if k % 2 == 0 else (plain, product)
                     for measure in order:

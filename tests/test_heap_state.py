@@ -80,8 +80,8 @@ def test_a_step_is_timed_again_only_where_its_fresh_faults_matter():
     row = {"status": "ok", "step_time_s": 0.010, "step_page_faults": 0.0}
     assert heap.needs_users_state({**row, "trimmed_page_faults": 9000.0}, 1.3e-6)
     assert not heap.needs_users_state({**row, "trimmed_page_faults": 100.0}, 1.3e-6)
-    # Faults the job's process took too are already in its time.
-    assert not heap.needs_users_state(
+    # Also where the job's process faulted itself: its history is not the user's.
+    assert heap.needs_users_state(
         {**row, "step_page_faults": 9000.0, "trimmed_page_faults": 9000.0}, 1.3e-6
     )
     assert not heap.needs_users_state({**row, "trimmed_page_faults": None}, 1.3e-6)
