@@ -106,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--blocks", type=int, default=5)
     parser.add_argument("--block-s", type=float, default=0.2)
+    parser.add_argument(
+        "--no-gc",
+        action="store_true",
+        help="switch Python's garbage collector off for the warm-up and timed blocks (as "
+        "the study's harness does, timeit-like; a user's loop runs with it on)",
+    )
     args = parser.parse_args(argv)
     sizes = {}
     for item in args.size:
@@ -135,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
                 run, per_call = _keras_runner(built)
             else:
                 run = _tf_runner(built)
+    if args.no_gc:
+        import gc
+
+        gc.disable()
     run(args.warmup)
     started = time.perf_counter()
     run(per_call)
@@ -156,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 "steps_per_block": steps,
                 "faults_per_step": faults,
                 "env": env,
+                "gc": not args.no_gc,
             }
         )
     )
