@@ -80,6 +80,10 @@ def test_a_step_is_timed_again_only_where_its_fresh_faults_matter():
     row = {"status": "ok", "step_time_s": 0.010, "step_page_faults": 0.0}
     assert heap.needs_users_state({**row, "trimmed_page_faults": 9000.0}, 1.3e-6)
     assert not heap.needs_users_state({**row, "trimmed_page_faults": 100.0}, 1.3e-6)
+    # 4 MiB at least: a 1 ms step's 900 faults are not worth a fresh process.
+    assert not heap.needs_users_state(
+        {**row, "step_time_s": 1e-3, "trimmed_page_faults": 900.0}, None
+    )
     # Also where the job's process faulted itself: its history is not the user's.
     assert heap.needs_users_state(
         {**row, "step_page_faults": 9000.0, "trimmed_page_faults": 9000.0}, 1.3e-6
@@ -88,7 +92,7 @@ def test_a_step_is_timed_again_only_where_its_fresh_faults_matter():
     assert not heap.needs_users_state({"status": "error", "trimmed_page_faults": 9e9}, None)
     # Without a measured price the lowest measured one (1 µs) decides.
     assert heap.needs_users_state({**row, "trimmed_page_faults": 1200.0}, None)
-    assert not heap.needs_users_state({**row, "trimmed_page_faults": 800.0}, None)
+    assert not heap.needs_users_state({**row, "trimmed_page_faults": 900.0}, None)
     # A cheap step's few faults are not worth a fresh process's import.
     tiny = {"status": "ok", "step_time_s": 1e-4, "step_page_faults": 0.0}
     assert not heap.needs_users_state({**tiny, "trimmed_page_faults": 200.0}, 1.3e-6)

@@ -50,10 +50,13 @@ REMEDY_ENV: dict[str, str] = {
 #: is timed again in a fresh process (:func:`needs_users_state`): the share at which
 #: the answer names page faults (answers.regime.FAULT_SHARE).
 MATERIAL_SHARE = 0.10
-#: ... and that many faults a step at least (1 MiB of 4 KiB pages): the screen is an
-#: upper bound (after a trim even a step's small blocks fault once), and a step that
-#: maps less afresh is not worth a fresh process's import.
-MIN_FAULTS = 256
+#: ... and that many faults a step at least (4 MiB of 4 KiB pages): the screen is an
+#: upper bound (after a trim even a step's small blocks fault once). In the PyTorch
+#: fidelity run of 2026-12-05 (docs/VALIDATION.md) every point screened under 1 024
+#: (224 to 449) took at most 1 fault a step in a fresh process, while points screened
+#: at 1 039 to 3 492 took 0 to 2 097 there (digits-cnn at batch 512: 5.6 to 7.1 ms
+#: against 4.6 to 5.2 ms in the job's process).
+MIN_FAULTS = 1024
 #: Seconds per minor page fault when the job has no measured price
 #: (``rate_page_fault_s``): the lowest measured on the 2-core VM (1.3 µs, two threads;
 #: :func:`crossover_study.stepmodel.faults._page_fault`), so the screen errs towards
