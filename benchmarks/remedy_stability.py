@@ -95,8 +95,7 @@ def main() -> int:
     for target, framework in targets:
         name = Path(target).stem
         runs = [
-            _ratios(_check(target, framework, args.out / f"{name}-{framework}-{i}"))
-            for i in (1, 2)
+            _ratios(_check(target, framework, args.out / f"{name}-{framework}-{i}")) for i in (1, 2)
         ]
         if runs[0].empty or runs[1].empty:
             continue
@@ -124,9 +123,7 @@ def main() -> int:
             f"variants (goal {GOAL:.0%}: {'met' if agree >= GOAL else 'missed'})"
         )
     same = paired[paired["variant"].isin(SAME_WORK)]
-    covered = pd.concat(
-        [(same[f"low_{i}"] <= 1) & (same[f"high_{i}"] >= 1) for i in (1, 2)]
-    )
+    covered = pd.concat([(same[f"low_{i}"] <= 1) & (same[f"high_{i}"] >= 1) for i in (1, 2)])
     apart_same = table[table["variant"].isin(SAME_WORK)]
     within = pd.concat([(apart_same[f"apart_{i}"] - 1).abs() <= AGREE for i in (1, 2)])
     print(
