@@ -234,8 +234,10 @@ def test_the_job_keeps_eager_for_its_variants_and_rebuilds_it_from_the_journal(m
     monkeypatch.setattr(
         runner,
         "_rebuild_partner",
-        lambda point, row, group: built.append((point.key(), row["steps_per_block"]))
-        or Partner(_Closing(), row["steps_per_block"], 2),
+        lambda point, row, group: (
+            built.append((point.key(), row["steps_per_block"]))
+            or Partner(_Closing(), row["steps_per_block"], 2)
+        ),
     )
     job = _job({eager.key(): {"status": "ok", "steps_per_block": 32}})
     assert job.pairing_for(compile_).partner.steps_per_block == 32

@@ -21,7 +21,7 @@ import pandas as pd
 
 from crossover_study.analysis.prediction import predict_references
 from crossover_study.answers.predicted import check_line
-from crossover_study.answers.regime import regime_clause
+from crossover_study.answers.regime import page_fault_short, regime_clause
 from crossover_study.answers.remedies import (
     ANTI_PATTERNS,
     MARGIN,
@@ -155,8 +155,11 @@ def _short_why(rows: pd.DataFrame) -> str:
         if mine.empty:
             continue
         shares = measured_shares(mine.iloc[0], top=2)
+        faults = page_fault_short(mine.iloc[0])  # issue 51: a heap that maps memory afresh
         if shares:
-            texts.append(f"on the {_name(device)}, {shares} of the step")
+            texts.append(
+                f"on the {_name(device)}, {shares} of the step" + (f"; {faults}" if faults else "")
+            )
     return "; ".join(texts) + " (measured)" if texts else ""
 
 

@@ -220,9 +220,7 @@ def within_noise_text(variant: str, entry) -> str:
             f"{low:.2f}–{high:.2f})"
         )
     if high < 1:
-        return (
-            f"{variant} slower than eager ({speedup:.2f}{TIMES}, 95 % CI {low:.2f}–{high:.2f})"
-        )
+        return f"{variant} slower than eager ({speedup:.2f}{TIMES}, 95 % CI {low:.2f}–{high:.2f})"
     return (
         f"{variant} {speedup:.2f}{TIMES} faster, but its 95 % CI {low:.2f}–{high:.2f} reaches "
         f"below {1 + MARGIN:.1f}{TIMES}"

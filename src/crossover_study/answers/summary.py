@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.card_prediction import at_seed as predicted_at_seed
+from crossover_study.answers.regime import page_fault_short
 from crossover_study.answers.remedies import MARGIN, remedy_table
 from crossover_study.answers.rows import first_number, seed_rows, to_number, verdict_at_seed
 from crossover_study.answers.wording import DEVICE_NAMES, EN_DASH, TIMES, fmt_ratio, fmt_size
@@ -99,8 +100,8 @@ def measured_shares(row: pd.Series, top: int = 1) -> str:
 
 def _why_cpu(row: pd.Series) -> str:
     """'CPU: framework ops 74%': the largest measured share of the CPU's step."""
-    share = measured_shares(row)
-    return f"CPU: {share}" if share else ""
+    share, faults = measured_shares(row), page_fault_short(row)  # faults: issue 51
+    return f"CPU: {share}" + (f", {faults}" if faults else "") if share else ""
 
 
 def _best_cpu_remedy(rows: pd.DataFrame) -> str:

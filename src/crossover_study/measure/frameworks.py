@@ -387,7 +387,9 @@ def make_workload(point, threads: int):
     return workload_class(point.framework, case)(device, sizes, point.variant)
 
 
-def initialise_device(framework: str, device: str, lstm: bool = False) -> float:
+def initialise_device(
+    framework: str, device: str, lstm: bool = False, settle: bool = True
+) -> float:
     """Seconds to initialise ``device`` and the framework's lazily loaded training path.
 
     One throwaway training step of a 4 → 4 dense model with Adam (torch: a module and
@@ -398,6 +400,9 @@ def initialise_device(framework: str, device: str, lstm: bool = False) -> float:
     point. This is what every program pays once before its first real step (CUDA
     context, cuBLAS handles, lazy imports); the runner adds it to each point's cold
     start so that cold starts are comparable whichever point a job measures first.
+    ``settle``: end with :func:`settle_heap` (the measuring job's process); False in a
+    process that measures a point in the heap state a user's own fresh process has
+    (:mod:`crossover_study.measure.fresh_point`).
     """
     import time
 
@@ -431,7 +436,8 @@ def initialise_device(framework: str, device: str, lstm: bool = False) -> float:
         model = keras.Sequential(layers)
         model.compile(optimizer="adam", loss="mse", jit_compile=False, steps_per_execution=1)
         model.fit(x, np.ones((2, 4), dtype=np.float32), batch_size=2, epochs=1, verbose=0)
-    settle_heap()
+    if settle:
+        settle_heap()
     return time.perf_counter() - start
 
 

@@ -48,6 +48,8 @@ PROCESS_WIDE = {
     "blocks beside it would not compute fp32",
     "strategy_step": "it runs under its own tf.distribute strategy, which the eager "
     "program does not share",
+    "malloc_env": "it runs in a fresh process started with the allocator's environment "
+    "(measure.fresh_point), apart from the job's",
 }
 
 #: Bootstrap resamples of :func:`paired_speedup` (percentile interval).

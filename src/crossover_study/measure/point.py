@@ -26,6 +26,7 @@ from crossover_study.measure import frameworks
 from crossover_study.measure import pairing as pairs
 from crossover_study.measure.attribution import attribution_columns
 from crossover_study.measure.harness import Partner, measure
+from crossover_study.measure.heap import heap_columns
 from crossover_study.measure.same_program import same_program_columns
 from crossover_study.measure.watchdog import PointDeadlineExceeded, stopped_where
 from crossover_study.stepmodel import counts as step_counts
@@ -333,6 +334,7 @@ def _measure_point(
         m, contended = _unless_contended(m, workload, policy, contention, threads, partner)
         # Where the step's time goes: one extra block, profiled after the timed ones.
         attributed = attribution_columns(point, workload, m)
+        attributed.update(heap_columns(point, workload, m))  # issue 51: a fresh heap's faults
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
         # After the timed blocks and the loss read back: counting never changes them.
         # One count, then the replays of the shapes new to the job (step_replay caches

@@ -34,6 +34,7 @@ from crossover_study.core.origin import git_state, placement
 from crossover_study.core.progress import point_line
 from crossover_study.measure import device_probe, frameworks, gpu_state
 from crossover_study.measure import pairing as pairs
+from crossover_study.measure.fresh_point import in_users_state
 from crossover_study.measure.harness import Partner, time_block
 from crossover_study.measure.journal import MAX_ATTEMPTS, Journal, hold, json_default
 from crossover_study.measure.point import Pairing, deadline_row, measure_point
@@ -538,19 +539,19 @@ def _measure_with_deadline(
     the measured row."""
     group = job.group
 
-    def measured() -> dict:
-        return {
-            **base,
-            **measure_point(
-                point,
-                group.policy,
-                job.import_s,
-                job.device_init_s,
-                group.threads,
-                group.contention,
-                pairing,
-            ),
-        }
+    def here() -> dict:
+        return measure_point(
+            point,
+            group.policy,
+            job.import_s,
+            job.device_init_s,
+            group.threads,
+            group.contention,
+            pairing,
+        )
+
+    def measured() -> dict:  # issue 51: timed again in a fresh process where the heap matters
+        return {**base, **in_users_state(point, group, here, base.get("rate_page_fault_s"))}
 
     if job.watchdog is None:
         return measured()

@@ -134,6 +134,13 @@ def _but(universe: Iterable[str], *values: str) -> frozenset[str]:
     return frozenset(universe) - set(values)
 
 
+#: Why ``malloc_env`` is measured on the CPU only: glibc's thresholds govern the host's
+#: heap, where a CPU step's tensors live; an accelerator's live in its own allocator.
+MALLOC_ENV_CPU_ONLY = (
+    "malloc_env sets glibc's heap thresholds, which govern a CPU step's tensors; the "
+    "tensors on {DEVICE} live in its own allocator"
+)
+
 _TF_ONLY = frozenset(v for v, f in FRAMEWORK_OF_VARIANT.items() if f == "tensorflow")
 _TORCH_ONLY = frozenset(v for v, f in FRAMEWORK_OF_VARIANT.items() if f == "torch")
 _REPLICA = frozenset(REPLICA_VARIANTS)
@@ -254,6 +261,13 @@ RULES: tuple[Rule, ...] = (
         devices=_set("tpu"),
     ),
     # -- the workloads' rows: the program exists, this way of executing it does not --
+    Rule(
+        "malloc_env",
+        MALLOC_ENV_CPU_ONLY,
+        variants=_set("malloc_env"),
+        devices=_but(DEVICES, "cpu"),
+        workload=True,
+    ),
     Rule(
         "compile",
         "torch.compile (AOTAutograd) does not support the double backward that "

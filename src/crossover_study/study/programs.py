@@ -13,7 +13,8 @@ the steps. A *variant* either executes the same program differently or replaces 
   ``read_loss_every_1000`` (how often the loss is read back: no arithmetic changes),
   ``copy_data_each_step`` (where the batch lives before the step), ``tf32`` (the same
   arithmetic with TensorFloat-32 allowed on an NVIDIA GPU: a precision, recorded in the
-  row's ``precision``), and the ``unsynced`` timing (how the clock is read, a column of its own, never a variant). These change
+  row's ``precision``), ``malloc_env`` (the eager program in a fresh process whose glibc
+  keeps freed memory: measure.fresh_point), and the ``unsynced`` timing (how the clock is read, a column of its own, never a variant). These change
   *how fast* a device runs the program, which is what a crossover of that variant asks.
 - **Another program** (its own name): ``train_on_batch`` (a Python loop of
   ``Model.train_on_batch``, no ``fit``), ``custom_step`` (a ``tf.function`` GradientTape
@@ -124,6 +125,7 @@ EXECUTION_VARIANTS: tuple[str, ...] = (
     "cudnn",
     "generic",
     "tf32",
+    "malloc_env",
 )
 #: The program of each data-parallel variant (``spec.REPLICA_VARIANTS``).
 REPLICA_PROGRAMS: dict[str, str] = {

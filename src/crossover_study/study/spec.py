@@ -69,6 +69,9 @@ VARIANTS: tuple[str, ...] = (
     "tf32",
     # The tf.distribute step on every device: the CPU side of the TPU comparison.
     "strategy_step",
+    # The eager program in a fresh process whose glibc keeps freed memory (issue 51:
+    # MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ in its environment).
+    "malloc_env",
 )
 #: Data-parallel variants and their framework: torch ``DistributedDataParallel``,
 #: TensorFlow ``tf.distribute.MirroredStrategy`` with a custom step on data placed per
@@ -124,6 +127,7 @@ PLUGIN_VARIANTS: tuple[str, ...] = (
     "loop",
     "steps_per_execution",
     "tf32",
+    "malloc_env",
 )
 
 #: ``strong``: the global batch is the seed's batch, split over the replicas
