@@ -398,7 +398,8 @@ def wall_summary(
       when jobs ran side by side: it can exceed ``study_wall_s``).
     - ``rates_jobs_wall_s``: the rates jobs' ``s`` summed; None without rates jobs.
     - ``measured_work_s``: ``measured_s`` summed over the rows (cold start, first step,
-      warm-up and timed blocks); ``measured_share`` and ``timed_share``: it over
+      warm-up and timed blocks), plus ``job_measured_s`` (the job process's own
+      measurement of a row timed again in a fresh process); ``measured_share`` and ``timed_share``: it over
       ``measuring_jobs_wall_s`` (the same number; ``measured_share`` is the older name).
     - ``count_share`` and ``replay_share``: the rows' ``count_s`` (counting a point's
       operations after its timed blocks) and ``replay_s`` (replaying its products and
@@ -423,7 +424,11 @@ def wall_summary(
     rates_s = sum(s for s, _ in rates) if rates else None
     starts = [end - s for s, end in (*measuring, *rates)]
     now = time.time() if now is None else now
-    measured = _column_sum(timings, "measured_s") or 0.0
+    # A row timed again in a fresh process holds that process's measured_s; the job's own
+    # first measurement of it (job_measured_s) was timed work too.
+    measured = (_column_sum(timings, "measured_s") or 0.0) + (
+        _column_sum(timings, "job_measured_s") or 0.0
+    )
     count_s, replay_s = _column_sum(timings, "count_s"), _column_sum(timings, "replay_s")
     startup_s = _startup_s(timings)
     other_s = jobs_s - measured - (count_s or 0.0) - (replay_s or 0.0) - startup_s

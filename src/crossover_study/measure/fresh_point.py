@@ -251,6 +251,9 @@ def in_users_state(point, group, measure_here: Callable[[], dict], fault_s=None)
         **{name: fresh.get(name) for name in TIMED_COLUMNS},
         "step_state": "fresh_process",
         "fresh_process_s": fresh.get("fresh_process_s"),
+        # The job process's own measurement is timed work of the study too
+        # (analysis.tables.wall_summary counts it): kept, not overwritten.
+        "job_measured_s": row.get("measured_s"),
     }
     return _with_message(
         merged,
