@@ -97,7 +97,7 @@ def test_the_runner_logs_one_counted_line_per_point_measured_or_kept(tmp_path, m
     """The job's log gets each point's line with the job's count; a rerun's kept points
     count too (no framework work: the point's measurement is stood in for)."""
 
-    def fake(point, policy, import_s, device_init_s, threads, contention=None):
+    def fake(point, policy, import_s, device_init_s, threads, contention=None, pairing=None):
         step = point.sizes["hidden"] * 1e-5
         return {
             "status": "ok",

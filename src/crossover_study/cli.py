@@ -11,6 +11,7 @@
     crossover-study freeze RESULTS DEST | refreeze DEST | paper [NAME ...]
     crossover-study reference-import ARCHIVE [--name NAME]
     crossover-study measure-job --config FILE --case C --framework F --device D ...
+    crossover-study fresh-point < REQUEST.json
     crossover-study gpu-bundle build|check [--dest DIR]
     crossover-study reference-gpu --study FILE --bundle DIR --out DIR | reference-gpu finish ...
     crossover-study rehearse [--study FILE] [--keep]
@@ -206,6 +207,10 @@ COMMANDS: dict[str, Command] = {
     ),
     "measure-job": Command(
         "one measuring job without Snakemake (the measure rule's code)", _main_of("measure.job")
+    ),
+    "fresh-point": Command(
+        "one point timed in a fresh process (a measuring job's child: a JSON request on stdin)",
+        _main_of("measure.fresh_point"),
     ),
     "gpu-bundle": Command(
         "build or check the wheels a GPU machine without network lacks",

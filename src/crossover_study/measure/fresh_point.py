@@ -27,8 +27,8 @@ The ``malloc_env`` variant (the allocator remedy) is always measured here, in a 
 process started with :data:`heap.REMEDY_ENV`, running the ``eager`` program: the same
 program, faster only by the allocator.
 
-``python -m crossover_study.measure.fresh_point`` is the child's side: a JSON request on
-stdin, the row as one JSON line on stdout (after the marker :data:`ROW_MARKER`).
+``crossover-study fresh-point`` (``python -m crossover_study fresh-point``, :func:`main`) is
+the child's side: a JSON request on stdin, the row as one JSON line on stdout (after the marker :data:`ROW_MARKER`).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def measure_fresh(
     started = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "crossover_study.measure.fresh_point"],
+            [sys.executable, "-m", "crossover_study", "fresh-point"],
             input=request,
             capture_output=True,
             text=True,
@@ -303,5 +303,10 @@ def _child() -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(_child())
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """``crossover-study fresh-point``: :func:`_child` (no arguments: the request comes
+    on stdin). Returns its exit status."""
+    import argparse
+
+    argparse.ArgumentParser(prog=prog, description=main.__doc__).parse_args(argv)
+    return _child()
