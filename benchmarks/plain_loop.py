@@ -48,9 +48,11 @@ def _load(path: str):
     return module
 
 
-def _torch_runner(built):
-    """``(run(n), sync)`` for a TorchStep on the CPU: ``run(n)`` runs n steps, reading
-    the loss back every ``loss_read_every`` steps (its global step count kept)."""
+def _step_runner(built, read):
+    """``run(n)`` for a TorchStep or a TFStep on the CPU: ``run(n)`` runs n steps as
+    returned (plain or a tf.function), reading the loss back with ``read`` (PyTorch's
+    ``item``, TensorFlow's ``numpy``) every ``loss_read_every`` steps (its global step
+    count kept)."""
     every = built.loss_read_every
     count = [0]
 
@@ -59,22 +61,7 @@ def _torch_runner(built):
             loss = built.step(*built.data)
             count[0] += 1
             if every and count[0] % every == 0:
-                loss.item()
-
-    return run
-
-
-def _tf_runner(built):
-    """``run(n)`` for a TFStep (the step as returned, plain or a tf.function)."""
-    every = built.loss_read_every
-    count = [0]
-
-    def run(n: int) -> None:
-        for _ in range(n):
-            loss = built.step(*built.data)
-            count[0] += 1
-            if every and count[0] % every == 0:
-                loss.numpy()
+                read(loss)
 
     return run
 
@@ -129,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
         torch.set_num_interop_threads(1)
         built = module.build(torch.device("cpu"), **sizes)
-        run = _torch_runner(built)
+        run = _step_runner(built, lambda loss: loss.item())
     else:
         import tensorflow as tf
 
@@ -140,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             if type(built).__name__ == "KerasFit":
                 run, per_call = _keras_runner(built)
             else:
-                run = _tf_runner(built)
+                run = _step_runner(built, lambda loss: loss.numpy())
     if args.no_gc:
         import gc
 
