@@ -58,10 +58,16 @@ def _elsewhere() -> set[str]:
 
 def _keys(frame: pd.DataFrame, key: list[str]) -> pd.Series:
     """One string per row naming its point (the key columns' text, empty for missing)."""
-    if not key:
-        return pd.Series("", index=frame.index)
+    if not key or frame.empty:
+        return pd.Series("", index=frame.index, dtype=object)
     text = frame[key].astype(object).where(frame[key].notna(), "").astype(str)
     return text.agg("\x1f".join, axis=1)
+
+
+def unique_points(wide: pd.DataFrame) -> bool:
+    """True when no two rows of ``wide`` name the same point (:func:`key_columns`): the
+    condition for writing them as tables beside each other."""
+    return not _keys(wide, key_columns(wide)).duplicated().any()
 
 
 def _text(value) -> str | None:
@@ -258,10 +264,13 @@ def study_files(timings: str | Path) -> list[Path]:
     return [p for p in paths if p.exists()]
 
 
-def is_split(header) -> bool:
-    """True for a ``timings.csv`` written by table (format 3): its header (column names)
-    lacks ``block_step_times_s``, which a whole row always has."""
-    return col.BLOCK_STEP_TIMES_S not in set(header)
+def is_split(path: str | Path, header) -> bool:
+    """True for a ``timings.csv`` (``path``) written by table (format 3): its header
+    (column names) lacks ``block_step_times_s``, which a whole row always has, and
+    ``blocks.csv`` lies beside it (collect always writes it). A table of a few columns
+    made by hand is read as it is."""
+    blocks = table_path(path, "blocks")
+    return col.BLOCK_STEP_TIMES_S not in set(header) and blocks.exists()
 
 
 def join(timings: pd.DataFrame, path: str | Path, read) -> pd.DataFrame:

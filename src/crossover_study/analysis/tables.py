@@ -290,13 +290,47 @@ def read_table(source: str | Path | pd.DataFrame, table: str) -> pd.DataFrame:
             df = read_csv_text(source, table)
         except pd.errors.EmptyDataError:
             df = pd.DataFrame(columns=list(table_columns(table)))
-        if table == "timings" and len(df.columns) and table_split.is_split(df.columns):
+        if table == "timings" and len(df.columns) and table_split.is_split(source, df.columns):
             df = table_split.join(df, source, read_csv_text)
     df = upgrade(df, table)
     _check_cells(df, table, name)
     df = _typed(df, table)
     (validate_timings if table == "timings" else validate_crossover)(df, source=name)
     return df
+
+
+def read_timings_text(path: str | Path) -> pd.DataFrame:
+    """``timings.csv`` at ``path`` with every cell as text (:func:`read_csv_text`), and
+    for a table written by table (format 3) the tables beside it joined back
+    (:func:`table_split.join`): the whole rows as written, neither upgraded nor typed
+    (the manifest's and the audit's view). Raises FileNotFoundError and
+    ``SplitError``."""
+    df = read_csv_text(path)
+    if len(df.columns) and table_split.is_split(path, df.columns):
+        df = table_split.join(df, path, read_csv_text)
+    return df
+
+
+def validate_study_tables(timings: str | Path) -> list[Path]:
+    """Check each table of the study whose ``timings.csv`` is ``timings`` against its
+    schema (``workflow/schemas/<table>.schema.yaml``; ``timings.csv``'s own columns
+    against ``timings.schema.yaml``): no undocumented column but a plug-in case's size
+    axes, every cell of its type, every row valid. Returns the tables checked. Raises
+    :class:`TableError` naming the file, row and column."""
+    paths = table_split.study_files(timings)
+    for path in paths:
+        table = path.stem if path != Path(timings) else "timings"
+        df = read_csv_text(path, table)
+        schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+        axes = [c for c in table_split.key_columns(df) if c not in schema["properties"]]
+        extra = set(df.columns) - set(schema["properties"]) - set(axes)
+        if extra:
+            raise TableError(f"{path}: undocumented column(s) {sorted(extra)}")
+        _check_cells(df, table, str(path))
+        typed = _typed(df, table)
+        schema = {**schema, "properties": {**schema["properties"], **{a: {} for a in axes}}}
+        _validate_rows(typed, schema, str(path))
+    return paths
 
 
 def read_timings(source: str | Path | pd.DataFrame) -> pd.DataFrame:
@@ -341,7 +375,9 @@ def collect_timings(
     (format 3: ``out``, ``timings.csv``, and the tables beside it,
     :func:`table_split.write_tables`; each atomically), or as one table with
     ``columns`` when they are given (the whole row: the audit collects a run of an
-    older format again with that run's own header). The rates of ``out``'s folder
+    older format again with that run's own header), and also where two rows name one
+    point (rows without sizes: the tables beside would not know which is whose). The
+    rates of ``out``'s folder
     (``rates/<framework>/<device>.json``) are the rows' rates; a row priced at other
     rates keeps them in ``rates.csv``. The tables are
     read back and must give the rows again (:func:`read_timings`), else
@@ -366,7 +402,7 @@ def collect_timings(
     # deterministic function of them); kept only where the header has them.
     df = model_columns(df)[columns]
     validate_timings(df, source=str(out))
-    if whole:
+    if whole or not table_split.unique_points(df):
         write_csv_atomic(df.to_dict("records"), columns, Path(out))
         return df
     table_split.write_tables(df, out)
