@@ -468,7 +468,9 @@ def collect_study(
     # Every run of a point is checked: runs merged into one row must share a machine.
     runs = read_job_tables(csvs, columns)
     merged = check_environments(runs, merge=merge_environments, source=str(timings_out))
-    timings = collect_timings(csvs, timings_out, noise_threshold=noise_threshold, runs=runs)
+    timings = collect_timings(
+        csvs, timings_out, columns, noise_threshold=noise_threshold, runs=runs
+    )
     summary = wall_summary(runs, benchmarks, rates_benchmarks)
     Path(wall_out).write_text(json.dumps(summary, indent=1))
     return timings, summary, merged

@@ -259,7 +259,7 @@ RATE_COLUMNS: tuple[str, ...] = (
 #: JSON object (the reason a row was not profiled), one row whose name is empty.
 #: Field names never repeat a key column's (a product's batch is ``product_batch``).
 LONG_TABLES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
-    "blocks": (BLOCK_STEP_TIMES_S, "block", (STEP_TIME_S,)),
+    "blocks": (BLOCK_STEP_TIMES_S, "block", ("seconds_per_step",)),
     "compile_cache": ("compile_cache", None, ("counter", "count")),
     "top_ops": ("attr_top_ops", None, ("op", "seconds_per_step")),
     "tracer_bias": ("attr_bias_s", None, ("event", "seconds")),
