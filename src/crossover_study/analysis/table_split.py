@@ -188,13 +188,14 @@ def _rate_rows(wide: pd.DataFrame, key: list[str], files: dict) -> list[dict]:
     (one row per rate; a curve one row per pair; one row without a rate for a row whose
     rates are all empty)."""
     out = []
-    empty = dict.fromkeys(col.RATE_COLUMNS)
+    none = _rates_text({})
     for _, row in wide.iterrows():
         mine = _rates_text({c: row.get(c) for c in col.RATE_COLUMNS})
-        if mine == files.get((str(row[col.FRAMEWORK]), str(row[col.DEVICE])), None):
+        # Without a rates file the join gives no rates: a row without any matches it.
+        if mine == files.get((str(row[col.FRAMEWORK]), str(row[col.DEVICE])), none):
             continue
         ident = {k: row[k] for k in key}
-        if mine == _rates_text(empty):
+        if mine == none:
             out.append({**ident})
             continue
         for c, v in mine.items():
@@ -262,6 +263,13 @@ def study_files(timings: str | Path) -> list[Path]:
     ``timings.csv`` first, then those beside it (:data:`~crossover_study.core.columns.STUDY_TABLES`)."""
     paths = [table_path(timings, t) for t in col.STUDY_TABLES]
     return [p for p in paths if p.exists()]
+
+
+def tables_beside(timings: str | Path) -> list[Path]:
+    """The tables beside the study's ``timings`` (``timings.csv``) that exist, in
+    :data:`~crossover_study.core.columns.STUDY_TABLES` order (none for a run of format
+    2 or 1)."""
+    return [table_path(timings, t) for t in col.STUDY_TABLES[1:] if table_path(timings, t).exists()]
 
 
 def is_split(path: str | Path, header) -> bool:

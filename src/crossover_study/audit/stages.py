@@ -214,10 +214,10 @@ def _tables_beside(timings: Path, expected: Path) -> list[tuple[str, str | None,
     """The tables beside ``timings`` (format 3) that differ from those collected again
     beside ``expected``: (file name, expected sha256, actual sha256; None for a file
     missing), in table order."""
-    from crossover_study.analysis.table_split import study_files
+    from crossover_study.analysis.table_split import tables_beside
 
-    names = [p.name for p in study_files(expected)[1:]]
-    names += [p.name for p in study_files(timings)[1:] if p.name not in names]
+    names = [p.name for p in tables_beside(expected)]
+    names += [p.name for p in tables_beside(timings) if p.name not in names]
     out = []
     for name in names:
         a, b = expected.with_name(name), timings.with_name(name)

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from crossover_study.analysis.table_split import study_files
+from crossover_study.analysis.table_split import tables_beside
 from crossover_study.analysis.tables import read_csv_text, read_timings_text
 from crossover_study.core.files import MANIFEST_NAME, written_as
 from crossover_study.core.origin import git_state
@@ -257,7 +257,7 @@ def build_manifest(
     # The tables beside timings.csv (format 3), each under its own role.
     timings_file = Path(tables["timings"])
     timings_file = timings_file if timings_file.is_absolute() else workdir / timings_file
-    beside = {p.stem: p for p in study_files(timings_file) if p.stem not in tables}
+    beside = {p.stem: p for p in tables_beside(timings_file) if p.stem not in tables}
     tables = {**tables, **beside}
     table_records = {role: rec(path) for role, path in tables.items()}
     reference_records = {reference_source_name(p): rec(p) for p in reference_tables}
@@ -431,6 +431,12 @@ def load_manifest(path: str | Path) -> dict:
     return data
 
 
+def _run_tables(folder: Path) -> list[str]:
+    """File names of a run's timings: ``timings.csv`` and, for a run of format 3, the
+    tables beside it (:func:`crossover_study.analysis.table_split.tables_beside`)."""
+    return ["timings.csv", *(p.name for p in tables_beside(folder / "timings.csv"))]
+
+
 def paper_manifest(
     run_dirs: Iterable[str | Path],
     written: Iterable[str | Path],
@@ -445,7 +451,7 @@ def paper_manifest(
         path = Path(path)
         files = {
             table: file_record(path / table, workdir, repo)
-            for table in ("timings.csv", "crossover.csv", MANIFEST_NAME)
+            for table in (*_run_tables(path), "crossover.csv", MANIFEST_NAME)
             if (path / table).exists()
         }
         runs.append({"name": path.name, "files": files})
