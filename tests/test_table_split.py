@@ -192,3 +192,17 @@ def test_the_study_tables_are_frozen_and_recorded_with_it(tmp_path):
     assert [p.stem for p in table_split.study_files(folder / "timings.csv")] == list(
         col.STUDY_TABLES
     )
+
+
+def test_a_plug_in_case_s_own_axis_keys_every_table(tmp_path):
+    """A case of the study's own brings its size columns (named by ``axes``): they key
+    the tables beside timings.csv as the seeds' sizes do."""
+    wide = _synthetic(tmp_path).assign(case="my-cnn", axes="batch,channels", width=None)
+    wide["channels"] = [16, 32]  # the two points differ only on the plug-in's axis
+    wide = read_timings(wide)
+    assert table_split.key_columns(wide)[-1] == "channels"
+    got = _split_and_join(wide, tmp_path)
+    pd.testing.assert_frame_equal(got, wide, check_dtype=False)
+    assert pd.read_csv(tmp_path / "timings.csv").columns[-1] == "channels"
+    assert set(pd.read_csv(tmp_path / "blocks.csv")["channels"]) == {16, 32}
+    validate_study_tables(tmp_path / "timings.csv")

@@ -26,6 +26,7 @@ import pandas as pd
 from crossover_study.core import columns as col
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.stepmodel.rates import row_columns
+from crossover_study.study.spec import undocumented_axes
 
 #: The curves among the rates (JSON lists of [size, rate] pairs in a row).
 CURVES = ("rate_flop_curve", "rate_mem_curve")
@@ -37,23 +38,13 @@ class SplitError(ValueError):
 
 
 def key_columns(frame: pd.DataFrame) -> list[str]:
-    """The columns that name a point in ``frame`` (a timings frame or one of the tables
-    beside it): :data:`~crossover_study.core.columns.POINT_KEY`, then the size columns it
-    has (the seeds', then a plug-in case's axes: every column of ``frame`` that is
-    neither in :data:`~crossover_study.core.columns.TIMINGS` nor in another table)."""
-    known = set(col.TIMINGS) | _elsewhere()
+    """The columns that name a point in ``frame`` (a timings frame: ``timings.csv`` or
+    the whole rows): :data:`~crossover_study.core.columns.POINT_KEY`, then the size
+    columns it has (the seeds', then a plug-in case's axes as its rows' ``axes`` name
+    them, :func:`crossover_study.study.spec.undocumented_axes`). The tables beside
+    ``timings.csv`` carry the same columns first."""
     sizes = [c for c in col.SEED_SIZES if c in frame]
-    plugin = [c for c in frame.columns if c not in known and c not in col.POINT_KEY]
-    return [*[c for c in col.POINT_KEY if c in frame], *sizes, *plugin]
-
-
-def _elsewhere() -> set[str]:
-    """Columns of the whole row that live outside ``timings.csv``, and the long
-    tables' own columns."""
-    out = {c for cols in col.WIDE_TABLES.values() for c in cols}
-    for source, index, fields in col.LONG_TABLES.values():
-        out |= {source, *fields, *([index] if index else [])}
-    return out | {col.BLOCKS_PER_RUN, col.RUN, *col.RATE_COLUMNS, *col.RATES}
+    return [*[c for c in col.POINT_KEY if c in frame], *sizes, *undocumented_axes(frame)]
 
 
 def _keys(frame: pd.DataFrame, key: list[str]) -> pd.Series:

@@ -318,11 +318,12 @@ def validate_study_tables(timings: str | Path) -> list[Path]:
     axes, every cell of its type, every row valid. Returns the tables checked. Raises
     :class:`TableError` naming the file, row and column."""
     paths = table_split.study_files(timings)
+    key = table_split.key_columns(read_csv_text(timings))
     for path in paths:
         table = path.stem if path != Path(timings) else "timings"
         df = read_csv_text(path, table)
         schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
-        axes = [c for c in table_split.key_columns(df) if c not in schema["properties"]]
+        axes = [c for c in key if c not in schema["properties"]]
         extra = set(df.columns) - set(schema["properties"]) - set(axes)
         if extra:
             raise TableError(f"{path}: undocumented column(s) {sorted(extra)}")
