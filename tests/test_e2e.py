@@ -148,6 +148,7 @@ def test_smoke_report_draws_the_reference_machines_beside_it(smoke_run):
         "s001-mlp-cross-machine-hidden.png",
     ]
     manifest = load_manifest(workdir / "results/smoke")
+    timings = workdir / "results/smoke/timings.csv"
     reference = workdir / f"results/reference/{run}/timings.csv"
     name = f"reference/{run}/timings.csv"
     assert manifest["reference_tables"][name]["sha256"] == sha256_file(reference)
@@ -157,6 +158,8 @@ def test_smoke_report_draws_the_reference_machines_beside_it(smoke_run):
             # the reference run's curves.
             assert figure["sources"] == {
                 "timings.csv": sha256_file(workdir / "results/smoke/timings.csv"),
+                # and the tables beside it, which its rows are joined from
+                **{p.name: sha256_file(p) for p in table_split.tables_beside(timings)},
                 "predicted.csv": sha256_file(workdir / "results/smoke/predicted.csv"),
                 name: sha256_file(reference),
             }
