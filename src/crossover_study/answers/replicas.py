@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from crossover_study.answers.phrasebook import device_label, times
 from crossover_study.answers.rows import replica_times, to_number
-from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_ratio
 from crossover_study.core.progress import format_seconds
 from crossover_study.study.spec import ACCELERATORS
 
@@ -91,7 +91,7 @@ def replica_program_sentence(scaling: pd.DataFrame, case: str) -> str | None:
                     f"{format_seconds(share * t_fit)}"
                 )
             speedups = [
-                f"{name} {fmt_ratio(v)}{TIMES}"
+                f"{name} {times(v)}"
                 for name, v in (
                     ("fit", to_number(f.get("speedup"))),
                     ("custom step", to_number(s_.get("speedup"))),
@@ -102,7 +102,7 @@ def replica_program_sentence(scaling: pd.DataFrame, case: str) -> str | None:
                 text += "; speed-up over each program's own one replica: " + ", ".join(speedups)
             clauses.append(text)
         if clauses:
-            parts.append(f"On {DEVICE_NAMES.get(device, device)}, " + "; ".join(clauses) + ".")
+            parts.append(f"On {device_label(device)}, " + "; ".join(clauses) + ".")
     if not parts:
         return (
             f"{case}: mirrored_fit (Keras fit) was measured, but not mirrored (the custom "
