@@ -46,6 +46,13 @@ def device_label(device: str, article: bool = False) -> str:
     return f"the {name}" if article and device == "cpu" else name
 
 
+def card_label(name: str) -> str:
+    """A device card's machine as a short sentence names it: its ``name`` without the
+    maker's and the product line's words (``NVIDIA GeForce RTX 4090`` is ``RTX 4090``,
+    ``Google Cloud TPU v5e`` is ``Cloud TPU v5e``)."""
+    return str(name).replace("NVIDIA ", "").replace("GeForce ", "").replace("Google ", "")
+
+
 def model_agrees_share(share: float) -> bool:
     """True where ``share`` (the model's step over the measured step) lies within
     :data:`AGREES`: the model agrees with the measured step."""

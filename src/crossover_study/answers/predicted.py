@@ -18,6 +18,7 @@ import pandas as pd
 from crossover_study.analysis.card_prediction import at_seed
 from crossover_study.answers.phrasebook import (
     EN_DASH,
+    card_label,
     faster_or_slower,
     fmt_size,
     ratio_band,
@@ -120,10 +121,6 @@ def crossover_words(rows: pd.DataFrame) -> str:
     return "; ".join(texts)
 
 
-def _short(name: str) -> str:
-    return name.replace("NVIDIA ", "").replace("GeForce ", "").replace("Google ", "")
-
-
 def card_clause(
     predicted: pd.DataFrame, crossovers: pd.DataFrame | None, case: str, card: str
 ) -> str:
@@ -134,7 +131,7 @@ def card_clause(
     if rows.empty:
         return ""
     name = rows["device_name"].iloc[0]
-    short = _short(name)
+    short = card_label(name)
     parts = []
     for framework, group in rows.groupby("framework", sort=False):
         priced = group[group["predicted_step_s"].notna()]
@@ -235,7 +232,7 @@ def check_line(predicted: pd.DataFrame, case: str, card: str) -> str:
     rows = at_seed(predicted[predicted["card"] == card], case)
     if rows.empty:
         return ""
-    short = _short(rows["device_name"].iloc[0])
+    short = card_label(rows["device_name"].iloc[0])
     priced = rows[rows["predicted_step_s"].notna()]
     naive = priced[priced["variant"].isin(NAIVE)]
     if naive.empty:

@@ -98,6 +98,24 @@ def _measured_clause(
         parts.append(f"with {program}, {name} is {faster_or_slower(speedup)} at the seed's size")
     if rows.empty:
         parts.append("no crossover was computed")
+    parts += _crossings(rows)
+    if model:
+        parts.append(model)
+    parts += _other_outcomes(rows)
+    n_star = first_number(rows["n_star_steps"]) if "n_star_steps" in rows else None
+    if n_star is not None:
+        parts.append(f"after N* = {fmt_count(n_star)} steps its time-to-train wins")
+    elif speedup is not None and speedup < 1:
+        parts.append("its time-to-train never beats the CPU's at the seed's size")
+    if ran is not None:
+        parts.append(f"both devices ran the program {ran}")
+    return "; ".join(parts)
+
+
+def _crossings(rows: pd.DataFrame) -> list[str]:
+    """'it overtakes the CPU at hidden ≈ 1900 (95% CI 1500–2400)': the crossovers of
+    ``rows`` (crossover-table rows of one program and accelerator), every axis joined
+    with "and at"; none where no row has a crossover size."""
     crossings = []
     for _, row in rows[rows["outcome"] == "crossover"].iterrows():
         size = to_number(row.get("crossover_size"))
@@ -108,10 +126,14 @@ def _measured_clause(
         if lo is not None and hi is not None:
             text += f" (95% CI {fmt_size(lo)}{EN_DASH}{fmt_size(hi)})"
         crossings.append(text)
-    if crossings:
-        parts.append("it overtakes the CPU at " + " and at ".join(crossings))
-    if model:
-        parts.append(model)
+    return ["it overtakes the CPU at " + " and at ".join(crossings)] if crossings else []
+
+
+def _other_outcomes(rows: pd.DataFrame) -> list[str]:
+    """The outcomes of ``rows`` that place no crossover, one clause each: faster at part
+    of the range (with the sizes), faster throughout, indistinguishable at every size,
+    no crossover, too few common sizes."""
+    parts: list[str] = []
     for _, row in rows[rows["outcome"] == "accelerator_faster_in_part"].iterrows():
         faster = [
             fmt_size(size) for size, v in size_verdicts(row.get("size_verdicts")) if v == "faster"
@@ -143,14 +165,7 @@ def _measured_clause(
                     " or ".join(axes) if outcome == "no_crossover" else " and ".join(axes)
                 )
             )
-    n_star = first_number(rows["n_star_steps"]) if "n_star_steps" in rows else None
-    if n_star is not None:
-        parts.append(f"after N* = {fmt_count(n_star)} steps its time-to-train wins")
-    elif speedup is not None and speedup < 1:
-        parts.append("its time-to-train never beats the CPU's at the seed's size")
-    if ran is not None:
-        parts.append(f"both devices ran the program {ran}")
-    return "; ".join(parts)
+    return parts
 
 
 def answer_sentence(

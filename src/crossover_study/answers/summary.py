@@ -26,6 +26,7 @@ from crossover_study.answers.phrasebook import (
     EN_DASH,
     MARGIN,
     TIED,
+    card_label,
     device_label,
     faster_device,
     fmt_size,
@@ -199,14 +200,14 @@ def _predicted_accelerator(predicted, crossovers, case, framework, cpu_s) -> dic
     naive = rows[rows["variant"].isin(NAIVE)]
     if naive.empty:
         return None
-    names = [str(n).replace("NVIDIA ", "").replace("Google ", "") for n in naive["device_name"]]
+    names = [card_label(n) for n in naive["device_name"]]
     times = naive["predicted_step_s"].astype(float)
     if times.max() <= 1.05 * times.min():  # the cards agree: one number, every name
         steps = [f"≈ {format_seconds(times.iloc[0])} on {', '.join(names)}"]
     else:
         steps = [f"{n} ≈ {format_seconds(t)}" for n, t in zip(names, times, strict=True)]
     first = naive.iloc[0]
-    short = str(first["device_name"]).replace("NVIDIA ", "").replace("Google ", "")
+    short = card_label(first["device_name"])
     speedup = cpu_s / first["predicted_step_s"] if cpu_s else None
     low, high = cpu_s / first["predicted_high_s"], cpu_s / first["predicted_low_s"]
     if speedup is None:
