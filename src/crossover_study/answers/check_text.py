@@ -97,7 +97,7 @@ def _verdict(rows: pd.DataFrame, devices: dict, crossover: pd.DataFrame) -> dict
     eager = rows[(rows["variant"] == "eager") & (rows["status"] == "ok")]
     cpu_row, acc_row = (eager[eager["device"] == d].iloc[0] for d in ("cpu", acc))
     mine = crossover
-    if not crossover.empty and {"case", "variant", "accelerator"} <= set(crossover):
+    if not crossover.empty and {"case", "framework", "variant", "accelerator"} <= set(crossover):
         mine = crossover[
             (crossover["case"] == cpu_row["case"])
             & (crossover["framework"] == cpu_row["framework"])
@@ -158,8 +158,8 @@ def _flip(devices: dict, remedies: dict, verdict: dict | None) -> str:
     acc = verdict["accelerator"]
     best = {}
     for device in ("cpu", acc):
-        times = [r["step_time_s"] for r in remedies.get(device, []) if r.get("remedy")]
-        best[device] = min([devices[device]["step_time_s"], *times])
+        offered = [r["step_time_s"] for r in remedies.get(device, []) if r.get("remedy")]
+        best[device] = min([devices[device]["step_time_s"], *offered])
     winner = acc if best[acc] < best["cpu"] else "cpu"
     each = f"CPU {format_seconds(best['cpu'])}, {device_label(acc)} {format_seconds(best[acc])}"
     if verdict["faster"] in (None, winner):
