@@ -9,7 +9,12 @@ here, never estimated (the numbers come from :mod:`crossover_study.answers.rows`
 
 from __future__ import annotations
 
+from crossover_study.analysis.crossover import FASTER, SLOWER, TIED
 from crossover_study.study.spec import CONTENDED
+
+#: The verdict words of one size, the accelerator against the CPU (defined with the rule
+#: that draws them, :func:`crossover_study.analysis.crossover.point_verdict`).
+VERDICTS = (SLOWER, TIED, FASTER)
 
 #: Display characters (kept as escapes so linters do not mistake them for x and -).
 TIMES = "\u00d7"
@@ -28,9 +33,6 @@ AGREEMENT_TOLERANCE = 0.30
 #: The range of ``model_share`` (model step / measured step) that agrees: 0.7 to 1.3.
 AGREES = (1 - AGREEMENT_TOLERANCE, 1 + AGREEMENT_TOLERANCE)
 
-#: The verdict words of one size (:func:`crossover_study.analysis.crossover.point_verdict`):
-#: the accelerator against the CPU.
-SLOWER, TIED, FASTER = "slower", "tied", "faster"
 #: What a tied verdict means, in words: the rule shared by ``check`` and the report.
 TIED_RULE = "the 95 % bootstrap interval of the ratio of the medians contains 1"
 #: A tied verdict in a sentence about an accelerator.

@@ -150,7 +150,7 @@ def _other_outcomes(rows: pd.DataFrame) -> list[str]:
         ),
         (
             "indistinguishable",
-            "it is indistinguishable from the CPU within noise at every size measured on {}",
+            f"it is {INDISTINGUISHABLE} at every size measured on {{}}",
         ),
         (
             "no_crossover",
