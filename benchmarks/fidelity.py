@@ -7,8 +7,12 @@ fresh process, interleaved, over rounds (issue 51, item 3).
 Programs: the cases of ``config/studies/unseen.yaml`` (plug-ins under ``tests/plugins/``),
 ``config/studies/own-models.yaml`` (``examples/``) and ``config/studies/heap.yaml``
 (issue 51's plug-ins), at the seed's size and at the largest size of each axis (the
-others at the seed's). The seeds' own programs are built-in workloads, not plug-ins:
-they have no independent plain loop here (not covered; said in the table's heading).
+others at the seed's); and the seeds (``config/config.yaml``'s axes), whose built-in
+workloads are checked against the seed's program written again by hand as a plug-in
+(``benchmarks/seed_loops/``: s000 and s001 in both frameworks, s004's PyTorch port at
+its seed size only — a point of it costs about 40 s). Not covered: the Keras ``fit``
+seeds (s002, s004 in TensorFlow: ``fit`` with ``steps_per_epoch`` and per-epoch
+validation has no hand-written equivalent here) and s002's PyTorch port.
 
 Each measurement is its own fresh process:
 
@@ -47,6 +51,15 @@ STUDIES = (
     "config/studies/own-models.yaml",
     "config/studies/heap.yaml",
 )
+#: The seeds' programs written again by hand (``benchmarks/seed_loops/``), and the axes
+#: whose largest value is measured too (None: the seed's size only).
+SEED_LOOPS = {
+    ("s000-hjb", "torch"): ("s000_hjb_torch.py", ("batch", "width")),
+    ("s000-hjb", "tensorflow"): ("s000_hjb_tf.py", ("batch", "width")),
+    ("s001-mlp", "torch"): ("s001_mlp_torch.py", ("d_in", "hidden")),
+    ("s001-mlp", "tensorflow"): ("s001_mlp_tf.py", ("d_in", "hidden")),
+    ("s004-lstm", "torch"): ("s004_lstm_torch.py", ()),
+}
 #: Goal of issue 51: the product within 10 % of the plain loop.
 GOAL = 0.10
 
@@ -60,12 +73,14 @@ from crossover_study.study import points as study_points
 from crossover_study.study.config import validate_config
 from crossover_study.study.spec import PointSpec
 name, workload, framework, sizes, threads = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
+entry = {"axes": {k: [v] for k, v in sizes.items()}}
+if workload != "builtin":  # a plug-in; a seed is the study's built-in workload
+    entry.update(workload=workload, framework=framework, question="fidelity", seed=sizes)
 config = validate_config({
     "study": "fidelity",
     "sweep": {"frameworks": [framework], "devices": ["cpu"], "variants": ["eager"]},
     "timing": {k: v for k, v in yaml.safe_load(open("config/config.yaml"))["timing"].items()},
-    "cases": {name: {"workload": workload, "framework": framework, "question": "fidelity",
-                     "seed": sizes, "axes": {k: [v] for k, v in sizes.items()}}},
+    "cases": {name: entry},
 })
 cases.use(config)
 policy = study_points.timing_policy(config)
@@ -79,9 +94,45 @@ print("FIDELITY " + json.dumps({k: row.get(k) for k in keep}, default=str))
 """
 
 
+def _sizes(seed: dict, axes: dict) -> list[dict]:
+    """The seed's sizes, then the seed with each axis at its largest value."""
+    sizes = [dict(seed)]
+    for axis, values in axes.items():
+        largest = {**seed, axis: max(values)}
+        if largest not in sizes:
+            sizes.append(largest)
+    return sizes
+
+
+def seed_programs(only: set[str] | None, framework: str | None) -> list[dict]:
+    """The seeds with a hand-written loop (:data:`SEED_LOOPS`), at the seed's size and
+    the largest value of each of their listed axes (``config/config.yaml``)."""
+    import yaml
+
+    from crossover_study.study.cases import SEEDS
+
+    axes_of = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["cases"]
+    found = []
+    for (name, fw), (loop, axes) in SEED_LOOPS.items():
+        if (only and name not in only) or (framework and fw != framework):
+            continue
+        axes = {a: axes_of[name]["axes"][a] for a in axes}
+        for size in _sizes(SEEDS[name].seed, axes):
+            found.append(
+                {
+                    "name": name,
+                    "workload": "builtin",
+                    "loop": str(ROOT / "benchmarks" / "seed_loops" / loop),
+                    "framework": fw,
+                    "sizes": size,
+                }
+            )
+    return found
+
+
 def programs(only: set[str] | None, framework: str | None) -> list[dict]:
     """Every (case, sizes) to compare: the studies' cases at the seed and at each axis's
-    largest value."""
+    largest value, then the seeds (:func:`seed_programs`)."""
     import yaml
 
     found = []
@@ -89,13 +140,7 @@ def programs(only: set[str] | None, framework: str | None) -> list[dict]:
         for name, case in yaml.safe_load((ROOT / study).read_text())["cases"].items():
             if (only and name not in only) or (framework and case["framework"] != framework):
                 continue
-            seed = dict(case["seed"])
-            sizes = [seed]
-            for axis, values in case.get("axes", {}).items():
-                largest = {**seed, axis: max(values)}
-                if largest not in sizes:
-                    sizes.append(largest)
-            for size in sizes:
+            for size in _sizes(case["seed"], case.get("axes", {})):
                 found.append(
                     {
                         "name": name,
@@ -104,7 +149,7 @@ def programs(only: set[str] | None, framework: str | None) -> list[dict]:
                         "sizes": size,
                     }
                 )
-    return found
+    return found + seed_programs(only, framework)
 
 
 def product(program: dict, threads: int) -> dict:
@@ -133,7 +178,8 @@ def product(program: dict, threads: int) -> dict:
 
 def plain(program: dict, threads: int) -> dict:
     """The plain loop of ``program`` (``benchmarks/plain_loop.py``), in a fresh process."""
-    args = [sys.executable, str(ROOT / "benchmarks" / "plain_loop.py"), program["workload"]]
+    loop = program.get("loop", program["workload"])  # a seed's hand-written loop
+    args = [sys.executable, str(ROOT / "benchmarks" / "plain_loop.py"), loop]
     for axis, value in program["sizes"].items():
         args += ["--size", f"{axis}={value}"]
     done = subprocess.run(
@@ -231,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     print(
         "\nproduct / plain loop, eager step on the CPU, each in a fresh process "
-        "(seeds not covered: no plain loop of a built-in workload)"
+        "(seeds: against their programs written again by hand, benchmarks/seed_loops/; "
+        "the Keras fit seeds not covered)"
     )
     print(
         "| program and size | rounds | ratio (median, low–high) | plain spread | plain ms | faults a step product / plain | state | verdict |"

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossover_study.answers.regime import page_fault_short, page_fault_text
+from crossover_study.answers.page_faults import page_fault_short, page_fault_text
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.measure import fresh_point, heap
 from crossover_study.measure.runner import GroupSpec, run_group

@@ -18,7 +18,7 @@ import pytest
 from conftest import HOSTILE_MESSAGE, HOSTILE_QUESTION
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
-from crossover_study.answers.wording import report_markdown
+from crossover_study.answers.phrasebook import report_markdown
 from crossover_study.figures import files as figure_files
 from crossover_study.figures import style as figure_style
 

@@ -265,7 +265,8 @@ def test_the_answer_names_each_devices_regime_and_the_models_crossover():
 
 
 def test_regime_wording_for_compute_memory_and_graph_ops():
-    from crossover_study.answers.regime import device_regime_text, fmt_si
+    from crossover_study.answers.phrasebook import fmt_si
+    from crossover_study.answers.regime import device_regime_text
 
     assert fmt_si(33972224, "FLOP") == "34 MFLOP"
     assert fmt_si(1.2e12, "FLOP/s") == "1.2 TFLOP/s"

@@ -206,6 +206,35 @@ def _verdicts_of(replicates: np.ndarray, r: np.ndarray) -> tuple[str, ...]:
     )
 
 
+def point_verdict(
+    blocks_cpu: Sequence[float],
+    blocks_acc: Sequence[float],
+    t_cpu: float | None = None,
+    t_acc: float | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> str:
+    """The accelerator against the CPU at one size: ``slower``, ``faster`` or ``tied``,
+    by the rule :func:`estimate_crossover` applies at every size of an axis (the
+    percentile 95% interval of log(t_acc / t_cpu) over ``n_boot`` bootstrap replicates
+    of the two points' blocks excludes 0 on the side of the point estimate, else
+    tied). ``blocks_*``: seconds per step of the point's blocks (a flat list, or one list
+    per run); ``t_*``: its point estimate (seconds per step; default the median of its
+    blocks). The one rule for a verdict at one size where no axis was swept
+    (``crossover-study check``, :func:`crossover_study.answers.rows.seed_verdict`); for a
+    point that is the first size of an axis it gives the verdict the axis's bootstrap
+    gives there (the same draws). Raises ValueError for a time or block that is not
+    positive."""
+    if t_cpu is None:
+        t_cpu = float(np.median(np.concatenate(_as_runs(blocks_cpu))))
+    if t_acc is None:
+        t_acc = float(np.median(np.concatenate(_as_runs(blocks_acc))))
+    if t_cpu <= 0 or t_acc <= 0:
+        raise ValueError(f"step times must be positive, got {t_cpu} and {t_acc}")
+    replicates = _replicate_log_ratios([blocks_cpu], [blocks_acc], n_boot, seed)
+    return _verdicts_of(replicates, np.array([math.log(t_acc) - math.log(t_cpu)]))[0]
+
+
 def estimate_crossover(
     sizes: Sequence[float],
     blocks_cpu: Sequence[Sequence[float]],

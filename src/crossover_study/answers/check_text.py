@@ -3,8 +3,9 @@ reads in ten seconds, from the check's own ``timings.csv`` and ``crossover.csv``
 
 Per device the steady step time (median over timed blocks, s) with its interval (the
 blocks' interquartile range), cold start and first step (s); the verdict (which device
-is faster at this size and by how much, or indistinguishable: the two devices' block
-IQRs overlap, as ``crossover-study compare`` judges two runs); why (the report's
+is faster at this size and by how much, or indistinguishable within noise: the report's
+rule, :func:`answer_rows.seed_verdict`, the 95 % bootstrap interval of the ratio of the
+two devices' block medians contains 1); why (the report's
 regime clause, :func:`answer_regime.regime_clause`); the remedies ranked by measured
 speed-up over eager on each device and whether one flips the verdict; predictions for
 absent device classes from each committed reference run
@@ -20,20 +21,30 @@ from pathlib import Path
 import pandas as pd
 
 from crossover_study.analysis.prediction import predict_references
+from crossover_study.answers.page_faults import page_fault_short
+from crossover_study.answers.phrasebook import (
+    FASTER,
+    MARGIN,
+    TIED,
+    TIED_RULE,
+    device_label,
+    faster_device,
+    faster_or_slower,
+    times,
+)
 from crossover_study.answers.predicted import check_line
-from crossover_study.answers.regime import page_fault_short, regime_clause
+from crossover_study.answers.regime import regime_clause
 from crossover_study.answers.remedies import (
     ANTI_PATTERNS,
-    MARGIN,
     NOT_SAME_PROGRAM,
     not_same_program,
     remedy_table,
     variant_speedup,
     within_noise_text,
 )
+from crossover_study.answers.rows import seed_verdict
 from crossover_study.answers.sentences import answer_sentence, prediction_text
 from crossover_study.answers.summary import block_quartiles, measured_shares
-from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_ratio
 from crossover_study.core.files import REFERENCE_DIR as REFERENCE_RUNS
 from crossover_study.core.paths import REPO_ROOT, shown_path
 from crossover_study.core.progress import format_seconds
@@ -71,20 +82,31 @@ def _device(rows: pd.DataFrame, device: str) -> dict:
     }
 
 
-def _verdict(devices: dict) -> dict | None:
-    """The faster device at this size and by how much (ratio of medians), or tied when
-    the block IQRs of the CPU and the accelerator overlap; None with fewer than two
-    measured devices. The first accelerator measured is compared with the CPU."""
+def _verdict(rows: pd.DataFrame, devices: dict, crossover: pd.DataFrame) -> dict | None:
+    """The faster device at this size and by how much (ratio of medians), or tied
+    (``faster`` None) where the report would call them indistinguishable: the one
+    verdict of :func:`answer_rows.seed_verdict` on the eager rows of ``rows`` (the
+    check's rows at its size) and ``crossover`` (the check's crossover table). None with
+    fewer than two measured devices. The first accelerator measured is compared with
+    the CPU."""
     ok = [d for d in DEVICES if devices.get(d, {}).get("status") == "ok"]
     if "cpu" not in ok or len(ok) < 2:
         return None
-    cpu, acc = devices["cpu"], devices[ok[1]]
-    ratio = cpu["step_time_s"] / acc["step_time_s"]
-    tied = None not in (cpu["q1_s"], acc["q1_s"]) and (
-        cpu["q1_s"] <= acc["q3_s"] and acc["q1_s"] <= cpu["q3_s"]
-    )
-    faster = None if tied else (ok[1] if ratio > 1 else "cpu")
-    return {"accelerator": ok[1], "cpu_over_accelerator": ratio, "faster": faster}
+    acc = ok[1]
+    ratio = devices["cpu"]["step_time_s"] / devices[acc]["step_time_s"]
+    eager = rows[(rows["variant"] == "eager") & (rows["status"] == "ok")]
+    cpu_row, acc_row = (eager[eager["device"] == d].iloc[0] for d in ("cpu", acc))
+    mine = crossover
+    if not crossover.empty and {"case", "framework", "variant", "accelerator"} <= set(crossover):
+        mine = crossover[
+            (crossover["case"] == cpu_row["case"])
+            & (crossover["framework"] == cpu_row["framework"])
+            & (crossover["variant"] == "eager")
+            & (crossover["accelerator"] == acc)
+        ]
+    verdict = seed_verdict(mine, cpu_row, acc_row)
+    faster = None if verdict == TIED else (acc if verdict == FASTER else "cpu")
+    return {"accelerator": acc, "cpu_over_accelerator": ratio, "faster": faster}
 
 
 def _remedies(rows: pd.DataFrame) -> dict[str, list[dict]]:
@@ -136,12 +158,13 @@ def _flip(devices: dict, remedies: dict, verdict: dict | None) -> str:
     acc = verdict["accelerator"]
     best = {}
     for device in ("cpu", acc):
-        times = [r["step_time_s"] for r in remedies.get(device, []) if r.get("remedy")]
-        best[device] = min([devices[device]["step_time_s"], *times])
+        offered = [r["step_time_s"] for r in remedies.get(device, []) if r.get("remedy")]
+        best[device] = min([devices[device]["step_time_s"], *offered])
     winner = acc if best[acc] < best["cpu"] else "cpu"
+    each = f"CPU {format_seconds(best['cpu'])}, {device_label(acc)} {format_seconds(best[acc])}"
     if verdict["faster"] in (None, winner):
-        return f"no remedy flips the verdict (best of each: CPU {format_seconds(best['cpu'])}, {_name(acc)} {format_seconds(best[acc])})"
-    return f"a remedy flips it: with each device's best remedy {_name(winner)} is faster (CPU {format_seconds(best['cpu'])}, {_name(acc)} {format_seconds(best[acc])})"
+        return f"no remedy flips the verdict (best of each: {each})"
+    return f"a remedy flips it: with each device's best remedy {device_label(winner)} is faster ({each})"
 
 
 def _short_why(rows: pd.DataFrame) -> str:
@@ -158,13 +181,10 @@ def _short_why(rows: pd.DataFrame) -> str:
         faults = page_fault_short(mine.iloc[0])  # issue 51: a heap that maps memory afresh
         if shares:
             texts.append(
-                f"on the {_name(device)}, {shares} of the step" + (f"; {faults}" if faults else "")
+                f"on the {device_label(device)}, {shares} of the step"
+                + (f"; {faults}" if faults else "")
             )
     return "; ".join(texts) + " (measured)" if texts else ""
-
-
-def _name(device: str) -> str:
-    return "CPU" if device == "cpu" else DEVICE_NAMES.get(device, device.upper())
 
 
 def answer(
@@ -184,7 +204,7 @@ def answer(
     sentence), ``sweep_command``."""
     rows = _at_size(timings, case)
     devices = {d: _device(rows, d) for d in DEVICES if d in set(rows["device"]) and d not in absent}
-    verdict = _verdict(devices)
+    verdict = _verdict(rows, devices, crossover)
     remedies = _remedies(rows[rows["device"].isin(list(devices))])
     references = sorted(REFERENCE_DIR.glob("*/timings.csv"))
     on_reference = predict_references(timings, references) if references else pd.DataFrame()
@@ -202,7 +222,7 @@ def answer(
         names = ", ".join(p.parent.name for p in references) or "none committed"
         if text or device not in carded:
             predictions[device] = text or (
-                f"no prediction for {_name(device)} from a measured reference: no committed "
+                f"no prediction for {device_label(device)} from a measured reference: no committed "
                 f"reference run measured it with {timings['framework'].iloc[0]} (reference "
                 f"runs: {names}); no device card of its class was asked for (--predict)"
             )
@@ -235,18 +255,11 @@ def _remedy_text(r: dict) -> str:
     if paired and not r.get("differs") and r["speedup_low"] <= 1 <= r["speedup_high"]:
         return f"{within_noise_text(r['variant'], r)[:-1]}; {format_seconds(r['step_time_s'])})"
     if paired:
-        how = (
-            f"{speedup:.2f}{TIMES} faster"
-            if speedup >= 1
-            else f"{1 / speedup:.2f}{TIMES} slower (speed-up {speedup:.2f}{TIMES})"
-        )
+        how = faster_or_slower(speedup, 2)
+        how += "" if speedup >= 1 else f" (speed-up {times(speedup, 2)})"
         how += f", 95 % CI {r['speedup_low']:.2f}–{r['speedup_high']:.2f}"
     else:
-        how = (
-            f"{fmt_ratio(speedup)}{TIMES} faster"
-            if speedup >= 1
-            else f"{fmt_ratio(1 / speedup)}{TIMES} slower"
-        ) + ", measured apart"
+        how = f"{faster_or_slower(speedup)}, measured apart"
     label = (
         ""
         if r["remedy"]
@@ -254,7 +267,7 @@ def _remedy_text(r: dict) -> str:
         if r.get("differs")
         else ", an anti-pattern"
         if r["variant"] in ANTI_PATTERNS
-        else f", not a remedy: its interval reaches below {1 + MARGIN:.1f}{TIMES}"
+        else f", not a remedy: its interval reaches below {times(1 + MARGIN)}"
         if paired
         else f", not a remedy (under {MARGIN:.0%} faster)"
     )
@@ -271,7 +284,9 @@ def answer_lines(result: dict) -> list[str]:
     lines = ["", f"{result['case']} ({result['framework']}) at {sizes}:"]
     for device, d in result["devices"].items():
         if d["status"] != "ok":
-            lines.append(f"  {_name(device)}: {d['status']} {d.get('message') or ''}".rstrip())
+            lines.append(
+                f"  {device_label(device)}: {d['status']} {d.get('message') or ''}".rstrip()
+            )
             continue
         interval = (
             f" (IQR {format_seconds(d['q1_s'])}–{format_seconds(d['q3_s'])}, {d['n_blocks']} blocks{', noisy' if d['noisy'] else ''})"
@@ -279,11 +294,11 @@ def answer_lines(result: dict) -> list[str]:
             else ""
         )
         lines.append(
-            f"  {_name(device)}: {format_seconds(d['step_time_s'])} per step{interval}; "
+            f"  {device_label(device)}: {format_seconds(d['step_time_s'])} per step{interval}; "
             f"cold start {format_seconds(d['cold_start_s'])}, first step {format_seconds(d['first_step_s'])}"
         )
     for device, why in result["absent"].items():
-        lines.append(f"  {_name(device)}: absent ({why})")
+        lines.append(f"  {device_label(device)}: absent ({why})")
     v = result["verdict"]
     if v is None:
         lines.append(
@@ -291,21 +306,20 @@ def answer_lines(result: dict) -> list[str]:
             + ("; the device cards' predictions follow" if result.get("card_predictions") else "")
         )
     elif v["faster"] is None:
-        lines.append(
-            f"verdict: indistinguishable (block IQRs overlap; medians {fmt_ratio(v['cpu_over_accelerator'])}{TIMES} CPU/{_name(v['accelerator'])})"
-        )
+        ratio = f"{times(v['cpu_over_accelerator'])} CPU/{device_label(v['accelerator'])}"
+        lines.append(f"verdict: indistinguishable within noise ({TIED_RULE}; medians {ratio})")
     else:
-        r = v["cpu_over_accelerator"]
-        lines.append(
-            f"verdict: {_name(v['faster'])} is {fmt_ratio(r if r > 1 else 1 / r)}{TIMES} faster at this size"
-        )
+        acc = device_label(v["accelerator"])
+        speedup = v["cpu_over_accelerator"]
+        lines.append(f"verdict: {faster_device(speedup, acc, verb=' is')} at this size")
     # The long why (the model's terms, every variant's shares) stays in answer.json.
     why = result.get("why_short") or "no attribution of the step"
     lines.append(f"why: {why}; the whole why is in answer.json")
     for device, listed in result["remedies"].items():
         parts = [_remedy_text(r) for r in listed]
         lines.append(
-            f"remedies on {_name(device)} (against eager): " + ("; ".join(parts) or "none measured")
+            f"remedies on {device_label(device)} (against eager): "
+            + ("; ".join(parts) or "none measured")
         )
     if v is not None:
         lines.append(f"flip: {result['flip']}")

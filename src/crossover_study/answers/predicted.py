@@ -16,7 +16,14 @@ from __future__ import annotations
 import pandas as pd
 
 from crossover_study.analysis.card_prediction import at_seed
-from crossover_study.answers.wording import EN_DASH, TIMES, fmt_ratio, fmt_size
+from crossover_study.answers.phrasebook import (
+    EN_DASH,
+    card_label,
+    faster_or_slower,
+    fmt_size,
+    ratio_band,
+    times,
+)
 from crossover_study.core.progress import format_seconds
 from crossover_study.study.device_cards import Card
 from crossover_study.study.spec import size_columns
@@ -72,11 +79,11 @@ def _speed(row: pd.Series, short: str) -> str:
         return ""
     s, lo, hi = row["speedup"], row["speedup_low"], row["speedup_high"]
     if lo > 1:
-        verdict = f"the {short} would be {fmt_ratio(s)}{TIMES} faster ({fmt_ratio(lo)}{EN_DASH}{fmt_ratio(hi)}{TIMES})"
+        verdict = f"the {short} would be {times(s)} faster ({ratio_band(lo, hi)})"
     elif hi < 1:
-        verdict = f"the CPU stays {fmt_ratio(1 / s)}{TIMES} faster ({fmt_ratio(1 / hi)}{EN_DASH}{fmt_ratio(1 / lo)}{TIMES})"
+        verdict = f"the CPU stays {times(1 / s)} faster ({ratio_band(1 / hi, 1 / lo)})"
     else:
-        verdict = f"the two are within the prediction's band ({fmt_ratio(lo)}{EN_DASH}{fmt_ratio(hi)}{TIMES} the CPU's speed)"
+        verdict = f"the two are within the prediction's band ({ratio_band(lo, hi)} the CPU's speed)"
     flag = " (flagged: measured under contention)" if bool(row.get("cpu_contended")) else ""
     return f"the CPU measured {format_seconds(cpu)}{flag}, so {verdict}"
 
@@ -114,10 +121,6 @@ def crossover_words(rows: pd.DataFrame) -> str:
     return "; ".join(texts)
 
 
-def _short(name: str) -> str:
-    return name.replace("NVIDIA ", "").replace("GeForce ", "").replace("Google ", "")
-
-
 def card_clause(
     predicted: pd.DataFrame, crossovers: pd.DataFrame | None, case: str, card: str
 ) -> str:
@@ -128,7 +131,7 @@ def card_clause(
     if rows.empty:
         return ""
     name = rows["device_name"].iloc[0]
-    short = _short(name)
+    short = card_label(name)
     parts = []
     for framework, group in rows.groupby("framework", sort=False):
         priced = group[group["predicted_step_s"].notna()]
@@ -229,7 +232,7 @@ def check_line(predicted: pd.DataFrame, case: str, card: str) -> str:
     rows = at_seed(predicted[predicted["card"] == card], case)
     if rows.empty:
         return ""
-    short = _short(rows["device_name"].iloc[0])
+    short = card_label(rows["device_name"].iloc[0])
     priced = rows[rows["predicted_step_s"].notna()]
     naive = priced[priced["variant"].isin(NAIVE)]
     if naive.empty:
@@ -242,11 +245,7 @@ def check_line(predicted: pd.DataFrame, case: str, card: str) -> str:
     )
     if pd.notna(row.get("speedup")):
         s = row["speedup"]
-        text += (
-            f", {fmt_ratio(s)}{TIMES} faster than the CPU"
-            if s >= 1
-            else f", {fmt_ratio(1 / s)}{TIMES} slower than the CPU"
-        )
+        text += f", {faster_or_slower(s)} than the CPU"
     others = priced[~priced["variant"].isin(NAIVE)].sort_values("predicted_step_s")
     if not others.empty and others.iloc[0]["predicted_step_s"] < row["predicted_step_s"]:
         best = others.iloc[0]

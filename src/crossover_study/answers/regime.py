@@ -16,8 +16,17 @@ import pandas as pd
 
 from crossover_study.analysis.crossover import cpu_side, crossover_size
 from crossover_study.answers.device_why import device_fix, device_text
+from crossover_study.answers.page_faults import page_fault_text
+from crossover_study.answers.phrasebook import (
+    AGREEMENT_TOLERANCE,
+    AGREES,
+    TIMES,
+    device_label,
+    fmt_si,
+    fmt_size,
+    model_agrees_share,
+)
 from crossover_study.answers.rows import seed_rows, to_number
-from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_size
 from crossover_study.core.progress import format_seconds
 from crossover_study.measure.attribution import CATEGORY_WORDS
 from crossover_study.measure.tracer_cost import CATEGORIES
@@ -32,16 +41,6 @@ DEVICE_ORDER = ("cpu", *ACCELERATORS)
 OP_WORDS = {"aten_ops": "ops", "cuda_kernels": "kernels", "tf_ops": "TensorFlow ops"}
 #: The regime of each term (:data:`crossover_study.stepmodel.model.REGIME_OF_TERM`, keyed by column).
 _TERM_OF_COLUMN = {column: term for term, column in TERM_COLUMNS.items()}
-
-
-def fmt_si(value: float, unit: str) -> str:
-    """``value`` with an SI prefix and 3 significant digits: ``34 MFLOP``,
-    ``1.2 TFLOP/s``, ``512 kB``."""
-    value = float(value)
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
 
 
 def _has_model(rows: pd.DataFrame) -> bool:
@@ -107,9 +106,6 @@ def _term_detail(row: pd.Series, term: str) -> str:
     return " + ".join(parts) or "nothing copied"
 
 
-#: The model agrees with the measured step where model_share lies in this range
-#: (:data:`AGREEMENT_TOLERANCE` either side of 1): there its regime is the answer's.
-AGREES = (0.7, 1.3)
 #: The measured regime of each attribution category (``attr_dominant``), in words.
 MEASURED_REGIME = {
     "ops": "bound by framework ops",
@@ -178,11 +174,12 @@ def attribution_text(row: pd.Series) -> str:
 
 def model_agrees(row: pd.Series) -> bool | None:
     """True where the model's whole step is within :data:`AGREES` of the measured one
-    (``model_share``), False outside, None without a model share."""
+    (``model_share``, :func:`phrasebook.model_agrees_share`), False outside, None without
+    a model share."""
     share = to_number(row.get("model_share"))
     if share is None:
         return None
-    return AGREES[0] <= share <= AGREES[1]
+    return model_agrees_share(share)
 
 
 def _model_text(row: pd.Series) -> str:
@@ -205,114 +202,6 @@ def _model_prices(row: pd.Series, category: str) -> bool:
     epoch and step (:func:`fit_parts`). Python, data loading, tracing and waiting are
     not modelled."""
     return category == "ops" or (category == "fit" and row.get("program") in KERAS_FIT_PROGRAMS)
-
-
-#: Bytes of one page a minor fault maps (4 KiB: x86-64 and most Linux builds on arm64),
-#: to say how much memory a step's faults map afresh: at least that much, since a fault
-#: in a transparent huge page maps 2 MiB (NumPy asks for them from 4 MiB on; PyTorch's
-#: CPU tensors did not get them on the 2-core VM, whose THP mode is madvise).
-PAGE_BYTES = 4096
-#: A step's page faults are named in its why when, at the job's measured price of a
-#: fault (``rate_page_fault_s``), they cost at least this share of the measured step.
-FAULT_SHARE = 0.1
-#: Seconds per fault where the row has no measured price: the lowest measured on the
-#: 2-core VM (:data:`crossover_study.measure.heap.FALLBACK_FAULT_S`), said as assumed.
-ASSUMED_FAULT_S = 1.0e-6
-#: The variant that measures the allocator's remedy (measure.fresh_point).
-MALLOC_VARIANT = "malloc_env"
-
-
-def _round_count(count: float) -> str:
-    """'about 16 000' style: two significant digits, thin-space-free thousands."""
-    if count >= 1000:
-        rounded = round(count, -int(np.floor(np.log10(count))) + 1)
-        return f"{rounded:,.0f}".replace(",", " ")
-    return f"{count:.0f}"
-
-
-def page_fault_text(row: pd.Series, rows: pd.DataFrame | None = None) -> str:
-    """Where a CPU row's minor page faults a step (``step_page_faults``, the user's heap
-    state where ``step_state`` says ``fresh_process``) cost at least :data:`FAULT_SHARE`
-    of its step at ``rate_page_fault_s`` (:data:`ASSUMED_FAULT_S` without one, said so):
-    'about 11 000 page faults a step: 44 MB of memory is mapped afresh every step (≈ 14
-    ms at 1.3 µs a fault, 71 % of the step)', what removes it (glibc's thresholds in
-    the environment), and the measured remedy: the ``malloc_env`` row of ``rows`` at the
-    same sizes, framework and device ('measured: started so, the step takes 12.6 ms with
-    0 faults a step, 1.57× faster'), or that it was not measured. Where the row was timed
-    in a fresh process, the measuring job's own step time beside it. Empty text
-    otherwise (another device, no fault count, faults too cheap to matter, the
-    ``malloc_env`` row itself)."""
-    faults = to_number(row.get("step_page_faults"))
-    step = to_number(row.get("step_time_s"))
-    if row.get("device") != "cpu" or not faults or not step or row.get("variant") == MALLOC_VARIANT:
-        return ""
-    price = to_number(row.get("rate_page_fault_s"))
-    assumed = not price
-    price = ASSUMED_FAULT_S if assumed else price
-    cost = faults * price
-    if cost < FAULT_SHARE * step:
-        return ""
-    text = (
-        f"about {_round_count(faults)} page faults a step: at least "
-        f"{fmt_si(faults * PAGE_BYTES, 'B')} of memory is mapped afresh every step (≈ {format_seconds(cost)} at "
-        f"{format_seconds(price)} a fault{' assumed' if assumed else ''}, "
-        f"{round(100 * min(cost / step, 1.0))} % of the step): the C library gives the memory "
-        "the step frees back to the kernel and maps it again at the next"
-    )
-    if row.get("step_state") == "fresh_process":
-        job = to_number(row.get("job_step_time_s"))
-        if job:
-            text += (
-                f" (timed in a fresh process, as your loop runs it; the measuring job's process, "
-                f"whose heap kept the memory, took {format_seconds(job)})"
-            )
-    from crossover_study.measure.heap import REMEDY_ENV
-
-    env = " ".join(f"{k}={v}" for k, v in REMEDY_ENV.items())
-    remedy = _malloc_row(row, rows)
-    if remedy is None:
-        return text + (
-            f"; what removes it: start the process with {env} (glibc keeps the freed memory; "
-            f"not measured here: list {MALLOC_VARIANT} in sweep.variants)"
-        )
-    took = to_number(remedy.get("step_time_s"))
-    kept = to_number(remedy.get("step_page_faults"))
-    return text + (
-        f"; what removes it: start the process with {env} (glibc keeps the freed memory); "
-        f"measured ({MALLOC_VARIANT}, the same program): the step takes {format_seconds(took)} "
-        f"with {_round_count(kept or 0.0)} page faults a step, {step / took:.2g}× "
-        + ("faster" if took < step else "as fast or slower")
-    )
-
-
-def page_fault_short(row: pd.Series) -> str:
-    """The few words of :func:`page_fault_text` for the first screen and the check's
-    short why: 'about 11 000 page faults a step (44.2 MB mapped afresh, 58 % of the
-    step)'; empty text where :func:`page_fault_text` is."""
-    if not page_fault_text(row):
-        return ""
-    faults = to_number(row.get("step_page_faults"))
-    price = to_number(row.get("rate_page_fault_s")) or ASSUMED_FAULT_S
-    share = min(faults * price / to_number(row.get("step_time_s")), 1.0)
-    return (
-        f"about {_round_count(faults)} page faults a step ({fmt_si(faults * PAGE_BYTES, 'B')} "
-        f"mapped afresh, {round(100 * share)} % of the step)"
-    )
-
-
-def _malloc_row(row: pd.Series, rows: pd.DataFrame | None) -> pd.Series | None:
-    """The ok ``malloc_env`` row of ``rows`` at ``row``'s case, framework, device, timing
-    and sizes, or None."""
-    if rows is None or rows.empty or "variant" not in rows:
-        return None
-    match = (rows["variant"] == MALLOC_VARIANT) & (rows["status"] == "ok")
-    for column in ("case", "framework", "device", "timing", *row_axes(row)):
-        if column in rows and column in row:
-            match &= rows[column] == row[column]
-    found = rows[match]
-    took = pd.to_numeric(found.get("step_time_s", pd.Series(dtype=float)), errors="coerce")
-    found = found[took.notna() & (took > 0)]
-    return None if found.empty else found.iloc[0]
 
 
 def device_regime_text(row: pd.Series, first: bool = True, rows: pd.DataFrame | None = None) -> str:
@@ -344,8 +233,7 @@ def device_regime_text(row: pd.Series, first: bool = True, rows: pd.DataFrame | 
 
 def _device_regime_text(row: pd.Series, first: bool) -> str:
     """:func:`device_regime_text` without the page-fault clause."""
-    name = DEVICE_NAMES.get(row["device"], str(row["device"]).upper())
-    name = "the CPU" if row["device"] == "cpu" else name
+    name = device_label(row["device"], article=True)
     subject = "the step is" if first else "it is"
     dominant = row.get("attr_dominant")
     measured = attribution_text(row) if isinstance(dominant, str) else ""
@@ -495,14 +383,10 @@ def model_crossover_text(
     return "the model predicts " + " and ".join(texts) if texts else ""
 
 
-#: How far the model's CPU step may be from the measured one and still "agree" (issue
-#: 18's closing criterion: within 30 % at 80 % of the CPU points or more).
-AGREEMENT_TOLERANCE = 0.30
-
-
 def model_agreement(timings: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
     """The synced ok rows of ``device`` with a model share (``model_share``), one per point,
-    with ``within`` (True where |model_share − 1| ≤ :data:`AGREEMENT_TOLERANCE`), sorted
+    with ``within`` (True where the model agrees, :func:`phrasebook.model_agrees_share`:
+    |model_share − 1| ≤ :data:`phrasebook.AGREEMENT_TOLERANCE`), sorted
     worst first (by |log model_share|). Empty without the model's columns."""
     if not _has_model(timings) or "model_share" not in timings:
         return timings.iloc[0:0].assign(within=pd.Series(dtype=bool))
@@ -511,7 +395,7 @@ def model_agreement(timings: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
     share = pd.to_numeric(rows["model_share"], errors="coerce")
     rows = rows[share.notna() & (share > 0)].copy()
     share = pd.to_numeric(rows["model_share"])
-    rows["within"] = (share - 1).abs() <= AGREEMENT_TOLERANCE
+    rows["within"] = share.map(model_agrees_share).astype(bool)
     order = np.abs(np.log(share.astype(float))).sort_values(ascending=False, kind="stable")
     return rows.loc[order.index]
 
@@ -524,7 +408,7 @@ def model_agreement_sentence(timings: pd.DataFrame, device: str = "cpu", worst: 
     rows = model_agreement(timings, device)
     if rows.empty:
         return ""
-    name = "the CPU" if device == "cpu" else DEVICE_NAMES.get(device, device.upper())
+    name = device_label(device, article=True)
     n, k = len(rows), int(rows["within"].sum())
     texts = []
     for _, row in rows.head(worst).iterrows():

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import pandas as pd
 
+from crossover_study.answers.phrasebook import (
+    MARGIN,
+    device_label,
+    faster_or_slower,
+    fmt_count,
+    fmt_size,
+    times,
+)
 from crossover_study.answers.rows import flag_text, seed_rows, to_number
-from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_count, fmt_ratio, fmt_size
 from crossover_study.core.progress import format_seconds
 from crossover_study.study.spec import (
     ACCELERATORS,
@@ -21,9 +28,6 @@ from crossover_study.study.spec import (
     truthy,
 )
 
-#: A variant must be this much faster than eager to be called a remedy: the noise
-#: threshold of STUDY.md item 4 (IQR/median 0.1), so noise is not sold as a speed-up.
-MARGIN = 0.1
 #: Variants that add work to the naive program on purpose (the anti-patterns of STUDY.md
 #: item 7: a loss read back every step, data copied from the host every step). They
 #: show what a factor costs and are never offered as a remedy, even when noise makes
@@ -114,7 +118,7 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
                 f"{flags}{left_out}"
             )
         if clauses:
-            parts.append(f"On {DEVICE_NAMES.get(device, device)}: " + "; ".join(clauses) + ".")
+            parts.append(f"On {device_label(device)}: " + "; ".join(clauses) + ".")
     if not parts:
         return "No variant other than eager was measured at the seed's size."
     return "Best remedy at the seed's size. " + " ".join(parts)
@@ -196,8 +200,8 @@ def ratio_text(entry) -> tuple[str, str]:
     speedup = float(entry["speedup"])
     if bool(entry["interleaved"]):
         low, high = float(entry["speedup_low"]), float(entry["speedup_high"])
-        return f"{speedup:.2f}{TIMES}", f"95 % CI {low:.2f}–{high:.2f}"
-    return f"{fmt_ratio(speedup)}{TIMES}", "measured apart, not side by side"
+        return times(speedup, 2), f"95 % CI {low:.2f}–{high:.2f}"
+    return times(speedup), "measured apart, not side by side"
 
 
 def within_noise_text(variant: str, entry) -> str:
@@ -209,21 +213,18 @@ def within_noise_text(variant: str, entry) -> str:
     faster than eager (1.0×, measured apart)`` without an interval."""
     speedup = float(entry["speedup"])
     if not bool(entry["interleaved"]):
-        return (
-            f"{variant} under {MARGIN:.0%} faster than eager ({fmt_ratio(speedup)}{TIMES}, "
-            "measured apart)"
-        )
+        return f"{variant} under {MARGIN:.0%} faster than eager ({times(speedup)}, measured apart)"
     low, high = float(entry["speedup_low"]), float(entry["speedup_high"])
     if low <= 1 <= high:
         return (
-            f"{variant} no different from eager within noise ({speedup:.2f}{TIMES}, 95 % CI "
+            f"{variant} no different from eager within noise ({times(speedup, 2)}, 95 % CI "
             f"{low:.2f}–{high:.2f})"
         )
     if high < 1:
-        return f"{variant} slower than eager ({speedup:.2f}{TIMES}, 95 % CI {low:.2f}–{high:.2f})"
+        return f"{variant} slower than eager ({times(speedup, 2)}, 95 % CI {low:.2f}–{high:.2f})"
     return (
-        f"{variant} {speedup:.2f}{TIMES} faster, but its 95 % CI {low:.2f}–{high:.2f} reaches "
-        f"below {1 + MARGIN:.1f}{TIMES}"
+        f"{variant} {times(speedup, 2)} faster, but its 95 % CI {low:.2f}–{high:.2f} reaches "
+        f"below {times(1 + MARGIN)}"
     )
 
 
@@ -290,17 +291,12 @@ def remedy_shift_sentence(
     for (framework, variant, acc), group in rows.groupby(
         ["framework", "variant", "accelerator"], sort=False
     ):
-        name = DEVICE_NAMES.get(acc, acc.upper())
+        name = device_label(acc)
         first = group.iloc[0]
         speedup = to_number(first.get("speedup_at_seed"))
         text = f"{framework} {variant} on {name}"
         if speedup is not None:
-            faster = (
-                f"{fmt_ratio(speedup)}{TIMES} faster"
-                if speedup >= 1
-                else (f"{fmt_ratio(1 / speedup)}{TIMES} slower")
-            )
-            text += f" is {faster} than the CPU's {first.get('cpu_variant')} at the seed's size"
+            text += f" is {faster_or_slower(speedup)} than the CPU's {first.get('cpu_variant')} at the seed's size"
             if isinstance(first.get("program"), str):
                 text += f" (both ran {first['program']})"
         crossings = []
@@ -311,9 +307,9 @@ def remedy_shift_sentence(
             )
             ratio = to_number(r.get("crossover_shift"))
             if ratio is not None and ratio < 1:
-                piece += f"; {fmt_ratio(1 / ratio)}{TIMES} smaller"
+                piece += f"; {times(1 / ratio)} smaller"
             elif ratio is not None:
-                piece += f"; {fmt_ratio(ratio)}{TIMES} larger"
+                piece += f"; {times(ratio)} larger"
             crossings.append(piece + ")")
         if crossings:
             text += "; " + "; ".join(crossings)

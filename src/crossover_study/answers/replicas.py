@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from crossover_study.answers.phrasebook import device_label, times
 from crossover_study.answers.rows import replica_times, to_number
-from crossover_study.answers.wording import DEVICE_NAMES, TIMES, fmt_ratio
 from crossover_study.core.progress import format_seconds
 from crossover_study.study.spec import ACCELERATORS
 
@@ -53,56 +53,11 @@ def replica_program_sentence(scaling: pd.DataFrame, case: str) -> str | None:
             s_rows = lean[(lean["replicas"] == key[0]) & (lean["scaling"] == key[1])]
             if s_rows.empty:
                 continue
-            f, s_ = f_rows.iloc[0], s_rows.iloc[0]
-            t_fit, t_step = (
-                float(replica_times(f_rows).iloc[0]),
-                float(replica_times(s_rows).iloc[0]),
-            )
-            extra = t_fit - t_step
-            noisy = [
-                name
-                for name, r in (("fit", f), ("custom step", s_))
-                if "noisy" in r.index and bool(r["noisy"])
-            ]
-            flag = f" (flagged noisy: {', '.join(noisy)})" if noisy else ""
-            cost = (
-                f"fit adds {format_seconds(extra)} per step ({extra / t_fit:.0%} of its step)"
-                if extra >= 0
-                else f"fit is {format_seconds(-extra)} per step faster"
-            )
-            if key[1] == "baseline":
-                if (f["variant"], s_["variant"]) != (FIT_PROGRAM, STEP_PROGRAM):
-                    continue  # an old table's eager fallback: not the two programs
-                clauses.append(
-                    f"on one replica Keras fit takes {format_seconds(t_fit)} per step and "
-                    f"the custom step {format_seconds(t_step)}{flag}: {cost}, with one replica "
-                    "and no all-reduce across devices"
-                )
-                continue
-            text = (
-                f"at {int(key[0])} replicas, {key[1]} scaling, fit takes "
-                f"{format_seconds(t_fit)} per step and the custom step "
-                f"{format_seconds(t_step)}{flag}: {cost}"
-            )
-            share = to_number(f.get("allreduce_share"))
-            if share is not None:
-                text += (
-                    f", while one all-reduce of the gradients alone takes "
-                    f"{format_seconds(share * t_fit)}"
-                )
-            speedups = [
-                f"{name} {fmt_ratio(v)}{TIMES}"
-                for name, v in (
-                    ("fit", to_number(f.get("speedup"))),
-                    ("custom step", to_number(s_.get("speedup"))),
-                )
-                if v is not None
-            ]
-            if speedups:
-                text += "; speed-up over each program's own one replica: " + ", ".join(speedups)
-            clauses.append(text)
+            text = _pair_clause(key, f_rows, s_rows)
+            if text:
+                clauses.append(text)
         if clauses:
-            parts.append(f"On {DEVICE_NAMES.get(device, device)}, " + "; ".join(clauses) + ".")
+            parts.append(f"On {device_label(device)}, " + "; ".join(clauses) + ".")
     if not parts:
         return (
             f"{case}: mirrored_fit (Keras fit) was measured, but not mirrored (the custom "
@@ -112,3 +67,57 @@ def replica_program_sentence(scaling: pd.DataFrame, case: str) -> str | None:
         "Keras fit as the seed ran it (mirrored_fit) beside a custom step under the same "
         "MirroredStrategy (mirrored). " + " ".join(parts)
     )
+
+
+def _pair_clause(key: tuple, f_rows: pd.DataFrame, s_rows: pd.DataFrame) -> str:
+    """One clause of :func:`replica_program_sentence`: ``mirrored_fit``'s rows
+    ``f_rows`` beside ``mirrored``'s ``s_rows`` at one (replicas, scaling) ``key``:
+    their step times (s, global_batch / samples_per_s), fit's extra time per step, one
+    all-reduce alone and each program's speed-up over its own one replica; empty text
+    for an old table's eager fallback at one replica."""
+    f, s_ = f_rows.iloc[0], s_rows.iloc[0]
+    t_fit, t_step = (
+        float(replica_times(f_rows).iloc[0]),
+        float(replica_times(s_rows).iloc[0]),
+    )
+    extra = t_fit - t_step
+    noisy = [
+        name
+        for name, r in (("fit", f), ("custom step", s_))
+        if "noisy" in r.index and bool(r["noisy"])
+    ]
+    flag = f" (flagged noisy: {', '.join(noisy)})" if noisy else ""
+    cost = (
+        f"fit adds {format_seconds(extra)} per step ({extra / t_fit:.0%} of its step)"
+        if extra >= 0
+        else f"fit is {format_seconds(-extra)} per step faster"
+    )
+    if key[1] == "baseline":
+        if (f["variant"], s_["variant"]) != (FIT_PROGRAM, STEP_PROGRAM):
+            return ""  # an old table's eager fallback: not the two programs
+        return (
+            f"on one replica Keras fit takes {format_seconds(t_fit)} per step and "
+            f"the custom step {format_seconds(t_step)}{flag}: {cost}, with one replica "
+            "and no all-reduce across devices"
+        )
+    text = (
+        f"at {int(key[0])} replicas, {key[1]} scaling, fit takes "
+        f"{format_seconds(t_fit)} per step and the custom step "
+        f"{format_seconds(t_step)}{flag}: {cost}"
+    )
+    share = to_number(f.get("allreduce_share"))
+    if share is not None:
+        text += (
+            f", while one all-reduce of the gradients alone takes {format_seconds(share * t_fit)}"
+        )
+    speedups = [
+        f"{name} {times(v)}"
+        for name, v in (
+            ("fit", to_number(f.get("speedup"))),
+            ("custom step", to_number(s_.get("speedup"))),
+        )
+        if v is not None
+    ]
+    if speedups:
+        text += "; speed-up over each program's own one replica: " + ", ".join(speedups)
+    return text

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from crossover_study.analysis.crossover import point_verdict
+from crossover_study.analysis.repeats import row_runs
 from crossover_study.study.spec import select_rows, truthy
 
 
@@ -93,6 +95,29 @@ def verdict_at_seed(rows: pd.DataFrame) -> str | None:
             if seed is not None and size == seed:
                 return verdict
     return None
+
+
+def seed_verdict(
+    crossover_rows: pd.DataFrame | None, cpu: pd.Series | None, accelerator: pd.Series | None
+) -> str | None:
+    """The accelerator against the CPU at the seed's size, ``slower``, ``tied`` or
+    ``faster``: the one verdict ``crossover-study check`` and the report draw from the
+    same numbers. Where a row of ``crossover_rows`` (crossover-table rows of one case,
+    program and accelerator) has a verdict at the seed's size, that one
+    (:func:`verdict_at_seed`: the axis's bootstrap); else the same rule on the two
+    timings rows at that size, ``cpu`` and ``accelerator`` (ok rows, their blocks,
+    :func:`point_runs.row_runs`): the percentile 95 % bootstrap interval of the ratio of
+    their block medians excludes 1 on the side of the ratio of their ``step_time_s``
+    (:func:`crossover.point_verdict`; a row without blocks counts as one block, so the
+    sign of the difference decides). None where neither is there. Raises ValueError for
+    a row whose blocks do not add up (:func:`point_runs.row_runs`)."""
+    found = verdict_at_seed(crossover_rows) if crossover_rows is not None else None
+    if found is not None or cpu is None or accelerator is None:
+        return found
+    t_cpu, t_acc = to_number(cpu.get("step_time_s")), to_number(accelerator.get("step_time_s"))
+    if not t_cpu or not t_acc or t_cpu <= 0 or t_acc <= 0:
+        return None
+    return point_verdict(row_runs(cpu), row_runs(accelerator), t_cpu=t_cpu, t_acc=t_acc)
 
 
 def replica_times(rows: pd.DataFrame) -> pd.Series:

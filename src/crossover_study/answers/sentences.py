@@ -3,7 +3,7 @@
 Every number in a sentence is read from the tables (``timings.csv`` and
 ``crossover.csv``) and only rounded for display; nothing is estimated here. The rows a
 sentence quotes are selected in :mod:`crossover_study.answers.rows` and written as
-:mod:`crossover_study.answers.wording` says; the remedy sentences
+:mod:`crossover_study.answers.phrasebook` says; the remedy sentences
 (:mod:`crossover_study.answers.remedies`) and the replica sentence
 (:mod:`crossover_study.answers.replicas`) are in their own modules.
 """
@@ -12,23 +12,26 @@ from __future__ import annotations
 
 import pandas as pd
 
+from crossover_study.answers.phrasebook import (
+    EN_DASH,
+    INDISTINGUISHABLE,
+    TIED,
+    device_label,
+    faster_or_slower,
+    fmt_count,
+    fmt_size,
+    not_run_text,
+    not_visible_text,
+)
 from crossover_study.answers.regime import model_crossover_text, regime_clause
 from crossover_study.answers.rows import (
     failed_at_seed,
     first_number,
     flag_text,
     seed_rows,
+    seed_verdict,
     size_verdicts,
     to_number,
-    verdict_at_seed,
-)
-from crossover_study.answers.wording import (
-    DEVICE_NAMES,
-    EN_DASH,
-    TIMES,
-    fmt_count,
-    fmt_ratio,
-    fmt_size,
 )
 from crossover_study.core.progress import format_seconds
 from crossover_study.study import cases
@@ -36,7 +39,6 @@ from crossover_study.study.programs import PROGRAMS, program_column, program_of_
 from crossover_study.study.programs import cpu_rows as same_program_cpu_rows
 from crossover_study.study.spec import (
     ACCELERATORS,
-    CONTENDED,
     FRAMEWORKS,
     case_axes,
     contended_apart,
@@ -76,37 +78,44 @@ def _measured_clause(
     speedup: float | None,
     ran: str | None = None,
     model: str = "",
+    verdict: str | None = None,
 ) -> str:
     """'with torch, CUDA is 1.7x slower at the seed's size; it overtakes ...; both ran
-    torch_step' (``ran``: the training program both devices ran, ``programs.PROGRAMS``;
-    ``model``: the crossover the step-time model predicts, set after the measured one,
-    :func:`answer_regime.model_crossover_text`)."""
+    torch_step' (``rows``: the program's crossover rows; ``ran``: the training program
+    both devices ran, ``programs.PROGRAMS``; ``model``: the crossover the step-time model
+    predicts, set after the measured one, :func:`answer_regime.model_crossover_text`;
+    ``verdict``: the accelerator against the CPU at the seed's size,
+    :func:`answer_rows.seed_verdict`, ``tied`` said as indistinguishable)."""
     parts = []
-    seed_verdict = verdict_at_seed(rows)
     if speedup is None:
         parts.append(f"with {program}, {name} has no step time at the seed's size")
-    elif seed_verdict == "tied" or speedup == 1:
-        by_medians = (
-            "equal medians"
-            if speedup == 1
-            else f"medians {fmt_ratio(speedup)}{TIMES} faster"
-            if speedup > 1
-            else f"medians {fmt_ratio(1 / speedup)}{TIMES} slower"
-        )
+    elif verdict == TIED or speedup == 1:
+        by_medians = "equal medians" if speedup == 1 else f"medians {faster_or_slower(speedup)}"
         parts.append(
-            f"with {program}, {name} is indistinguishable from the CPU within noise at the "
-            f"seed's size ({by_medians})"
-        )
-    elif speedup >= 1:
-        parts.append(
-            f"with {program}, {name} is {fmt_ratio(speedup)}{TIMES} faster at the seed's size"
+            f"with {program}, {name} is {INDISTINGUISHABLE} at the seed's size ({by_medians})"
         )
     else:
-        parts.append(
-            f"with {program}, {name} is {fmt_ratio(1 / speedup)}{TIMES} slower at the seed's size"
-        )
+        parts.append(f"with {program}, {name} is {faster_or_slower(speedup)} at the seed's size")
     if rows.empty:
         parts.append("no crossover was computed")
+    parts += _crossings(rows)
+    if model:
+        parts.append(model)
+    parts += _other_outcomes(rows)
+    n_star = first_number(rows["n_star_steps"]) if "n_star_steps" in rows else None
+    if n_star is not None:
+        parts.append(f"after N* = {fmt_count(n_star)} steps its time-to-train wins")
+    elif speedup is not None and speedup < 1:
+        parts.append("its time-to-train never beats the CPU's at the seed's size")
+    if ran is not None:
+        parts.append(f"both devices ran the program {ran}")
+    return "; ".join(parts)
+
+
+def _crossings(rows: pd.DataFrame) -> list[str]:
+    """'it overtakes the CPU at hidden ≈ 1900 (95% CI 1500–2400)': the crossovers of
+    ``rows`` (crossover-table rows of one program and accelerator), every axis joined
+    with "and at"; none where no row has a crossover size."""
     crossings = []
     for _, row in rows[rows["outcome"] == "crossover"].iterrows():
         size = to_number(row.get("crossover_size"))
@@ -117,10 +126,14 @@ def _measured_clause(
         if lo is not None and hi is not None:
             text += f" (95% CI {fmt_size(lo)}{EN_DASH}{fmt_size(hi)})"
         crossings.append(text)
-    if crossings:
-        parts.append("it overtakes the CPU at " + " and at ".join(crossings))
-    if model:
-        parts.append(model)
+    return ["it overtakes the CPU at " + " and at ".join(crossings)] if crossings else []
+
+
+def _other_outcomes(rows: pd.DataFrame) -> list[str]:
+    """The outcomes of ``rows`` that place no crossover, one clause each: faster at part
+    of the range (with the sizes), faster throughout, indistinguishable at every size,
+    no crossover, too few common sizes."""
+    parts: list[str] = []
     for _, row in rows[rows["outcome"] == "accelerator_faster_in_part"].iterrows():
         faster = [
             fmt_size(size) for size, v in size_verdicts(row.get("size_verdicts")) if v == "faster"
@@ -137,7 +150,7 @@ def _measured_clause(
         ),
         (
             "indistinguishable",
-            "it is indistinguishable from the CPU within noise at every size measured on {}",
+            f"it is {INDISTINGUISHABLE} at every size measured on {{}}",
         ),
         (
             "no_crossover",
@@ -152,14 +165,7 @@ def _measured_clause(
                     " or ".join(axes) if outcome == "no_crossover" else " and ".join(axes)
                 )
             )
-    n_star = first_number(rows["n_star_steps"]) if "n_star_steps" in rows else None
-    if n_star is not None:
-        parts.append(f"after N* = {fmt_count(n_star)} steps its time-to-train wins")
-    elif speedup is not None and speedup < 1:
-        parts.append("its time-to-train never beats the CPU's at the seed's size")
-    if ran is not None:
-        parts.append(f"both devices ran the program {ran}")
-    return "; ".join(parts)
+    return parts
 
 
 def answer_sentence(
@@ -201,8 +207,6 @@ def answer_sentence(
     """
     crossover = crossover if crossover is not None else pd.DataFrame()
     timings = without_replicas(timings)  # replicated rows have their own section
-    seed = seed_sizes(case)
-    at_seed = seed_rows(timings, case)
     case_rows = timings[timings["case"] == case]
     several_variants = case_rows["variant"].nunique() > 1
     programs = [
@@ -213,8 +217,36 @@ def answer_sentence(
         )
         for v in sorted(case_rows.loc[case_rows["framework"] == f, "variant"].unique())
     ]
+    head = _cpu_head(timings, case, programs, several_variants)
+    # Verdicts, speed-ups and the regime from rows measured without contention only.
+    timings = contended_apart(timings)
+    case_rows = timings[timings["case"] == case]
+    clauses = []
+    present = set(case_rows["device"]) | (
+        set(crossover.loc[crossover["case"] == case, "accelerator"])
+        if not crossover.empty
+        else set()
+    )
+    for acc in [a for a in ACCELERATORS if a in present] or list(ACCELERATORS[:1]):
+        clauses += _accelerator_clauses(timings, crossover, case, acc, programs, several_variants)
+    why = regime_clause(timings, case)
+    if why:
+        clauses.append(why)
+    if predictions is not None:
+        predicted = prediction_text(predictions, case)
+        if predicted:
+            clauses.append(predicted)
+    return head + ("; " + "; ".join(clauses) if clauses else "") + "."
 
-    sizes = ", ".join(f"{a}={fmt_size(v)}" for a, v in seed.items())
+
+def _cpu_head(timings: pd.DataFrame, case: str, programs: list, several_variants: bool) -> str:
+    """'At the seed's size (batch=64, hidden=128) the CPU takes 3 ms per step with torch
+    and ...': the CPU's median step time (s, as :func:`format_seconds` writes it) per
+    program of ``programs`` ((framework, variant) pairs) at the seed's size, each with its
+    flags (contended rows included); that none was measured, and why the point failed,
+    where none was."""
+    sizes = ", ".join(f"{a}={fmt_size(v)}" for a, v in seed_sizes(case).items())
+    at_seed = seed_rows(timings, case)
     cpu_times = []
     for framework, variant in programs:
         rows = at_seed[
@@ -229,123 +261,98 @@ def answer_sentence(
                 f"{_program(framework, variant, several_variants)}{flag_text(rows)}"
             )
     if cpu_times:
-        head = (
+        return (
             f"At the seed's size ({sizes}) the CPU takes "
             + (", ".join(cpu_times[:-1]) + " and " if len(cpu_times) > 1 else "")
             + cpu_times[-1]
         )
-    else:
-        head = f"At the seed's size ({sizes}) no CPU step time was measured"
-        failed = failed_at_seed(timings, case, "cpu")
-        if failed:
-            head += f" (the point failed: {failed})"
+    head = f"At the seed's size ({sizes}) no CPU step time was measured"
+    failed = failed_at_seed(timings, case, "cpu")
+    return head + (f" (the point failed: {failed})" if failed else "")
 
-    # Verdicts, speed-ups and the regime from rows measured without contention only.
-    timings = contended_apart(timings)
-    at_seed = seed_rows(timings, case)
+
+def _not_run(rows: pd.DataFrame, name: str, program: str | None = None) -> str:
+    """Why none of ``rows`` (an accelerator's rows, of one program or of every program)
+    ran: their first status and first message, :func:`phrasebook.not_run_text`."""
+    messages = [str(m) for m in rows["message"].dropna() if str(m).strip()]
+    return not_run_text(name, rows["status"].iloc[0], messages, program)
+
+
+def _unavailable_reasons(unavailable: pd.DataFrame) -> dict[str, str]:
+    """One reason per framework of ``unavailable`` rows (each framework can miss the
+    device for its own reason: torch, no TPU backend; TensorFlow, no TPU found)."""
+    reasons: dict[str, str] = {}
+    for framework, message in zip(unavailable["framework"], unavailable["message"], strict=True):
+        if pd.notna(message) and str(message).strip():
+            reasons.setdefault(framework, str(message))
+    return reasons
+
+
+def _accelerator_clauses(
+    timings: pd.DataFrame,
+    crossover: pd.DataFrame,
+    case: str,
+    acc: str,
+    programs: list,
+    several_variants: bool,
+) -> list[str]:
+    """The clauses of accelerator ``acc`` in :func:`answer_sentence`, from ``timings``
+    without contended rows: why it did not run, or per program the measured clause
+    (:func:`_measured_clause`) with the crossover the model predicts."""
+    name = device_label(acc)
     case_rows = timings[timings["case"] == case]
+    acc_rows = case_rows[case_rows["device"] == acc]
+    if acc_rows.empty:
+        return [f"no {name} points were run for this case"]
+    if not (acc_rows["status"] == "ok").any():
+        unavailable = acc_rows[acc_rows["status"] == "unavailable"]
+        if not unavailable.empty:
+            return [not_visible_text(name, _unavailable_reasons(unavailable))]
+        return [_not_run(acc_rows, name)]
+    at_seed = seed_rows(timings, case)
     clauses = []
-    present = set(case_rows["device"]) | (
-        set(crossover.loc[crossover["case"] == case, "accelerator"])
-        if not crossover.empty
-        else set()
-    )
-    for acc in [a for a in ACCELERATORS if a in present] or list(ACCELERATORS[:1]):
-        name = DEVICE_NAMES.get(acc, acc.upper())
-        acc_rows = case_rows[case_rows["device"] == acc]
-        if acc_rows.empty:
-            clauses.append(f"no {name} points were run for this case")
+    for framework, variant in programs:
+        program = _program(framework, variant, several_variants)
+        group = acc_rows[(acc_rows["framework"] == framework) & (acc_rows["variant"] == variant)]
+        if group.empty:
             continue
-        if not (acc_rows["status"] == "ok").any():
-            unavailable = acc_rows[acc_rows["status"] == "unavailable"]
-            if not unavailable.empty:
-                # One reason per framework: each framework can miss the device for its
-                # own reason (torch: no TPU backend; TensorFlow: no TPU found).
-                reasons = {}
-                for framework, message in zip(
-                    unavailable["framework"], unavailable["message"], strict=True
-                ):
-                    if pd.notna(message) and str(message).strip():
-                        reasons.setdefault(framework, str(message))
-                distinct = set(reasons.values())
-                if not reasons:
-                    why = ""
-                elif len(distinct) == 1:
-                    why = f" ({distinct.pop()})"
-                else:
-                    why = " (" + "; ".join(f"{f}: {m}" for f, m in reasons.items()) + ")"
-                clauses.append(
-                    f"no {name} device was visible on this machine{why}, "
-                    "so no crossover was measured here"
-                )
-            else:
-                status = acc_rows["status"].iloc[0]
-                messages = [str(m) for m in acc_rows["message"].dropna() if str(m).strip()]
-                why = f": {messages[0]}" if messages else ""
-                clauses.append(
-                    f"no {name} point ran ({status}{why}), so no crossover was measured here"
-                    if status != CONTENDED
-                    else f"every {name} point was measured under contention{why}, so no "
-                    "crossover was measured here"
-                )
+        if not (group["status"] == "ok").any():
+            clauses.append(_not_run(group, name, program))
             continue
-        for framework, variant in programs:
-            program = _program(framework, variant, several_variants)
-            group = acc_rows[
-                (acc_rows["framework"] == framework) & (acc_rows["variant"] == variant)
+        rows = (
+            crossover[
+                (crossover["case"] == case)
+                & (crossover["framework"] == framework)
+                & (crossover["variant"] == variant)
+                & (crossover["accelerator"] == acc)
             ]
-            if group.empty:
-                continue
-            if not (group["status"] == "ok").any():
-                status = group["status"].iloc[0]
-                messages = [str(m) for m in group["message"].dropna() if str(m).strip()]
-                why = f": {messages[0]}" if messages else ""
-                clauses.append(
-                    f"with {program}, no {name} point ran ({status}{why})"
-                    if status != CONTENDED
-                    else f"with {program}, the {name} points were measured under "
-                    f"contention{why}, so no verdict is drawn"
-                )
-                continue
-            rows = (
-                crossover[
-                    (crossover["case"] == case)
-                    & (crossover["framework"] == framework)
-                    & (crossover["variant"] == variant)
-                    & (crossover["accelerator"] == acc)
-                ]
-                if not crossover.empty
-                else pd.DataFrame(columns=["outcome", "axis"])
+            if not crossover.empty
+            else pd.DataFrame(columns=["outcome", "axis"])
+        )
+        cpu_rows, _, ran = same_program_cpu_rows(case_rows, case, framework, variant, acc)
+        if ran is None:
+            ran = program_of_rows(group[group["status"] == "ok"])
+            clauses.append(
+                f"with {program}, the CPU has no ok rows of the same program ({ran}), "
+                f"so {name} is not compared with the CPU"
             )
-            cpu_rows, _, ran = same_program_cpu_rows(case_rows, case, framework, variant, acc)
-            if ran is None:
-                ran = program_of_rows(group[group["status"] == "ok"])
-                clauses.append(
-                    f"with {program}, the CPU has no ok rows of the same program ({ran}), "
-                    f"so {name} is not compared with the CPU"
-                )
-                continue
-            cpu_rows = seed_rows(cpu_rows, case)
-            speedup = first_number(rows["speedup_at_seed"]) if "speedup_at_seed" in rows else None
-            if speedup is None:
-                pick = at_seed[
-                    (at_seed["framework"] == framework) & (at_seed["variant"] == variant)
-                ]
-                cpu = pd.to_numeric(cpu_rows["step_time_s"]).median()
-                fast = pd.to_numeric(pick.loc[pick["device"] == acc, "step_time_s"]).median()
-                speedup = (
-                    float(cpu / fast) if pd.notna(cpu) and pd.notna(fast) and fast > 0 else None
-                )
-            model = model_crossover_text(timings, case, framework, variant, acc, case_axes(case))
-            clauses.append(_measured_clause(name, program, rows, speedup, ran, model))
-    why = regime_clause(timings, case)
-    if why:
-        clauses.append(why)
-    if predictions is not None:
-        predicted = prediction_text(predictions, case)
-        if predicted:
-            clauses.append(predicted)
-    return head + ("; " + "; ".join(clauses) if clauses else "") + "."
+            continue
+        cpu_rows = seed_rows(cpu_rows, case)
+        pick = at_seed[(at_seed["framework"] == framework) & (at_seed["variant"] == variant)]
+        acc_at_seed = pick[pick["device"] == acc]
+        speedup = first_number(rows["speedup_at_seed"]) if "speedup_at_seed" in rows else None
+        if speedup is None:
+            cpu = pd.to_numeric(cpu_rows["step_time_s"]).median()
+            fast = pd.to_numeric(acc_at_seed["step_time_s"]).median()
+            speedup = float(cpu / fast) if pd.notna(cpu) and pd.notna(fast) and fast > 0 else None
+        verdict = seed_verdict(
+            rows,
+            cpu_rows.iloc[0] if len(cpu_rows) else None,
+            acc_at_seed.iloc[0] if len(acc_at_seed) else None,
+        )
+        model = model_crossover_text(timings, case, framework, variant, acc, case_axes(case))
+        clauses.append(_measured_clause(name, program, rows, speedup, ran, model, verdict))
+    return clauses
 
 
 def program_legend(timings: pd.DataFrame, case: str) -> str:

@@ -21,10 +21,20 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.card_prediction import at_seed as predicted_at_seed
-from crossover_study.answers.regime import page_fault_short
-from crossover_study.answers.remedies import MARGIN, remedy_table
-from crossover_study.answers.rows import first_number, seed_rows, to_number, verdict_at_seed
-from crossover_study.answers.wording import DEVICE_NAMES, EN_DASH, TIMES, fmt_ratio, fmt_size
+from crossover_study.answers.page_faults import page_fault_short
+from crossover_study.answers.phrasebook import (
+    EN_DASH,
+    MARGIN,
+    TIED,
+    card_label,
+    device_label,
+    faster_device,
+    fmt_size,
+    ratio_band,
+    times,
+)
+from crossover_study.answers.remedies import remedy_table
+from crossover_study.answers.rows import first_number, seed_rows, seed_verdict, to_number
 from crossover_study.core.progress import format_seconds
 from crossover_study.study.spec import ACCELERATORS, FRAMEWORKS, contended_apart, synced, truthy
 
@@ -120,7 +130,7 @@ def _best_cpu_remedy(rows: pd.DataFrame) -> str:
     interval = (
         f" ({best['speedup_low']:.2f}–{best['speedup_high']:.2f})" if best["interleaved"] else ""
     )
-    return f"CPU: {best.name} {fmt_ratio(best['speedup'])}{TIMES}{interval}"
+    return f"CPU: {best.name} {times(best['speedup'])}{interval}"
 
 
 def _measured_accelerator(timings, crossover, case, framework) -> dict | None:
@@ -133,7 +143,7 @@ def _measured_accelerator(timings, crossover, case, framework) -> dict | None:
         if mine.empty:
             continue
         row = mine.iloc[0]
-        name = DEVICE_NAMES.get(acc, acc.upper())
+        name = device_label(acc)
         device = row.get("device_name") if isinstance(row.get("device_name"), str) else name
         cross = (
             crossover[
@@ -146,15 +156,17 @@ def _measured_accelerator(timings, crossover, case, framework) -> dict | None:
             else crossover
         )
         speedup = first_number(cross["speedup_at_seed"]) if len(cross) else None
-        verdict = verdict_at_seed(cross) if len(cross) else None
+        # The CPU row the crossover compared it with (its cpu_variant), for the verdict.
+        paired = cross["cpu_variant"].dropna() if "cpu_variant" in cross else ()
+        cpu = synced(rows[(rows["device"] == "cpu") & (rows["framework"] == framework)])
+        cpu = cpu[cpu["variant"] == (paired.iloc[0] if len(paired) else row["variant"])]
+        verdict = seed_verdict(cross, cpu.iloc[0] if len(cpu) else None, row)
         if speedup is None:
             text = "no verdict"
-        elif verdict == "tied":
-            text = f"tied within noise ({fmt_ratio(speedup)}{TIMES})"
-        elif speedup >= 1:
-            text = f"{name} {fmt_ratio(speedup)}{TIMES} faster"
+        elif verdict == TIED:
+            text = f"tied within noise ({times(speedup)})"
         else:
-            text = f"CPU {fmt_ratio(1 / speedup)}{TIMES} faster"
+            text = faster_device(speedup, name)
         overtakes = (
             [
                 f"{r['axis']} ≈ {fmt_size(r['crossover_size'])}"
@@ -188,26 +200,24 @@ def _predicted_accelerator(predicted, crossovers, case, framework, cpu_s) -> dic
     naive = rows[rows["variant"].isin(NAIVE)]
     if naive.empty:
         return None
-    names = [str(n).replace("NVIDIA ", "").replace("Google ", "") for n in naive["device_name"]]
+    names = [card_label(n) for n in naive["device_name"]]
     times = naive["predicted_step_s"].astype(float)
     if times.max() <= 1.05 * times.min():  # the cards agree: one number, every name
         steps = [f"≈ {format_seconds(times.iloc[0])} on {', '.join(names)}"]
     else:
         steps = [f"{n} ≈ {format_seconds(t)}" for n, t in zip(names, times, strict=True)]
     first = naive.iloc[0]
-    short = str(first["device_name"]).replace("NVIDIA ", "").replace("Google ", "")
+    short = card_label(first["device_name"])
     speedup = cpu_s / first["predicted_step_s"] if cpu_s else None
     low, high = cpu_s / first["predicted_high_s"], cpu_s / first["predicted_low_s"]
     if speedup is None:
         verdict = ""
     elif low > 1:
-        verdict = f"{short} {fmt_ratio(speedup)}{TIMES} faster (predicted)"
+        verdict = f"{faster_device(speedup, short)} (predicted)"
     elif high < 1:
-        verdict = f"CPU {fmt_ratio(1 / speedup)}{TIMES} faster than {short} (predicted)"
+        verdict = f"{faster_device(speedup, short, than=f' than {short}')} (predicted)"
     else:
-        verdict = (
-            f"about even with {short} (predicted {fmt_ratio(low)}{EN_DASH}{fmt_ratio(high)}{TIMES})"
-        )
+        verdict = f"about even with {short} (predicted {ratio_band(low, high)})"
     overtakes = "not in the measured range (predicted)"
     if crossovers is not None and not crossovers.empty:
         mine = crossovers[

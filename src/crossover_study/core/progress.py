@@ -41,7 +41,7 @@ ALERTS = ("job failed", "job refused", "rates job failed", "warning")
 def format_seconds(seconds: float) -> str:
     """A duration in readable units, 3 significant digits: ``522 µs``, ``1.84 ms``,
     ``3.2 s``, ``1,250 s`` (the one format of durations: the answers' sentences,
-    :mod:`crossover_study.answers.wording`, quote it too). Raises TypeError or ValueError
+    :mod:`crossover_study.answers.phrasebook`, quote it too). Raises TypeError or ValueError
     for what is not a number."""
     s = float(f"{float(seconds):.3g}")  # first: 0.9997 ms is 1 ms, not "1e+03 µs"
     if abs(s) < 1e-3:

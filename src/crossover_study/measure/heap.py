@@ -48,7 +48,7 @@ REMEDY_ENV: dict[str, str] = {
 
 #: A step whose screened faults would cost at least this share of its measured time
 #: is timed again in a fresh process (:func:`needs_users_state`): the share at which
-#: the answer names page faults (answers.regime.FAULT_SHARE).
+#: the answer names page faults (answers.page_faults.FAULT_SHARE).
 MATERIAL_SHARE = 0.10
 #: ... and that many faults a step at least (4 MiB of 4 KiB pages): the screen is an
 #: upper bound (after a trim even a step's small blocks fault once). In the PyTorch
