@@ -152,9 +152,9 @@ def format_versions(df: pd.DataFrame) -> pd.Series:
     """The format of each row of a timings or crossover table (ints, indexed as
     ``df``): its ``format_version`` where set, else 1 (a table, or a row kept from a
     table, written before the column existed)."""
-    if "format_version" not in df:
+    if col.FORMAT_VERSION not in df:
         return pd.Series(1, index=df.index, dtype=int)
-    values = pd.to_numeric(df["format_version"], errors="coerce")
+    values = pd.to_numeric(df[col.FORMAT_VERSION], errors="coerce")
     return values.fillna(1).astype(int)
 
 
@@ -205,11 +205,11 @@ def upgrade(df: pd.DataFrame, table: str) -> pd.DataFrame:
     if missing:
         out = pd.concat([out, pd.DataFrame(missing, index=out.index)], axis=1)
     if table == "timings":
-        empty = out["axes"].isna() | (out["axes"].astype(str).str.strip() == "")
+        empty = out[col.AXES].isna() | (out[col.AXES].astype(str).str.strip() == "")
         fill = old & empty
         if fill.any():
-            out["axes"] = out["axes"].astype(object)
-            out.loc[fill, "axes"] = out.loc[fill, "case"].map(_registered_axes)
+            out[col.AXES] = out[col.AXES].astype(object)
+            out.loc[fill, col.AXES] = out.loc[fill, col.CASE].map(_registered_axes)
         for column, value in ((col.REPLICAS, 1), (col.TIMING, "synced")):
             blank = out[column].isna() | (out[column].astype(str).str.strip() == "")
             if blank.any():
@@ -396,7 +396,7 @@ def collect_timings(
     """
     whole = columns is not None
     df = runs if runs is not None else read_job_tables(csvs, columns)
-    if "repeat" in df.columns:
+    if col.REPEAT in df.columns:
         df = merge_repeats(df, noise_threshold)
     columns = list(df.columns)
     # The step-time model's columns, derived here from the row's counts and rates (a

@@ -35,6 +35,7 @@ STEP_TIME_IQR_S = "step_time_iqr_s"
 NOISY = "noisy"
 BLOCK_STEP_TIMES_S = "block_step_times_s"
 BLOCKS_PER_RUN = "blocks_per_run"
+REPEAT = "repeat"
 PROGRAM = "program"
 
 #: The columns that, with the size columns, name a point: what two tables or two runs are
@@ -150,7 +151,7 @@ COUNTS: tuple[str, ...] = (
 #: ``measurement.csv``: how the point was measured: the program's loop, the harness's
 #: checks, the costs of measuring, the pairing with eager and the process it was timed in.
 MEASUREMENT: tuple[str, ...] = (
-    "repeat",
+    REPEAT,
     "warmup_steps",
     "steps_per_call",
     "loss_read_every",
