@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from crossover_study.analysis.tables import read_timings
+
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ("s000-hjb", "s001-mlp", "s002-iris", "s004-lstm")
 #: The examples, their framework and the sizes their builders take (README's examples).
@@ -52,7 +54,7 @@ def _check(
     """One check's ok CPU rows (``out`` kept; with ``reuse``, a folder holding a table
     already is read, not measured again)."""
     if reuse and (out / "timings.csv").exists():
-        rows = pd.read_csv(out / "timings.csv", low_memory=False)
+        rows = read_timings(out / "timings.csv")  # the whole row: speedup lies in measurement.csv
         return rows[(rows["status"] == "ok") & (rows["device"] == "cpu")]
     command = [
         str(ROOT / ".venv/bin/crossover-study"),
@@ -72,7 +74,7 @@ def _check(
     if done.returncode != 0:
         print(f"  {target} {framework}: check failed ({done.returncode}): {done.stderr[-300:]}")
         return pd.DataFrame()
-    rows = pd.read_csv(out / "timings.csv", low_memory=False)
+    rows = read_timings(out / "timings.csv")  # the whole row: speedup lies in measurement.csv
     return rows[(rows["status"] == "ok") & (rows["device"] == "cpu")]
 
 

@@ -7,7 +7,10 @@ import pandas as pd
 import pytest
 from conftest import run_snakemake
 
+from crossover_study.analysis import table_split
+from crossover_study.analysis.tables import collect_timings, read_timings, validate_study_tables
 from crossover_study.audit import check as audit
+from crossover_study.core import columns as col
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.provenance.manifest import load_manifest
@@ -22,7 +25,7 @@ snakemake = run_snakemake
 @pytest.mark.slow
 def test_smoke_study_rows_and_statuses(smoke_run):
     workdir, config = smoke_run
-    all_rows = pd.read_csv(workdir / "results/smoke/timings.csv")
+    all_rows = read_timings(workdir / "results/smoke/timings.csv")  # the whole rows
     replicated = all_rows[all_rows["variant"].isin(["ddp", "mirrored"])]
     df = all_rows.drop(replicated.index)
     # Per case, framework and device: eager at two sizes, copy_data_each_step and the
@@ -75,6 +78,32 @@ def test_smoke_study_rows_and_statuses(smoke_run):
 
 
 @pytest.mark.slow
+def test_smoke_study_tables_by_concern(smoke_run, tmp_path):
+    """timings.csv is a table a person reads (at most 40 columns, no JSON in a cell);
+    every table beside it has its schema and passes it; the tables join back into
+    exactly the rows collected whole from the same per-job tables (rates from the
+    rates files: in a fresh study no row is priced at other rates)."""
+    workdir, _ = smoke_run
+    results = workdir / "results/smoke"
+    timings = results / "timings.csv"
+    text = pd.read_csv(timings, dtype=str, keep_default_na=False)
+    assert len(text.columns) <= 40
+    for column in text.columns:
+        assert not text[column].str.lstrip().str[:1].isin(["{", "["]).any(), column
+    assert [p.stem for p in validate_study_tables(timings)] == list(col.STUDY_TABLES)
+    assert pd.read_csv(results / "rates.csv").empty
+    joined = read_timings(timings)
+    jobs = sorted(results.glob("points/**/batch-*.csv"))
+    whole = collect_timings(jobs, tmp_path / "whole.csv", columns=list(joined.columns))
+    order = [c for c in joined.columns if c in table_split.key_columns(joined)]
+    pd.testing.assert_frame_equal(
+        joined.sort_values(order).reset_index(drop=True),
+        read_timings(tmp_path / "whole.csv").sort_values(order).reset_index(drop=True),
+    )
+    assert len(whole) == len(joined)
+
+
+@pytest.mark.slow
 def test_smoke_study_crossover_table(smoke_run):
     workdir, _ = smoke_run
     table = pd.read_csv(workdir / "results/smoke/crossover.csv")
@@ -119,6 +148,7 @@ def test_smoke_report_draws_the_reference_machines_beside_it(smoke_run):
         "s001-mlp-cross-machine-hidden.png",
     ]
     manifest = load_manifest(workdir / "results/smoke")
+    timings = workdir / "results/smoke/timings.csv"
     reference = workdir / f"results/reference/{run}/timings.csv"
     name = f"reference/{run}/timings.csv"
     assert manifest["reference_tables"][name]["sha256"] == sha256_file(reference)
@@ -128,6 +158,8 @@ def test_smoke_report_draws_the_reference_machines_beside_it(smoke_run):
             # the reference run's curves.
             assert figure["sources"] == {
                 "timings.csv": sha256_file(workdir / "results/smoke/timings.csv"),
+                # and the tables beside it, which its rows are joined from
+                **{p.name: sha256_file(p) for p in table_split.tables_beside(timings)},
                 "predicted.csv": sha256_file(workdir / "results/smoke/predicted.csv"),
                 name: sha256_file(reference),
             }

@@ -110,7 +110,7 @@ def test_own_models_study_registers_both_examples(own_models):
     ]
     assert {p.variant for p in seed} >= {"eager", "compile", "cuda_graph"}
     row = seed[0].as_row()
-    assert row["axes"] == "batch,channels" and row["format_version"] == 2
+    assert row["axes"] == "batch,channels" and row["format_version"] == 3
     assert row["channels"] == 16 and "width" not in row
     # The program table: a plug-in's derivable variants run its own program.
     assert programs.program_of("digits-cnn", "torch", "cuda", "cuda_graph") == "plugin"

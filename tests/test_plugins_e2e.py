@@ -10,11 +10,11 @@ import shutil
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
 import yaml
 from conftest import OWN_MODELS, run_snakemake, slurm_dry_run
 
+from crossover_study.analysis.tables import read_timings
 from crossover_study.core.paths import REPO_ROOT
 
 
@@ -50,15 +50,15 @@ def own_tiny(tmp_path_factory):
 @pytest.mark.slow
 def test_both_examples_are_measured_and_answered(own_tiny):
     workdir, config = own_tiny
-    timings = pd.read_csv(workdir / "results/own-tiny/timings.csv")
+    timings = read_timings(workdir / "results/own-tiny/timings.csv")  # the whole rows
     assert set(timings["case"]) == {"digits-cnn", "digits-keras-fit"}
-    # Each case in its own framework, its own axes as columns, format 2.
+    # Each case in its own framework, its own axes as columns, format 3.
     assert set(zip(timings["case"], timings["framework"], strict=True)) == {
         ("digits-cnn", "torch"),
         ("digits-keras-fit", "tensorflow"),
     }
     assert {"channels", "units"} <= set(timings.columns)
-    assert set(timings["format_version"]) == {2}
+    assert set(timings["format_version"]) == {3}
     cpu = timings[timings["device"] == "cpu"].set_index(["case", "variant", "batch"])
     assert cpu.loc[("digits-cnn", "eager", 8), "status"] == "ok"
     assert cpu.loc[("digits-cnn", "read_loss_every_1000", 32), "status"] == "ok"

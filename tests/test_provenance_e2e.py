@@ -20,6 +20,7 @@ import pytest
 import yaml
 from conftest import run_crate_validator, run_snakemake
 
+from crossover_study.analysis.tables import read_timings_text
 from crossover_study.audit import check as audit
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT
@@ -57,7 +58,7 @@ def test_manifest_records_inputs_outputs_and_runs(smoke_run):
     assert [Path(p["path"]).name for p in manifest["points"]] == [p.name for p in per_job]
     probes = sorted(results.glob("points/**/*.probe.json"))  # where the jobs write them
     assert [Path(p["path"]).name for p in manifest["probes"]] == [p.name for p in probes]
-    df = pd.read_csv(timings, dtype=str)
+    df = read_timings_text(timings)  # run_id lies in environment.csv beside it
     assert {r["run_id"] for r in manifest["runs"]} == set(df["run_id"])
     for run in manifest["runs"]:  # the measuring jobs' environment, from their probes
         assert run["packages"]["python"] == run["python_version"]
@@ -87,7 +88,7 @@ def test_crate_links_figures_to_tables_and_runs(smoke_run):
     assert any(p.startswith("points/s001-mlp/torch/cpu") for p in based_on)
     assert not any(p.startswith("points/s000-hjb") for p in based_on)
     runs = [e for e in graph if e["@id"].startswith("#run-")]
-    run_ids = pd.read_csv(workdir / "results/smoke/timings.csv", dtype=str)["run_id"]
+    run_ids = read_timings_text(workdir / "results/smoke/timings.csv")["run_id"]
     assert len(runs) == run_ids.nunique()
     for run in runs:
         assert by_id[run["location"]["@id"]]["@type"] == "Place"

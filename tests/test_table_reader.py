@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from crossover_study.analysis.tables import (
+    CROSSOVER_FORMAT,
     FORMAT_VERSION,
     TableError,
     format_versions,
@@ -52,7 +53,7 @@ def test_upgrade_is_per_row_and_keeps_current_rows():
     out = upgrade(df, "timings")
     assert out["axes"].tolist() == ["batch,width", "batch"]
     assert out["replicas"].tolist() == [1, 2]
-    assert out["format_version"].tolist() == [2, 2]
+    assert out["format_version"].tolist() == [FORMAT_VERSION, FORMAT_VERSION] == [3, 3]
     with pytest.raises(TableError, match="newer"):
         upgrade(df.assign(format_version=FORMAT_VERSION + 1), "timings")
     with pytest.raises(ValueError):
@@ -106,7 +107,7 @@ def test_an_older_crossover_table_is_upgraded_and_an_empty_file_reads(tmp_path):
     )
     df = read_crossover(path)
     assert list(df.columns) == list(table_columns("crossover"))
-    assert df["format_version"].tolist() == [FORMAT_VERSION]
+    assert df["format_version"].tolist() == [CROSSOVER_FORMAT] == [2]
     assert df["n_sizes"].tolist() == [3] and pd.isna(df["size_verdicts"].iloc[0])
     path.write_text("")
     assert read_crossover(path).empty

@@ -17,8 +17,8 @@ from crossover_study.analysis.tables import (
     read_timings,
     text_columns,
     validate_timings,
-    wall_summary,
 )
+from crossover_study.analysis.wall import wall_summary
 from crossover_study.core.origin import table_columns
 
 

@@ -1,5 +1,6 @@
-# Stage 2: collect the per-job tables into one tidy table, validated against its schema
-# and against each job's probe record (no accelerator row without the accelerator).
+# Stage 2: collect the per-job tables into the study's tables (timings.csv and the tables
+# beside it, one per concern), validated against their schemas and against each job's
+# probe record (no accelerator row without the accelerator).
 
 
 rule collect:
@@ -16,6 +17,16 @@ rule collect:
             caption="../report/timings.rst",
             category="Tables",
         ),
+        # The tables beside timings.csv, keyed by the point (format 3).
+        beside=[
+            report(
+                f"{RESULTS}/{table}.csv",
+                caption="../report/tables.rst",
+                category="Tables",
+                labels={"file": f"{table}.csv"},
+            )
+            for table in STUDY_TABLES[1:]
+        ],
         wall=f"{RESULTS}/wall.json",
     log:
         f"logs/{STUDY}/collect.log",

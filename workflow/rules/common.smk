@@ -8,6 +8,7 @@ from pathlib import Path
 SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
 
+from crossover_study.core.columns import STUDY_TABLES  # noqa: E402
 from crossover_study.study import cases as case_registry  # noqa: E402
 from crossover_study.study import config as study_config  # noqa: E402
 from crossover_study.study import study_file, points as study_points  # noqa: E402

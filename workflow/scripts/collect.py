@@ -1,6 +1,7 @@
-"""Snakemake job: check each job's table against its probe record, concatenate the
-tables into timings.csv and record where the study's wall time went (wall.json:
-crossover_study.analysis.tables.collect_study, wall_summary)."""
+"""Snakemake job: check each job's table against its probe record, collect the tables
+into the study's tables (timings.csv and the tables beside it, one per concern) and
+record where the study's wall time went (wall.json: crossover_study.analysis.tables.
+collect_study, crossover_study.analysis.wall.wall_summary)."""
 
 import json
 import sys

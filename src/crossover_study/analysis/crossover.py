@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.repeats import resample_medians, row_runs
-from crossover_study.analysis.tables import FORMAT_VERSION, read_timings
+from crossover_study.analysis.tables import CROSSOVER_FORMAT, read_timings
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import table_columns
 from crossover_study.study.programs import (
@@ -324,7 +324,7 @@ def _axis_slice(df: pd.DataFrame, case: str, axis: str) -> pd.DataFrame:
 
 def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """One row per case × framework × variant × accelerator × axis (crossover schema,
-    ``format_version`` :data:`tables.FORMAT_VERSION`).
+    ``format_version`` :data:`tables.CROSSOVER_FORMAT`).
 
     ``timings`` is the tidy table of ``timings.csv``; rows timed without a device sync
     (``timing == "unsynced"``) are left out. Accelerators are every device class other
@@ -354,7 +354,7 @@ def crossover_table(timings: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
                     _one_row(sub, mine, case, framework, variant, acc_name, axis, n_boot, seed)
                 )
     columns = list(table_columns("crossover"))
-    return pd.DataFrame(rows, columns=columns).assign(format_version=FORMAT_VERSION)
+    return pd.DataFrame(rows, columns=columns).assign(format_version=CROSSOVER_FORMAT)
 
 
 def cpu_side(

@@ -1,11 +1,11 @@
 """The tidy tables: collect per-job tables, validate them, summarise wall time, and the
 one way into ``timings.csv`` and ``crossover.csv`` (:func:`read_timings`,
-:func:`read_crossover`): read, upgrade an older format (:func:`upgrade`), validate
-against the schema, return typed columns."""
+:func:`read_crossover`): read, join the tables beside ``timings.csv``
+(:mod:`crossover_study.analysis.table_split`), upgrade an older format (:func:`upgrade`),
+validate against the schema, return typed columns."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,17 +13,26 @@ import jsonschema
 import pandas as pd
 import yaml
 
+from crossover_study.analysis import table_split
 from crossover_study.analysis.repeats import merge_repeats
+from crossover_study.analysis.wall import wall_summary
+from crossover_study.core import columns as col
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import SCHEMAS, table_columns
 from crossover_study.stepmodel.columns import model_columns
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
 
-#: Format of the tables this version writes (column ``format_version`` of
-#: ``timings.csv`` and ``crossover.csv``): 2 since cases are plug-ins (size columns
-#: named by ``axes``). A table, or a row, without the column is format 1.
+#: Format of the timings this version writes (column ``format_version``): 3 since a
+#: study's points are written as tables by concern (:func:`upgrade`). A table, or a
+#: row, without the column is format 1.
 FORMAT_VERSION = TIMINGS_FORMAT
+
+#: Format of the ``crossover.csv`` this version writes: 2 since cases are plug-ins.
+CROSSOVER_FORMAT = 2
+
+#: The current format of each table :func:`read_table` reads.
+CURRENT = {"timings": FORMAT_VERSION, "crossover": CROSSOVER_FORMAT}
 
 
 class TableError(ValueError):
@@ -128,6 +137,8 @@ def read_csv_text(path: str | Path, table: str = "timings") -> pd.DataFrame:
 
     text = set(text_columns(table))
     header = pd.read_csv(path, nrows=0, dtype=str).columns
+    if hasattr(path, "seek"):  # a buffer (collect's check of its own tables): again
+        path.seek(0)
     markers = sorted(STR_NA_VALUES)
     na_values = {column: [""] if column in text else markers for column in header}
     return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=na_values)
@@ -141,15 +152,23 @@ def format_versions(df: pd.DataFrame) -> pd.Series:
     """The format of each row of a timings or crossover table (ints, indexed as
     ``df``): its ``format_version`` where set, else 1 (a table, or a row kept from a
     table, written before the column existed)."""
-    if "format_version" not in df:
+    if col.FORMAT_VERSION not in df:
         return pd.Series(1, index=df.index, dtype=int)
-    values = pd.to_numeric(df["format_version"], errors="coerce")
+    values = pd.to_numeric(df[col.FORMAT_VERSION], errors="coerce")
     return values.fillna(1).astype(int)
 
 
 def upgrade(df: pd.DataFrame, table: str) -> pd.DataFrame:
     """``df`` (a timings or crossover table, ``table``, as read) in the current format
-    (:data:`FORMAT_VERSION`): the one place where older formats are read.
+    (:data:`CURRENT`): the one place where older formats are read.
+
+    The formats of the timings: 3 (this version's, :data:`FORMAT_VERSION`): a study's
+    points are written as tables by concern, ``timings.csv`` with the columns a person
+    reads and the tables beside it (:mod:`crossover_study.analysis.table_split`, joined
+    back by :func:`read_table` before this function sees them); a per-job table holds
+    the whole row. 2: the whole row in one ``timings.csv`` (rates and JSON cells
+    included), size columns named by ``axes``: read as it is. 1: no ``format_version``.
+    Both older formats hold the whole row and are read without a join.
 
     Format 1 (no ``format_version``; every older run, the committed reference runs
     included): the documented columns the table lacks are added empty (NaN: the
@@ -158,7 +177,7 @@ def upgrade(df: pd.DataFrame, table: str) -> pd.DataFrame:
     case it does not know), every row with an empty ``replicas`` gets 1 (one process,
     one device: replicas did not exist) and one with an empty ``timing`` gets ``synced``
     (the only timing before unsynced rows existed); the rows' ``format_version`` becomes
-    :data:`FORMAT_VERSION`. Columns come in schema order, then the rest (a plug-in
+    the current one. Columns come in schema order, then the rest (a plug-in
     case's size axes) in the order they had. A table in the current format is returned
     as a copy, columns ordered. Raises ValueError for a ``table`` other than
     :data:`TABLES` and :class:`TableError` for a format newer than this code reads.
@@ -167,12 +186,13 @@ def upgrade(df: pd.DataFrame, table: str) -> pd.DataFrame:
         raise ValueError(f"table must be one of {TABLES}, got {table!r}")
     out = df.copy()
     versions = format_versions(out)
-    if (versions > FORMAT_VERSION).any():
+    current = CURRENT[table]
+    if (versions > current).any():
         raise TableError(
             f"{table}: format_version {int(versions.max())} is newer than this code reads "
-            f"({FORMAT_VERSION})"
+            f"({current})"
         )
-    old = versions < FORMAT_VERSION
+    old = versions < current
     documented = list(table_columns(table))
     text = set(text_columns(table))
     # The columns the table lacks, added at once (one by one fragments the frame:
@@ -185,19 +205,19 @@ def upgrade(df: pd.DataFrame, table: str) -> pd.DataFrame:
     if missing:
         out = pd.concat([out, pd.DataFrame(missing, index=out.index)], axis=1)
     if table == "timings":
-        empty = out["axes"].isna() | (out["axes"].astype(str).str.strip() == "")
+        empty = out[col.AXES].isna() | (out[col.AXES].astype(str).str.strip() == "")
         fill = old & empty
         if fill.any():
-            out["axes"] = out["axes"].astype(object)
-            out.loc[fill, "axes"] = out.loc[fill, "case"].map(_registered_axes)
-        for column, value in (("replicas", 1), ("timing", "synced")):
+            out[col.AXES] = out[col.AXES].astype(object)
+            out.loc[fill, col.AXES] = out.loc[fill, col.CASE].map(_registered_axes)
+        for column, value in ((col.REPLICAS, 1), (col.TIMING, "synced")):
             blank = out[column].isna() | (out[column].astype(str).str.strip() == "")
             if blank.any():
                 out[column] = out[column].astype(object)
                 out.loc[blank, column] = value
     if old.any():
-        out["format_version"] = out["format_version"].astype(object)
-        out.loc[old, "format_version"] = FORMAT_VERSION
+        out[col.FORMAT_VERSION] = out[col.FORMAT_VERSION].astype(object)
+        out.loc[old, col.FORMAT_VERSION] = current
     return out[[*documented, *[c for c in out.columns if c not in set(documented)]]]
 
 
@@ -244,13 +264,16 @@ def _check_cells(df: pd.DataFrame, table: str, source: str) -> None:
 def read_table(source: str | Path | pd.DataFrame, table: str) -> pd.DataFrame:
     """The one way into ``timings.csv`` and ``crossover.csv`` (``table``: timings or
     crossover): read ``source`` (a path; or a DataFrame already read, whose text
-    columns holding numbers, as pandas guesses them, become text), upgrade an older
-    format (:func:`upgrade`), check every cell and row against the schema and return
+    columns holding numbers, as pandas guesses them, become text), join the tables
+    beside a ``timings.csv`` written by table (format 3,
+    :func:`table_split.join`: the whole row of each point, rates from the study's rates
+    files), upgrade an older format (:func:`upgrade`), check every cell and row against the schema and return
     the table with typed columns (:func:`_typed`: numbers as floats or ints, booleans as
     True/False/None, text as text; seconds stay seconds). An empty file is an empty
     table with the schema's columns.
 
-    Raises FileNotFoundError for a missing file and :class:`TableError` naming the file,
+    Raises FileNotFoundError for a missing file, :class:`table_split.SplitError` for a
+    table beside it that is missing, and :class:`TableError` naming the file,
     row and column of a cell or row that breaks the schema (an undocumented column, a
     number column holding text, a value outside its enum).
     """
@@ -267,6 +290,8 @@ def read_table(source: str | Path | pd.DataFrame, table: str) -> pd.DataFrame:
             df = read_csv_text(source, table)
         except pd.errors.EmptyDataError:
             df = pd.DataFrame(columns=list(table_columns(table)))
+        if table == "timings" and len(df.columns) and table_split.is_split(source, df.columns):
+            df = table_split.join(df, source, read_csv_text)
     df = upgrade(df, table)
     _check_cells(df, table, name)
     df = _typed(df, table)
@@ -274,10 +299,47 @@ def read_table(source: str | Path | pd.DataFrame, table: str) -> pd.DataFrame:
     return df
 
 
+def read_timings_text(path: str | Path) -> pd.DataFrame:
+    """``timings.csv`` at ``path`` with every cell as text (:func:`read_csv_text`), and
+    for a table written by table (format 3) the tables beside it joined back
+    (:func:`table_split.join`): the whole rows as written, neither upgraded nor typed
+    (the manifest's and the audit's view). Raises FileNotFoundError and
+    ``SplitError``."""
+    df = read_csv_text(path)
+    if len(df.columns) and table_split.is_split(path, df.columns):
+        df = table_split.join(df, path, read_csv_text)
+    return df
+
+
+def validate_study_tables(timings: str | Path) -> list[Path]:
+    """Check each table of the study whose ``timings.csv`` is ``timings`` against its
+    schema (``workflow/schemas/<table>.schema.yaml``; ``timings.csv``'s own columns
+    against ``timings.schema.yaml``): no undocumented column but a plug-in case's size
+    axes, every cell of its type, every row valid. Returns the tables checked. Raises
+    :class:`TableError` naming the file, row and column."""
+    paths = table_split.study_files(timings)
+    key = table_split.key_columns(read_csv_text(timings))
+    for path in paths:
+        table = path.stem if path != Path(timings) else "timings"
+        df = read_csv_text(path, table)
+        schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+        axes = [c for c in key if c not in schema["properties"]]
+        extra = set(df.columns) - set(schema["properties"]) - set(axes)
+        if extra:
+            raise TableError(f"{path}: undocumented column(s) {sorted(extra)}")
+        _check_cells(df, table, str(path))
+        typed = _typed(df, table)
+        schema = {**schema, "properties": {**schema["properties"], **{a: {} for a in axes}}}
+        _validate_rows(typed, schema, str(path))
+    return paths
+
+
 def read_timings(source: str | Path | pd.DataFrame) -> pd.DataFrame:
-    """A ``timings.csv`` (path or DataFrame) upgraded, validated and typed: one row per
-    measured point, the schema's columns in schema order and then a plug-in case's size
-    axes (:func:`read_table`). Raises FileNotFoundError and :class:`TableError`."""
+    """A ``timings.csv`` (path or DataFrame) joined with the tables beside it, upgraded,
+    validated and typed: one row per measured point, the whole row (every column of
+    ``workflow/schemas/timings.schema.yaml``) in schema order and then a plug-in case's
+    size axes (:func:`read_table`). Raises FileNotFoundError, ``SplitError`` and
+    :class:`TableError`."""
     return read_table(source, "timings")
 
 
@@ -310,7 +372,17 @@ def collect_timings(
     noise_threshold: float = TimingPolicy.noise_threshold,
     runs: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Concatenate per-job CSVs into the study's timings table (atomically written).
+    """Concatenate per-job CSVs into the study's timings, written as tables by concern
+    (format 3: ``out``, ``timings.csv``, and the tables beside it,
+    :func:`table_split.write_tables`; each atomically), or as one table with
+    ``columns`` when they are given (the whole row: the audit collects a run of an
+    older format again with that run's own header), and also where two rows name one
+    point (rows without sizes: the tables beside would not know which is whose). The
+    rates of ``out``'s folder
+    (``rates/<framework>/<device>.json``) are the rows' rates; a row priced at other
+    rates keeps them in ``rates.csv``. The tables are
+    read back and must give the rows again (:func:`read_timings`), else
+    :class:`table_split.SplitError`.
 
     The step-time model's columns (``model_*``) are set from each row's counts and rates
     (:func:`step_columns.model_columns`; empty without them). Rows of one point measured
@@ -319,132 +391,43 @@ def collect_timings(
     without the column (written before runs existed) is kept as it is. ``runs``: the
     frame :func:`read_job_tables` already read from ``csvs`` (not read again).
 
-    Returns the table with the documented columns in schema order, or with ``columns``
-    (the audit re-collects a run recorded under an older schema with that run's own
-    header). Raises TableError when a row breaks the schema.
+    Returns the whole rows with the documented columns in schema order, or with
+    ``columns``. Raises TableError when a row breaks the schema.
     """
+    whole = columns is not None
     df = runs if runs is not None else read_job_tables(csvs, columns)
-    if "repeat" in df.columns:
+    if col.REPEAT in df.columns:
         df = merge_repeats(df, noise_threshold)
     columns = list(df.columns)
     # The step-time model's columns, derived here from the row's counts and rates (a
     # deterministic function of them); kept only where the header has them.
     df = model_columns(df)[columns]
     validate_timings(df, source=str(out))
-    write_csv_atomic(df.to_dict("records"), columns, Path(out))
+    if whole or not table_split.unique_points(df):
+        write_csv_atomic(df.to_dict("records"), columns, Path(out))
+        return df
+    table_split.write_tables(df, out)
+    _check_tables(df, Path(out))
     return df
 
 
-def _benchmark_runs(paths: Iterable[str | Path]) -> list[tuple[float, float]]:
-    """(wall seconds, end as seconds since the epoch) of each Snakemake benchmark file:
-    its column ``s`` summed and the file's modification time (written as the job ended)."""
-    runs = []
-    for path in paths:
-        bench = pd.read_csv(path, sep="\t")
-        runs.append((float(bench["s"].sum()), Path(path).stat().st_mtime))
-    return runs
+def _check_tables(df: pd.DataFrame, out: Path) -> None:
+    """The tables written from ``df`` at ``out`` read back as ``df`` written whole
+    would read (:func:`read_timings`); raises :class:`table_split.SplitError` naming
+    the first column that differs."""
+    import io
 
-
-def _column_sum(rows: pd.DataFrame, column: str) -> float | None:
-    """Sum of a column of seconds (empty cells count 0); None when the table has no such
-    column at all."""
-    if column not in rows:
-        return None
-    return float(pd.to_numeric(rows[column], errors="coerce").fillna(0).sum())
-
-
-def _startup_s(rows: pd.DataFrame) -> float:
-    """Process start, framework import and device initialisation, once per measuring
-    process: ``import_s`` + ``device_init_s`` of one row per ``run_id`` (every row of a
-    job's process carries the same two; rows without a run id, written for a job that
-    never started, paid none)."""
-    if "run_id" not in rows or "import_s" not in rows:
-        return 0.0
-    cols = [c for c in ("import_s", "device_init_s") if c in rows]
-    per_run = rows[["run_id", *cols]].copy()
-    for c in cols:
-        per_run[c] = pd.to_numeric(per_run[c], errors="coerce")
-    first = per_run.dropna(subset=["run_id"]).groupby("run_id")[cols].max()
-    return float(first.fillna(0).to_numpy().sum())
-
-
-def _share(part: float | None, whole: float) -> float | None:
-    return None if part is None or whole <= 0 else round(part / whole, 4)
-
-
-def wall_summary(
-    timings: pd.DataFrame,
-    benchmarks: Iterable[str | Path],
-    rates_benchmarks: Iterable[str | Path] = (),
-    now: float | None = None,
-) -> dict:
-    """Where the study's wall time went (``wall.json``).
-
-    ``timings``: the measuring jobs' rows (one per point and run; the collect step passes
-    them before runs of a point are merged). ``benchmarks``: the measuring jobs'
-    Snakemake ``benchmark:`` files (column ``s``: wall seconds of the job's last run);
-    ``rates_benchmarks``: those of the rates jobs (one per framework and device; none for
-    a study without them, whose rates, if any, were measured inside the measuring jobs
-    and count as ``other``). ``now``: seconds since the epoch when the summary is taken
-    (default: the clock; the collect job's time). Keys, seconds rounded to 3 decimals,
-    shares to 4:
-
-    - ``study_wall_s``: from the earliest job's start (a benchmark file's modification
-      time minus its ``s``) to ``now``. Its limits: a rerun that kept jobs of an earlier
-      run counts from that run's start (the pause between included), a benchmark file
-      copied or touched since (an archive unpacked) moves its job's start, and the
-      planning before the first job is not counted. None without benchmark files.
-    - ``measuring_jobs_wall_s``: the measuring jobs' ``s`` summed (a job's time, also
-      when jobs ran side by side: it can exceed ``study_wall_s``).
-    - ``rates_jobs_wall_s``: the rates jobs' ``s`` summed; None without rates jobs.
-    - ``measured_work_s``: ``measured_s`` summed over the rows (cold start, first step,
-      warm-up and timed blocks), plus ``job_measured_s`` (the job process's own
-      measurement of a row timed again in a fresh process); ``measured_share`` and ``timed_share``: it over
-      ``measuring_jobs_wall_s`` (the same number; ``measured_share`` is the older name).
-    - ``count_share`` and ``replay_share``: the rows' ``count_s`` (counting a point's
-      operations after its timed blocks) and ``replay_s`` (replaying its products and
-      layers for the step model) summed, over ``measuring_jobs_wall_s``; an empty cell
-      counts 0, a table without the column gives None.
-    - ``import_share``: process start, framework import and device initialisation
-      (``import_s`` + ``device_init_s``, once per measuring process: per ``run_id``) over
-      ``measuring_jobs_wall_s``. A job rerun whose rows were all kept paid an import that
-      no row records; a kept row's run counts its own.
-    - ``other_share``: the rest of the measuring jobs' time (the job's planning, journal,
-      probe record, rates measured inside the job, the points' set-up outside
-      ``measured_s``); negative only if the parts overlap.
-    - ``rates_share``: ``rates_jobs_wall_s`` over ``measuring_jobs_wall_s`` +
-      ``rates_jobs_wall_s``; None without rates jobs.
-
-    Every share is None when no measuring job's time is recorded (the audit collects
-    again without benchmark files). Raises OSError for a benchmark file that cannot be
-    read, KeyError for one without column ``s``.
-    """
-    measuring, rates = _benchmark_runs(benchmarks), _benchmark_runs(rates_benchmarks)
-    jobs_s = sum(s for s, _ in measuring)
-    rates_s = sum(s for s, _ in rates) if rates else None
-    starts = [end - s for s, end in (*measuring, *rates)]
-    now = time.time() if now is None else now
-    # A row timed again in a fresh process holds that process's measured_s; the job's own
-    # first measurement of it (job_measured_s) was timed work too.
-    measured = (_column_sum(timings, "measured_s") or 0.0) + (
-        _column_sum(timings, "job_measured_s") or 0.0
-    )
-    count_s, replay_s = _column_sum(timings, "count_s"), _column_sum(timings, "replay_s")
-    startup_s = _startup_s(timings)
-    other_s = jobs_s - measured - (count_s or 0.0) - (replay_s or 0.0) - startup_s
-    return {
-        "study_wall_s": round(now - min(starts), 3) if starts else None,
-        "measuring_jobs_wall_s": round(jobs_s, 3),
-        "rates_jobs_wall_s": None if rates_s is None else round(rates_s, 3),
-        "measured_work_s": round(measured, 3),
-        "measured_share": _share(measured, jobs_s),
-        "timed_share": _share(measured, jobs_s),
-        "count_share": _share(count_s, jobs_s),
-        "replay_share": _share(replay_s, jobs_s),
-        "import_share": _share(startup_s, jobs_s),
-        "other_share": _share(other_s, jobs_s),
-        "rates_share": _share(rates_s, jobs_s + (rates_s or 0.0)),
-    }
+    whole = io.StringIO()
+    df.to_csv(whole, index=False)
+    whole.seek(0)
+    expected = read_timings(read_csv_text(whole))
+    got = read_timings(out)
+    for column in expected.columns:
+        a, b = expected[column], got[column] if column in got else None
+        if b is None or not a.astype(object).equals(b.astype(object)):
+            raise table_split.SplitError(
+                f"{out}: the tables beside it do not give column {column} again"
+            )
 
 
 def collect_study(
@@ -486,7 +469,9 @@ def collect_study(
     # Every run of a point is checked: runs merged into one row must share a machine.
     runs = read_job_tables(csvs, columns)
     merged = check_environments(runs, merge=merge_environments, source=str(timings_out))
-    timings = collect_timings(csvs, timings_out, noise_threshold=noise_threshold, runs=runs)
+    timings = collect_timings(
+        csvs, timings_out, columns, noise_threshold=noise_threshold, runs=runs
+    )
     summary = wall_summary(runs, benchmarks, rates_benchmarks)
     Path(wall_out).write_text(json.dumps(summary, indent=1))
     return timings, summary, merged

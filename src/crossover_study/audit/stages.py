@@ -48,6 +48,14 @@ def _canonical_rows(path: Path):
     return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
+def _whole_rows(path: Path):
+    """``timings.csv`` as text cells, the tables beside it joined back where it was
+    written by table (format 3, :func:`tables.read_timings_text`), empty cells ""."""
+    from crossover_study.analysis.tables import read_timings_text
+
+    return read_timings_text(path).astype(object).fillna("")
+
+
 def _ident(row, columns) -> tuple:
     """Identity of a row; sizes compared as integers (``64`` in a per-job table is
     ``64.0`` in timings.csv, where the column has gaps). Other columns stay text: a hex
@@ -112,9 +120,11 @@ def check_collect(
     recorded bytes), and compared cell by cell. A table the step refuses (schema,
     probe record, mixed environments) is a FAIL ``per-job tables invalid``; a
     difference a FAIL ``not derived`` with the expected and actual sha256."""
+    from crossover_study.analysis.table_split import is_split
     from crossover_study.analysis.tables import collect_study
 
     actual = _canonical_rows(timings)
+    split = is_split(timings, actual.columns)
     id_cols = _id_columns(actual)
     position = {_ident(r, id_cols): i for i, r in actual.iterrows()}
 
@@ -130,10 +140,14 @@ def check_collect(
     points = sorted(points, key=lambda p: (first_row(p), str(p)))
     with tempfile.TemporaryDirectory() as tmp:
         expected_path = Path(tmp) / "timings.csv"
+        if split and (timings.parent / "rates").is_dir():
+            # The rows' rates are the run's rates files unless rates.csv says otherwise.
+            (Path(tmp) / "rates").symlink_to((timings.parent / "rates").resolve())
         try:
             # The run's own header: a run recorded before columns were added is
-            # collected again as it was, not under today's schema. No benchmark files:
-            # the jobs' wall time (wall.json) is not derived, only hashed.
+            # collected again as it was, not under today's schema (a run written by
+            # table, format 3, is collected by table again). No benchmark files: the
+            # jobs' wall time (wall.json) is not derived, only hashed.
             collect_study(
                 points,
                 _probes_of(layout, manifest, points),
@@ -142,15 +156,28 @@ def check_collect(
                 Path(tmp) / "wall.json",
                 merge_environments=manifest["config"].get("merge_environments", False),
                 noise_threshold=_noise_threshold(manifest),
-                columns=list(actual.columns),
+                columns=None if split else list(actual.columns),
             )
         except ValueError as exc:  # TableError, ProbeError, EnvironmentMixError
             report.add("FAIL", "per-job tables invalid", layout.shown(timings.parent), str(exc))
             return
         expected = _canonical_rows(expected_path)
         expected_hash = sha256_file(expected_path)
+        beside = _tables_beside(timings, expected_path) if split else []
     actual_hash = sha256_file(timings)
+    if expected_hash == actual_hash and not beside:
+        return
     if expected_hash == actual_hash:
+        name, expected_hash, actual_hash = beside[0]
+        report.add(
+            "FAIL",
+            "not derived",
+            layout.shown(timings.with_name(name)),
+            "differs from the per-job tables it was collected from (expected: collected again)",
+            expected=expected_hash,
+            actual=actual_hash,
+            details=clipped([f"{n}: differs" for n, _, _ in beside]),
+        )
         return
     details = []
     exp_by = {_ident(r, id_cols): r for _, r in expected.iterrows()}
@@ -183,6 +210,24 @@ def check_collect(
     )
 
 
+def _tables_beside(timings: Path, expected: Path) -> list[tuple[str, str | None, str | None]]:
+    """The tables beside ``timings`` (format 3) that differ from those collected again
+    beside ``expected``: (file name, expected sha256, actual sha256; None for a file
+    missing), in table order."""
+    from crossover_study.analysis.table_split import tables_beside
+
+    names = [p.name for p in tables_beside(expected)]
+    names += [p.name for p in tables_beside(timings) if p.name not in names]
+    out = []
+    for name in names:
+        a, b = expected.with_name(name), timings.with_name(name)
+        ha = sha256_file(a) if a.is_file() else None
+        hb = sha256_file(b) if b.is_file() else None
+        if ha != hb:
+            out.append((name, ha, hb))
+    return out
+
+
 def check_plugin_rows(report: AuditReport, layout: Layout, manifest: dict, timings: Path) -> None:
     """Every row of timings.csv (``timings``) of a case of the study's own says which
     plug-in file measured it (``workload_sha256``): it must be the file the manifest
@@ -191,7 +236,7 @@ def check_plugin_rows(report: AuditReport, layout: Layout, manifest: dict, timin
     records = {(r["case"], r["framework"]): r for r in manifest.get("plugins", [])}
     if not records:
         return
-    rows = _canonical_rows(timings)
+    rows = _whole_rows(timings)
     if "workload_sha256" not in rows.columns:
         return
     for (case, framework), record in records.items():
@@ -342,18 +387,18 @@ def check_rows(report: AuditReport, layout: Layout, manifest: dict, timings: Pat
     FAILs ``other config`` and ``mixed environments`` naming the rows, and ``schema``
     when the table breaks its schema (read by :func:`tables.read_timings`, which
     upgrades an older format; a column the run did not record is not checked)."""
-    import pandas as pd
-
     from crossover_study.analysis.environments import describe_conflicts, environment_conflicts
-    from crossover_study.analysis.tables import TableError, read_timings
+    from crossover_study.analysis.table_split import SplitError
+    from crossover_study.analysis.tables import TableError, read_timings, read_timings_text
 
     try:
         df = read_timings(timings)
-    except TableError as error:
+        recorded = read_timings_text(timings).columns
+    except (TableError, SplitError) as error:
         report.add("FAIL", "schema", layout.shown(timings), str(error))
         return
     expected = manifest["config"]["hash"]
-    if "config_hash" in pd.read_csv(timings, nrows=0).columns:
+    if "config_hash" in recorded:
         # Rows carry their case's own hash (manifests since case_hashes); rows measured
         # before that (kept from a journal) carry the hash of the whole config.
         per_case = manifest["config"].get("case_hashes") or {}

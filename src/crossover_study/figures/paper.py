@@ -230,10 +230,14 @@ def draw(name: str, runs: list[ReferenceRun]):
 
 def table_sources(runs: Iterable[ReferenceRun]) -> dict[str, str]:
     """``{"<run>/timings.csv": sha256, "<run>/crossover.csv": sha256, ...}`` of the
-    reference tables the figures are drawn from (recorded in each figure's metadata)."""
+    reference tables the figures are drawn from (recorded in each figure's metadata;
+    a run of format 3 adds the tables beside its ``timings.csv``)."""
+    from crossover_study.analysis.table_split import tables_beside
+
     out = {}
     for run in runs:
-        for table in ("timings.csv", "crossover.csv"):
+        beside = [p.name for p in tables_beside(run.path / "timings.csv")]
+        for table in ("timings.csv", *beside, "crossover.csv"):
             if (run.path / table).exists():
                 out[f"{run.name}/{table}"] = sha256_file(run.path / table)
     return out

@@ -52,6 +52,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from crossover_study.core.columns import STUDY_TABLES
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.provenance.crate_files import (
     CODE_DIR,
@@ -362,6 +363,16 @@ def build_crate(
         tables["crossover"], "crossover.csv: crossover size and N* per curve", isBasedOn=timings
     )
     outputs = [timings, crossover]
+    # The tables beside timings.csv (format 3), collected with it from the same records.
+    for table in STUDY_TABLES[1:]:
+        if table in tables:
+            outputs.append(
+                add_file(
+                    tables[table],
+                    f"{table}.csv: beside timings.csv, keyed by the point",
+                    isBasedOn=list(points.values()),
+                )
+            )
     if "wall" in tables:
         outputs.append(
             add_file(tables["wall"], "wall.json: measured share of wall time", isBasedOn=timings)

@@ -7,7 +7,8 @@
   envs), data files (scikit-learn's Iris CSV when ``s002-iris`` is measured) and the
   plug-in file of every case of the study's own (``plugins``: case, framework and the
   file's record; :func:`plugin_files`);
-- outputs: ``timings.csv``, ``crossover.csv``, ``wall.json``, the report (HTML and
+- outputs: ``timings.csv`` and the tables beside it (format 3:
+  :mod:`crossover_study.analysis.table_split`), ``crossover.csv``, ``wall.json``, the report (HTML and
   executed notebook) and every figure (PNG, SVG, PDF) with the table hashes each figure
   says it was drawn from (see :func:`crossover_study.figures.files.figure_sources`);
 - reference tables: the committed reference runs' ``timings.csv`` the report drew
@@ -53,7 +54,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from crossover_study.analysis.tables import read_csv_text
+from crossover_study.analysis.table_split import tables_beside
+from crossover_study.analysis.tables import read_csv_text, read_timings_text
 from crossover_study.core.files import MANIFEST_NAME, written_as
 from crossover_study.core.origin import git_state
 from crossover_study.core.paths import REPO_ROOT
@@ -230,7 +232,9 @@ def build_manifest(
 ) -> dict:
     """The manifest of one study run as a JSON-ready dict (see the module docstring).
 
-    ``tables`` maps a role (``timings``, ``crossover``, ``wall``) to its file and
+    ``tables`` maps a role (``timings``, ``crossover``, ``wall``) to its file (the
+    tables beside ``timings.csv``, format 3, are added under their names: ``blocks``,
+    ``environment`` ...) and
     ``report`` a role (``html``, ``notebook``) to its file (empty for a run measured
     without its report, such as the GPU reference run); ``figures_dir`` holds the
     figures (None: none); per-job tables and probe records are found under
@@ -250,6 +254,11 @@ def build_manifest(
     def rec(path):
         return file_record(path, workdir, repo)
 
+    # The tables beside timings.csv (format 3), each under its own role.
+    timings_file = Path(tables["timings"])
+    timings_file = timings_file if timings_file.is_absolute() else workdir / timings_file
+    beside = {p.stem: p for p in tables_beside(timings_file) if p.stem not in tables}
+    tables = {**tables, **beside}
     table_records = {role: rec(path) for role, path in tables.items()}
     reference_records = {reference_source_name(p): rec(p) for p in reference_tables}
     # A figure's sources name the study's tables by file name, reference tables by
@@ -287,9 +296,7 @@ def build_manifest(
             entry["error"] = f"not JSON: {exc}"
         probes.append(entry)
 
-    timings_path = Path(tables["timings"])
-    timings_path = timings_path if timings_path.is_absolute() else workdir / timings_path
-    timings = read_csv_text(timings_path)
+    timings = read_timings_text(timings_file)
     commit, dirty = git_state(Path(repo))
     data = data_files(config)
     resolved = json.loads(json.dumps(dict(config), default=str))
@@ -424,6 +431,12 @@ def load_manifest(path: str | Path) -> dict:
     return data
 
 
+def _run_tables(folder: Path) -> list[str]:
+    """File names of a run's timings: ``timings.csv`` and, for a run of format 3, the
+    tables beside it (:func:`crossover_study.analysis.table_split.tables_beside`)."""
+    return ["timings.csv", *(p.name for p in tables_beside(folder / "timings.csv"))]
+
+
 def paper_manifest(
     run_dirs: Iterable[str | Path],
     written: Iterable[str | Path],
@@ -438,7 +451,7 @@ def paper_manifest(
         path = Path(path)
         files = {
             table: file_record(path / table, workdir, repo)
-            for table in ("timings.csv", "crossover.csv", MANIFEST_NAME)
+            for table in (*_run_tables(path), "crossover.csv", MANIFEST_NAME)
             if (path / table).exists()
         }
         runs.append({"name": path.name, "files": files})

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from crossover_study.audit.check import audit, audited
 from crossover_study.audit.hashes import Layout
+from crossover_study.core.columns import STUDY_TABLES
 from crossover_study.core.files import MANIFEST_NAME, PAPER_DIR, PLUGIN_COPY_DIR, REFERENCE_DIR
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.figures.paper import PAPER_FIGURES, paper_figures, reference_dirs
@@ -32,6 +33,8 @@ from crossover_study.provenance.manifest import (
 #: Files a reference run keeps (globs relative to the study's results folder).
 REFERENCE_FILES: tuple[str, ...] = (
     "timings.csv",
+    # The tables beside it (format 3: crossover_study.analysis.table_split).
+    *(f"{table}.csv" for table in STUDY_TABLES[1:]),
     "crossover.csv",
     "wall.json",
     # The device cards' predictions, tables of the run (crossover_study.analysis.card_prediction).

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from crossover_study.core.columns import POINT_KEY
 from crossover_study.core.origin import table_columns
 from crossover_study.study import cases as case_registry
 
@@ -172,25 +173,21 @@ def batch_note(batch: int, global_batch: int, cores: int, seed: bool = False) ->
 #: Point outcomes. ``ok`` rows carry timings; every other status carries a ``message``.
 STATUSES: tuple[str, ...] = ("ok", "unavailable", "oom", "error", "not_applicable")
 
-#: Format of the timings tables this version writes (column ``format_version``). 2: the
-#: size columns are the axes the row's ``axes`` column names, any names a case declares
-#: (plug-in cases bring their own). 1 (no ``format_version`` column): the six fixed size
-#: columns of the four seeds, ``axes`` absent; :func:`size_columns` and
-#: :func:`row_axes` read both.
-TIMINGS_FORMAT = 2
+#: Format of the timings tables this version writes (column ``format_version``). 3: a
+#: study's points are written as tables by concern (``timings.csv`` and the tables
+#: beside it, :mod:`crossover_study.analysis.table_split`; a per-job table holds the
+#: whole row). 2: the size columns are the axes the row's ``axes`` column names, any
+#: names a case declares (plug-in cases bring their own), the whole row in one table.
+#: 1 (no ``format_version`` column): the six fixed size columns of the four seeds,
+#: ``axes`` absent; :func:`size_columns` and :func:`row_axes` read all three
+#: (:func:`crossover_study.analysis.tables.upgrade`).
+TIMINGS_FORMAT = 3
 
 
 #: Columns of the tidy table that, with the size columns, name a point (a
-#: :class:`PointSpec`): what two tables or two runs are matched on.
-POINT_COLUMNS: tuple[str, ...] = (
-    "case",
-    "framework",
-    "device",
-    "variant",
-    "timing",
-    "replicas",
-    "scaling",
-)
+#: :class:`PointSpec`): what two tables or two runs are matched on. Named once, in
+#: :data:`crossover_study.core.columns.POINT_KEY`.
+POINT_COLUMNS: tuple[str, ...] = POINT_KEY
 
 
 def without_replicas(timings):
