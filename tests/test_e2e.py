@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from conftest import run_snakemake
 
-from crossover_study.audit import check as audit
+from crossover_study.audit import verify as audit
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.provenance.manifest import load_manifest

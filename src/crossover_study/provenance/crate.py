@@ -25,7 +25,7 @@ root under ``make study``), ``#repo:<path>`` relative to the repository,
 ``#package:<distribution>==<version>:<path in the distribution>`` inside an installed
 package, ``#outside:<file name>`` for a file that lay elsewhere. Each carries its
 ``contentSize`` and ``identifier`` ``sha256:<hex>``; ``make audit`` resolves and hashes
-them (:mod:`crossover_study.audit.check`).
+them (:mod:`crossover_study.audit.verify`).
 
 Everything is read from the study's manifest (:mod:`crossover_study.provenance.manifest`):
 

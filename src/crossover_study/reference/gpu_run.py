@@ -29,9 +29,11 @@ workflow's ``measure``, ``collect`` and ``crossover`` rules and the manifest do:
    ``<out>/reference-<study>-<host>-<UTC date>.tar.gz`` (at most :data:`ARCHIVE_LIMIT_BYTES`)
    and removes the partial archive.
 
-The jobs' order, files and progress lines are :mod:`crossover_study.reference.gpu_jobs`'s;
-steps 3 and 4 (and ``finish``) are :mod:`crossover_study.reference.gpu_finish`'s. Only the standard library,
-:mod:`gpu_bundle` and those two modules (standard library only at their top) are
+The jobs' order is :mod:`crossover_study.reference.gpu_jobs`'s; their files, commands and
+progress lines are :mod:`crossover_study.measure.launch`'s (the check launches its jobs
+the same way); steps 3 and 4 (and ``finish``) are
+:mod:`crossover_study.reference.gpu_finish`'s. Only the standard library,
+:mod:`gpu_bundle` and those three modules (standard library only at their top) are
 imported before the bundle is installed.
 """
 
@@ -49,18 +51,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from crossover_study.core.paths import REPO_ROOT, portable_path
-from crossover_study.reference import gpu_bundle
-from crossover_study.reference.gpu_finish import RUNNER_RECORD, finish, finish_partial, pack
-from crossover_study.reference.gpu_jobs import (
+from crossover_study.measure.launch import (
     Progress,
     job_command,
     job_files,
-    job_order,
     rates_command,
     rates_files,
     write_benchmark,
     write_unstarted,
 )
+from crossover_study.reference import gpu_bundle
+from crossover_study.reference.gpu_finish import RUNNER_RECORD, finish, finish_partial, pack
+from crossover_study.reference.gpu_jobs import job_order
 
 #: The public names, those of the jobs and of the finishing steps included (callers
 #: import them from here).

@@ -25,8 +25,8 @@ A device class asked for but absent (no NVIDIA GPU listed by NVML or nvidia-smi 
 ``cuda`` and ``cuda_multi``) is said in one line; its rows are ``unavailable`` and no
 process is started for it (never a CPU timing under its name). Bad input exits with
 status 2 and one line before anything is timed
-(:class:`crossover_study.reference.check_input.CheckError`; the input is checked and made
-a study config by :mod:`crossover_study.reference.check_input`). The folder is the
+(:class:`crossover_study.quickcheck.inputs.CheckError`; the input is checked and made
+a study config by :mod:`crossover_study.quickcheck.inputs`). The folder is the
 check's own (never one used before). A job that ends before its points are measured
 (its deadline, a failure) or Ctrl-C leaves the folder holding what was measured, its
 manifest and ``answer.json`` marked ``incomplete``, and one line saying so.
@@ -50,14 +50,7 @@ from crossover_study.core.errors import describe_os_error, disk_error
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.core.progress import for_terminal
 from crossover_study.measure.journal import FINAL
-from crossover_study.reference.check_input import (
-    CheckError,
-    build_config,
-    case_name,
-    claim_folder,
-    sweep_study,
-)
-from crossover_study.reference.gpu_jobs import (
+from crossover_study.measure.launch import (
     Progress,
     job_command,
     job_files,
@@ -65,6 +58,13 @@ from crossover_study.reference.gpu_jobs import (
     rates_files,
     write_benchmark,
     write_unstarted,
+)
+from crossover_study.quickcheck.inputs import (
+    CheckError,
+    build_config,
+    case_name,
+    claim_folder,
+    sweep_study,
 )
 from crossover_study.study import cases
 from crossover_study.study import points as study_points
@@ -140,7 +140,7 @@ def _process(cmd: list, progress: Progress) -> tuple[float, list[str], bool]:
 
 def _unstarted(config: dict, out: Path, job: tuple, why: str) -> None:
     """The table and probe record of an absent device's job: ``unavailable`` rows
-    saying ``why`` (:func:`crossover_study.reference.gpu_jobs.write_unstarted`), no process started."""
+    saying ``why`` (:func:`crossover_study.measure.launch.write_unstarted`), no process started."""
     case, framework, device, batch = job
     paths = job_files(out, out / "logs", job)
     points = study_points.batches(config, case, framework, device)[batch]

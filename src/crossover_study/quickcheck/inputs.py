@@ -1,4 +1,4 @@
-"""The input of ``crossover-study check`` (:mod:`crossover_study.reference.quick_check`):
+"""The input of ``crossover-study check`` (:mod:`crossover_study.quickcheck.command`):
 its sizes, plug-in file, devices and variants checked and made one validated study
 config, the study file of the full sweep, and the check's own output folder. Every bad
 input raises :class:`CheckError` with one line naming it, before anything is timed or
