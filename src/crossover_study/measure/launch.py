@@ -122,8 +122,8 @@ def write_unstarted(points, paths: dict, config_hash: str, threads: int, why: st
     from crossover_study.core.files import write_csv_atomic
     from crossover_study.core.origin import placement, table_columns
     from crossover_study.measure.probe import probe_record, write_probe
-    from crossover_study.measure.runner import framework_mismatch
     from crossover_study.study.programs import program_or_none
+    from crossover_study.workloads import framework_mismatch
 
     now = datetime.now(UTC).isoformat(timespec="seconds")
     rows = []
