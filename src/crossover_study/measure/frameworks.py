@@ -350,7 +350,8 @@ def make_workload(point, threads: int):
     own), and :class:`DeviceMissingError` when fewer GPUs
     are visible than replicas or no TPU is.
     """
-    from crossover_study.study.applicability import case_kind, require
+    from crossover_study.study.applicability import require
+    from crossover_study.study.program_traits import case_kind
     from crossover_study.study.programs import program_of
     from crossover_study.study.spec import REPLICA_VARIANTS
 

@@ -16,8 +16,9 @@ from pathlib import Path
 from crossover_study.core.errors import describe_os_error
 from crossover_study.study import cases, study_file
 from crossover_study.study import config as study_config
-from crossover_study.study.applicability import applicability, case_kind
+from crossover_study.study.applicability import applicability
 from crossover_study.study.device_cards import card_files
+from crossover_study.study.program_traits import case_kind
 from crossover_study.study.spec import (
     DEVICES,
     FRAMEWORKS,

@@ -4,12 +4,13 @@ Every workload takes ``(device, sizes, variant)``; a variant that does not apply
 case, framework or device raises :class:`NotApplicable` from the constructor, before
 anything is built, and the runner records ``status=not_applicable`` with the reason.
 Which variant applies where is one table, :mod:`crossover_study.study.applicability`; the
-workloads ask it with the traits of their program (``applicability.KINDS``).
+workloads ask it with the traits of their program (``program_traits.KINDS``).
 """
 
 from __future__ import annotations
 
-from crossover_study.study.applicability import NotApplicable, case_kind, require
+from crossover_study.study.applicability import NotApplicable, require
+from crossover_study.study.program_traits import case_kind
 from crossover_study.study.programs import not_applicable_reason
 from crossover_study.study.spec import LOSS_READ_VARIANTS, REPLICA_VARIANTS, PointSpec
 

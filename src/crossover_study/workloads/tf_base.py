@@ -15,7 +15,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from crossover_study.study.applicability import loss_kind, require
+from crossover_study.study.applicability import require
+from crossover_study.study.program_traits import loss_kind
 from crossover_study.workloads import loss_read_every
 
 
@@ -70,7 +71,7 @@ class _TFWorkload:
 
     def kind(self) -> frozenset[str]:
         """The traits of this program the applicability table reads
-        (``applicability.KINDS``): a one-device program, Keras fit (which reads its loss
+        (``program_traits.KINDS``): a one-device program, Keras fit (which reads its loss
         every step), its LSTM, a step that already is a tf.function, its own loss-read
         interval."""
         flags = {

@@ -19,7 +19,8 @@ from tensorflow import keras
 
 from crossover_study.core.errors import DeviceMissingError
 from crossover_study.study import seed_data as data
-from crossover_study.study.applicability import case_kind, require
+from crossover_study.study.applicability import require
+from crossover_study.study.program_traits import case_kind
 from crossover_study.workloads import replica_batches
 from crossover_study.workloads.tf_base import SeedFit, tf_function_traces
 from crossover_study.workloads.tf_cases import lstm_regressor
