@@ -400,7 +400,7 @@ def _record_live_ddp_at_destroy(monkeypatch) -> list[int]:
 
 def test_ddp_model_is_freed_before_its_process_group_is_destroyed(monkeypatch):
     # A Reducer that outlives its gloo group destroys the group itself, with the GIL
-    # held, and can deadlock with gloo's worker thread (torch_ddp._release_program).
+    # held, and can deadlock with gloo's worker thread (ddp_rank.release_program).
     from crossover_study.workloads.torch_ddp import DDPWorkload
 
     frameworks.import_framework("torch", "cpu", 1)

@@ -30,7 +30,7 @@ from crossover_study.plugin import KerasFit, TFStep, sample_count
 from crossover_study.study.applicability import require
 from crossover_study.study.program_traits import loss_kind
 from crossover_study.workloads import loss_read_every as _loss_read_every
-from crossover_study.workloads.tf_base import _TFWorkload, tf_function_traces
+from crossover_study.workloads.tf_base import TFWorkload, tf_function_traces
 
 #: The traits (``program_traits.KINDS``) of a plug-in's program before its builder ran.
 PLUGIN_KIND = frozenset({"plugin", "one_device"})
@@ -54,7 +54,7 @@ def training_samples(program: KerasFit) -> int:
     return samples
 
 
-class TFPluginWorkload(_TFWorkload):
+class TFPluginWorkload(TFWorkload):
     """A plug-in's ``TFStep`` or ``KerasFit`` as the harness's Workload.
 
     Raises NotApplicable (constructor) for a variant of the other framework, a replica

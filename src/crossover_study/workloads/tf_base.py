@@ -41,7 +41,7 @@ def tf_function_traces(fn, depth: int = 3) -> int | None:
     return sum(counts) if counts else None
 
 
-class _TFWorkload:
+class TFWorkload:
     steps_per_call = 1
     #: True when ``run(n)`` makes one call of a traced function for all n steps (the
     #: loop variant): the call's cost is then spread over a timed block's steps.
@@ -167,7 +167,7 @@ class SeedFit:
     def fit_epochs_per_iterator(self) -> int | None:
         """Epochs that one data iterator of the program's fit call serves: 1, a fit
         without ``steps_per_epoch`` makes a new one every epoch (Keras 3's
-        ``EpochIterator``); :class:`_KerasFit` says where its fit keeps one longer."""
+        ``EpochIterator``); :class:`KerasFitWorkload` says where its fit keeps one longer."""
         return 1
 
     def close(self) -> None:
@@ -180,7 +180,7 @@ class SeedFit:
             self._checkpoint_dir = None
 
 
-class _KerasFit(SeedFit, _TFWorkload):
+class KerasFitWorkload(SeedFit, TFWorkload):
     """A Keras ``fit`` program; one call of ``run`` covers whole epochs.
 
     Training paths (the variant): ``eager`` and the loss variants call ``fit`` as the

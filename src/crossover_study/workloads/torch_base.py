@@ -98,7 +98,7 @@ def check_torch_variant(variant: str, device: str, kind=frozenset({"one_device"}
             raise Unavailable(missing)
 
 
-def _glorot(module: nn.Module) -> nn.Module:
+def glorot(module: nn.Module) -> nn.Module:
     """Keras Dense defaults: Glorot-uniform kernel, zero bias."""
     for m in module.modules():
         if isinstance(m, nn.Linear):
@@ -107,7 +107,7 @@ def _glorot(module: nn.Module) -> nn.Module:
     return module
 
 
-class _TorchWorkload:
+class TorchWorkload:
     steps_per_call = 1
     min_steps_per_block = 1
     loss_read_every = 1
