@@ -125,7 +125,7 @@ def _torch_counter():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            packet = func._overloadpacket
+            packet = func._overloadpacket  # noqa: SLF001 - how torch names an op's overload packet
             name = str(packet)
             if name.startswith("profiler."):  # record_function markers, not operations
                 return out

@@ -183,7 +183,7 @@ class TorchWorkload:
         side stream, gradients set to None, then capture.
         """
         if self.variant == "compile":
-            torch._dynamo.reset()  # no state from an earlier point's compilation
+            torch._dynamo.reset()  # noqa: SLF001 - torch's documented reset of earlier compiles
             self.step = torch.compile(self.train_step, mode="reduce-overhead")
             self._compile_base = _compile_count()
             self._cache_base = _compile_cache_counts()
