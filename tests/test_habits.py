@@ -48,7 +48,6 @@ LONG_FUNCTIONS = {
     "measure/job.py:measure_job",
     "measure/point.py:_measure_point",
     "measure/supervisor.py:supervise",
-    "provenance/crate.py:build_crate",
     "provenance/manifest.py:build_manifest",
     "quickcheck/command.py:main",
     "quickcheck/command.py:run_check",
