@@ -51,7 +51,6 @@ LONG_FUNCTIONS = {
     "provenance/manifest.py:build_manifest",
     "quickcheck/command.py:main",
     "quickcheck/command.py:run_check",
-    "reference/gpu_run.py:run",
     "reference/rehearsal.py:rehearse",
     "stepmodel/columns.py:model_columns",
     "stepmodel/counts_tf.py:count_tf_step",
