@@ -49,8 +49,6 @@ LONG_FUNCTIONS = {
     "measure/point.py:_measure_point",
     "measure/supervisor.py:supervise",
     "provenance/manifest.py:build_manifest",
-    "quickcheck/command.py:main",
-    "quickcheck/command.py:run_check",
     "reference/rehearsal.py:rehearse",
     "stepmodel/columns.py:model_columns",
     "stepmodel/counts_tf.py:count_tf_step",
