@@ -199,7 +199,7 @@ def pytest_configure(config):
 def hard_timeout(request):
     """Backstop for hangs pytest-timeout cannot end: a wait inside C++ that holds the GIL
     (a gloo process group destroyed under a DDP Reducer did, see torch_ddp's
-    ``_release_program``) starves pytest-timeout's Python timer, and its signal handler
+    ``release_program``) starves pytest-timeout's Python timer, and its signal handler
     never runs. faulthandler's watchdog is a C thread: after ``hard_timeout`` seconds
     (ini option) it prints every thread's Python stack and exits the process, so CI
     fails with the stacks instead of waiting out its own limit."""

@@ -16,12 +16,8 @@ import pytest
 
 from crossover_study.answers.regime import device_regime_text, regime_clause
 from crossover_study.measure import frameworks
-from crossover_study.measure.attribution import (
-    attribute_tree,
-    attribution_columns,
-    block_steps,
-    nested,
-)
+from crossover_study.measure.attribution import attribution_columns, block_steps
+from crossover_study.measure.event_tree import attribute_tree, nested
 from crossover_study.measure.point import measure_point
 from crossover_study.measure.tracer_cost import CATEGORIES, corrected
 from crossover_study.study import cases

@@ -18,10 +18,10 @@ import psutil
 import pytest
 
 from crossover_study.analysis.compare_runs import main as compare_main
-from crossover_study.audit.check import audit
+from crossover_study.audit.verify import audit
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.reference import check_input
-from crossover_study.reference import quick_check as check
+from crossover_study.quickcheck import command as check
+from crossover_study.quickcheck import inputs
 from crossover_study.study.device_cards import DEFAULT_CARDS
 
 CNN = "examples/digits_cnn.py"
@@ -97,9 +97,9 @@ def test_no_builder(capsys, tmp_path):
 
 
 def test_framework_not_installed(capsys, tmp_path, monkeypatch):
-    real = check_input.importlib.util.find_spec
+    real = inputs.importlib.util.find_spec
     monkeypatch.setattr(
-        check_input.importlib.util,
+        inputs.importlib.util,
         "find_spec",
         lambda name, *a: None if name == "tensorflow" else real(name, *a),
     )
@@ -108,9 +108,9 @@ def test_framework_not_installed(capsys, tmp_path, monkeypatch):
 
 
 def test_devices_present_from_the_gpu_snapshot():
-    none = check_input.present_devices({"gpus": [], "reason": "nvidia-smi: not on PATH"})
+    none = inputs.present_devices({"gpus": [], "reason": "nvidia-smi: not on PATH"})
     assert none["cpu"] is None and "not on PATH" in none["cuda"] and none["cuda_multi"]
-    one = check_input.present_devices({"gpus": [{"index": 0}], "reason": None})
+    one = inputs.present_devices({"gpus": [{"index": 0}], "reason": None})
     assert one["cuda"] is None and "2 needed" in one["cuda_multi"]
 
 
@@ -129,13 +129,13 @@ def test_default_variants_are_those_that_apply(tmp_path):
         },
     }
     study_config.validate_config(raw)
-    on_cpu = check_input.default_variants("digits-cnn", "torch", ["cpu"])
+    on_cpu = inputs.default_variants("digits-cnn", "torch", ["cpu"])
     assert on_cpu[0] == "eager" and "compile" in on_cpu and "read_loss_every_1000" in on_cpu
     assert not {"cuda_graph", "tf32", "xla", "function"} & set(on_cpu)
     assert {"cuda_graph", "tf32"} <= set(
-        check_input.default_variants("digits-cnn", "torch", ["cpu", "cuda"])
+        inputs.default_variants("digits-cnn", "torch", ["cpu", "cuda"])
     )
-    assert check_input.case_name(check_input.Path(KERAS)) == "digits-keras-fit"
+    assert inputs.case_name(inputs.Path(KERAS)) == "digits-keras-fit"
 
 
 def _check_run(capsys, tmp_path, argv, devices="cpu,cuda"):
@@ -283,8 +283,8 @@ def test_two_checks_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
     assert first[1] == tmp_path / "results" / "check-digits-cnn-20261205T070000Z"
     assert second[1] == tmp_path / "results" / "check-digits-cnn-20261205T070000Z-2"
     assert [study for study, _ in ran] == [out.name for _, out in ran]
-    with pytest.raises(check_input.CheckError, match="exists: a check never writes into a folder"):
-        check_input.claim_folder(str(first[1]), "x")
+    with pytest.raises(inputs.CheckError, match="exists: a check never writes into a folder"):
+        inputs.claim_folder(str(first[1]), "x")
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
         first[1].name,
         second[1].name,

@@ -14,7 +14,7 @@ import pytest
 from kineto_traces import DATA, dumps, host_bound, regime_traces
 
 from crossover_study.answers.regime import device_regime_text, regime_clause
-from crossover_study.measure import attribution
+from crossover_study.measure import attribution, event_tree
 from crossover_study.measure.device_trace import (
     TraceEvent,
     block_window,
@@ -215,7 +215,7 @@ def test_a_cuda_point_gets_the_device_columns_and_a_cpu_point_none(monkeypatch):
     def profile(workload, steps, device):
         seconds = dict.fromkeys(CATEGORIES, 0.0) | {"ops": 0.0006, "python": 0.0001}
         events = {c: {} for c in CATEGORIES} | {"ops": {"TorchOp": 10}, "python": {"PyCall": 5}}
-        block = attribution.Event("PyCall", "block", 0, 759_000)
+        block = event_tree.Event("PyCall", "block", 0, 759_000)
         return block, seconds, events, trace if device == "cuda" else None
 
     monkeypatch.setattr(attribution, "_profile", profile)
@@ -265,7 +265,7 @@ def test_a_cuda_point_without_device_activity_says_why():
 
 
 def test_the_hosts_tree_leaves_the_traces_cuda_events_to_the_device():
-    event = attribution.Event
+    event = event_tree.Event
     # with CUDA activity the tree holds the launch call and its kernel (tag Kineto)
     # under the op; the launch stays the op's time, the kernel is not host time
     kernel = event("_EventType.Kineto", "void gemm_kernel", 500, 400)
@@ -275,7 +275,7 @@ def test_the_hosts_tree_leaves_the_traces_cuda_events_to_the_device():
     block = event(
         "_EventType.PyCall", "x/measure/attribution.py(1): _profiled_block", 0, 1000, [binding]
     )
-    seconds, events = attribution.attribute_tree(attribution.nested(block), "cuda")
+    seconds, events = event_tree.attribute_tree(event_tree.nested(block), "cuda")
     assert seconds["ops"] == pytest.approx(220e-9)
     assert seconds["unattributed"] == pytest.approx(780e-9)  # the block's own time
     assert sum(seconds.values()) == pytest.approx(1000e-9)

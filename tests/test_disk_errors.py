@@ -29,7 +29,7 @@ from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.measure import journal as journal_module
 from crossover_study.measure.job import measure_job
-from crossover_study.reference import quick_check as check
+from crossover_study.quickcheck import command as check
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
 CNN = str(REPO_ROOT / "examples/digits_cnn.py")

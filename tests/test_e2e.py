@@ -9,7 +9,7 @@ from conftest import run_snakemake
 
 from crossover_study.analysis import table_split
 from crossover_study.analysis.tables import collect_timings, read_timings, validate_study_tables
-from crossover_study.audit import check as audit
+from crossover_study.audit import verify as audit
 from crossover_study.core import columns as col
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT

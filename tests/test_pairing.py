@@ -155,7 +155,7 @@ def test_points_that_cannot_share_a_process_say_why():
 
 
 def test_a_job_measures_each_sizes_eager_before_its_variants():
-    from crossover_study.measure.runner import _paired_order
+    from crossover_study.measure.partners import paired_order
 
     small, large = {"d_in": 1024, "hidden": 32}, {"d_in": 1024, "hidden": 128}
     points = (
@@ -165,7 +165,7 @@ def test_a_job_measures_each_sizes_eager_before_its_variants():
         dataclasses.replace(_point("copy_data_each_step"), sizes=small),
         dataclasses.replace(_point("compile"), sizes=large),
     )
-    order = _paired_order(points, [False] * 5)
+    order = paired_order(points, [False] * 5)
     assert [points[i].variant for i in order] == [
         "eager",
         "compile",
@@ -175,7 +175,7 @@ def test_a_job_measures_each_sizes_eager_before_its_variants():
     ]
     assert points[order[0]].sizes == small
     # A point that ended its process before still goes last.
-    assert _paired_order(points, [False, False, True, False, False])[-1] == 2
+    assert paired_order(points, [False, False, True, False, False])[-1] == 2
 
 
 class _Journal:
@@ -194,25 +194,13 @@ class _Closing:
 
 
 def _job(rows, wanted=()):
-    from crossover_study.measure.runner import _Job
+    from crossover_study.measure.partners import KeptPartner
 
-    return _Job(
-        group=None,
-        journal=_Journal(rows),
-        common={},
-        probe=None,
-        log=print,
-        watchdog=None,
-        gpu_start=None,
-        deadline=None,
-        import_s=0.0,
-        device_init_s=None,
-        wanted=set(wanted),
-    )
+    return KeptPartner(journal=_Journal(rows), threads=1, wanted=set(wanted))
 
 
 def test_the_job_keeps_eager_for_its_variants_and_rebuilds_it_from_the_journal(monkeypatch):
-    from crossover_study.measure import runner
+    from crossover_study.measure import partners
 
     eager, compile_ = _point("eager"), _point("compile")
     job = _job({}, wanted=[eager.key()])
@@ -232,9 +220,9 @@ def test_the_job_keeps_eager_for_its_variants_and_rebuilds_it_from_the_journal(m
     # Eager kept from an earlier run's journal: built again for its variants.
     built = []
     monkeypatch.setattr(
-        runner,
-        "_rebuild_partner",
-        lambda point, row, group: (
+        partners,
+        "rebuild_partner",
+        lambda point, row, threads: (
             built.append((point.key(), row["steps_per_block"]))
             or Partner(_Closing(), row["steps_per_block"], 2)
         ),

@@ -115,7 +115,7 @@ def test_a_frozen_run_keeps_its_plugins_and_audits_ok(own_tiny, tmp_path):
     """freeze copies the plug-in files of a study's own cases under plugins/ of the
     frozen run, whose audit then finds them there (it failed 'plug-in not found'); an
     edited copy fails its audit."""
-    from crossover_study.audit.check import audit
+    from crossover_study.audit.verify import audit
     from crossover_study.reference.freeze import freeze
 
     workdir, _ = own_tiny

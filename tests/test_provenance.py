@@ -31,7 +31,7 @@ from crossover_study.analysis.environments import (
     check_environments,
     environment_conflicts,
 )
-from crossover_study.audit import check as audit
+from crossover_study.audit import verify as audit
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.figures import files as figure_files

@@ -21,7 +21,7 @@ import yaml
 from conftest import run_crate_validator, run_snakemake
 
 from crossover_study.analysis.tables import read_timings_text
-from crossover_study.audit import check as audit
+from crossover_study.audit import verify as audit
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.figures import data as figure_data

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import COMMITTED_CPU_RUN
 
-from crossover_study.audit.check import audit
+from crossover_study.audit.verify import audit
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.reference import archive_import as reference_import
 

@@ -11,13 +11,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from crossover_study.audit.check import audit
+from crossover_study.audit.verify import audit
 from crossover_study.core.paths import pins
+from crossover_study.measure import launch
 from crossover_study.reference import archive_import as reference_import
 from crossover_study.reference import gpu_bundle
 from crossover_study.reference import gpu_finish as reference_finish
-from crossover_study.reference import gpu_jobs as reference_jobs
 from crossover_study.reference import gpu_run as reference_run
+from crossover_study.reference.gpu_jobs import job_order
 
 TINY = {
     "study": "tiny-reference",
@@ -85,7 +86,7 @@ def test_jobs_run_case_by_case_gpu_first_other_frameworks_last():
         ("s000-hjb", "torch", "cuda", 0),
         ("s001-mlp", "torch", "cuda", 0),
     ]
-    assert sorted(jobs, key=reference_jobs.job_order) == [
+    assert sorted(jobs, key=job_order) == [
         ("s001-mlp", "torch", "cuda", 0),
         ("s001-mlp", "torch", "cpu", 0),
         ("s000-hjb", "torch", "cuda", 0),
@@ -95,7 +96,7 @@ def test_jobs_run_case_by_case_gpu_first_other_frameworks_last():
 
 
 def test_progress_counts_each_point_once(capsys):
-    progress = reference_jobs.Progress(2, time.time())
+    progress = launch.Progress(2, time.time())
     key = "s001-mlp|torch|cpu|eager|batch=64,d_in=1024,hidden=32"
     point = "[s001-mlp torch cpu · 1/1] eager synced batch=64 d_in=1024 hidden=32"
     for line in (
@@ -367,7 +368,7 @@ def test_the_rehearsal_passes_on_a_fresh_clone(tmp_path):
 
 
 def test_a_job_past_its_timeout_is_killed(capsys):
-    progress = reference_jobs.Progress(1, time.time())
+    progress = launch.Progress(1, time.time())
     script = "import time; print('started', flush=True); time.sleep(60)"
     code, seconds = reference_run._run_job(
         [reference_run.sys.executable, "-c", script], dict(reference_run.os.environ), 1.0, progress

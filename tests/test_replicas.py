@@ -25,7 +25,7 @@ from crossover_study.core.origin import table_columns
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.figures import draw as figure_draw
 from crossover_study.figures import scaling as figure_scaling
-from crossover_study.measure import device_probe, frameworks, runner
+from crossover_study.measure import device_probe, frameworks
 from crossover_study.measure import point as point_measure
 from crossover_study.measure.harness import measure
 from crossover_study.measure.runner import GroupSpec, run_group
@@ -42,7 +42,7 @@ from crossover_study.study.points import (
 )
 from crossover_study.study.spec import PointSpec, without_replicas
 from crossover_study.study.study_file import ConfigError
-from crossover_study.workloads import ddp_rank
+from crossover_study.workloads import ddp_rank, framework_mismatch
 
 SEED_SIZES = {name: dict(case.seed) for name, case in SEEDS.items()}
 MLP = SEED_SIZES["s001-mlp"]
@@ -400,7 +400,7 @@ def _record_live_ddp_at_destroy(monkeypatch) -> list[int]:
 
 def test_ddp_model_is_freed_before_its_process_group_is_destroyed(monkeypatch):
     # A Reducer that outlives its gloo group destroys the group itself, with the GIL
-    # held, and can deadlock with gloo's worker thread (torch_ddp._release_program).
+    # held, and can deadlock with gloo's worker thread (ddp_rank.release_program).
     from crossover_study.workloads.torch_ddp import DDPWorkload
 
     frameworks.import_framework("torch", "cpu", 1)
@@ -534,7 +534,7 @@ def test_mirrored_fit_points_jobs_and_reasons():
     assert [logical_cpus(p, "cpu") for p in parts] == [1, 2]
     # torch's rows of the variant say it belongs to TensorFlow, decided before any device.
     torch_point = PointSpec("s004-lstm", "torch", "cpu", "mirrored_fit", lstm, replicas=1)
-    assert "TensorFlow/Keras program variant" in runner.framework_mismatch(torch_point)
+    assert "TensorFlow/Keras program variant" in framework_mismatch(torch_point)
     # The one-device Keras program refuses it: replicas come from the replication section.
     from crossover_study.workloads.tf_cases import LSTM
 

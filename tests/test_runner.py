@@ -16,9 +16,10 @@ from crossover_study.core.paths import REPO_ROOT
 from crossover_study.measure import frameworks, runner
 from crossover_study.measure import point as point_measure
 from crossover_study.measure.journal import Journal
-from crossover_study.measure.runner import UNSYNCED_ON_CPU, GroupSpec, run_group
+from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
+from crossover_study.workloads import UNSYNCED_ON_CPU
 
 SEED = {"batch": 64, "d_in": 1024, "hidden": 128}
 

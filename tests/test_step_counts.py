@@ -243,7 +243,7 @@ def test_a_counted_point_times_no_rates_and_says_what_it_paid(framework, monkeyp
         raise AssertionError("a point timed the machine's rates")
 
     monkeypatch.setattr(step_rates, "op_costs", timed)
-    monkeypatch.setattr(step_rates, "_keras_fit_rates", timed)  # as _tf_rates calls it
+    monkeypatch.setattr(step_rates, "keras_fit_rates", timed)  # as _tf_rates calls it
     monkeypatch.setattr(step_rates, "measure_rates", timed)
     policy = TimingPolicy(min_block_s=0.001, n_blocks=3, max_warmup_s=0.05, sync_check_s=0)
     points = [
@@ -270,7 +270,7 @@ def test_keras_fit_costs_are_measured():
 
     tf = frameworks.import_framework("tensorflow", "cpu", 1)
     with tf.device("/CPU:0"):
-        fit = step_fit_rates._keras_fit_rates(0.4)
+        fit = step_fit_rates.keras_fit_rates(0.4)
     assert set(fit) == {
         "fit_call_s",
         "fit_epoch_s",
@@ -292,8 +292,8 @@ def test_a_shape_replayed_before_in_the_job_is_not_replayed_again(monkeypatch):
         timed.append(n)
         return {"median": 1e-3 * len(timed), "iqr": 0.0, "blocks": []}
 
-    monkeypatch.setattr(step_replay, "_blocks", blocks)
-    monkeypatch.setattr(step_replay, "_faults_per_call", lambda run, sync: 2.0)
+    monkeypatch.setattr(step_replay, "timed_blocks", blocks)
+    monkeypatch.setattr(step_replay, "faults_per_call", lambda run, sync: 2.0)
     products = [[1, 8, 8, 8, False, False, False, 3.0], [2, 4, 4, 4, True, False, False, 1.0]]
     layers = [[5, 2, 3, 4, False, 1.0], [5, 2, 3, 4, True, 1.0]]
     tanh = json.dumps([[{"t": [4, 4], "dtype": "float32"}], {}])
@@ -317,7 +317,7 @@ def test_a_shape_replayed_before_in_the_job_is_not_replayed_again(monkeypatch):
 def test_rate_blocks_drop_each_result_at_once():
     """A rate's calls free their outputs as a step's temporaries are freed: kept to
     the block's end, every output was fresh memory and the bandwidth curve timed page
-    faults (step_timing._repeat)."""
+    faults (step_timing.repeated)."""
     import weakref
 
     class Output:
@@ -331,7 +331,7 @@ def test_rate_blocks_drop_each_result_at_once():
         made.append(len(alive))
         return out
 
-    step_timing._repeat(call)(5)
+    step_timing.repeated(call)(5)
     assert made == [1, 1, 1, 1, 1] and len(alive) == 0
 
 
@@ -405,7 +405,7 @@ def test_lstm_layers_are_replayed_whole():
 
 
 def test_replay_faults_are_counted_per_call():
-    """_faults_per_call counts what a call faults in: a fresh 64 MiB mapping written
+    """faults_per_call counts what a call faults in: a fresh 64 MiB mapping written
     page by page faults every page, a call that allocates nothing none."""
     import mmap
 
@@ -421,14 +421,14 @@ def test_replay_faults_are_counted_per_call():
             del view
             region.close()
 
-    assert step_faults._faults_per_call(fresh, lambda: None) >= pages
-    assert step_faults._faults_per_call(lambda n: None, lambda: None) < 1
+    assert step_faults.faults_per_call(fresh, lambda: None) >= pages
+    assert step_faults.faults_per_call(lambda n: None, lambda: None) < 1
     # the rate: a fresh 64 MiB write costs more than the same write into kept memory
-    rate = step_faults._page_fault(*step_faults._mapped_pages(step_faults._numpy_fill))
+    rate = step_faults.page_fault(*step_faults.mapped_pages(step_faults.numpy_fill))
     rate = rate["page_fault_s"]
     assert 1e-8 < rate["median"] < 1e-4
     # an allocator that keeps its blocks faults nothing: no rate rather than a wrong one
-    assert step_faults._page_fault(lambda: None, lambda: None) == {}
+    assert step_faults.page_fault(lambda: None, lambda: None) == {}
 
 
 def test_a_failed_replay_keeps_the_counts(monkeypatch, capsys):

@@ -96,7 +96,7 @@ def test_keras_compile_pins_xla_off_and_one_step_per_execution():
 def applicable(framework: str, case: str, device: str = "cpu") -> dict[str, str | None]:
     """Every variant of ``case`` in ``framework`` on ``device`` -> None where it applies,
     else the reason, as the applicability table gives them for the workload's own
-    program (its traits, ``applicability.KINDS``, read from an eager instance)."""
+    program (its traits, ``program_traits.KINDS``, read from an eager instance)."""
     from crossover_study.study.applicability import applicability
     from crossover_study.study.spec import VARIANTS
 

@@ -20,7 +20,7 @@ lies in a package of :data:`LAYERS`). The floors, bottom first:
 6. ``provenance``: the manifest and the RO-Crate;
 7. ``audit``: a run or the paper recomputed against its manifest;
 8. ``reference``: the GPU reference run, its bundle and rehearsal, an archive imported,
-   a run frozen, and the one-size check;
+   a run frozen; ``quickcheck``: the one-size check (``crossover-study check``);
 9. ``cli``: the ``crossover-study`` command;
 10. ``__main__``: ``python -m crossover_study``, the same command.
 
@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
     "provenance": 6,
     "audit": 7,
     "reference": 8,
+    "quickcheck": 8,
     "cli": 9,
     "__main__": 10,
 }

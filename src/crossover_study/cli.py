@@ -171,7 +171,7 @@ COMMANDS: dict[str, Command] = {
     "study": Command("run a study through Snakemake (default: the default study)", _study),
     "check": Command(
         "one model at one size on every device: the answer in about a minute",
-        _main_of("reference.quick_check"),
+        _main_of("quickcheck.command"),
     ),
     "devices": Command(
         "the device cards predictions are priced on, with their sources",
@@ -187,7 +187,7 @@ COMMANDS: dict[str, Command] = {
         _main_of("analysis.compare_runs"),
     ),
     "audit": Command(
-        "recompute a run's hashes; check its tables and figures", _main_of("audit.check")
+        "recompute a run's hashes; check its tables and figures", _main_of("audit.verify")
     ),
     "agreement": Command(
         "time the harness against the field's reference timers", _main_of("measure.agreement")

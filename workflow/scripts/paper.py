@@ -11,7 +11,7 @@ def main(snakemake) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from crossover_study.audit.check import audited
+    from crossover_study.audit.verify import audited
     from crossover_study.figures.paper import paper_figures
     from crossover_study.provenance.manifest import paper_manifest, write_json
 

@@ -1,4 +1,4 @@
-"""The answer of ``crossover-study check`` (:mod:`crossover_study.reference.quick_check`): what a person
+"""The answer of ``crossover-study check`` (:mod:`crossover_study.quickcheck.command`): what a person
 reads in ten seconds, from the check's own ``timings.csv`` and ``crossover.csv``.
 
 Per device the steady step time (median over timed blocks, s) with its interval (the

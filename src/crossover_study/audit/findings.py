@@ -1,5 +1,5 @@
 """The audit's report model: one finding, the report of one audited target, and how
-both are printed (:mod:`crossover_study.audit.check`). Nothing here reads a file."""
+both are printed (:mod:`crossover_study.audit.verify`). Nothing here reads a file."""
 
 from __future__ import annotations
 

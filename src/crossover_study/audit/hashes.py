@@ -1,7 +1,7 @@
 """The audit's hash checks: every file a manifest records (outputs, per-job tables,
 probe records, inputs, the RO-Crate's files) is found where the run left it and hashed
 again, and the manifest and crate name no place on the machine that wrote them
-(:mod:`crossover_study.audit.check`). Nothing here re-derives a table: that is
+(:mod:`crossover_study.audit.verify`). Nothing here re-derives a table: that is
 :mod:`crossover_study.audit.stages`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The audit's re-derivations, one per stage of the workflow (:mod:`crossover_study.audit.check`).
+"""The audit's re-derivations, one per stage of the workflow (:mod:`crossover_study.audit.verify`).
 
 Each stage is run again through the very library function its workflow script calls,
 so the audit cannot check another order of steps than the one the workflow ran:

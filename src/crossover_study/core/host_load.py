@@ -92,7 +92,7 @@ def faults_per_step(start: HostSample, end: HostSample, steps: int) -> float | N
     hundreds of KB or more can fault in fresh pages every step: glibc serves large
     blocks with mmap and gives the top of its heap back to the kernel when it frees
     enough, and each fault costs a few µs (:func:`crossover_study.stepmodel.rates.
-    _page_fault`)."""
+    page_fault`)."""
     if start.minor_faults is None or end.minor_faults is None or steps < 1:
         return None
     return (end.minor_faults - start.minor_faults) / steps

@@ -1,7 +1,7 @@
 """Paths as provenance records them: never a machine's absolute path.
 
 Standard library only (the GPU reference run imports it before its bundle is
-installed). :mod:`crossover_study.audit.check` fails a manifest or crate holding an absolute
+installed). :mod:`crossover_study.audit.verify` fails a manifest or crate holding an absolute
 path, so everything a run writes about where a file was goes through
 :func:`portable_path`.
 """

@@ -4,7 +4,7 @@ starts, one per point as it finishes.
 The runner writes them to the job's log (:func:`crossover_study.measure.runner.run_group`); the
 measure rule's script also prints them on Snakemake's terminal (a Slurm job's own log),
 and ``crossover-study check`` and the GPU reference run pass them on from the jobs they
-start (:class:`crossover_study.reference.gpu_jobs.Progress`). One formatter, so the lines
+start (:class:`crossover_study.measure.launch.Progress`). One formatter, so the lines
 read the same everywhere::
 
     [s001-mlp torch cpu] 37 points, 2 threads

@@ -77,7 +77,7 @@ def probe(framework: str, device: str) -> DeviceProbe:
     return DeviceProbe(True, name, None, version, cuda, visible)
 
 
-def _cvd_text() -> str:
+def visible_devices_text() -> str:
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     return "unset" if cvd is None else repr(cvd)
 
@@ -189,7 +189,7 @@ def _probe_cuda_multi(framework: str) -> DeviceProbe:
         why = (
             f"cuda_multi needs at least 2 GPUs; {len(gpus)} visible to {framework} "
             f"({framework} {version}, built with CUDA {cuda or 'none'}; "
-            f"CUDA_VISIBLE_DEVICES={_cvd_text()})"
+            f"CUDA_VISIBLE_DEVICES={visible_devices_text()})"
         )
         return DeviceProbe(False, None, why, version, cuda, visible)
     name = gpus[0] if len(set(gpus)) == 1 else " + ".join(gpus)

@@ -13,7 +13,7 @@ import sys
 
 from crossover_study.core.errors import DeviceMissingError
 from crossover_study.core.paths import portable_path
-from crossover_study.measure.device_probe import _cvd_text, gpu_names, tpu_strategy
+from crossover_study.measure.device_probe import gpu_names, tpu_strategy, visible_devices_text
 
 __all__ = [
     "COMPILE_CACHE_ENV",
@@ -350,7 +350,8 @@ def make_workload(point, threads: int):
     own), and :class:`DeviceMissingError` when fewer GPUs
     are visible than replicas or no TPU is.
     """
-    from crossover_study.study.applicability import case_kind, require
+    from crossover_study.study.applicability import require
+    from crossover_study.study.program_traits import case_kind
     from crossover_study.study.programs import program_of
     from crossover_study.study.spec import REPLICA_VARIANTS
 
@@ -369,7 +370,7 @@ def make_workload(point, threads: int):
             if visible < point.replicas:
                 raise DeviceMissingError(
                     f"{point.replicas} replicas need {point.replicas} GPUs; {visible} "
-                    f"visible to {point.framework} (CUDA_VISIBLE_DEVICES={_cvd_text()})"
+                    f"visible to {point.framework} (CUDA_VISIBLE_DEVICES={visible_devices_text()})"
                 )
         if program == "ddp_step":
             from crossover_study.workloads.torch_ddp import DDPWorkload

@@ -189,7 +189,8 @@ def in_users_state(point, group, measure_here: Callable[[], dict], fault_s=None)
     ``job_step_time_s`` and ``job_page_faults`` (the job process's measurement; None
     for ``malloc_env``, never measured there)."""
     if point.variant == MALLOC_VARIANT:
-        from crossover_study.study.applicability import applicability, case_kind
+        from crossover_study.study.applicability import applicability
+        from crossover_study.study.program_traits import case_kind
 
         applies, why = applicability(
             point.variant, point.framework, point.device, case_kind(point.case, point.framework)

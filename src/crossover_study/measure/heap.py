@@ -59,7 +59,7 @@ MATERIAL_SHARE = 0.10
 MIN_FAULTS = 1024
 #: Seconds per minor page fault when the job has no measured price
 #: (``rate_page_fault_s``): the lowest measured on the 2-core VM (1.3 µs, two threads;
-#: :func:`crossover_study.stepmodel.faults._page_fault`), so the screen errs towards
+#: :func:`crossover_study.stepmodel.faults.page_fault`), so the screen errs towards
 #: timing again.
 FALLBACK_FAULT_S = 1.0e-6
 #: Calls of the workload's ``run`` the screen counts over, each after a trim.

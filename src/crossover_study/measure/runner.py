@@ -33,10 +33,9 @@ from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import git_state, placement
 from crossover_study.core.progress import point_line
 from crossover_study.measure import device_probe, frameworks, gpu_state
-from crossover_study.measure import pairing as pairs
 from crossover_study.measure.fresh_point import in_users_state
-from crossover_study.measure.harness import Partner, time_block
 from crossover_study.measure.journal import MAX_ATTEMPTS, Journal, hold, json_default
+from crossover_study.measure.partners import KeptPartner, paired_order, partners_wanted
 from crossover_study.measure.point import Pairing, deadline_row, measure_point
 from crossover_study.measure.probe import check_cpus_given
 from crossover_study.measure.watchdog import (
@@ -48,50 +47,17 @@ from crossover_study.measure.watchdog import (
 )
 from crossover_study.stepmodel import rates as step_rates
 from crossover_study.study import cases
-from crossover_study.study.applicability import NotApplicable
 from crossover_study.study.job_limits import ContentionPolicy
 from crossover_study.study.points import TimingPolicy, logical_cpus
-from crossover_study.study.programs import not_applicable_reason, program_or_none
+from crossover_study.study.programs import program_or_none
 from crossover_study.study.spec import PointSpec, timings_columns
-from crossover_study.workloads import check_framework, check_tf32, precision
+from crossover_study.workloads import framework_mismatch, precision
 
 #: The public names.
 __all__ = [
     "GroupSpec",
-    "framework_mismatch",
     "run_group",
 ]
-
-
-#: Why an ``unsynced`` point on the CPU is not measured: it would time the same work as
-#: the synced one. PyTorch's and TensorFlow's CPU ops run synchronously (TensorFlow's
-#: eager async mode is off by default), so a call returns after its work; the anti-pattern
-#: of CASES.md P3 (a clock read while the device still works) exists on accelerators only.
-UNSYNCED_ON_CPU = (
-    "on the CPU a step's ops have finished when its call returns: a clock read without a "
-    "device sync times the same work as the synced point (the unsynced anti-pattern is "
-    "measured on accelerators)"
-)
-
-
-def framework_mismatch(point: PointSpec) -> str | None:
-    """Why ``point``'s variant does not exist in its framework, or for ``tf32`` on its
-    device class (TF32 is a GPU mode), or on a TensorFlow ``tpu`` point why its variant
-    has no program there (only ``strategy_step`` runs under TPUStrategy:
-    ``programs.program_of``), or for an ``unsynced`` point on the CPU
-    (:data:`UNSYNCED_ON_CPU`); None otherwise. Decided before the device is probed, so
-    such a row is ``not_applicable`` also where the device is missing (never
-    ``unavailable``, which would suggest the device would have run it)."""
-    if point.timing == "unsynced" and point.device == "cpu":
-        return UNSYNCED_ON_CPU
-    try:
-        check_framework(point.variant, point.framework)
-        check_tf32(point.variant, point.device)
-    except NotApplicable as why:
-        return str(why)
-    if point.device == "tpu" and point.framework == "tensorflow":
-        return not_applicable_reason(point.case, point.framework, point.device, point.variant)
-    return None
 
 
 @dataclass(frozen=True)
@@ -297,44 +263,16 @@ def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks
         journal.attempts(p.key()) > 0 and journal.final_row(p.key()) is None for p in group.points
     ]
     rows: list = [None] * len(group.points)
-    job_state.wanted = _partners_wanted(group.points, journal)
+    partners = KeptPartner(journal, group.threads, partners_wanted(group.points, journal))
+    job_state.partners = partners
     try:
         with watchdog or contextlib.nullcontext():
-            for i in _paired_order(group.points, again):
+            for i in paired_order(group.points, again):
                 rows[i] = _run_point(job_state, group.points[i])
     finally:
-        job_state.release_partner()
+        partners.release()
     write_csv_atomic(rows, timings_columns(rows), out_csv)
     return rows
-
-
-def _paired_order(points: tuple[PointSpec, ...], again: list[bool]) -> list[int]:
-    """Indices of ``points`` in the order they are measured: points whose process ended
-    in them before last (``again``); otherwise the points of one size together, the step
-    as written (eager) first, so that its built workload is the partner its variants are
-    interleaved with (:mod:`crossover_study.measure.pairing`)."""
-    first: dict[str, int] = {}
-    for i, p in enumerate(points):
-        first.setdefault(pairs.reference_point(p).key(), i)
-
-    def order(i: int) -> tuple:
-        p = points[i]
-        return (again[i], first[pairs.reference_point(p).key()], p.variant != "eager", i)
-
-    return sorted(range(len(points)), key=order)
-
-
-def _partners_wanted(points: tuple[PointSpec, ...], journal: Journal) -> set[str]:
-    """Keys of the eager points whose built workload some variant of the job still to
-    be measured is interleaved with."""
-    return {
-        pairs.reference_point(p).key()
-        for p in points
-        if p.variant != "eager"
-        and pairs.not_interleaved_reason(p) is None
-        and framework_mismatch(p) is None
-        and journal.final_row(p.key()) is None
-    }
 
 
 def _measure_again_after_deadline(journal: Journal, key: str, now: float | None) -> float | None:
@@ -364,51 +302,8 @@ class _Job:
     done: int = 0
     #: Why a point not started by ``deadline`` is not measured (None: the run's deadline).
     deadline_why: str | None = None
-    #: Keys of eager points whose workload is kept for their variants (_partners_wanted).
-    wanted: set = dataclasses.field(default_factory=set)
-    #: The kept eager workload and its point's key (None: none kept).
-    partner: Partner | None = None
-    partner_key: str | None = None
-
-    def release_partner(self) -> None:
-        """Close the kept eager workload, if any."""
-        partner, self.partner, self.partner_key = self.partner, None, None
-        close = getattr(partner.workload, "close", None) if partner else None
-        if close is not None:
-            close()
-
-    def pairing_for(self, point: PointSpec) -> Pairing:
-        """How ``point`` is paired with the step as written: an eager point whose
-        variants follow keeps its workload; an interleavable variant gets the kept eager
-        workload (built again from the journal's eager row when the job did not measure
-        it: :func:`_rebuild_partner`), or is measured alone with the reason."""
-        reference = pairs.reference_point(point).key()
-        if self.partner_key not in (None, reference):
-            self.release_partner()  # another size: its tensors go before this one's
-        if point.variant == "eager":
-            self.release_partner()
-            return Pairing(keep=point.key() in self.wanted)
-        reason = pairs.not_interleaved_reason(point)
-        if reason is not None:
-            return Pairing(alone=reason)
-        if self.partner is None:
-            eager = self.journal.final_row(reference)
-            if eager is None or eager.get("status") != "ok":
-                return Pairing(
-                    alone="the step as written (eager) has no ok measurement at this size "
-                    "to be interleaved with"
-                )
-            try:
-                self.partner = _rebuild_partner(pairs.reference_point(point), eager, self.group)
-                self.partner_key = reference
-            except Exception as exc:  # noqa: BLE001 - the variant is then measured alone
-                return Pairing(alone=f"the step as written could not be built again ({exc})")
-        return Pairing(partner=self.partner)
-
-    def after_point(self, point: PointSpec, pairing: Pairing) -> None:
-        """Keep an eager point's workload that :func:`measure_point` left open."""
-        if pairing.kept is not None:
-            self.partner, self.partner_key = pairing.kept, point.key()
+    #: The eager workload kept for the variants of its size (set by :func:`_run_group`).
+    partners: KeptPartner | None = None
 
     def progress(self, point: PointSpec, row: dict, kept_from: str | None = None) -> None:
         """Log ``point``'s progress line (:func:`progress.point_line`), counting it
@@ -466,10 +361,10 @@ def _run_point(job: _Job, point: PointSpec) -> dict:
     else:
         _say_tried_before(journal, key, log)
         journal.start(key)
-        pairing = job.pairing_for(point)
+        pairing = job.partners.pairing_for(point)
         with journal.recording_crashes():  # a crash in the step: the point's own fault
             row = _measure_with_deadline(job, point, base, pairing)
-        job.after_point(point, pairing)
+        job.partners.after_point(point, pairing)
         # Tensors of this point (workloads hold their own bound methods: cycles) are
         # freed before the next point sets up.
         frameworks.release_memory(group.framework, group.device)
@@ -491,18 +386,6 @@ def _run_point(job: _Job, point: PointSpec) -> dict:
     _finish(journal, key, row, job.gpu_start, gpu_end, group.point_deadline_s)
     job.progress(point, row)
     return row
-
-
-def _rebuild_partner(point: PointSpec, eager_row: dict, group: GroupSpec) -> Partner:
-    """The eager workload of ``point`` built again (its row was kept from the journal,
-    so this job did not measure it), set up and warmed for one block of the length its
-    row calibrated (``steps_per_block``), to be interleaved with its variants."""
-    workload = frameworks.make_workload(point, group.threads)
-    workload.setup()
-    workload.sync()
-    k = int(eager_row["steps_per_block"])
-    time_block(workload, k, time.perf_counter)
-    return Partner(workload, k, pairs.order_seed(point.key()))
 
 
 def _say_tried_before(journal: Journal, key: str, log) -> None:

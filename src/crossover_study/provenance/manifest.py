@@ -37,7 +37,7 @@ repository), ``package`` (inside an installed distribution: ``package`` and
 RECORD, e.g. ``sklearn/datasets/data/iris.csv``) or ``outside`` (a file that lies in
 none of these, such as a config file given by an absolute path: ``path`` is its file
 name only). No entry holds an absolute path, so a run's provenance means the same on
-any machine; :mod:`crossover_study.audit.check` fails a manifest that does, and recomputes
+any machine; :mod:`crossover_study.audit.verify` fails a manifest that does, and recomputes
 the hashes.
 """
 

@@ -251,7 +251,7 @@ def import_archive(
     elsewhere (or a ``name`` that would), naming the member or field;
     FileExistsError when the destination exists (give another ``name``), ValueError
     when the run fails its audit (nothing is copied)."""
-    from crossover_study.audit.check import audit
+    from crossover_study.audit.verify import audit
     from crossover_study.provenance.crate import CRATE_NAME, write_crate
 
     archive = Path(archive)

@@ -1,7 +1,7 @@
 """Freeze a study run into the reference set (``results/reference/<name>/``), and the
 command line of the paper figures.
 
-A run is audited before it is copied (:func:`crossover_study.audit.check.audit`), and the
+A run is audited before it is copied (:func:`crossover_study.audit.verify.audit`), and the
 audit redraws the paper figures (:mod:`crossover_study.figures.paper`) to compare their bytes:
 so freezing sits above the audit, and the paper's drawing below it (the package's layer
 order, :mod:`crossover_study`). :func:`main` (``crossover-study freeze`` / ``refreeze`` / ``paper``) takes ``paper`` (or
@@ -15,8 +15,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from crossover_study.audit.check import audit, audited
 from crossover_study.audit.hashes import Layout
+from crossover_study.audit.verify import audit, audited
 from crossover_study.core.columns import STUDY_TABLES
 from crossover_study.core.files import MANIFEST_NAME, PAPER_DIR, PLUGIN_COPY_DIR, REFERENCE_DIR
 from crossover_study.core.paths import REPO_ROOT
@@ -57,7 +57,7 @@ def freeze(results: str | Path, dest: str | Path, audit_first: bool = True) -> l
     """Copy a study run's results (:data:`REFERENCE_FILES`, and the plug-in files of
     its own cases under ``plugins/``) into ``dest`` (e.g. ``results/reference/<name>``)
     so that the paper can use it. The run is audited
-    first (:func:`crossover_study.audit.check.audit`): a run that fails its audit is not
+    first (:func:`crossover_study.audit.verify.audit`): a run that fails its audit is not
     copied. Raises FileExistsError when ``dest`` exists, ValueError when the audit
     fails. Returns the files written."""
     results, dest = Path(results), Path(dest)

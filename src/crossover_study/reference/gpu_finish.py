@@ -3,8 +3,8 @@ collect the jobs' tables, compute the crossover, write the manifest and pack
 ``results/<study>/`` and ``logs/<study>/`` into the archive that comes back from the GPU
 machine; also from a partial archive left by a killed run, on any machine.
 
-Only the standard library and :mod:`crossover_study.reference.gpu_jobs` are imported at the
-top (the run imports this module before the GPU bundle is installed); the collecting
+Only the standard library, :mod:`crossover_study.reference.gpu_jobs` and
+:mod:`crossover_study.measure.launch` are imported at the top (the run imports this module before the GPU bundle is installed); the collecting
 code is imported where it is used.
 """
 
@@ -17,7 +17,8 @@ import tarfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from crossover_study.reference.gpu_jobs import job_files, job_order, slug
+from crossover_study.measure.launch import job_files
+from crossover_study.reference.gpu_jobs import job_order, slug
 
 #: Files that come back from the GPU machine may be at most 16 MiB each.
 ARCHIVE_LIMIT_BYTES = 16 * 1024 * 1024

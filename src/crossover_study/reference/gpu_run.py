@@ -29,9 +29,11 @@ workflow's ``measure``, ``collect`` and ``crossover`` rules and the manifest do:
    ``<out>/reference-<study>-<host>-<UTC date>.tar.gz`` (at most :data:`ARCHIVE_LIMIT_BYTES`)
    and removes the partial archive.
 
-The jobs' order, files and progress lines are :mod:`crossover_study.reference.gpu_jobs`'s;
-steps 3 and 4 (and ``finish``) are :mod:`crossover_study.reference.gpu_finish`'s. Only the standard library,
-:mod:`gpu_bundle` and those two modules (standard library only at their top) are
+The jobs' order is :mod:`crossover_study.reference.gpu_jobs`'s; their files, commands and
+progress lines are :mod:`crossover_study.measure.launch`'s (the check launches its jobs
+the same way); steps 3 and 4 (and ``finish``) are
+:mod:`crossover_study.reference.gpu_finish`'s. Only the standard library,
+:mod:`gpu_bundle` and those three modules (standard library only at their top) are
 imported before the bundle is installed.
 """
 
@@ -49,18 +51,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from crossover_study.core.paths import REPO_ROOT, portable_path
-from crossover_study.reference import gpu_bundle
-from crossover_study.reference.gpu_finish import RUNNER_RECORD, finish, finish_partial, pack
-from crossover_study.reference.gpu_jobs import (
+from crossover_study.measure.launch import (
     Progress,
     job_command,
     job_files,
-    job_order,
     rates_command,
     rates_files,
     write_benchmark,
     write_unstarted,
 )
+from crossover_study.reference import gpu_bundle
+from crossover_study.reference.gpu_finish import RUNNER_RECORD, finish, finish_partial, pack
+from crossover_study.reference.gpu_jobs import job_order
 
 #: The public names, those of the jobs and of the finishing steps included (callers
 #: import them from here).
@@ -181,6 +183,129 @@ def prepare(bundle: str | Path | None, site: str | Path | None = None) -> dict |
     return record
 
 
+def _git_source(record: dict | None) -> str:
+    """Where the run's git state comes from, printed with it: ``git``, or in a copy
+    without ``.git`` the commit the GPU bundle's ``record`` was stamped with (set in the
+    environment for the jobs; its code hashes are in the manifest, so the audit tells
+    whether the files still match it)."""
+    from crossover_study.core.origin import GIT_ENV, git_state
+
+    commit, dirty = git_state()
+    source = "git"
+    if commit == "unknown" and record is not None and record.get("git", {}).get("commit"):
+        os.environ[GIT_ENV[0]] = record["git"]["commit"]
+        os.environ[GIT_ENV[1]] = "true" if record["git"].get("dirty") else "false"
+        commit, dirty = git_state()
+        source = "gpu bundle record (no .git in this copy)"
+    print(f"git: {commit}{' (dirty)' if dirty else ''} from {source}", flush=True)
+    return source
+
+
+def _measure_job(
+    config, resolved, results, logs, job, env, deadline, progress, runner_info
+) -> dict:
+    """One measuring job ``(case, framework, device, batch)`` of the study ``config``
+    (written at ``resolved``), its files under ``results`` and ``logs``
+    (:func:`job_files`), its benchmark file written at the end: not started when
+    ``deadline`` has passed and it has no table (its table then says so,
+    :func:`write_unstarted`); else after its pair's rates job (:func:`_rates`), started
+    again while its process fails (at most ``MAX_ATTEMPTS`` + 1 times, not past the
+    deadline once it ran), then, still failing with a journal, once more with the
+    deadline passed, which writes its table from the journal. Returns its entry of the
+    runner record: ``job``, ``started``, ``exit_status`` (each start's), ``wall_s``,
+    ``salvaged_from_journal``; a rates job run is added to ``runner_info["rates_jobs"]``
+    (``runner_info``: the runner record so far)."""
+    from crossover_study.measure.journal import MAX_ATTEMPTS
+    from crossover_study.study import points as study_points
+
+    case, framework, device, batch = job
+    stem = f"{case}/{framework}/{device}/batch-{batch}"
+    paths = job_files(results, logs, job)
+    cmd = job_command(resolved, job, paths)
+    entry = {"job": stem, "started": False, "exit_status": [], "salvaged_from_journal": False}
+    wall = 0.0
+    if time.time() > deadline and not paths["csv"].is_file():
+        when = datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds")
+        why = f"not measured: the run's deadline ({when}) passed before this job started"
+        points = study_points.batches(config, case, framework, device)[batch]
+        threads = config["devices"][device]["threads"]
+        write_unstarted(
+            points, paths, study_points.measurement_hash(config, points[0].case), threads, why
+        )
+        print(f"job {stem}: not started (deadline passed)", flush=True)
+        entry["wall_s"] = round(wall, 3)
+        write_benchmark(paths["bench"], wall)
+        return entry
+    entry["started"] = True
+    _rates(resolved, results, logs, (framework, device), env, deadline, progress, runner_info)
+    # A job whose process dies is started again: its journal keeps its points, and a
+    # point whose own crashes ended MAX_ATTEMPTS processes becomes an error row (a point
+    # ended from outside counts no attempt: it is measured again while this loop lasts,
+    # then left to the salvage below).
+    for _attempt in range(MAX_ATTEMPTS + 1):
+        if time.time() > deadline and entry["exit_status"]:
+            break
+        timeout = max(5.0, deadline + GRACE_S - time.time())
+        code, seconds = _run_job([*cmd, f"--deadline={deadline}"], env, timeout, progress)
+        entry["exit_status"].append(code)
+        wall += seconds
+        if code == 0:
+            break
+        print(f"job {stem} exited with status {code}", flush=True)
+    if entry["exit_status"][-1] != 0 and paths["journal"].is_file():
+        # Still failing, or killed inside a point: once more with the deadline passed,
+        # which measures nothing and writes the table from the journal.
+        code, seconds = _run_job([*cmd, "--deadline=0"], env, SALVAGE_TIMEOUT_S, progress)
+        wall += seconds
+        entry["salvaged_from_journal"] = code == 0
+        print(f"job {stem}: table written from its journal: {code == 0}", flush=True)
+    entry["wall_s"] = round(wall, 3)
+    write_benchmark(paths["bench"], wall)
+    return entry
+
+
+def _write_resolved(config: dict, results: Path) -> Path:
+    """The study's config as validated, every default filled in, written into
+    ``results`` (made) as ``config.resolved.yaml``, the file the jobs read. Returns its
+    path."""
+    import yaml
+
+    results.mkdir(parents=True, exist_ok=True)
+    resolved = results / "config.resolved.yaml"
+    with resolved.open("w") as fh:
+        fh.write("# The study's config as validated, every default filled in.\n")
+        yaml.safe_dump(config, fh, sort_keys=False)
+    return resolved
+
+
+def _job_env() -> dict:
+    """The jobs' environment: this one, with this repository's ``src`` first on
+    ``PYTHONPATH`` and Python's output unbuffered (a job's lines arrive as printed)."""
+    paths_now = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *paths_now])}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _runner_record(study, budget_s: float, when: str, git_source: str, record) -> dict:
+    """The head of the runner record (:data:`RUNNER_RECORD`): the run's budget and
+    deadline (``when``, UTC), where its git state came from, the GPU bundle's
+    ``record`` (None without a bundle) and the study file's portable path; its ``jobs``
+    and ``rates_jobs`` are filled as they run."""
+    return {
+        "name": "crossover_study.reference.gpu_run (no Snakemake)",
+        "budget_s": budget_s,
+        "deadline_utc": when,
+        "git_source": git_source,
+        "bundle": None
+        if record is None
+        else {k: record.get(k) for k in ("created_utc", "packages", "git")},
+        "study_file": portable_path(study),  # provenance holds no machine path
+        "jobs": [],
+        "rates_jobs": [],
+    }
+
+
 def run(
     study: str | Path,
     out: str | Path,
@@ -212,10 +337,7 @@ def run(
     record = prepare(bundle, site)
     if str(SRC) not in sys.path:
         sys.path.insert(0, str(SRC))
-    import yaml
 
-    from crossover_study.core.origin import GIT_ENV, git_state
-    from crossover_study.measure.journal import MAX_ATTEMPTS
     from crossover_study.study import config as study_config
     from crossover_study.study import points as study_points
     from crossover_study.workloads.torch_base import compile_toolchain_missing
@@ -232,26 +354,12 @@ def run(
     if results.exists():
         print(f"resuming the run in {results}: its journals keep the points measured")
     print(f"results and logs under {workdir}", flush=True)
-    commit, dirty = git_state()
-    git_source = "git"
-    if commit == "unknown" and record is not None and record.get("git", {}).get("commit"):
-        # A copy without .git: the commit the bundle was stamped with (its code hashes
-        # are in the manifest, so the audit tells whether the files still match it).
-        os.environ[GIT_ENV[0]] = record["git"]["commit"]
-        os.environ[GIT_ENV[1]] = "true" if record["git"].get("dirty") else "false"
-        commit, dirty = git_state()
-        git_source = "gpu bundle record (no .git in this copy)"
-    print(f"git: {commit}{' (dirty)' if dirty else ''} from {git_source}", flush=True)
+    git_source = _git_source(record)
     for device in ("cpu", "cuda"):
         print(
             f"torch.compile on {device}: {compile_toolchain_missing(device) or 'toolchain found'}"
         )
-
-    results.mkdir(parents=True, exist_ok=True)
-    resolved = results / "config.resolved.yaml"
-    with resolved.open("w") as fh:
-        fh.write("# The study's config as validated, every default filled in.\n")
-        yaml.safe_dump(config, fh, sort_keys=False)
+    resolved = _write_resolved(config, results)
 
     jobs = sorted(study_points.measure_jobs(config), key=job_order)
     total = sum(len(study_points.batches(config, c, f, d)[b]) for c, f, d, b in jobs)
@@ -259,65 +367,15 @@ def run(
     deadline = started + budget_s - FINISH_RESERVE_S - GRACE_S
     when = datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds")
     progress = Progress(total, started)
-    paths_now = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *paths_now])}
-    env["PYTHONUNBUFFERED"] = "1"
+    env = _job_env()
     out.mkdir(parents=True, exist_ok=True)
     partial = out / f"partial-{name}.tar.gz"
-    runner_info = {
-        "name": "crossover_study.reference.gpu_run (no Snakemake)",
-        "budget_s": budget_s,
-        "deadline_utc": when,
-        "git_source": git_source,
-        "bundle": None
-        if record is None
-        else {k: record.get(k) for k in ("created_utc", "packages", "git")},
-        "study_file": portable_path(study),  # provenance holds no machine path
-        "jobs": [],
-        "rates_jobs": [],
-    }
-    for case, framework, device, batch in jobs:
-        stem = f"{case}/{framework}/{device}/batch-{batch}"
-        paths = job_files(results, logs, (case, framework, device, batch))
-        cmd = job_command(resolved, (case, framework, device, batch), paths)
-        entry = {"job": stem, "started": False, "exit_status": [], "salvaged_from_journal": False}
-        wall = 0.0
-        if time.time() > deadline and not paths["csv"].is_file():
-            why = f"not measured: the run's deadline ({when}) passed before this job started"
-            points = study_points.batches(config, case, framework, device)[batch]
-            threads = config["devices"][device]["threads"]
-            write_unstarted(
-                points, paths, study_points.measurement_hash(config, points[0].case), threads, why
-            )
-            print(f"job {stem}: not started (deadline passed)", flush=True)
-        else:
-            entry["started"] = True
-            pair = (framework, device)
-            _rates(resolved, results, logs, pair, env, deadline, progress, runner_info)
-            # A job whose process dies is started again: its journal keeps its points,
-            # and a point whose own crashes ended MAX_ATTEMPTS processes becomes an error
-            # row (a point ended from outside counts no attempt: it is measured again
-            # while this loop lasts, then left to the salvage below).
-            for _attempt in range(MAX_ATTEMPTS + 1):
-                if time.time() > deadline and entry["exit_status"]:
-                    break
-                timeout = max(5.0, deadline + GRACE_S - time.time())
-                code, seconds = _run_job([*cmd, f"--deadline={deadline}"], env, timeout, progress)
-                entry["exit_status"].append(code)
-                wall += seconds
-                if code == 0:
-                    break
-                print(f"job {stem} exited with status {code}", flush=True)
-            if entry["exit_status"][-1] != 0 and paths["journal"].is_file():
-                # Still failing, or killed inside a point: once more with the deadline
-                # passed, which measures nothing and writes the table from the journal.
-                code, seconds = _run_job([*cmd, "--deadline=0"], env, SALVAGE_TIMEOUT_S, progress)
-                wall += seconds
-                entry["salvaged_from_journal"] = code == 0
-                print(f"job {stem}: table written from its journal: {code == 0}", flush=True)
-        entry["wall_s"] = round(wall, 3)
+    runner_info = _runner_record(study, budget_s, when, git_source, record)
+    for job in jobs:
+        entry = _measure_job(
+            config, resolved, results, logs, job, env, deadline, progress, runner_info
+        )
         runner_info["jobs"].append(entry)
-        write_benchmark(paths["bench"], wall)
         (results / RUNNER_RECORD).write_text(json.dumps(runner_info, indent=1) + "\n")
         pack(partial, workdir, (results, logs))
 

@@ -9,7 +9,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 
-from crossover_study.stepmodel.record import StepCounts, _per_step
+from crossover_study.stepmodel.record import StepCounts, rows_per_step
 
 #: TensorFlow ops whose FLOPs are counted (2·m·k·n from their shapes).
 TF_MATMUL_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
@@ -304,8 +304,8 @@ def count_tf_step(
         # The first call saw only the products run eagerly; the rest ran in a graph.
         products=tuple(
             sorted(
-                _per_step(as_run["products"], steps, False)
-                + _per_step(every["products"] - as_run["products"], steps, True)
+                rows_per_step(as_run["products"], steps, False)
+                + rows_per_step(every["products"] - as_run["products"], steps, True)
             )
         ),
     )

@@ -10,7 +10,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 
-from crossover_study.stepmodel.record import StepCounts, _per_step, lstm_products, product_flops
+from crossover_study.stepmodel.record import StepCounts, lstm_products, product_flops, rows_per_step
 
 #: PyTorch RNN ops outside torch.utils.flop_counter: op -> (its backward?, index of
 #: its ``hx`` argument, whose second-to-last dimension is the batch). Signatures:
@@ -125,7 +125,7 @@ def _torch_counter():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            packet = func._overloadpacket
+            packet = func._overloadpacket  # noqa: SLF001 - how torch names an op's overload packet
             name = str(packet)
             if name.startswith("profiler."):  # record_function markers, not operations
                 return out
@@ -203,7 +203,7 @@ def count_torch_step(step: Callable[[], object], steps: int = 1, device: str = "
         mem_ops=counter.mem_ops / steps,
         flop_ops=counter.flop_ops / steps,
         copy_bytes=counter.copy_bytes / steps,
-        products=_per_step(counter.products, steps, False),
-        rnn_layers=_per_step(counter.rnn_layers, steps),
-        elementwise=_per_step(counter.elementwise, steps),
+        products=rows_per_step(counter.products, steps, False),
+        rnn_layers=rows_per_step(counter.rnn_layers, steps),
+        elementwise=rows_per_step(counter.elementwise, steps),
     )

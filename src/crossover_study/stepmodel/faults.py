@@ -1,27 +1,27 @@
 """The price of a minor page fault as a framework's ops take them
-(:func:`_page_fault`), and the faults one call of a replayed shape takes
-(:func:`_faults_per_call`).
+(:func:`page_fault`), and the faults one call of a replayed shape takes
+(:func:`faults_per_call`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from crossover_study.stepmodel.timing import BLOCKS, _blocks, _repeat
+from crossover_study.stepmodel.timing import BLOCKS, repeated, timed_blocks
 
-#: float32 elements of each mapping of :func:`_page_fault` (64 MiB, 16 384 pages): enough
+#: float32 elements of each mapping of :func:`page_fault` (64 MiB, 16 384 pages): enough
 #: that its mmap and munmap are a small part of a call.
 FAULT_ELEMENTS = 2**24
 
 
-def _page_fault(fresh: Callable[[], object], reuse: Callable[[], object]) -> dict:
+def page_fault(fresh: Callable[[], object], reuse: Callable[[], object]) -> dict:
     """Seconds per minor page fault as the job's framework takes them: ``fresh()``
     writes :data:`FAULT_ELEMENTS` float32 into new memory (faulting in every page),
     ``reuse()`` writes as many into memory it keeps; their difference in time per fault
     that ``fresh()`` took (:data:`BLOCKS` blocks of one call each, after one untimed).
     Returns ``{"page_fault_s": {"median", "iqr", "blocks"}}``; ``{}`` where the fresh
     call faulted in fewer than half its pages or the OS counts no faults
-    (:func:`_mapped_pages` makes the calls).
+    (:func:`mapped_pages` makes the calls).
 
     Why: a PyTorch step that allocates and frees tensors of a MB or more can fault in
     fresh pages at every step (glibc returns the top of its heap to the kernel), and
@@ -33,11 +33,11 @@ def _page_fault(fresh: Callable[[], object], reuse: Callable[[], object]) -> dic
     over-predicted (s004-lstm at batch 128: 1.41). Hand-rolled: two timed writes."""
     import mmap
 
-    faults = _faults_per_call(_repeat(fresh), lambda: None)
+    faults = faults_per_call(repeated(fresh), lambda: None)
     if faults < FAULT_ELEMENTS * 4 / mmap.PAGESIZE / 2:
         return {}
-    fresh_s = _blocks(_repeat(fresh), lambda: None, faults, 1)
-    reuse_s = _blocks(_repeat(reuse), lambda: None, faults, 1)
+    fresh_s = timed_blocks(repeated(fresh), lambda: None, faults, 1)
+    reuse_s = timed_blocks(repeated(reuse), lambda: None, faults, 1)
     return {
         "page_fault_s": {
             "median": max(fresh_s["median"] - reuse_s["median"], 0.0),
@@ -47,8 +47,8 @@ def _page_fault(fresh: Callable[[], object], reuse: Callable[[], object]) -> dic
     }
 
 
-def _mapped_pages(fill: Callable[[object], None]) -> tuple[Callable[[], None], Callable[[], None]]:
-    """``(fresh, reuse)`` for :func:`_page_fault`: ``fill(region)`` writes every float32
+def mapped_pages(fill: Callable[[object], None]) -> tuple[Callable[[], None], Callable[[], None]]:
+    """``(fresh, reuse)`` for :func:`page_fault`: ``fill(region)`` writes every float32
     of an anonymous mapping of :data:`FAULT_ELEMENTS` float32 (an ``mmap``), fresh:
     into a new mapping, unmapped afterwards; reuse: into one mapping kept.
 
@@ -71,9 +71,9 @@ def _mapped_pages(fill: Callable[[object], None]) -> tuple[Callable[[], None], C
     return fresh, lambda: fill(kept)
 
 
-def _numpy_fill(region) -> None:
+def numpy_fill(region) -> None:
     """Fill ``region`` (a buffer) with float32 ones from NumPy, one thread: the page
-    writes of :func:`_page_fault` for TensorFlow, whose CPU allocator keeps its large
+    writes of :func:`page_fault` for TensorFlow, whose CPU allocator keeps its large
     blocks (its 64 MiB outputs took 0.05 faults a call on the 2-core VM)."""
     import numpy as np
 
@@ -81,11 +81,11 @@ def _numpy_fill(region) -> None:
 
 
 #: Calls of a replayed shape after its timed blocks over which
-#: :func:`_faults_per_call` counts its page faults.
+#: :func:`faults_per_call` counts its page faults.
 FAULT_CALLS = 3
 
 
-def _faults_per_call(run: Callable[[int], None], sync: Callable[[], None]) -> float:
+def faults_per_call(run: Callable[[int], None], sync: Callable[[], None]) -> float:
     """Minor page faults per call of ``run(1)`` over :data:`FAULT_CALLS` calls (0
     where the OS counts none): what a replay's calls faulted in, so that the model
     prices only the step's other faults (a product or element-wise call whose output

@@ -1,5 +1,5 @@
 """Keras ``fit``'s own costs, per call, epoch, data iterator, validated epoch and
-step, from minimal fits (:func:`_keras_fit_rates`; the rates job's
+step, from minimal fits (:func:`keras_fit_rates`; the rates job's
 ``fit_*_s`` rates).
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from crossover_study.stepmodel.timing import _blocks, _line, _timer
+from crossover_study.stepmodel.timing import line_through, op_cost_timer, timed_blocks
 
 #: Epochs of the minimal fit calls whose slope is fit's cost per epoch.
 FIT_EPOCHS = 4
@@ -21,7 +21,7 @@ FIT_EPOCHS = 4
 FIT_ROWS = 32
 
 
-def _keras_fit_rates(share: float = 1.0) -> dict:
+def keras_fit_rates(share: float = 1.0) -> dict:
     """Keras ``fit``'s own cost, beyond the operations of its train function, per call
     (callbacks, data adapter, the train function's set-up), per epoch (the epoch's
     callbacks and logs), per data iterator (a fresh pass over the data: a new
@@ -54,11 +54,11 @@ def _keras_fit_rates(share: float = 1.0) -> dict:
     per process (:data:`_OP_COSTS`), so that a second call times fit, not its tracing. Returns ``{"fit_step_s", "fit_call_s", "fit_epoch_s",
     "fit_iterator_s", "fit_validation_s"}``, each ``{"median", "iqr", "blocks"}`` in
     seconds (never below 0). Exceptions from Keras propagate."""
-    return _timer(("keras_fit", ""), _keras_fit_timer)(share)
+    return op_cost_timer(("keras_fit", ""), _keras_fit_timer)(share)
 
 
 def _keras_fit_timer() -> Callable[[float], dict]:
-    """``measure(share)`` of :func:`_keras_fit_rates`, its model built and compiled once."""
+    """``measure(share)`` of :func:`keras_fit_rates`, its model built and compiled once."""
     import keras
     import numpy as np
 
@@ -76,14 +76,14 @@ def _keras_fit_timer() -> Callable[[float], dict]:
                 model.fit(x, y, batch_size=FIT_ROWS // steps, epochs=epochs, verbose=0, **kwargs)
                 for _ in range(n)
             ]
-            return _blocks(fit, lambda: None, 1.0, fits)
+            return timed_blocks(fit, lambda: None, 1.0, fits)
 
         def less(rate: dict, *others: dict) -> dict:
             rest = rate["median"] - sum(other["median"] for other in others)
             return {**rate, "median": max(rest, 0.0)}
 
         def epochs(steps: int, **kwargs) -> tuple[dict, dict]:
-            return _line(
+            return line_through(
                 1,
                 timed(steps, 1, **kwargs),
                 FIT_EPOCHS,
@@ -92,8 +92,8 @@ def _keras_fit_timer() -> Callable[[float], dict]:
             )
 
         one = timed(1, 1)
-        per_step, _ = _line(1, one, FIT_ROWS, timed(FIT_ROWS, 1), min_slope=0.0)
-        renewed, per_call = _line(1, one, FIT_EPOCHS, timed(1, FIT_EPOCHS), min_slope=0.0)
+        per_step, _ = line_through(1, one, FIT_ROWS, timed(FIT_ROWS, 1), min_slope=0.0)
+        renewed, per_call = line_through(1, one, FIT_EPOCHS, timed(1, FIT_EPOCHS), min_slope=0.0)
         kept_epoch = epochs(FIT_ROWS, **kept)[0]
         validated_epoch = epochs(FIT_ROWS, **validated)[0]
         return {

@@ -22,7 +22,7 @@ initialised; each rate is the median over blocks with the blocks' interquartile 
   ``fit_step_s`` (TensorFlow): Keras ``fit``'s own cost per call, per epoch, per data
   iterator, per validated epoch and per step, from minimal fits at 1 and
   :data:`FIT_ROWS` steps and at 1 and :data:`FIT_EPOCHS` epochs, with a new iterator
-  each epoch and with one kept (:func:`_keras_fit_rates`).
+  each epoch and with one kept (:func:`keras_fit_rates`).
 - ``flop_per_s``: the achieved FLOP/s of dense matrix products in the job's float
   precision (square products of :data:`MATMUL_SIZE` for the device class,
   2·n³ FLOPs each), and ``flop_curve``: the same at the sides :data:`CURVE_SIDES`, net
@@ -42,7 +42,7 @@ initialised; each rate is the median over blocks with the blocks' interquartile 
 - ``copy_bytes_per_s`` (accelerators): host-to-device bytes per second of one copy of
   :data:`STREAM_ELEMENTS` float32 from pageable host memory.
 - ``page_fault_s``: seconds per minor page fault as the framework's ops take them
-  (:func:`_page_fault`), which prices the fresh pages a step's allocations fault in
+  (:func:`page_fault`), which prices the fresh pages a step's allocations fault in
   (the timings table's ``step_page_faults``).
 
 Everything is synchronised before each clock read (the device's own sync). The timing
@@ -58,18 +58,18 @@ import json
 import time
 from collections.abc import Callable
 
-from crossover_study.stepmodel.faults import _mapped_pages, _numpy_fill, _page_fault
-from crossover_study.stepmodel.fit_rates import _keras_fit_rates
+from crossover_study.stepmodel.faults import mapped_pages, numpy_fill, page_fault
+from crossover_study.stepmodel.fit_rates import keras_fit_rates
 from crossover_study.stepmodel.timing import (
     BLOCKS,
-    _blocks,
-    _inverse,
-    _line,
-    _repeat,
-    _tf_device,
-    _tf_reader,
-    _timer,
-    _torch_sync,
+    line_through,
+    op_cost_timer,
+    per_second,
+    repeated,
+    tf_device,
+    tf_reader,
+    timed_blocks,
+    torch_sync,
 )
 
 #: Side of the square float32 matrix product that measures ``flop_per_s``, per device
@@ -116,12 +116,12 @@ def _net_curve(make, sync, per_call: int, sizes, amount) -> tuple[list, list, di
     sizes whose work took at least a fifth of the op's time, and the largest size's
     rate as ``{"median", "iqr", "blocks"}``. Hand-rolled: a timeit of one op at a few
     sizes, minus the floor, is all it is."""
-    floor = _blocks(make(1), sync, per_call, 50)["median"]
+    floor = timed_blocks(make(1), sync, per_call, 50)["median"]
     per_op, rate, largest = [], [], {}
     for size in sizes:
         work = amount(size)
         calls = min(2000, max(3, int(2e8 / (work * per_call))))
-        timed = _blocks(make(size), sync, per_call, calls)
+        timed = timed_blocks(make(size), sync, per_call, calls)
         net = max(timed["median"] - floor, 1e-12)
         if net > 0.2 * timed["median"]:
             per_op.append(work)
@@ -186,10 +186,10 @@ def _mem_dram(
                 add(pair)
 
     try:
-        rate = _blocks(passes, sync, 12.0 * DRAM_ELEMENTS * DRAM_PAIRS, 1)
+        rate = timed_blocks(passes, sync, 12.0 * DRAM_ELEMENTS * DRAM_PAIRS, 1)
     finally:
         pool.clear()  # the 512 MiB back before the job measures its points
-    return {"mem_dram_bytes_per_s": _inverse(rate, "B/s")}
+    return {"mem_dram_bytes_per_s": per_second(rate, "B/s")}
 
 
 #: Sides of the square float32 products of the FLOP-rate curve: a step's products are
@@ -215,7 +215,7 @@ def _torch_op_costs(device: str) -> Callable[[float], dict]:
 
     from crossover_study.stepmodel.counts_torch import count_torch_step
 
-    target, sync = _torch_sync(device)
+    target, sync = torch_sync(device)
     layers = []
     for _ in range(DEPTH):
         layers += [torch.nn.Linear(1, 1), torch.nn.Tanh()]
@@ -234,7 +234,7 @@ def _torch_op_costs(device: str) -> Callable[[float], dict]:
     ops = count_torch_step(step, 1, target).ops
 
     def measure(share: float = 1.0) -> dict:
-        return {"eager_op_s": _blocks(step, sync, ops, max(1, round(200 * share)))}
+        return {"eager_op_s": timed_blocks(step, sync, ops, max(1, round(200 * share)))}
 
     return measure
 
@@ -242,23 +242,23 @@ def _torch_op_costs(device: str) -> Callable[[float], dict]:
 def _torch_rates(device: str) -> dict:
     import torch
 
-    target, sync = _torch_sync(device)
+    target, sync = torch_sync(device)
     rates = op_costs("torch", device)()
     size = MATMUL_SIZE.get(device, 512)
     a = torch.randn(size, size, device=target)
-    rates["flop_per_s"] = _inverse(
-        _blocks(_repeat(lambda: a @ a), sync, 2.0 * size**3, 3), "FLOP/s"
+    rates["flop_per_s"] = per_second(
+        timed_blocks(repeated(lambda: a @ a), sync, 2.0 * size**3, 3), "FLOP/s"
     )
 
     def products(side: int):
         m = torch.randn(side, side, device=target)
-        return _repeat(lambda: m @ m)
+        return repeated(lambda: m @ m)
 
     rates.update(_flop_curve(products, sync))
 
     def adds(elements: int):
         a, b = torch.ones(elements, device=target), torch.ones(elements, device=target)
-        return _repeat(lambda: torch.add(a, b))
+        return repeated(lambda: torch.add(a, b))
 
     rates.update(_mem_curve(adds, sync))
 
@@ -269,12 +269,14 @@ def _torch_rates(device: str) -> dict:
     # Host memory, written by the job's threads: a step's faults are the host's on any
     # device.
     rates.update(
-        _page_fault(*_mapped_pages(lambda r: torch.frombuffer(r, dtype=torch.float32).fill_(1)))
+        page_fault(*mapped_pages(lambda r: torch.frombuffer(r, dtype=torch.float32).fill_(1)))
     )
     if target == "cuda":
         host = torch.ones(STREAM_ELEMENTS)
-        copy = _repeat(lambda: host.to(target))
-        rates["copy_bytes_per_s"] = _inverse(_blocks(copy, sync, 4.0 * STREAM_ELEMENTS, 3), "B/s")
+        copy = repeated(lambda: host.to(target))
+        rates["copy_bytes_per_s"] = per_second(
+            timed_blocks(copy, sync, 4.0 * STREAM_ELEMENTS, 3), "B/s"
+        )
     return rates
 
 
@@ -327,7 +329,7 @@ def _tf_op_costs(device: str) -> Callable[[float], dict]:
 
     from crossover_study.stepmodel.counts_tf import count_tf_step
 
-    name = _tf_device(device)
+    name = tf_device(device)
     with tf.device(name):
         one, sync = _tf_chain_step(tf, DEPTH)
         eager_ops = count_tf_step(one).ops
@@ -340,13 +342,16 @@ def _tf_op_costs(device: str) -> Callable[[float], dict]:
     def measure(share: float = 1.0) -> dict:
         with tf.device(name):
             calls = max(1, round(50 * share))
-            rates = {"eager_op_s": _blocks(_repeat(one), sync, eager_ops, calls)}
+            rates = {"eager_op_s": timed_blocks(repeated(one), sync, eager_ops, calls)}
             # Inside a graph: per call = call + ops x per-op; two depths give both.
             per_call = {
-                depth: (ops, _blocks(_repeat(graph), graph_sync, 1.0, max(1, round(100 * share))))
+                depth: (
+                    ops,
+                    timed_blocks(repeated(graph), graph_sync, 1.0, max(1, round(100 * share))),
+                )
                 for depth, (ops, graph, graph_sync) in graphs.items()
             }
-        rates["graph_op_s"], rates["function_call_s"] = _line(
+        rates["graph_op_s"], rates["function_call_s"] = line_through(
             *per_call[DEPTH], *per_call[DEEP], min_slope=1e-9
         )
         return rates
@@ -361,15 +366,15 @@ def op_costs(framework: str, device: str) -> Callable[[float], dict]:
     call, in blocks ``share`` times as long as the job's. Its minimal steps are built
     the first time and kept for the process. Exceptions from the framework propagate."""
     build = _torch_op_costs if framework == "torch" else _tf_op_costs
-    return _timer((framework, device), lambda: build(device))
+    return op_cost_timer((framework, device), lambda: build(device))
 
 
 def _tf_rates(device: str) -> dict:
     import tensorflow as tf
 
     rates = op_costs("tensorflow", device)()
-    with tf.device(_tf_device(device)):
-        rates.update(_keras_fit_rates())
+    with tf.device(tf_device(device)):
+        rates.update(keras_fit_rates())
         size = MATMUL_SIZE.get(device, 512)
         m = tf.random.normal((size, size))
         box = {}
@@ -378,9 +383,9 @@ def _tf_rates(device: str) -> dict:
             for _ in range(n):
                 box["y"] = m @ m
 
-        sync_y = _tf_reader(tf, box)
+        sync_y = tf_reader(tf, box)
 
-        rates["flop_per_s"] = _inverse(_blocks(matmuls, sync_y, 2.0 * size**3, 3), "FLOP/s")
+        rates["flop_per_s"] = per_second(timed_blocks(matmuls, sync_y, 2.0 * size**3, 3), "FLOP/s")
 
         def products(side: int):
             q = tf.eye(side)
@@ -401,7 +406,7 @@ def _tf_rates(device: str) -> dict:
         rates.update(
             _mem_dram(lambda: (tf.ones(DRAM_ELEMENTS), tf.ones(DRAM_ELEMENTS)), add, sync_y)
         )
-    rates.update(_page_fault(*_mapped_pages(_numpy_fill)))
+    rates.update(page_fault(*mapped_pages(numpy_fill)))
     return rates
 
 

@@ -86,7 +86,7 @@ class StepCounts:
         return columns
 
 
-def _per_step(counts: Counter, steps: float, *flags) -> tuple:
+def rows_per_step(counts: Counter, steps: float, *flags) -> tuple:
     """``counts`` (a Counter of a shape key, e.g. (batch, m, k, n, trans_a, trans_b),
     -> its calls in ``steps`` steps) as rows ``(*key, *flags, per_step)``, sorted:
     :attr:`StepCounts.products` with its ``in_graph`` flag, or

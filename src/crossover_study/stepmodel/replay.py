@@ -10,8 +10,14 @@ import sys
 import time
 from collections.abc import Callable
 
-from crossover_study.stepmodel.faults import _faults_per_call
-from crossover_study.stepmodel.timing import _blocks, _repeat, _tf_device, _tf_reader, _torch_sync
+from crossover_study.stepmodel.faults import faults_per_call
+from crossover_study.stepmodel.timing import (
+    repeated,
+    tf_device,
+    tf_reader,
+    timed_blocks,
+    torch_sync,
+)
 
 #: FLOPs of work per timed block of :func:`replay_products` (a product's repetitions per
 #: block: this over its FLOPs, 1 to :data:`REPLAY_REPS`): about a millisecond on the
@@ -41,7 +47,7 @@ def _torch_product_maker(device: str):
     """``(make, sync)`` for :func:`replay_products` in PyTorch on ``device``."""
     import torch
 
-    target, sync = _torch_sync(device)
+    target, sync = torch_sync(device)
 
     def operand(batch: int, rows: int, cols: int, transposed: bool):
         stored = (batch, cols, rows) if transposed else (batch, rows, cols)
@@ -51,28 +57,28 @@ def _torch_product_maker(device: str):
 
     def make(batch, m, k, n, trans_a, trans_b):
         a, b = operand(batch, m, k, trans_a), operand(batch, k, n, trans_b)
-        return _repeat(lambda: a @ b)
+        return repeated(lambda: a @ b)
 
     return make, sync
 
 
 def _torch_lstm_layer_maker(device: str):
     """``make(steps, batch, inputs, hidden, backward)`` for :func:`replay_rnn_layers`:
-    ``run(n)`` (:func:`_blocks`) of a one-layer ``torch.nn.LSTM(inputs, hidden)`` on
+    ``run(n)`` (:func:`timed_blocks`) of a one-layer ``torch.nn.LSTM(inputs, hidden)`` on
     ``device`` over a (steps × batch × inputs) input that needs its gradient (as every
     layer's but the first does in a stack), forward only, or forward and backward
     (``backward``) from a fixed output gradient."""
     import torch
 
-    target = _torch_sync(device)[0]
+    target = torch_sync(device)[0]
 
     def make(steps, batch, inputs, hidden, backward):
         layer = torch.nn.LSTM(inputs, hidden).to(target)
         x = torch.randn(steps, batch, inputs, device=target, requires_grad=True)
         grad = torch.randn(steps, batch, hidden, device=target)
         if backward:
-            return _repeat(lambda: layer(x)[0].backward(grad))
-        return _repeat(lambda: layer(x))
+            return repeated(lambda: layer(x)[0].backward(grad))
+        return repeated(lambda: layer(x))
 
     return make
 
@@ -99,11 +105,11 @@ def replay_rnn_layers(device: str, layers) -> dict:
     from crossover_study.stepmodel.record import lstm_layer_flops
 
     make = _torch_lstm_layer_maker(device)
-    sync = _torch_sync(device)[1]
+    sync = torch_sync(device)[1]
 
     def passes(steps, batch, inputs, hidden, reps) -> tuple[float, float]:
-        forward = _blocks(make(steps, batch, inputs, hidden, False), sync, 1.0, reps)["median"]
-        both = _blocks(make(steps, batch, inputs, hidden, True), sync, 1.0, reps)["median"]
+        forward = timed_blocks(make(steps, batch, inputs, hidden, False), sync, 1.0, reps)["median"]
+        both = timed_blocks(make(steps, batch, inputs, hidden, True), sync, 1.0, reps)["median"]
         return forward, max(both - forward, 0.0)
 
     floor = (
@@ -127,9 +133,9 @@ def _tf_product_maker(device: str):
     """``(make, sync)`` for :func:`replay_products` in TensorFlow on ``device``."""
     import tensorflow as tf
 
-    name = _tf_device(device)
+    name = tf_device(device)
     box = {}
-    sync = _tf_reader(tf, box)
+    sync = tf_reader(tf, box)
 
     def make(batch, m, k, n, trans_a, trans_b):
         lead = (batch,) if batch > 1 else ()
@@ -153,7 +159,7 @@ def replay_products(framework: str, device: str, products) -> dict:
     :attr:`crossover_study.stepmodel.record.StepCounts.products` (rows ``(batch, m, k, n,
     trans_a, trans_b, in_graph, per_step)``; without ``in_graph``: eager). Each
     eager shape's operands (random, float32, stored transposed where flagged) are
-    multiplied in :data:`BLOCKS` blocks (:func:`_blocks`, about :data:`REPLAY_FLOPS`
+    multiplied in :data:`BLOCKS` blocks (:func:`timed_blocks`, about :data:`REPLAY_FLOPS`
     FLOPs each); its time is the median block's per product, net of a 1 × 1 product's
     (the dispatch, which the model's ops term prices), never below 0. A shape (and the
     1 × 1 floor) is timed once per process (:func:`_replayed`); a later step with the
@@ -177,7 +183,7 @@ def replay_products(framework: str, device: str, products) -> dict:
 
     Returns ``{"products_s": seconds per step (the per-step counts times each shape's
     net seconds), "products_flops": the FLOPs per step they cover, "products_faults":
-    the page faults per step their calls took in the replay (:func:`_faults_per_call`),
+    the page faults per step their calls took in the replay (:func:`faults_per_call`),
     "seconds": how long the replay took}``. Exceptions from the framework propagate. Hand-rolled: a timeit
     per shape is all it is.
     """
@@ -193,14 +199,14 @@ def replay_products(framework: str, device: str, products) -> dict:
         if floor is None:
             floor = _replayed(
                 ("product floor", framework, device),
-                lambda: _blocks(make(1, 1, 1, 1, False, False), sync, 1.0, 50)["median"],
+                lambda: timed_blocks(make(1, 1, 1, 1, False, False), sync, 1.0, 50)["median"],
             )
         work = 2.0 * batch * m * k * n
         reps = max(1, min(REPLAY_REPS, int(REPLAY_FLOPS / max(work, 1.0))))
 
         def replay(shape=(batch, m, k, n, trans_a, trans_b), reps=reps) -> tuple[float, float]:
             run = make(*shape)
-            return _blocks(run, sync, 1.0, reps)["median"], _faults_per_call(run, sync)
+            return timed_blocks(run, sync, 1.0, reps)["median"], faults_per_call(run, sync)
 
         key = ("product", framework, device, batch, m, k, n, bool(trans_a), bool(trans_b))
         median, faulted = _replayed(key, replay)
@@ -281,15 +287,15 @@ def replay_elementwise(device: str, calls) -> dict:
 
     Returns ``{"elementwise_s": seconds per step, "elementwise_bytes": the bytes per
     step of the calls timed, "elementwise_faults": the page faults per step their
-    full-shape calls took in the replay (:func:`_faults_per_call`)}``. Hand-rolled: a
+    full-shape calls took in the replay (:func:`faults_per_call`)}``. Hand-rolled: a
     timeit per call is all it is."""
-    target, sync = _torch_sync(device)
+    target, sync = torch_sync(device)
 
     def call_s(op, encoded: str, floor: bool, reps: int) -> tuple[float, float]:
         args, kwargs = _torch_args(encoded, target, floor)
-        run = _repeat(lambda: op(*args, **kwargs))
-        seconds = _blocks(run, sync, 1.0, reps)["median"]
-        return seconds, 0.0 if floor else _faults_per_call(run, sync)
+        run = repeated(lambda: op(*args, **kwargs))
+        seconds = timed_blocks(run, sync, 1.0, reps)["median"]
+        return seconds, 0.0 if floor else faults_per_call(run, sync)
 
     def replay(name: str, encoded: str, reps: int) -> tuple[float, float, float] | None:
         try:

@@ -1,6 +1,6 @@
 """How the step-time model's instruments time: median and IQR over timed blocks
-(:func:`_blocks`), each device's own sync, a line through two timings, and the
-op-cost timers built once per process (:func:`_timer`, :data:`_OP_COSTS`).
+(:func:`timed_blocks`), each device's own sync, a line through two timings, and the
+op-cost timers built once per process (:func:`op_cost_timer`, :data:`_OP_COSTS`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from collections.abc import Callable
 BLOCKS = 5
 
 
-def _blocks(run: Callable[[int], None], sync: Callable[[], None], units: float, n: int) -> dict:
+def timed_blocks(
+    run: Callable[[int], None], sync: Callable[[], None], units: float, n: int
+) -> dict:
     """Time ``BLOCKS`` blocks of ``run(n)`` (synchronised) after one untimed block;
     ``units`` per call of the work (seconds per unit: ``per``). Returns
     ``{"median": s, "iqr": s, "blocks": BLOCKS}`` in seconds per unit."""
@@ -29,8 +31,8 @@ def _blocks(run: Callable[[int], None], sync: Callable[[], None], units: float, 
     return {"median": statistics.median(per), "iqr": q[2] - q[0], "blocks": BLOCKS}
 
 
-def _repeat(call: Callable[[], object]) -> Callable[[int], None]:
-    """``run(n)`` for :func:`_blocks`: ``call()`` n times, each result dropped at once,
+def repeated(call: Callable[[], object]) -> Callable[[int], None]:
+    """``run(n)`` for :func:`timed_blocks`: ``call()`` n times, each result dropped at once,
     as a training step drops its temporaries, so that the allocator hands the same
     memory back to the next call. Keeping every result until the block ends (a list
     comprehension, as the rates did until 2026-12-02) makes each call's output fresh
@@ -47,9 +49,9 @@ def _repeat(call: Callable[[], object]) -> Callable[[int], None]:
     return run
 
 
-def _inverse(rate: dict, units_name: str) -> dict:
+def per_second(rate: dict, units_name: str) -> dict:
     """Seconds per unit turned into units per second (median and IQR of the blocks'
-    rates, from :func:`_blocks`' result, approximated by the reciprocal of the median
+    rates, from :func:`timed_blocks`' result, approximated by the reciprocal of the median
     and the relative spread)."""
     median = 1.0 / rate["median"]
     return {
@@ -60,8 +62,8 @@ def _inverse(rate: dict, units_name: str) -> dict:
     }
 
 
-def _line(x_a: float, a: dict, x_b: float, b: dict, min_slope: float) -> tuple[dict, dict]:
-    """The line through two timings (:func:`_blocks` results ``a`` and ``b``, seconds
+def line_through(x_a: float, a: dict, x_b: float, b: dict, min_slope: float) -> tuple[dict, dict]:
+    """The line through two timings (:func:`timed_blocks` results ``a`` and ``b``, seconds
     per call at ``x_a`` and ``x_b`` units of work per call): its slope (seconds per
     unit, at least ``min_slope``) and its intercept (seconds per call beyond the work,
     at least 0), each as ``{"median", "iqr", "blocks"}``; the slope's spread is the two
@@ -73,7 +75,7 @@ def _line(x_a: float, a: dict, x_b: float, b: dict, min_slope: float) -> tuple[d
     )
 
 
-def _torch_sync(device: str) -> tuple[str, Callable[[], None]]:
+def torch_sync(device: str) -> tuple[str, Callable[[], None]]:
     """``(target, sync)``: torch's device name for ``device`` (``cuda`` or ``cpu``) and
     the wait for its queued work (``torch.cuda.synchronize`` on CUDA, nothing on the
     CPU, whose ops return when done)."""
@@ -88,13 +90,13 @@ def _torch_sync(device: str) -> tuple[str, Callable[[], None]]:
     return target, sync
 
 
-def _tf_device(device: str) -> str:
+def tf_device(device: str) -> str:
     """TensorFlow's device name for a device class: the host CPU for ``cpu`` (and
     ``tpu``, whose rates are the host's here), the first GPU otherwise."""
     return {"cpu": "/cpu:0", "tpu": "/cpu:0"}.get(device, "/gpu:0")
 
 
-def _tf_reader(tf, box: dict) -> Callable[[], None]:
+def tf_reader(tf, box: dict) -> Callable[[], None]:
     """TensorFlow's sync for the rates: read one element of the last result kept in
     ``box["y"]`` back to the host (nothing before the first result)."""
 
@@ -106,12 +108,12 @@ def _tf_reader(tf, box: dict) -> Callable[[], None]:
 
 
 #: Each (framework, device)'s op-cost timer already built in this process
-#: (:func:`op_costs`), and Keras fit's (:func:`_keras_fit_rates`): their minimal steps
-#: and models are built, counted and traced once per process (:func:`_timer`).
+#: (:func:`op_costs`), and Keras fit's (:func:`keras_fit_rates`): their minimal steps
+#: and models are built, counted and traced once per process (:func:`op_cost_timer`).
 _OP_COSTS: dict[tuple[str, str], Callable[[float], dict]] = {}
 
 
-def _timer(key: tuple[str, str], build: Callable[[], Callable[[float], dict]]):
+def op_cost_timer(key: tuple[str, str], build: Callable[[], Callable[[float], dict]]):
     """The ``measure(share)`` kept in :data:`_OP_COSTS` under ``key``, ``build()`` the
     first time."""
     if key not in _OP_COSTS:

@@ -3,7 +3,8 @@
 :data:`RULES` is the one declarative table (issue 17, step 5). Each row refuses a
 variant where its scope holds: the variant is one of ``variants``, the framework one of
 ``frameworks``, the device one of ``devices`` (``None``: any), the program has every
-trait of ``kinds`` and none of ``not_kinds`` (the traits are :data:`KINDS`). The first
+trait of ``kinds`` and none of ``not_kinds`` (the traits are
+:data:`crossover_study.study.program_traits.KINDS`). The first
 row that refuses a point gives its reason, so the order of the rows is the order of
 precedence, written down once; a point no row refuses applies.
 :func:`applicability` reads the table and is the one place that decides; the program
@@ -70,27 +71,6 @@ TPU_ONLY_STRATEGY_STEP = (
     "({program}) is not run under TPUStrategy, so the TPU is compared with strategy_step on "
     "the CPU (OneDeviceStrategy), the same program (list strategy_step in sweep.variants)"
 )
-
-#: The traits of a program the table's rows look at (a point's ``kind`` is a set of
-#: them): :func:`case_kind` gives those the case registry knows, the workloads add those
-#: only they know (:func:`loss_kind` for the loss-read interval).
-KINDS: dict[str, str] = {
-    "plugin": "a case of the user's own (a plug-in), not one of the four seeds",
-    "other_framework": "the case has no entry point in the point's framework",
-    "replicas": "the case is measured with data-parallel replicas (registry flag)",
-    "fit_replicas": "the case's seed trained with Keras fit (mirrored_fit; registry flag)",
-    "keras_fit": "the program is Keras fit (the seed's Keras rows, or a plug-in's KerasFit)",
-    "lstm": "the model has an LSTM layer (registry flag)",
-    "replicated": "the point has more than one replica",
-    "one_device": "a one-device workload built directly, not through the program table",
-    "function_step": "the TensorFlow step already is a tf.function",
-    "double_backward": "the step differentiates twice (create_graph=True)",
-    "fit_reads_every_step": "Keras 3 fit, which reads its loss every step",
-    "loss_every_1": "the program itself reads the loss every step",
-    "loss_every_1000": "the program itself reads the loss every 1000 steps",
-    "step": "a plug-in's one step (TorchStep or TFStep), known once its builder ran",
-    "no_data": "a plug-in's step without data (its data is empty), known once built",
-}
 
 
 @dataclass(frozen=True)
@@ -443,28 +423,6 @@ class _Context(dict):
         raise KeyError(key)
 
 
-def case_kind(case: str, framework: str | None = None) -> frozenset[str]:
-    """The traits (:data:`KINDS`) the case registry knows of ``case``'s program in
-    ``framework`` (``None``: not asked): ``plugin``, ``other_framework`` and the
-    registry's flags (``lstm``, ``keras_fit``, ``replicas``, ``fit_replicas``). Raises
-    KeyError for an unknown case."""
-    own = cases.get(case)
-    kind = {
-        flag for flag in ("lstm", "keras_fit", "replicas", "fit_replicas") if getattr(own, flag)
-    }
-    if not own.builtin:
-        kind.add("plugin")
-        if framework is not None and framework not in own.frameworks:
-            kind.add("other_framework")
-    return frozenset(kind)
-
-
-def loss_kind(every: int) -> frozenset[str]:
-    """The trait of a program that itself reads its loss every ``every`` steps
-    (``loss_every_<n>``; 0: once per timed block, no trait)."""
-    return frozenset({f"loss_every_{every}"}) if every else frozenset()
-
-
 def applicability(
     variant: str,
     framework: str | None,
@@ -476,7 +434,7 @@ def applicability(
     names: Iterable[str] | None = None,
 ) -> tuple[bool, str | None]:
     """Whether ``variant`` applies in ``framework`` on ``device`` (a device class of
-    ``spec.DEVICES``) to a program of ``kind`` (traits of :data:`KINDS`), and if not why:
+    ``spec.DEVICES``) to a program of ``kind`` (traits of :data:`~crossover_study.study.program_traits.KINDS`), and if not why:
     ``(True, None)`` or ``(False, reason)``, the reason of the first row of
     :data:`RULES` that refuses it.
 

@@ -38,12 +38,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from crossover_study.study import cases
-from crossover_study.study.applicability import (
-    KERAS_PROGRAM_OF_VARIANT,
-    NotApplicable,
-    case_kind,
-    require,
-)
+from crossover_study.study.applicability import KERAS_PROGRAM_OF_VARIANT, NotApplicable, require
+from crossover_study.study.program_traits import case_kind
 from crossover_study.study.spec import DEVICES, FRAMEWORKS, REPLICA_VARIANTS, VARIANTS
 
 __all__ = [

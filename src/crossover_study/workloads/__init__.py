@@ -4,18 +4,21 @@ Every workload takes ``(device, sizes, variant)``; a variant that does not apply
 case, framework or device raises :class:`NotApplicable` from the constructor, before
 anything is built, and the runner records ``status=not_applicable`` with the reason.
 Which variant applies where is one table, :mod:`crossover_study.study.applicability`; the
-workloads ask it with the traits of their program (``applicability.KINDS``).
+workloads ask it with the traits of their program (``program_traits.KINDS``).
 """
 
 from __future__ import annotations
 
-from crossover_study.study.applicability import NotApplicable, case_kind, require
-from crossover_study.study.spec import LOSS_READ_VARIANTS, REPLICA_VARIANTS
+from crossover_study.study.applicability import NotApplicable, require
+from crossover_study.study.program_traits import case_kind
+from crossover_study.study.programs import not_applicable_reason
+from crossover_study.study.spec import LOSS_READ_VARIANTS, REPLICA_VARIANTS, PointSpec
 
 __all__ = [
     "Unavailable",
     "check_framework",
     "check_tf32",
+    "framework_mismatch",
     "loss_read_every",
     "replica_batches",
 ]
@@ -41,6 +44,37 @@ def check_tf32(variant: str, device: str) -> None:
     documentation), so ``cpu`` and ``tpu`` compute the eager program's fp32
     (:mod:`crossover_study.workloads.precision`)."""
     require(variant, None, device, names=("tf32",))
+
+
+#: Why an ``unsynced`` point on the CPU is not measured: it would time the same work as
+#: the synced one. PyTorch's and TensorFlow's CPU ops run synchronously (TensorFlow's
+#: eager async mode is off by default), so a call returns after its work; the anti-pattern
+#: of CASES.md P3 (a clock read while the device still works) exists on accelerators only.
+UNSYNCED_ON_CPU = (
+    "on the CPU a step's ops have finished when its call returns: a clock read without a "
+    "device sync times the same work as the synced point (the unsynced anti-pattern is "
+    "measured on accelerators)"
+)
+
+
+def framework_mismatch(point: PointSpec) -> str | None:
+    """Why ``point``'s variant does not exist in its framework, or for ``tf32`` on its
+    device class (TF32 is a GPU mode), or on a TensorFlow ``tpu`` point why its variant
+    has no program there (only ``strategy_step`` runs under TPUStrategy:
+    ``programs.program_of``), or for an ``unsynced`` point on the CPU
+    (:data:`UNSYNCED_ON_CPU`); None otherwise. Decided before the device is probed, so
+    such a row is ``not_applicable`` also where the device is missing (never
+    ``unavailable``, which would suggest the device would have run it)."""
+    if point.timing == "unsynced" and point.device == "cpu":
+        return UNSYNCED_ON_CPU
+    try:
+        check_framework(point.variant, point.framework)
+        check_tf32(point.variant, point.device)
+    except NotApplicable as why:
+        return str(why)
+    if point.device == "tpu" and point.framework == "tensorflow":
+        return not_applicable_reason(point.case, point.framework, point.device, point.variant)
+    return None
 
 
 def loss_read_every(workload, variant: str) -> int:

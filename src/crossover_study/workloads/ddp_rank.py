@@ -26,7 +26,7 @@ from crossover_study.study import cases
 from crossover_study.study import seed_data as data
 from crossover_study.study.applicability import NotApplicable
 from crossover_study.workloads.precision import pin_fp32
-from crossover_study.workloads.torch_base import KERAS_ADAM_EPS, _glorot
+from crossover_study.workloads.torch_base import KERAS_ADAM_EPS, glorot
 from crossover_study.workloads.torch_cases import LSTMRegressor
 
 #: Control ops broadcast by rank 0.
@@ -100,7 +100,7 @@ class RankProgram:
             epoch = data.lstm_steps_per_epoch(gb)
             x, y = data.sequences(gb * epoch, sizes["seq_len"], seed=seed)
             x, y = torch.as_tensor(x), torch.as_tensor(y)
-            net = _glorot(LSTMRegressor(x.shape[2], sizes["units"], y.shape[1]))
+            net = glorot(LSTMRegressor(x.shape[2], sizes["units"], y.shape[1]))
             self.batches = [
                 (
                     x[s * gb : (s + 1) * gb][rows].to(device),
@@ -199,7 +199,7 @@ def _gloo_on_loopback() -> None:
             os.environ["GLOO_SOCKET_IFNAME"] = name
 
 
-def _init(backend: str, port: int, rank: int, world: int):
+def init_group(backend: str, port: int, rank: int, world: int):
     """Join the process group (TCP rendezvous on 127.0.0.1:port, gloo pairs on the
     loopback, see :func:`_gloo_on_loopback`) and make the gloo control group (created
     by every rank in the same order). Returns the control group."""
@@ -214,11 +214,11 @@ def _init(backend: str, port: int, rank: int, world: int):
     return dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
 
 
-def _device(kind: str, rank: int) -> torch.device:
+def rank_device(kind: str, rank: int) -> torch.device:
     return torch.device(f"cuda:{rank}") if kind == "cuda_multi" else torch.device("cpu")
 
 
-def _release_program(prog: RankProgram | None) -> None:
+def release_program(prog: RankProgram | None) -> None:
     """Free a rank's DDP model (its ``Reducer``) while the process group is still
     registered, before ``destroy_process_group``.
 
@@ -261,8 +261,8 @@ def follower_main(spec: dict) -> None:
     torch.set_num_threads(spec["threads"])
     pin_fp32("torch")
     rank = spec["rank"]
-    ctrl = _init(spec["backend"], spec["port"], rank, spec["replicas"])
-    device = _device(spec["device"], rank)
+    ctrl = init_group(spec["backend"], spec["port"], rank, spec["replicas"])
+    device = rank_device(spec["device"], rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     prog = RankProgram(
@@ -283,6 +283,6 @@ def follower_main(spec: dict) -> None:
             break
         else:
             raise RuntimeError(f"unknown command {op}")
-    _release_program(prog)
+    release_program(prog)
     del prog
     dist.destroy_process_group()

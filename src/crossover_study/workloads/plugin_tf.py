@@ -27,11 +27,12 @@ import math
 import tensorflow as tf
 
 from crossover_study.plugin import KerasFit, TFStep, sample_count
-from crossover_study.study.applicability import loss_kind, require
+from crossover_study.study.applicability import require
+from crossover_study.study.program_traits import loss_kind
 from crossover_study.workloads import loss_read_every as _loss_read_every
-from crossover_study.workloads.tf_base import _TFWorkload, tf_function_traces
+from crossover_study.workloads.tf_base import TFWorkload, tf_function_traces
 
-#: The traits (``applicability.KINDS``) of a plug-in's program before its builder ran.
+#: The traits (``program_traits.KINDS``) of a plug-in's program before its builder ran.
 PLUGIN_KIND = frozenset({"plugin", "one_device"})
 #: The traits of a plug-in's Keras fit program (why each variant fit cannot have does
 #: not apply: the ``keras_fit`` and ``loss_read`` rows of ``applicability.RULES``).
@@ -53,7 +54,7 @@ def training_samples(program: KerasFit) -> int:
     return samples
 
 
-class TFPluginWorkload(_TFWorkload):
+class TFPluginWorkload(TFWorkload):
     """A plug-in's ``TFStep`` or ``KerasFit`` as the harness's Workload.
 
     Raises NotApplicable (constructor) for a variant of the other framework, a replica

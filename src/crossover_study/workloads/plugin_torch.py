@@ -23,15 +23,16 @@ from __future__ import annotations
 import torch
 
 from crossover_study.plugin import TorchStep
-from crossover_study.study.applicability import loss_kind, require
+from crossover_study.study.applicability import require
+from crossover_study.study.program_traits import loss_kind
 from crossover_study.workloads import loss_read_every as _loss_read_every
-from crossover_study.workloads.torch_base import _TorchWorkload, check_torch_variant
+from crossover_study.workloads.torch_base import TorchWorkload, check_torch_variant
 
-#: The traits (``applicability.KINDS``) of a plug-in's program before its builder ran.
+#: The traits (``program_traits.KINDS``) of a plug-in's program before its builder ran.
 PLUGIN_KIND = frozenset({"plugin", "one_device"})
 
 
-class TorchPluginWorkload(_TorchWorkload):
+class TorchPluginWorkload(TorchWorkload):
     """A plug-in's :class:`~crossover_study.plugin.TorchStep` as the harness's
     Workload. ``builder``: the plug-in's entry point; ``device``: ``cpu`` or ``cuda``;
     ``sizes``: the point's axes (passed to the builder by keyword).

@@ -15,7 +15,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from crossover_study.study.applicability import loss_kind, require
+from crossover_study.study.applicability import require
+from crossover_study.study.program_traits import loss_kind
 from crossover_study.workloads import loss_read_every
 
 
@@ -40,7 +41,7 @@ def tf_function_traces(fn, depth: int = 3) -> int | None:
     return sum(counts) if counts else None
 
 
-class _TFWorkload:
+class TFWorkload:
     steps_per_call = 1
     #: True when ``run(n)`` makes one call of a traced function for all n steps (the
     #: loop variant): the call's cost is then spread over a timed block's steps.
@@ -70,7 +71,7 @@ class _TFWorkload:
 
     def kind(self) -> frozenset[str]:
         """The traits of this program the applicability table reads
-        (``applicability.KINDS``): a one-device program, Keras fit (which reads its loss
+        (``program_traits.KINDS``): a one-device program, Keras fit (which reads its loss
         every step), its LSTM, a step that already is a tf.function, its own loss-read
         interval."""
         flags = {
@@ -166,7 +167,7 @@ class SeedFit:
     def fit_epochs_per_iterator(self) -> int | None:
         """Epochs that one data iterator of the program's fit call serves: 1, a fit
         without ``steps_per_epoch`` makes a new one every epoch (Keras 3's
-        ``EpochIterator``); :class:`_KerasFit` says where its fit keeps one longer."""
+        ``EpochIterator``); :class:`KerasFitWorkload` says where its fit keeps one longer."""
         return 1
 
     def close(self) -> None:
@@ -179,7 +180,7 @@ class SeedFit:
             self._checkpoint_dir = None
 
 
-class _KerasFit(SeedFit, _TFWorkload):
+class KerasFitWorkload(SeedFit, TFWorkload):
     """A Keras ``fit`` program; one call of ``run`` covers whole epochs.
 
     Training paths (the variant): ``eager`` and the loss variants call ``fit`` as the

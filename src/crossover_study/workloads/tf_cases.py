@@ -13,7 +13,7 @@ import tensorflow as tf
 from tensorflow import keras
 
 from crossover_study.study import seed_data as data
-from crossover_study.workloads.tf_base import _KerasFit, _TFWorkload, tf_function_traces
+from crossover_study.workloads.tf_base import KerasFitWorkload, TFWorkload, tf_function_traces
 
 __all__ = [
     "HJB",
@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 
-class HJB(_TFWorkload):
+class HJB(TFWorkload):
     """s000-hjb as in the seed: Keras Sequential, ``@tf.function`` training step with
     ``tf.gradients`` for dV/dk inside a ``GradientTape``, Adam, ``loss.numpy()`` read
     every step."""
@@ -108,7 +108,7 @@ class HJB(_TFWorkload):
         return tf_function_traces(self.loop or self.training_step)
 
 
-class MLP(_TFWorkload):
+class MLP(TFWorkload):
     """s001-mlp in eager TensorFlow: the seed's manual-SGD MLP with ``GradientTape``,
     only w1 and w2 updated, loss read back every 1 000 steps."""
 
@@ -157,7 +157,7 @@ class MLP(_TFWorkload):
         return None if fn == self.train_step else tf_function_traces(fn)
 
 
-class Iris(_KerasFit):
+class Iris(KerasFitWorkload):
     """s002-iris as in the seed: Dense(hidden, relu) → Dense(3, softmax), Adam lr 0.1,
     ``logcosh``, ``fit(batch_size, steps_per_epoch=2, validation_data=...)``."""
 
@@ -204,7 +204,7 @@ def lstm_regressor(
     )
 
 
-class LSTM(_KerasFit):
+class LSTM(KerasFitWorkload):
     """s004-lstm as in the seed: LSTM(units, return_sequences) → Dropout(0.2) → LSTM →
     Dropout → LSTM(units) → Dropout → Dense(4), Adam, MSE, ``fit(batch_size,
     callbacks=[ModelCheckpoint(save_freq="epoch")])`` with the default progress bar, on

@@ -19,7 +19,8 @@ from tensorflow import keras
 
 from crossover_study.core.errors import DeviceMissingError
 from crossover_study.study import seed_data as data
-from crossover_study.study.applicability import case_kind, require
+from crossover_study.study.applicability import require
+from crossover_study.study.program_traits import case_kind
 from crossover_study.workloads import replica_batches
 from crossover_study.workloads.tf_base import SeedFit, tf_function_traces
 from crossover_study.workloads.tf_cases import lstm_regressor
@@ -110,7 +111,7 @@ def _on_replicas(variant, workload_class, case, device, sizes, replicas, scaling
 class MirroredFitWorkload(SeedFit, StrategyWorkload):
     """s004 as its seed's user ran it on several devices: the Keras model built and
     compiled inside ``strategy.scope()`` of a ``MirroredStrategy`` (``jit_compile=False``
-    and ``steps_per_execution=1`` pinned, as ``tf_cases._KerasFit`` does), trained with
+    and ``steps_per_execution=1`` pinned, as ``tf_cases.KerasFitWorkload`` does), trained with
     ``fit(x, y, batch_size=global_batch, epochs)`` on NumPy arrays, so that Keras builds
     and distributes the input pipeline (one ``experimental_distribute_dataset`` of the
     array per fit call; the global batch split over the replicas) and converts the logs

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from crossover_study.study.applicability import loss_kind, require
+from crossover_study.study.applicability import require
+from crossover_study.study.program_traits import loss_kind
 from crossover_study.workloads import Unavailable, loss_read_every
 
 #: Keras' Adam default epsilon (keras.optimizers.Adam, epsilon=1e-7); torch's is 1e-8.
@@ -86,7 +87,7 @@ def compile_toolchain_missing(device: str) -> str | None:
 
 def check_torch_variant(variant: str, device: str, kind=frozenset({"one_device"})) -> None:
     """Raise NotApplicable for a variant no PyTorch one-device program of ``kind`` (traits
-    of ``applicability.KINDS``) has on ``device`` (the table's reason:
+    of ``program_traits.KINDS``) has on ``device`` (the table's reason:
     :func:`crossover_study.study.applicability.applicability`) and Unavailable for
     ``compile`` without the compiler it builds with (:func:`compile_toolchain_missing`).
     Decided before anything is built."""
@@ -97,7 +98,7 @@ def check_torch_variant(variant: str, device: str, kind=frozenset({"one_device"}
             raise Unavailable(missing)
 
 
-def _glorot(module: nn.Module) -> nn.Module:
+def glorot(module: nn.Module) -> nn.Module:
     """Keras Dense defaults: Glorot-uniform kernel, zero bias."""
     for m in module.modules():
         if isinstance(m, nn.Linear):
@@ -106,7 +107,7 @@ def _glorot(module: nn.Module) -> nn.Module:
     return module
 
 
-class _TorchWorkload:
+class TorchWorkload:
     steps_per_call = 1
     min_steps_per_block = 1
     loss_read_every = 1
@@ -136,7 +137,7 @@ class _TorchWorkload:
 
     def kind(self) -> frozenset[str]:
         """The traits of this program the applicability table reads
-        (``applicability.KINDS``): a one-device program, its LSTM, its double backward
+        (``program_traits.KINDS``): a one-device program, its LSTM, its double backward
         and its own loss-read interval."""
         traits = {"one_device"}
         if self.lstm:
@@ -182,7 +183,7 @@ class _TorchWorkload:
         side stream, gradients set to None, then capture.
         """
         if self.variant == "compile":
-            torch._dynamo.reset()  # no state from an earlier point's compilation
+            torch._dynamo.reset()  # noqa: SLF001 - torch's documented reset of earlier compiles
             self.step = torch.compile(self.train_step, mode="reduce-overhead")
             self._compile_base = _compile_count()
             self._cache_base = _compile_cache_counts()

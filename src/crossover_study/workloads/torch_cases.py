@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from crossover_study.study import seed_data as data
-from crossover_study.workloads.torch_base import _glorot, _TorchWorkload
+from crossover_study.workloads.torch_base import TorchWorkload, glorot
 
 __all__ = [
     "HJB",
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-class HJB(_TorchWorkload):
+class HJB(TorchWorkload):
     """s000-hjb: HJB value-function net, 1 → 3 × Dense(width, tanh) → 1, output bias −60.
 
     Adam (Keras defaults), a batch of capital stocks k ~ U[0.1, 10] drawn on the device
@@ -54,7 +54,7 @@ class HJB(_TorchWorkload):
         for _ in range(2):
             layers += [nn.Linear(w, w), nn.Tanh()]
         layers.append(nn.Linear(w, 1))
-        model = _glorot(nn.Sequential(*layers))
+        model = glorot(nn.Sequential(*layers))
         nn.init.constant_(model[-1].bias, self.init_guess)
         self.model = model.to(self.device)
         self.opt = self._optimizer(self.model.parameters())
@@ -96,7 +96,7 @@ class HJB(_TorchWorkload):
             self.step_index += 1
 
 
-class MLP(_TorchWorkload):
+class MLP(TorchWorkload):
     """s001-mlp: x (batch × d_in) → w1 → clamp → w2 → clamp → w3 (d_out = 8), manual SGD.
 
     As in the seed: weights from ``randn``, squared-error sum, lr 1e-9, only w1 and w2
@@ -161,7 +161,7 @@ def _log_cosh(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (x + nn.functional.softplus(-2.0 * x) - np.log(2.0)).mean()
 
 
-class Iris(_TorchWorkload):
+class Iris(TorchWorkload):
     """s002-iris: Dense(hidden, relu) → Dense(3, softmax), Adam lr 0.1, loss logcosh.
 
     The PyTorch port of the seed's ``fit(batch_size, epochs, steps_per_epoch=2)``: each
@@ -185,7 +185,7 @@ class Iris(_TorchWorkload):
         self.y_val = self._staged(yv)
         h = self.sizes["hidden"]
         model = nn.Sequential(nn.Linear(4, h), nn.ReLU(), nn.Linear(h, 3), nn.Softmax(dim=1))
-        self.model = _glorot(model).to(dev)
+        self.model = glorot(model).to(dev)
         self.opt = self._optimizer(self.model.parameters(), lr=0.1)
         self.generator = torch.Generator(device=self.x_train.device).manual_seed(self.seed)
         b = self.sizes["batch"]
@@ -254,7 +254,7 @@ class LSTMRegressor(nn.Module):
         return self.head(x)
 
 
-class LSTM(_TorchWorkload):
+class LSTM(TorchWorkload):
     """s004-lstm: three stacked LSTM(units) with dropout → Dense(4), Adam, MSE, batch 32.
 
     Trained on the seeded synthetic sequence set (:func:`data.sequences`) epoch by epoch
@@ -279,7 +279,7 @@ class LSTM(_TorchWorkload):
         self.x = self._staged(x)
         self.y = self._staged(y)
         model = LSTMRegressor(x.shape[2], s["units"], y.shape[1])
-        self.model = _glorot(model).to(self.device)
+        self.model = glorot(model).to(self.device)
         self.opt = self._optimizer(self.model.parameters())
         self.generator = torch.Generator(device=self.x.device).manual_seed(self.seed)
         self.model.train()

@@ -52,9 +52,9 @@ from crossover_study.workloads.ddp_rank import (
     STOP,
     SYNC,
     RankProgram,
-    _device,
-    _init,
-    _release_program,
+    init_group,
+    rank_device,
+    release_program,
 )
 
 __all__ = [
@@ -163,8 +163,8 @@ class DDPWorkload:
         torch.set_num_threads(self.threads_per_replica)
         self._busy = True
         try:
-            self.ctrl = _init(self.backend, port, 0, self.replicas)
-            device = _device(self.device, 0)
+            self.ctrl = init_group(self.backend, port, 0, self.replicas)
+            device = rank_device(self.device, 0)
             if device.type == "cuda":
                 torch.cuda.set_device(device)
             self.prog = RankProgram(
@@ -255,7 +255,7 @@ class DDPWorkload:
         for log in self._logs:
             log.close()
         self.followers, self._logs = [], []
-        _release_program(self.prog)  # before the group goes: see _release_program
+        release_program(self.prog)  # before the group goes: see release_program
         self.prog = None
         if dist.is_initialized():
             try:

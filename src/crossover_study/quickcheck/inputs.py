@@ -1,4 +1,4 @@
-"""The input of ``crossover-study check`` (:mod:`crossover_study.reference.quick_check`):
+"""The input of ``crossover-study check`` (:mod:`crossover_study.quickcheck.command`):
 its sizes, plug-in file, devices and variants checked and made one validated study
 config, the study file of the full sweep, and the check's own output folder. Every bad
 input raises :class:`CheckError` with one line naming it, before anything is timed or
@@ -16,8 +16,9 @@ from pathlib import Path
 from crossover_study.core.errors import describe_os_error
 from crossover_study.study import cases, study_file
 from crossover_study.study import config as study_config
-from crossover_study.study.applicability import applicability, case_kind
+from crossover_study.study.applicability import applicability
 from crossover_study.study.device_cards import card_files
+from crossover_study.study.program_traits import case_kind
 from crossover_study.study.spec import (
     DEVICES,
     FRAMEWORKS,
@@ -168,21 +169,17 @@ def _cards(text: str | None) -> list[str] | None:
     return _names(text, [p.stem for p in card_files()], "device card", "--predict")
 
 
-def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]]:
-    """The validated study config of the check, its case, the device classes to measure
-    and ``{absent device: why}`` (asked for, or left out of the default, and not found
-    by :func:`present_devices`). Raises :class:`CheckError` for every bad input."""
-    sizes = parse_sizes(args.size)
-    devices = _names(args.devices, DEVICES, "device", "--devices")
-    variants = _names(args.variants, VARIANTS, "variant", "--variants")
-    predict = _cards(getattr(args, "predict", None))
-    if args.framework is not None and args.framework not in FRAMEWORKS:
-        raise CheckError(f"--framework {args.framework}: expected one of {', '.join(FRAMEWORKS)}")
-    target = args.target
+def _case_spec(target: str, framework: str | None, sizes: dict[str, int]):
+    """``(case, framework, case entry of the study config)`` of the check's ``target``:
+    a seed case at ``sizes`` (its axes), or a plug-in file with ``sizes`` as its seed;
+    ``framework``: ``--framework`` (None: the seed's first, or what the file imports).
+    Raises :class:`CheckError` for a framework the seed does not run in, a size of no
+    axis, a missing file, a file importing neither framework, or a plug-in without
+    sizes."""
     if target in cases.SEEDS:
         case = target
         seed = cases.SEEDS[case]
-        framework = args.framework or seed.frameworks[0]
+        framework = framework or seed.frameworks[0]
         if framework not in seed.frameworks:
             raise CheckError(
                 f"--framework {framework}: {case} runs in {', '.join(seed.frameworks)}"
@@ -200,7 +197,7 @@ def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]
             raise CheckError(f"{target}: no such plug-in file{hint}")
         case = case_name(path)
         tree = parse_plugin(path, target)  # first: a syntax error is named as such
-        framework = args.framework or plugin_framework(tree)
+        framework = framework or plugin_framework(tree)
         if framework is None:
             raise CheckError(
                 f"{target}: imports neither torch nor tensorflow/keras alone; give --framework"
@@ -208,6 +205,20 @@ def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]
         if not sizes:
             raise CheckError(f"{target}: give the sizes its builder takes, e.g. --size batch=32")
         spec = {"workload": str(path.resolve()), "framework": framework, "seed": sizes}
+    return case, framework, spec
+
+
+def build_config(args, study: str) -> tuple[dict, str, list[str], dict[str, str]]:
+    """The validated study config of the check, its case, the device classes to measure
+    and ``{absent device: why}`` (asked for, or left out of the default, and not found
+    by :func:`present_devices`). Raises :class:`CheckError` for every bad input."""
+    sizes = parse_sizes(args.size)
+    devices = _names(args.devices, DEVICES, "device", "--devices")
+    variants = _names(args.variants, VARIANTS, "variant", "--variants")
+    predict = _cards(getattr(args, "predict", None))
+    if args.framework is not None and args.framework not in FRAMEWORKS:
+        raise CheckError(f"--framework {args.framework}: expected one of {', '.join(FRAMEWORKS)}")
+    case, framework, spec = _case_spec(args.target, args.framework, sizes)
     if importlib.util.find_spec(framework) is None:
         raise CheckError(f"framework {framework} is not installed in {sys.executable}")
     raw = {

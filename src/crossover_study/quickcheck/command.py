@@ -25,8 +25,8 @@ A device class asked for but absent (no NVIDIA GPU listed by NVML or nvidia-smi 
 ``cuda`` and ``cuda_multi``) is said in one line; its rows are ``unavailable`` and no
 process is started for it (never a CPU timing under its name). Bad input exits with
 status 2 and one line before anything is timed
-(:class:`crossover_study.reference.check_input.CheckError`; the input is checked and made
-a study config by :mod:`crossover_study.reference.check_input`). The folder is the
+(:class:`crossover_study.quickcheck.inputs.CheckError`; the input is checked and made
+a study config by :mod:`crossover_study.quickcheck.inputs`). The folder is the
 check's own (never one used before). A job that ends before its points are measured
 (its deadline, a failure) or Ctrl-C leaves the folder holding what was measured, its
 manifest and ``answer.json`` marked ``incomplete``, and one line saying so.
@@ -50,14 +50,7 @@ from crossover_study.core.errors import describe_os_error, disk_error
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.core.progress import for_terminal
 from crossover_study.measure.journal import FINAL
-from crossover_study.reference.check_input import (
-    CheckError,
-    build_config,
-    case_name,
-    claim_folder,
-    sweep_study,
-)
-from crossover_study.reference.gpu_jobs import (
+from crossover_study.measure.launch import (
     Progress,
     job_command,
     job_files,
@@ -65,6 +58,13 @@ from crossover_study.reference.gpu_jobs import (
     rates_files,
     write_benchmark,
     write_unstarted,
+)
+from crossover_study.quickcheck.inputs import (
+    CheckError,
+    build_config,
+    case_name,
+    claim_folder,
+    sweep_study,
 )
 from crossover_study.study import cases
 from crossover_study.study import points as study_points
@@ -140,7 +140,7 @@ def _process(cmd: list, progress: Progress) -> tuple[float, list[str], bool]:
 
 def _unstarted(config: dict, out: Path, job: tuple, why: str) -> None:
     """The table and probe record of an absent device's job: ``unavailable`` rows
-    saying ``why`` (:func:`crossover_study.reference.gpu_jobs.write_unstarted`), no process started."""
+    saying ``why`` (:func:`crossover_study.measure.launch.write_unstarted`), no process started."""
     case, framework, device, batch = job
     paths = job_files(out, out / "logs", job)
     points = study_points.batches(config, case, framework, device)[batch]
@@ -173,22 +173,10 @@ def _fd_stderr_to(path: Path):
         os.close(saved)
 
 
-def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdir: Path) -> dict:
-    """Measure, collect, answer and record the check in ``out`` (see the module
-    docstring); prints one line per point and the answer. Returns the answer (dict),
-    whose ``incomplete`` is None, or ``{"reason", "points_measured", "points"}`` when a
-    job ended before its points were measured (its deadline, a failure) or the check
-    was interrupted (Ctrl-C: the jobs not started are left out, the one running writes
-    its table from its journal); the manifest and ``answer.json`` say so too. Raises
-    RuntimeError when no job wrote its table."""
-    from crossover_study.analysis.card_prediction import write_predictions
-    from crossover_study.analysis.crossover import write_crossover
-    from crossover_study.analysis.tables import collect_study
-    from crossover_study.answers.check_text import answer, answer_lines
-    from crossover_study.provenance.crate import write_crate
-    from crossover_study.provenance.manifest import unreported_manifest, write_json
-    from crossover_study.study.device_cards import load_cards
-
+def _write_studies(config: dict, case: str, out: Path) -> tuple[Path, Path]:
+    """The check's study config as validated (``study.yaml``, what its jobs read) and the
+    study file of the full sweep for a crossover of ``case`` (``sweep.yaml``), written
+    into ``out`` (made). Returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "study.yaml"
     config_path.write_text(
@@ -200,16 +188,19 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
         "# The full sweep for a crossover of this case (crossover-study check wrote it).\n"
         + yaml.safe_dump(sweep_study(config, case, f"{case}-sweep"), sort_keys=False)
     )
-    for device, why in absent.items():
-        print(
-            f"{device}: absent on this machine ({why}); not measured, never timed on the CPU",
-            flush=True,
-        )
-    jobs = study_points.measure_jobs(config)
-    measured = [j for j in jobs if j[2] not in absent]
-    total = sum(len(study_points.batches(config, *j[:3])[j[3]]) for j in measured)
+    return config_path, sweep_path
+
+
+def _run_jobs(
+    config: dict, config_path: Path, out: Path, jobs: list, absent: dict[str, str], total: int
+) -> tuple[list[str], bool]:
+    """Each of ``jobs`` in turn: an ``absent`` device's written as not started
+    (:func:`_unstarted`), the others measured (:func:`_measure`) after the rates job of
+    their framework and device (:func:`_rates`, once per pair), their points counted
+    against ``total``. Returns the jobs' ``job failed`` lines and whether Ctrl-C
+    stopped the run (the jobs not started then are left out)."""
     progress = Progress(total, time.time())
-    rated, failed, interrupted = set(), [], False
+    rated, failed = set(), []
     try:
         for job in jobs:
             if job[2] in absent:
@@ -220,13 +211,20 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
                 rated.add(job[1:3])
             failed += _measure(config_path, out, job, progress)
     except KeyboardInterrupt:
-        interrupted = True
-    files = [job_files(out, out / "logs", j) for j in jobs]
-    done = [f for f in files if f["csv"].is_file() and f["probe"].is_file()]
-    if not done:
-        raise (KeyboardInterrupt if interrupted else RuntimeError)(
-            f"no measuring job wrote its table; see {out / 'logs'}"
-        )
+        return failed, True
+    return failed, False
+
+
+def _derive_tables(config: dict, out: Path, done: list[dict]):
+    """The jobs' tables (``done``: :func:`job_files` of each job that wrote one)
+    collected into ``timings.csv`` and ``wall.json``, the crossover table and the
+    device cards' predictions, written into ``out`` as the workflow writes them.
+    Returns ``(timings, crossover, predicted)`` (DataFrames)."""
+    from crossover_study.analysis.card_prediction import write_predictions
+    from crossover_study.analysis.crossover import write_crossover
+    from crossover_study.analysis.tables import collect_study
+    from crossover_study.study.device_cards import load_cards
+
     timings, _, _ = collect_study(
         [f["csv"] for f in done],
         [f["probe"] for f in done],
@@ -249,12 +247,17 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
         out / "predicted.csv",
         out / "predicted_crossover.csv",
     )
-    result = answer(timings, crossover, case, absent, sweep_path, predicted=predicted)
-    kept = timings[~timings["device"].isin(list(absent)) & timings["status"].isin(FINAL)]
-    result["incomplete"] = None
-    if interrupted or failed:
-        reason = "interrupted (Ctrl-C)" if interrupted else "; ".join(failed)
-        result["incomplete"] = {"reason": reason, "points_measured": len(kept), "points": total}
+    return timings, crossover, predicted
+
+
+def _record(config: dict, config_path: Path, workdir: Path, out: Path, done: list, result: dict):
+    """The check's answer ``result`` written as ``answer.json``, its manifest (the study
+    unreported, the jobs' tables and probe records ``done``, the answer and sweep
+    files, ``incomplete`` where it is) and its RO-Crate, into ``out``; paths relative
+    to ``workdir``."""
+    from crossover_study.provenance.crate import write_crate
+    from crossover_study.provenance.manifest import unreported_manifest, write_json
+
     write_json(result, out / "answer.json")
     manifest = unreported_manifest(
         config,
@@ -275,6 +278,42 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
         out=out / "ro-crate-metadata.json",
         manifest_path=out / "manifest.json",
     )
+
+
+def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdir: Path) -> dict:
+    """Measure, collect, answer and record the check in ``out`` (see the module
+    docstring); prints one line per point and the answer. Returns the answer (dict),
+    whose ``incomplete`` is None, or ``{"reason", "points_measured", "points"}`` when a
+    job ended before its points were measured (its deadline, a failure) or the check
+    was interrupted (Ctrl-C: the jobs not started are left out, the one running writes
+    its table from its journal); the manifest and ``answer.json`` say so too. Raises
+    RuntimeError when no job wrote its table."""
+    from crossover_study.answers.check_text import answer, answer_lines
+
+    config_path, sweep_path = _write_studies(config, case, out)
+    for device, why in absent.items():
+        print(
+            f"{device}: absent on this machine ({why}); not measured, never timed on the CPU",
+            flush=True,
+        )
+    jobs = study_points.measure_jobs(config)
+    measured = [j for j in jobs if j[2] not in absent]
+    total = sum(len(study_points.batches(config, *j[:3])[j[3]]) for j in measured)
+    failed, interrupted = _run_jobs(config, config_path, out, jobs, absent, total)
+    files = [job_files(out, out / "logs", j) for j in jobs]
+    done = [f for f in files if f["csv"].is_file() and f["probe"].is_file()]
+    if not done:
+        raise (KeyboardInterrupt if interrupted else RuntimeError)(
+            f"no measuring job wrote its table; see {out / 'logs'}"
+        )
+    timings, crossover, predicted = _derive_tables(config, out, done)
+    result = answer(timings, crossover, case, absent, sweep_path, predicted=predicted)
+    kept = timings[~timings["device"].isin(list(absent)) & timings["status"].isin(FINAL)]
+    result["incomplete"] = None
+    if interrupted or failed:
+        reason = "interrupted (Ctrl-C)" if interrupted else "; ".join(failed)
+        result["incomplete"] = {"reason": reason, "points_measured": len(kept), "points": total}
+    _record(config, config_path, workdir, out, done, result)
     if not interrupted:
         for line in answer_lines(result):
             print(line, flush=True)
@@ -282,12 +321,8 @@ def run_check(config: dict, case: str, absent: dict[str, str], out: Path, workdi
     return result
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Command line (see the module docstring). Returns 0; 2 for bad input (one line on
-    stderr, nothing timed); 1 when no job wrote its table, or a job ended before its
-    points were measured (its deadline, a failure: one line, the folder marked
-    incomplete); 130 after Ctrl-C (one line: how many points were measured, the folder
-    marked incomplete)."""
+def _parser(prog: str | None) -> argparse.ArgumentParser:
+    """The command line's parser (see the module docstring)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("target", help="a plug-in file (FILE.py) or a seed case (s001-mlp)")
     parser.add_argument(
@@ -321,7 +356,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         help="comma-separated device cards to predict the step on (default: t4,a100-80gb,"
         "h100-sxm; none: no prediction; crossover-study devices lists them)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Command line (see the module docstring). Returns 0; 2 for bad input (one line on
+    stderr, nothing timed); 1 when no job wrote its table, or a job ended before its
+    points were measured (its deadline, a failure: one line, the folder marked
+    incomplete); 130 after Ctrl-C (one line: how many points were measured, the folder
+    marked incomplete)."""
+    args = _parser(prog).parse_args(argv)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     try:
         name = case_name(Path(args.target)) if args.target not in cases.SEEDS else args.target
