@@ -192,7 +192,11 @@ def plain(program: dict, threads: int) -> dict:
 
 
 def _label(program: dict) -> str:
-    return program["name"] + " " + ",".join(f"{k}={v}" for k, v in program["sizes"].items())
+    """``name [framework] axis=value,...``: a seed's name is the same in both frameworks."""
+    name = program["name"]
+    if program["workload"] == "builtin":
+        name += f" {program['framework']}"
+    return name + " " + ",".join(f"{k}={v}" for k, v in program["sizes"].items())
 
 
 def summarise(records: list[dict]) -> list[dict]:

@@ -109,6 +109,32 @@ def _probes_of(layout: Layout, manifest: dict, points: list[Path]) -> list[Path]
     return probes
 
 
+def _row_differences(expected, actual, id_cols: list, position: dict) -> list[str]:
+    """What differs between the rows collected again (``expected``) and timings.csv's
+    (``actual``), matched by their identity columns ``id_cols`` (``position``: each
+    actual row's index by identity): one line per row missing or differing, the columns
+    if they differ; "same rows, other order or formatting" where nothing else does."""
+    details = []
+    exp_by = {_ident(r, id_cols): r for _, r in expected.iterrows()}
+    for i, row in actual.iterrows():
+        source = exp_by.get(_ident(row, id_cols))
+        if source is None:
+            details.append(f"row {i} {_row_label(row)}: not in any per-job table")
+            continue
+        diff = [c for c in actual.columns if c in source and source[c] != row[c]]
+        if diff:
+            details.append(
+                f"row {i} {_row_label(row)}: "
+                + "; ".join(f"{c} per-job {source[c]!r}, timings.csv {row[c]!r}" for c in diff)
+            )
+    for ident, row in exp_by.items():
+        if ident not in position:
+            details.append(f"{_row_label(row)}: in the per-job tables, missing from timings.csv")
+    if list(expected.columns) != list(actual.columns):
+        details.append(f"columns differ: {list(actual.columns)}")
+    return details or ["same rows, other order or formatting"]
+
+
 def check_collect(
     report: AuditReport, layout: Layout, manifest: dict, timings: Path, points: list[Path]
 ) -> None:
@@ -179,26 +205,7 @@ def check_collect(
             details=clipped([f"{n}: differs" for n, _, _ in beside]),
         )
         return
-    details = []
-    exp_by = {_ident(r, id_cols): r for _, r in expected.iterrows()}
-    for i, row in actual.iterrows():
-        source = exp_by.get(_ident(row, id_cols))
-        if source is None:
-            details.append(f"row {i} {_row_label(row)}: not in any per-job table")
-            continue
-        diff = [c for c in actual.columns if c in source and source[c] != row[c]]
-        if diff:
-            details.append(
-                f"row {i} {_row_label(row)}: "
-                + "; ".join(f"{c} per-job {source[c]!r}, timings.csv {row[c]!r}" for c in diff)
-            )
-    for ident, row in exp_by.items():
-        if ident not in position:
-            details.append(f"{_row_label(row)}: in the per-job tables, missing from timings.csv")
-    if list(expected.columns) != list(actual.columns):
-        details.append(f"columns differ: {list(actual.columns)}")
-    if not details:
-        details.append("same rows, other order or formatting")
+    details = _row_differences(expected, actual, id_cols, position)
     report.add(
         "FAIL",
         "not derived",
