@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from crossover_study.analysis.tables import read_timings
 from crossover_study.audit.verify import audit
 from crossover_study.core.paths import pins
 from crossover_study.measure import launch
@@ -402,7 +403,7 @@ def test_a_job_that_dies_keeps_its_measured_points(tmp_path, monkeypatch):
     # Started MAX_ATTEMPTS + 1 times, each time keeping the journal's points.
     assert [c for c in calls if c[0] == "cpu"] == [("cpu", 0)] * 3
     results = tmp_path / "work" / "results" / "tiny-reference"
-    timings = pd.read_csv(results / "timings.csv")
+    timings = read_timings(results / "timings.csv")  # the whole rows (run_id: environment.csv)
     cpu = timings[(timings["device"] == "cpu") & (timings["variant"] == "eager")]
     assert set(cpu["status"]) == {"ok"} and cpu["run_id"].nunique() == 1
     jobs = json.loads((results / "manifest.json").read_text())["runner"]["jobs"]

@@ -25,6 +25,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from crossover_study.analysis.tables import read_timings
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.measure import frameworks
 from crossover_study.study.config import load_config
@@ -263,7 +264,8 @@ def test_cuda_jobs_got_one_gpu_and_the_others_none(skip_run):
 
 def test_cuda_and_tpu_points_are_unavailable_never_cpu_timings(skip_run):
     workdir, config, jobs = skip_run
-    df = pd.read_csv(workdir / "results/slurm-skip/timings.csv")
+    # The whole rows: where a row ran (partition, node) is in environment.csv beside it.
+    df = read_timings(workdir / "results/slurm-skip/timings.csv")
     assert len(df) == 2 * 2 * 3  # two cases x two sizes x three devices
     cpu = df[df["device"] == "cpu"]
     assert set(cpu["status"]) == {"ok"} and (cpu["step_time_s"] > 0).all()
