@@ -252,15 +252,15 @@ def table_path(timings: str | Path, table: str) -> Path:
 def study_files(timings: str | Path) -> list[Path]:
     """The tables of the study whose ``timings.csv`` is ``timings``, that exist:
     ``timings.csv`` first, then those beside it (:data:`~crossover_study.core.columns.STUDY_TABLES`)."""
-    paths = [table_path(timings, t) for t in col.STUDY_TABLES]
-    return [p for p in paths if p.exists()]
+    return [p for p in [Path(timings), *tables_beside(timings)] if p.exists()]
 
 
 def tables_beside(timings: str | Path) -> list[Path]:
     """The tables beside the study's ``timings`` (``timings.csv``) that exist, in
     :data:`~crossover_study.core.columns.STUDY_TABLES` order (none for a run of format
     2 or 1)."""
-    return [table_path(timings, t) for t in col.STUDY_TABLES[1:] if table_path(timings, t).exists()]
+    paths = [table_path(timings, t) for t in col.STUDY_TABLES[1:]]
+    return [p for p in paths if p.exists()]
 
 
 def is_split(path: str | Path, header) -> bool:
