@@ -17,7 +17,8 @@ import pytest
 from crossover_study.answers.regime import device_regime_text, regime_clause
 from crossover_study.measure import frameworks
 from crossover_study.measure.attribution import attribution_columns, block_steps
-from crossover_study.measure.event_tree import attribute_tree, nested
+from crossover_study.measure.device_trace import BLOCK_NAME
+from crossover_study.measure.event_tree import attribute_tree, flat_block, nested
 from crossover_study.measure.point import measure_point
 from crossover_study.measure.tracer_cost import CATEGORIES, corrected
 from crossover_study.study import cases
@@ -172,6 +173,100 @@ def test_the_kept_block_is_as_long_as_its_cost_fits_and_whole_calls():
     assert block_steps(0.001, 1.0, object(), 1, 0.07) == 0
     # whole fit epochs
     assert block_steps(0.001, 10.0, Fit(), 32, 0.01) == 192
+
+
+@dataclass
+class Flat:
+    """An event of the profile's flat list as ``_KinetoEvent`` gives it (accessors)."""
+
+    kind: str
+    label: str
+    start: int
+    duration: int
+    thread: int = 1
+
+    def activity_type(self):
+        return self.kind
+
+    def name(self):
+        return self.label
+
+    def start_ns(self):
+        return self.start
+
+    def duration_ns(self):
+        return self.duration
+
+    def start_thread_id(self):
+        return self.thread
+
+
+def _shape(event) -> tuple:
+    tag = str(event.tag).rsplit(".", 1)[-1]
+    return (tag, event.name, event.start_time_ns, event.duration_time_ns,
+            [_shape(c) for c in event.children])  # fmt: skip
+
+
+def test_the_flat_list_gives_the_block_the_tree_gives():
+    # The same events as the range test's tree, as the flat list holds them, plus what
+    # the block must not take: another thread's call inside its time, a call after it,
+    # a CUDA runtime call, and the range itself (a user annotation).
+    block_name = "measure/attribution.py(1): _profiled_block"
+    events = [
+        Flat("python_function", "torch/profiler/profiler.py(1): __enter__", -20, 10),
+        Flat("python_function", block_name, 0, 1000),
+        Flat("python_function", "torch/optim/adam.py(1): step", 50, 900),
+        Flat("python_function", "<built-in method _record_function_enter_new>", 100, 20),
+        Flat("user_annotation", "Optimizer.step#Adam.step", 110, 800),
+        Flat("python_function", "<built-in method _foreach_add_>", 290, 120),
+        Flat("cpu_op", "aten::add_", 300, 100),
+        Flat("cuda_runtime", "cudaLaunchKernel", 320, 10),
+        Flat("python_function", "threading.py(1): run", 400, 50, thread=2),
+        Flat("python_function", "torch/profiler/profiler.py(1): __exit__", 1000, 10),
+    ]
+    op = Fake("_EventType.TorchOp", "aten::add_", 300, 100)
+    rng = Fake("_EventType.TorchOp", "Optimizer.step#Adam.step", 110, 800, [op])
+    enter = Fake(
+        "_EventType.PyCCall", "<built-in method _record_function_enter_new>", 100, 20, [rng]
+    )
+    binding = Fake("_EventType.PyCCall", "<built-in method _foreach_add_>", 290, 120)
+    frame = Fake("_EventType.PyCall", "torch/optim/adam.py(1): step", 50, 900, [enter, binding])
+    from_flat, from_tree = flat_block(events, BLOCK_NAME), nested(_block(frame))
+    assert _shape(from_flat) == _shape(from_tree)
+    assert attribute_tree(from_flat, "cpu") == attribute_tree(from_tree, "cpu")
+    assert flat_block(events[2:], BLOCK_NAME) is None  # no block: None, not a guess
+
+
+def test_a_live_profile_reads_the_same_from_its_flat_list_and_its_tree():
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from crossover_study.measure import attribution
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(4, 8)
+
+    class Workload:
+        def run(self, steps):
+            for _ in range(steps):
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+
+        def sync(self):
+            pass
+
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        attribution._profiled_block(Workload(), 3)  # noqa: SLF001 - the frame flat_block finds
+    results = prof.profiler.kineto_results
+    from_tree = nested(attribution.find_block(results.experimental_event_tree()))
+    from_flat = flat_block(results.events(), BLOCK_NAME)
+    assert len(from_flat.children) > 0
+    assert _shape(from_flat) == _shape(from_tree)
+    seconds, events = attribute_tree(from_flat, "cpu")
+    assert (seconds, events) == attribute_tree(from_tree, "cpu")
+    assert sum(events["ops"].values()) > 10  # the ATen ops were read, not only Python
 
 
 def test_the_processs_first_profile_is_a_warm_up_that_is_not_kept(monkeypatch):
