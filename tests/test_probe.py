@@ -300,3 +300,86 @@ def test_the_job_log_names_the_cpu_shortfall_and_the_probe_is_written(tmp_path, 
     record = json.loads(out["probe"].read_text())
     assert record["cpus"]["affinity"] == 1 and record["cpus"]["threads"] == 2
     assert not out["csv"].exists()
+
+
+# -- a missing device is probed once per study: the rates job's verdict reused ------------
+
+
+def _rates_probe(framework="torch", device="cuda"):
+    """A probe record of this process that found ``device`` missing, as the rates job
+    writes it (built here without a GPU: skipped on a machine that has one)."""
+    frameworks.import_framework(framework, device, 1)
+    rec = probe_record(framework, device, 1)
+    if rec["device_available"]:
+        pytest.skip(f"{device} is there on this machine")
+    return rec
+
+
+def test_the_rates_jobs_missing_device_is_reused_only_where_nothing_differs(monkeypatch):
+    from crossover_study.measure.probe import reused_missing
+
+    rec = _rates_probe()
+    assert reused_missing(rec, "torch", "cuda") is rec
+    assert reused_missing(None, "torch", "cuda") is None
+    assert reused_missing(rec, "tensorflow", "cuda") is None  # another framework's
+    assert reused_missing(rec, "torch", "cuda_multi") is None  # another device class's
+    assert reused_missing({**rec, "device": "cpu"}, "torch", "cpu") is None  # never the CPU
+    assert reused_missing({**rec, "device_available": True}, "torch", "cuda") is None
+    assert reused_missing({**rec, "hostname": "elsewhere"}, "torch", "cuda") is None
+    changed = {**rec["packages"], "torch": "0.0"}
+    assert reused_missing({**rec, "packages": changed}, "torch", "cuda") is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # this job was given a GPU
+    assert reused_missing(rec, "torch", "cuda") is None
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-node-7")  # another node than the rates job's
+    assert reused_missing(rec, "torch", "cuda") is None
+
+
+JOB_WITHOUT_IMPORT = r"""
+import json, sys
+from crossover_study.measure.job import measure_job
+study = {"study": "reuse", "sweep": {"frameworks": [sys.argv[1]], "devices": ["cuda"],
+         "variants": ["eager"]}, "cases": {"s001-mlp": {"axes": {"hidden": [128]}}}}
+out = [f"{sys.argv[2]}/job.{k}" for k in ("csv", "probe", "journal", "log")]
+rows = measure_job(study, "s001-mlp", sys.argv[1], "cuda", 0, 1, *out, rates=sys.argv[3])
+print("RESULT " + json.dumps({"imported": sys.argv[1] in sys.modules,
+      "rows": [(r["status"], r["message"]) for r in rows]}))
+"""
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_a_job_whose_device_the_rates_job_found_missing_imports_no_framework(tmp_path, framework):
+    import subprocess
+
+    rec = _rates_probe(framework)
+    rates = tmp_path / "rates.json"
+    rates.write_text(json.dumps({"framework": framework, "device": "cuda", "probe": rec}))
+    done = subprocess.run(
+        [sys.executable, "-c", JOB_WITHOUT_IMPORT, framework, str(tmp_path), str(rates)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    result = json.loads(done.stdout.split("RESULT ", 1)[1])
+    assert result["imported"] is False
+    assert result["rows"] and all(
+        status == "unavailable" and message == rec["device_reason"]
+        for status, message in result["rows"]
+    )
+    probe = json.loads((tmp_path / "job.probe").read_text())
+    assert probe["device_reason"] == rec["device_reason"]
+    assert probe["framework_version"] == rec["framework_version"]
+    assert "as the rates job's probe on this machine found" in (tmp_path / "job.log").read_text()
+    # A rates file from another machine is not trusted: the job probes for itself.
+    rates.write_text(
+        json.dumps({"framework": framework, "device": "cuda", "probe": {**rec, "hostname": "x"}})
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", JOB_WITHOUT_IMPORT, framework, str(tmp_path / "b"), str(rates)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(done.stdout.split("RESULT ", 1)[1])["imported"] is True

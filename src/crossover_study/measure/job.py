@@ -27,8 +27,8 @@ from typing import NoReturn
 from crossover_study.core.errors import describe_os_error, disk_error
 from crossover_study.core.progress import job_line
 from crossover_study.measure.journal import JournalBusy, adopt, hold
-from crossover_study.measure.probe import probe_record, write_probe
-from crossover_study.measure.rates_job import read_rates
+from crossover_study.measure.probe import probe_record, reused_missing, write_probe
+from crossover_study.measure.rates_job import rates_probe, read_rates
 from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study import config as study_config
 from crossover_study.study import job_limits
@@ -80,7 +80,10 @@ def measure_job(
     ``rates``: the rates job's file for this framework, device and thread count
     (:func:`rates_job.read_rates`); its rates go into every row's ``rate_*`` columns and
     the probe record's ``rates``. Without one (None, a missing file, rates not measured
-    or of other threads) those stay empty and the log says why.
+    or of other threads) those stay empty and the log says why. Where its probe found
+    the device missing on this machine (:func:`probe.reused_missing`), the job does not
+    import the framework to find it missing again: its rows and probe record carry that
+    probe's reason and view, and its log says so.
 
     The job's journal is held for the job's whole life (:func:`journal.hold`): when
     another live process holds it (the same job of a second run), raises
@@ -124,6 +127,9 @@ def measure_job(
         say(job_line(case, framework, device, len(points), threads, batch, len(batches)))
         job["rates"], said = read_rates(rates, framework, device, threads)
         say(said)
+        job["known_missing"] = reused_missing(rates_probe(rates), framework, device)
+        if job["known_missing"]:
+            say(f"device: missing, as the rates job's probe on this machine found ({rates})")
         try:
             # Stacks of a point past timing.point_deadline_s go to the log as well, and
             # so does the job's stderr: a failed point's whole traceback (point_measure),
@@ -148,7 +154,13 @@ def measure_job(
             # After the measurement: the probe imports the framework's device queries,
             # which must not disturb the thread pinning or the import time. Written even
             # when the job fails, and copied to the log (a failed job's outputs go).
-            record = probe_record(framework, device, threads, gpu_start=job.get("gpu_start"))
+            record = probe_record(
+                framework,
+                device,
+                threads,
+                gpu_start=job.get("gpu_start"),
+                known=job.get("known_missing"),
+            )
             record["rates"] = job.get("rates")  # the step-time model's, from the rates job
             write_probe(record, out_probe)
             say(f"probe: {json.dumps(record, sort_keys=True)}")

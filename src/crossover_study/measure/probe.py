@@ -207,7 +207,13 @@ def affinity_cpus() -> int | None:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 
-def probe_record(framework: str, device: str, threads: int, gpu_start: dict | None = None) -> dict:
+def probe_record(
+    framework: str,
+    device: str,
+    threads: int,
+    gpu_start: dict | None = None,
+    known: Mapping | None = None,
+) -> dict:
     """The probe of this process, as a JSON-ready dict.
 
     ``threads`` is the number of CPU threads the job pinned its framework to. Imports
@@ -217,10 +223,15 @@ def probe_record(framework: str, device: str, threads: int, gpu_start: dict | No
     ``gpu_start`` is the :func:`gpu_state.snapshot` the job took before measuring (None
     when it took none); the record's ``gpu_state`` holds it as ``start`` and a snapshot
     taken now as ``end`` (see the module's docstring); the snapshot never raises.
+    ``known``: a probe record whose framework's view (:data:`FRAMEWORK_VIEW`) is copied
+    instead of importing the framework (the rates job's, where :func:`reused_missing`
+    says its verdict holds for this process).
     """
     gpu_end = gpu_state.snapshot()
-    missing = frameworks.not_importable(framework)
-    if missing is None:
+    missing = None if known is not None else frameworks.not_importable(framework)
+    if known is not None:  # the rates job's view of a missing device (reused_missing)
+        framework_view = {key: known.get(key) for key in FRAMEWORK_VIEW}
+    elif missing is None:
         seen = device_probe.probe(framework, device)
         framework_view = {
             "gpus": device_probe.gpu_names(framework),
@@ -253,8 +264,7 @@ def probe_record(framework: str, device: str, threads: int, gpu_start: dict | No
         "utc_time": datetime.now(UTC).isoformat(timespec="seconds"),
         "framework": framework,
         "device": device,
-        "hostname": socket.gethostname(),
-        "node": os.environ.get("SLURMD_NODENAME"),
+        **devices_given(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
         "partition": os.environ.get("SLURM_JOB_PARTITION"),
@@ -268,15 +278,64 @@ def probe_record(framework: str, device: str, threads: int, gpu_start: dict | No
         },
         # Under Slurm the framework's threads must be the CPUs the job was given.
         "threads_equal_cpus_given": threads == slurm_cpus if slurm_cpus is not None else None,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "slurm_gpu_env": {k: os.environ[k] for k in SLURM_GPU_ENV if k in os.environ},
-        "tpu_env": {k: os.environ[k] for k in TPU_ENV if k in os.environ},
-        "accel_device_files": sorted(glob.glob("/dev/accel*")),
         **framework_view,
         "gpu_driver_version": gpu_state.row_columns(gpu_start, gpu_end)["gpu_driver_version"],
         "gpu_state": {"start": gpu_start, "end": gpu_end},
         **installed_packages(),
     }
+
+
+#: The keys of a probe record that the framework's own view gives (:func:`probe_record`).
+FRAMEWORK_VIEW = (
+    "gpus",
+    "tpus",
+    "framework_devices",
+    "logical_devices",
+    "framework_version",
+    "cuda_build",
+    "device_available",
+    "device_reason",
+)
+
+
+def devices_given() -> dict:
+    """What a device probe's verdict depends on besides the framework: the machine
+    (``hostname``, Slurm's ``node``) and what the job was given of its devices
+    (``cuda_visible_devices``, ``slurm_gpu_env``, ``tpu_env``, ``accel_device_files``:
+    the ``/dev/accel*`` files). Part of every probe record; :func:`reused_missing`
+    compares them. Imports no framework."""
+    return {
+        "hostname": socket.gethostname(),
+        "node": os.environ.get("SLURMD_NODENAME"),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "slurm_gpu_env": {k: os.environ[k] for k in SLURM_GPU_ENV if k in os.environ},
+        "tpu_env": {k: os.environ[k] for k in TPU_ENV if k in os.environ},
+        "accel_device_files": sorted(glob.glob("/dev/accel*")),
+    }
+
+
+def reused_missing(record: Mapping | None, framework: str, device: str) -> Mapping | None:
+    """``record`` (the rates job's probe record of this framework and device, or None)
+    where it says the device is missing and this process would see the same: the same
+    host and Slurm node, the same ``CUDA_VISIBLE_DEVICES``, Slurm GPU and TPU variables
+    and ``/dev/accel*`` files (:func:`devices_given`), and the same installed packages
+    (``packages``: the same environment); else None.
+
+    Whether a device is there is a property of the machine, probed once per study by the
+    rates job (:mod:`crossover_study.measure.rates_job`), which runs before every
+    measuring job of its framework and device: a measuring job that reuses its verdict
+    need not import the framework to find the device missing again (1-3 s a job on the
+    2-core VM, 2026-12-05: ``import_s`` 2.0 s for PyTorch, 3.9 s for TensorFlow). A
+    device that is there is always probed by the job itself. Never raises."""
+    if not isinstance(record, Mapping) or device == "cpu":
+        return None
+    if (record.get("framework"), record.get("device")) != (framework, device):
+        return None
+    if record.get("device_available") is not False or not record.get("device_reason"):
+        return None
+    if any(record.get(key) != value for key, value in devices_given().items()):
+        return None
+    return record if record.get("packages") == installed_packages()["packages"] else None
 
 
 def write_probe(record: Mapping, path: str | Path) -> None:

@@ -219,6 +219,20 @@ def _measured(framework: str, device: str, threads: int, say, reuse_from=(), out
     return {"available": True, "key": key, "rates": rates, "seconds": seconds}
 
 
+def rates_probe(path: str | Path | None) -> dict | None:
+    """The probe record inside the rates file ``path`` (:func:`rates_job`'s ``probe``),
+    or None: no path, a file that is missing, not JSON or without a probe. Never
+    raises."""
+    if path is None:
+        return None
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    probe = record.get("probe") if isinstance(record, dict) else None
+    return probe if isinstance(probe, dict) else None
+
+
 def read_rates(
     path: str | Path | None, framework: str, device: str, threads: int
 ) -> tuple[dict | None, str]:

@@ -115,7 +115,10 @@ def run_group(
     Returns the rows written (one per point, in ``group.points`` order). ``job``, when
     given, is filled with what the job's probe record needs: ``gpu_start``, the GPU
     state (:func:`gpu_state.snapshot`) taken after the framework import, before the
-    device is touched. Its ``rates`` (:func:`step_rates.measure_rates`' form, as the
+    device is touched. Its ``known_missing``, when set, is the rates job's probe record
+    that found this device missing on this machine
+    (:func:`crossover_study.measure.probe.reused_missing`): the framework is then not
+    imported, and every point is ``unavailable`` with that probe's reason. Its ``rates`` (:func:`step_rates.measure_rates`' form, as the
     rates job measured them: :func:`crossover_study.measure.rates_job.read_rates`) go into every
     row's ``rate_*`` columns (:func:`step_rates.row_columns`; empty without them): the
     job measures no rates itself. ``deadline`` (seconds since the epoch, as
@@ -200,13 +203,32 @@ def _import_framework(group: GroupSpec) -> str | None:
     return None
 
 
+def _known_missing(record: dict) -> device_probe.DeviceProbe:
+    """The device probe of a job whose device the rates job's probe ``record`` found
+    missing on this machine (:func:`crossover_study.measure.probe.reused_missing`): its
+    reason, versions and device list; the framework is not imported."""
+    seen = ", ".join(record.get("gpus") or record.get("tpus") or []) or "no device"
+    return device_probe.DeviceProbe(
+        False,
+        None,
+        record["device_reason"],
+        record.get("framework_version"),
+        record.get("cuda_build"),
+        f"{seen} (the rates job's probe on this machine; not imported again)",
+    )
+
+
 def _run_group(group, journal_path, out_csv, log, job, created, deadline, stacks):
-    not_importable = _import_framework(group)
+    known = job.get("known_missing")
+    not_importable = None if known else _import_framework(group)
     import_s = time.time() - created
     job["gpu_start"] = gpu_start = gpu_state.snapshot()
 
     init_start = time.perf_counter()
-    if not_importable is None:
+    if known:
+        probe = _known_missing(known)
+        intra = interop = None
+    elif not_importable is None:
         probe = device_probe.probe(group.framework, group.device)
         intra, interop = frameworks.thread_settings(group.framework)
     else:
