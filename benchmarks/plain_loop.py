@@ -48,7 +48,7 @@ def _faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def _load(path: str):
+def load_plugin(path: str):
     """The plug-in module at ``path``."""
     spec = importlib.util.spec_from_file_location("plain_loop_plugin", path)
     module = importlib.util.module_from_spec(spec)
@@ -56,7 +56,7 @@ def _load(path: str):
     return module
 
 
-def _step_runner(built, read):
+def step_runner(built, read):
     """``run(n)`` for a TorchStep or a TFStep on the CPU: ``run(n)`` runs n steps as
     returned (plain or a tf.function), reading the loss back with ``read`` (PyTorch's
     ``item``, TensorFlow's ``numpy``) every ``loss_read_every`` steps (its global step
@@ -74,7 +74,7 @@ def _step_runner(built, read):
     return run
 
 
-def _keras_runner(built, call: dict | None = None):
+def keras_runner(built, call: dict | None = None):
     """``(run(n), steps a call)`` for a KerasFit: ``run(n)`` is ``fit`` over
     ``ceil(n / steps per epoch)`` epochs (so n rounds up to whole epochs: blocks are
     whole epochs), ``jit_compile=False`` and ``steps_per_execution=1`` as the study's
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = str(args.threads)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    module = _load(args.plugin)
+    module = load_plugin(args.plugin)
     source = open(args.plugin).read()
     per_call = 1
     if "import torch" in source:
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
         torch.set_num_interop_threads(1)
         built = module.build(torch.device("cpu"), **sizes)
-        run = _step_runner(built, lambda loss: loss.item())
+        run = step_runner(built, lambda loss: loss.item())
     else:
         import tensorflow as tf
 
@@ -150,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         with tf.device("/CPU:0"):
             built = module.build("/CPU:0", **sizes)
             if type(built).__name__ == "KerasFit":
-                run, per_call = _keras_runner(built, getattr(module, "FIT_CALL", None))
+                run, per_call = keras_runner(built, getattr(module, "FIT_CALL", None))
             else:
-                run = _step_runner(built, lambda loss: loss.numpy())
+                run = step_runner(built, lambda loss: loss.numpy())
     if args.no_gc:
         import gc
 
