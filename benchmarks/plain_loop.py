@@ -12,8 +12,14 @@ number of steps (enough for about ``--block-s`` seconds each, from the warm-up's
 speed), the loss read back (``.item()`` / ``.numpy()``) at the plug-in's
 ``loss_read_every`` cadence. ``TorchStep`` and ``TFStep`` plug-ins; a ``KerasFit`` one
 is timed as ``fit`` over whole epochs (``jit_compile=False``, ``steps_per_execution=1``)
-divided by its steps. Threads: ``--threads`` intra-op (and 1 inter-op), set through the
-environment before the framework is imported, as the study's job does.
+divided by its steps. ``fit`` arguments that ``KerasFit`` leaves to the library but a
+seed's call sets go in the plug-in module's ``FIT_CALL`` dict (``benchmarks/seed_loops/``):
+``steps_per_epoch`` (an epoch is that many steps, not ``ceil(samples / batch)``),
+``epochs`` (every ``fit`` call runs exactly that many epochs, the seed's one call, and a
+block is whole such calls: s002-iris's 20 epochs of 2 steps) and ``verbose`` (the
+progress bar's text goes to an in-memory sink, as the study's job sends it). Threads:
+``--threads`` intra-op (and 1 inter-op), set through the environment before the
+framework is imported, as the study's job does.
 
 Prints one JSON line: ``step_s`` (median seconds a step over the blocks), ``blocks_s``
 (each block's seconds a step), ``steps_per_block``, ``faults_per_step`` (minor page
@@ -25,7 +31,9 @@ not share the harness it checks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import io
 import json
 import math
 import os
@@ -40,7 +48,7 @@ def _faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def _load(path: str):
+def load_plugin(path: str):
     """The plug-in module at ``path``."""
     spec = importlib.util.spec_from_file_location("plain_loop_plugin", path)
     module = importlib.util.module_from_spec(spec)
@@ -48,7 +56,7 @@ def _load(path: str):
     return module
 
 
-def _step_runner(built, read):
+def step_runner(built, read):
     """``run(n)`` for a TorchStep or a TFStep on the CPU: ``run(n)`` runs n steps as
     returned (plain or a tf.function), reading the loss back with ``read`` (PyTorch's
     ``item``, TensorFlow's ``numpy``) every ``loss_read_every`` steps (its global step
@@ -66,23 +74,40 @@ def _step_runner(built, read):
     return run
 
 
-def _keras_runner(built):
-    """``(run(n), steps per epoch)`` for a KerasFit: ``run(n)`` is ``fit`` over
+def keras_runner(built, call: dict | None = None):
+    """``(run(n), steps a call)`` for a KerasFit: ``run(n)`` is ``fit`` over
     ``ceil(n / steps per epoch)`` epochs (so n rounds up to whole epochs: blocks are
     whole epochs), ``jit_compile=False`` and ``steps_per_execution=1`` as the study's
-    eager point pins them."""
+    eager point pins them. ``call``: the plug-in's ``FIT_CALL`` (module docstring);
+    with ``epochs`` in it, ``run(n)`` is ``ceil(n / steps a call)`` calls of that many
+    epochs each."""
+    call = dict(call or {})
+    unknown = sorted(set(call) - {"steps_per_epoch", "epochs", "verbose"})
+    if unknown:
+        raise SystemExit(f"FIT_CALL: unknown keys {unknown}")
     model = built.model
     model.compile(**{**built.compile, "jit_compile": False, "steps_per_execution": 1})
     samples = built.sample_count() if hasattr(built, "sample_count") else len(built.y)
-    per_epoch = max(1, math.ceil(samples / built.batch_size))
+    per_epoch = call.get("steps_per_epoch") or max(1, math.ceil(samples / built.batch_size))
     fit = dict(built.fit)
-    fit.setdefault("verbose", 0)
+    fit["verbose"] = call.get("verbose", 0)
+    if "steps_per_epoch" in call:
+        fit["steps_per_epoch"] = call["steps_per_epoch"]
+
+    def fit_epochs(epochs: int) -> None:
+        sink = contextlib.redirect_stdout(io.StringIO()) if fit["verbose"] else None
+        with sink or contextlib.nullcontext():
+            model.fit(built.x, built.y, batch_size=built.batch_size, epochs=epochs, **fit)
+
+    if "epochs" not in call:
+        return lambda n: fit_epochs(max(1, math.ceil(n / per_epoch))), per_epoch
+    per_call = per_epoch * call["epochs"]
 
     def run(n: int) -> None:
-        epochs = max(1, math.ceil(n / per_epoch))
-        model.fit(built.x, built.y, batch_size=built.batch_size, epochs=epochs, **fit)
+        for _ in range(max(1, math.ceil(n / per_call))):
+            fit_epochs(call["epochs"])
 
-    return run, per_epoch
+    return run, per_call
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = str(args.threads)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    module = _load(args.plugin)
+    module = load_plugin(args.plugin)
     source = open(args.plugin).read()
     per_call = 1
     if "import torch" in source:
@@ -116,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
         torch.set_num_interop_threads(1)
         built = module.build(torch.device("cpu"), **sizes)
-        run = _step_runner(built, lambda loss: loss.item())
+        run = step_runner(built, lambda loss: loss.item())
     else:
         import tensorflow as tf
 
@@ -125,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         with tf.device("/CPU:0"):
             built = module.build("/CPU:0", **sizes)
             if type(built).__name__ == "KerasFit":
-                run, per_call = _keras_runner(built)
+                run, per_call = keras_runner(built, getattr(module, "FIT_CALL", None))
             else:
-                run = _step_runner(built, lambda loss: loss.numpy())
+                run = step_runner(built, lambda loss: loss.numpy())
     if args.no_gc:
         import gc
 
