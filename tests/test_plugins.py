@@ -181,7 +181,11 @@ def test_other_bad_cases_name_their_key(tmp_path):
     with pytest.raises(ConfigError, match=r"^config error at cases.mine.framework: tensorflow"):
         validate_config(unswept)
     reserved = _bad(tmp_path, seed={"batch": 8, "status": 2}, axes={"batch": [8]})
-    assert "cases.mine.seed.status: 'status' is a column of the timings table" in reserved
+    assert "cases.mine.seed.status: 'status' is a column of the study's timings table" in reserved
+    # A field of a long table is a column too: the point's sizes are written beside it.
+    for axis, table in (("op", "top_ops"), ("steps", "rnn_layers"), ("n", "products")):
+        clash = _bad(tmp_path, seed={"batch": 8, axis: 2}, axes={"batch": [8]})
+        assert f"cases.mine.seed.{axis}: '{axis}' is a column of the study's {table} table" in clash
     cfg = _plugin_config(tmp_path, "def build(device, batch, width): pass\n")
     cfg["cases"]["s001-mlp"] = {"workload": "x.py"}
     with pytest.raises(ConfigError, match=r"at cases.s001-mlp.workload: s001-mlp is a seed case"):

@@ -19,6 +19,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from crossover_study.core.columns import STUDY_TABLES
 from crossover_study.core.origin import SCHEMAS, table_columns
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.study import cases as case_registry
@@ -281,6 +282,22 @@ def _check_replication(config: Mapping[str, Any]) -> None:
 PLUGIN_KEYS: tuple[str, ...] = ("workload", "entry", "framework", "question", "seed")
 
 
+def reserved_axis_names() -> dict[str, str]:
+    """``{column: table}``: every column of the study's tables
+    (:data:`crossover_study.core.columns.STUDY_TABLES`, as their schemas in
+    ``workflow/schemas/`` document them) but the seeds' own axes, with the first table
+    that has it. A case of the user's own may not name an axis so: each table carries a
+    point's sizes as columns beside its own (a long table's ``op``, ``steps``, ``m``,
+    ``n``, ``k``, ...), and an axis of the same name would overwrite one of them."""
+    seed_axes = {a for c in case_registry.SEEDS.values() for a in c.axes}
+    reserved: dict[str, str] = {}
+    for table in STUDY_TABLES:
+        for column in table_columns(table):
+            if column not in seed_axes:
+                reserved.setdefault(column, table)
+    return reserved
+
+
 def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
     """Cross-checks of the ``cases`` section the schema cannot express, in place: a seed
     case gives only ``axes`` and ``grid``, over its own axes; a case of the user's own
@@ -292,7 +309,7 @@ def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
     A ``grid`` names two axes of the case; ``skip_variants`` names variants of
     ``sweep.variants`` or ``replication.variants`` other than ``eager``."""
     seeds = case_registry.SEEDS
-    reserved = set(table_columns("timings")) - {a for c in seeds.values() for a in c.axes}
+    reserved = reserved_axis_names()
     for name, spec in config["cases"].items():
         where = f"config error at cases.{name}"
         if name in seeds:
@@ -330,8 +347,9 @@ def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
             for axis in spec["seed"]:
                 if axis in reserved:
                     raise ConfigError(
-                        f"{where}.seed.{axis}: {axis!r} is a column of the timings table "
-                        "(workflow/schemas/timings.schema.yaml); name the axis otherwise"
+                        f"{where}.seed.{axis}: {axis!r} is a column of the study's "
+                        f"{reserved[axis]} table (workflow/schemas/{reserved[axis]}.schema.yaml), "
+                        "beside which every point's sizes are written; name the axis otherwise"
                     )
             for axis in spec["axes"]:
                 if axis not in spec["seed"]:
