@@ -281,3 +281,11 @@ def get_reference_runs():
 def get_reference_files(name):
     """One file (e.g. timings.csv) of every committed reference run."""
     return [f"{REFERENCE}/{run}/{name}" for run in get_reference_runs()]
+
+
+def get_reference_tables_beside():
+    """The tables beside every committed reference run's timings.csv that exist
+    (table_split.tables_beside: a format 3 run's; none for format 1 or 2)."""
+    from crossover_study.analysis.table_split import tables_beside
+
+    return [str(p) for t in get_reference_files("timings.csv") for p in tables_beside(t)]

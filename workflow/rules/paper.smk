@@ -10,6 +10,9 @@ localrules:
 rule paper:
     input:
         timings=get_reference_files("timings.csv"),
+        # A format 3 run's tables beside its timings.csv (none for format 1 or 2): an
+        # edit to any of them redraws the figures too.
+        beside=get_reference_tables_beside(),
         crossover=get_reference_files("crossover.csv"),
         manifests=get_reference_files("manifest.json"),
     output:
