@@ -326,6 +326,9 @@ def test_the_rates_jobs_missing_device_is_reused_only_where_nothing_differs(monk
     assert reused_missing({**rec, "device": "cpu"}, "torch", "cpu") is None  # never the CPU
     assert reused_missing({**rec, "device_available": True}, "torch", "cuda") is None
     assert reused_missing({**rec, "hostname": "elsewhere"}, "torch", "cuda") is None
+    assert reused_missing({**rec, "boot_id": "an-earlier-boot"}, "torch", "cuda") is None
+    # a GPU driver loaded since (its device files) on this machine: probed again
+    assert reused_missing({**rec, "gpu_device_files": ["/dev/nvidia0"]}, "torch", "cuda") is None
     changed = {**rec["packages"], "torch": "0.0"}
     assert reused_missing({**rec, "packages": changed}, "torch", "cuda") is None
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # this job was given a GPU

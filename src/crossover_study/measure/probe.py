@@ -300,10 +300,12 @@ FRAMEWORK_VIEW = (
 
 def devices_given() -> dict:
     """What a device probe's verdict depends on besides the framework: the machine
-    (``hostname``, Slurm's ``node``) and what the job was given of its devices
-    (``cuda_visible_devices``, ``slurm_gpu_env``, ``tpu_env``, ``accel_device_files``:
-    the ``/dev/accel*`` files). Part of every probe record; :func:`reused_missing`
-    compares them. Imports no framework."""
+    (``hostname``, Slurm's ``node``, this boot: ``boot_id``) and what the job was given
+    of its devices (``cuda_visible_devices``, ``slurm_gpu_env``, ``tpu_env``,
+    ``accel_device_files``: the ``/dev/accel*`` files, ``gpu_device_files``: the
+    ``/dev/nvidia*`` files and ``/dev/kfd``, which appear when a GPU driver is loaded).
+    Part of every probe record; :func:`reused_missing` compares them. Imports no
+    framework."""
     return {
         "hostname": socket.gethostname(),
         "node": os.environ.get("SLURMD_NODENAME"),
@@ -311,14 +313,26 @@ def devices_given() -> dict:
         "slurm_gpu_env": {k: os.environ[k] for k in SLURM_GPU_ENV if k in os.environ},
         "tpu_env": {k: os.environ[k] for k in TPU_ENV if k in os.environ},
         "accel_device_files": sorted(glob.glob("/dev/accel*")),
+        "gpu_device_files": sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/kfd")),
+        "boot_id": _boot_id(),
     }
+
+
+def _boot_id() -> str | None:
+    """This boot's id (Linux: ``/proc/sys/kernel/random/boot_id``, new at every boot), or
+    None where there is none: a GPU attached or a driver installed since a probe usually
+    takes a reboot, and a probe of another boot is never reused (:func:`reused_missing`)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def reused_missing(record: Mapping | None, framework: str, device: str) -> Mapping | None:
     """``record`` (the rates job's probe record of this framework and device, or None)
     where it says the device is missing and this process would see the same: the same
-    host and Slurm node, the same ``CUDA_VISIBLE_DEVICES``, Slurm GPU and TPU variables
-    and ``/dev/accel*`` files (:func:`devices_given`), and the same installed packages
+    host, Slurm node and boot, the same ``CUDA_VISIBLE_DEVICES``, Slurm GPU and TPU
+    variables and device files (:func:`devices_given`), and the same installed packages
     (``packages``: the same environment); else None.
 
     Whether a device is there is a property of the machine, probed once per study by the
