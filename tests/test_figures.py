@@ -584,8 +584,8 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
             "measuring jobs 200 s, rates jobs 50 s (20%)" in text
         )
         assert (
-            "measuring jobs' time: timed 25%, count 10%, replay not recorded, import 15%, "
-            "other 50%" in text
+            "measuring jobs' time: timed 25%, count 10%, replay not recorded, attribution "
+            "not recorded, import 15%, other 50%" in text
         )
         assert "after N* = 1,233 steps" in text
         # Each failed block-length check worded for its device, the CPU's with the load.

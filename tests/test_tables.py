@@ -136,6 +136,8 @@ def test_wall_summary_says_where_the_study_time_went(tmp_path):
             "measured_s": [50.0, 30.0, 20.0, None],
             "count_s": [4.0, None, 4.0, None],  # an empty cell counts 0
             "replay_s": [8.0, 0.0, 0.0, None],
+            "attr_cost_s": [3.0, 2.0, None, None],
+            "attr_setup_s": [5.0, 0.0, None, None],  # once, at process a1's first point
         }
     )
     wall = wall_summary(rows, benches, rates, now=1300.0)
@@ -148,8 +150,9 @@ def test_wall_summary_says_where_the_study_time_went(tmp_path):
         "timed_share": 0.625,
         "count_share": 0.05,  # 8 of 160
         "replay_share": 0.05,
+        "attribution_share": 0.0625,  # 3 + 2 + 5 of 160
         "import_share": 0.0563,  # (5 + 1) + 3 once per process: 9 of 160
-        "other_share": 0.2188,  # the other 35 s
+        "other_share": 0.1562,  # the other 25 s (round half to even)
         "rates_share": 0.2,  # 40 of 200
     }
 
@@ -162,6 +165,7 @@ def test_wall_summary_keeps_its_first_keys_and_says_null_for_what_it_lacks(tmp_p
     assert wall["measured_share"] == wall["timed_share"] == 0.5
     assert wall["study_wall_s"] == 180.0
     assert wall["count_share"] is wall["replay_share"] is wall["rates_share"] is None
+    assert wall["attribution_share"] is None
     assert wall["rates_jobs_wall_s"] is None
     assert wall["import_share"] == 0.0  # no run id: no process to charge it to
     assert wall["other_share"] == 0.5

@@ -29,6 +29,14 @@ def _column_sum(rows: pd.DataFrame, column: str) -> float | None:
     return float(pd.to_numeric(rows[column], errors="coerce").fillna(0).sum())
 
 
+def _attribution_s(rows: pd.DataFrame) -> float | None:
+    """Seconds the measured attribution took: ``attr_cost_s`` (profiling and reading a
+    point's block) plus ``attr_setup_s`` (its once-per-process set-up) summed, empty
+    cells 0; None when the table has neither column (a study before the attribution)."""
+    parts = [_column_sum(rows, c) for c in ("attr_cost_s", "attr_setup_s")]
+    return None if all(p is None for p in parts) else sum(p or 0.0 for p in parts)
+
+
 def _startup_s(rows: pd.DataFrame) -> float:
     """Process start, framework import and device initialisation, once per measuring
     process: ``import_s`` + ``device_init_s`` of one row per ``run_id`` (every row of a
@@ -81,13 +89,17 @@ def wall_summary(
       operations after its timed blocks) and ``replay_s`` (replaying its products and
       layers for the step model) summed, over ``measuring_jobs_wall_s``; an empty cell
       counts 0, a table without the column gives None.
+    - ``attribution_share``: the measured attribution's ``attr_cost_s`` and
+      ``attr_setup_s`` summed (:func:`_attribution_s`), over ``measuring_jobs_wall_s``;
+      None for a table without those columns.
     - ``import_share``: process start, framework import and device initialisation
       (``import_s`` + ``device_init_s``, once per measuring process: per ``run_id``) over
       ``measuring_jobs_wall_s``. A job rerun whose rows were all kept paid an import that
       no row records; a kept row's run counts its own.
     - ``other_share``: the rest of the measuring jobs' time (the job's planning, journal,
       probe record, rates measured inside the job, the points' set-up outside
-      ``measured_s``); negative only if the parts overlap.
+      ``measured_s``); negative only if the parts overlap. The attribution counted here
+      until ``attribution_share`` was added (2026-12-05).
     - ``rates_share``: ``rates_jobs_wall_s`` over ``measuring_jobs_wall_s`` +
       ``rates_jobs_wall_s``; None without rates jobs.
 
@@ -106,8 +118,16 @@ def wall_summary(
         _column_sum(timings, "job_measured_s") or 0.0
     )
     count_s, replay_s = _column_sum(timings, "count_s"), _column_sum(timings, "replay_s")
+    attribution_s = _attribution_s(timings)
     startup_s = _startup_s(timings)
-    other_s = jobs_s - measured - (count_s or 0.0) - (replay_s or 0.0) - startup_s
+    other_s = (
+        jobs_s
+        - measured
+        - (count_s or 0.0)
+        - (replay_s or 0.0)
+        - (attribution_s or 0.0)
+        - startup_s
+    )
     return {
         "study_wall_s": round(now - min(starts), 3) if starts else None,
         "measuring_jobs_wall_s": round(jobs_s, 3),
@@ -117,6 +137,7 @@ def wall_summary(
         "timed_share": _share(measured, jobs_s),
         "count_share": _share(count_s, jobs_s),
         "replay_share": _share(replay_s, jobs_s),
+        "attribution_share": _share(attribution_s, jobs_s),
         "import_share": _share(startup_s, jobs_s),
         "other_share": _share(other_s, jobs_s),
         "rates_share": _share(rates_s, jobs_s + (rates_s or 0.0)),
