@@ -52,6 +52,30 @@ def _startup_s(rows: pd.DataFrame) -> float:
     return float(first.fillna(0).to_numpy().sum())
 
 
+#: The parts of the measuring jobs' time that the rows' own timers give, in
+#: ``wall.json``'s order (:func:`job_parts`); the rest is ``other``.
+PARTS = ("timed", "count", "replay", "attribution", "import")
+
+
+def job_parts(timings: pd.DataFrame) -> dict[str, float | None]:
+    """Seconds of each of :data:`PARTS` over the rows of ``timings``: ``timed``,
+    ``measured_s`` plus ``job_measured_s`` (a row timed again in a fresh process holds
+    that process's ``measured_s``; the job's own first measurement of it was timed work
+    too); ``count`` and ``replay``, the columns ``count_s`` and ``replay_s``;
+    ``attribution`` (:func:`_attribution_s`); ``import`` (:func:`_startup_s`). None for a
+    part whose columns the table lacks (``timed`` and ``import`` count 0 then)."""
+    timed = (_column_sum(timings, "measured_s") or 0.0) + (
+        _column_sum(timings, "job_measured_s") or 0.0
+    )
+    return {
+        "timed": timed,
+        "count": _column_sum(timings, "count_s"),
+        "replay": _column_sum(timings, "replay_s"),
+        "attribution": _attribution_s(timings),
+        "import": _startup_s(timings),
+    }
+
+
 def _share(part: float | None, whole: float) -> float | None:
     return None if part is None or whole <= 0 else round(part / whole, 4)
 
@@ -112,22 +136,9 @@ def wall_summary(
     rates_s = sum(s for s, _ in rates) if rates else None
     starts = [end - s for s, end in (*measuring, *rates)]
     now = time.time() if now is None else now
-    # A row timed again in a fresh process holds that process's measured_s; the job's own
-    # first measurement of it (job_measured_s) was timed work too.
-    measured = (_column_sum(timings, "measured_s") or 0.0) + (
-        _column_sum(timings, "job_measured_s") or 0.0
-    )
-    count_s, replay_s = _column_sum(timings, "count_s"), _column_sum(timings, "replay_s")
-    attribution_s = _attribution_s(timings)
-    startup_s = _startup_s(timings)
-    other_s = (
-        jobs_s
-        - measured
-        - (count_s or 0.0)
-        - (replay_s or 0.0)
-        - (attribution_s or 0.0)
-        - startup_s
-    )
+    parts = job_parts(timings)
+    measured = parts["timed"]
+    other_s = jobs_s - sum(v or 0.0 for v in parts.values())
     return {
         "study_wall_s": round(now - min(starts), 3) if starts else None,
         "measuring_jobs_wall_s": round(jobs_s, 3),
@@ -135,10 +146,7 @@ def wall_summary(
         "measured_work_s": round(measured, 3),
         "measured_share": _share(measured, jobs_s),
         "timed_share": _share(measured, jobs_s),
-        "count_share": _share(count_s, jobs_s),
-        "replay_share": _share(replay_s, jobs_s),
-        "attribution_share": _share(attribution_s, jobs_s),
-        "import_share": _share(startup_s, jobs_s),
+        **{f"{part}_share": _share(parts[part], jobs_s) for part in PARTS[1:]},
         "other_share": _share(other_s, jobs_s),
         "rates_share": _share(rates_s, jobs_s + (rates_s or 0.0)),
     }
