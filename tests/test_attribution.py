@@ -222,7 +222,7 @@ def test_the_flat_list_gives_the_block_the_tree_gives():
         Flat("cpu_op", "aten::add_", 300, 100),
         Flat("cuda_runtime", "cudaLaunchKernel", 320, 10),
         Flat("python_function", "threading.py(1): run", 400, 50, thread=2),
-        Flat("python_function", "torch/profiler/profiler.py(1): __exit__", 1000, 10),
+        Flat("python_function", "torch/profiler/profiler.py(1): __exit__", 1005, 10),
     ]
     op = Fake("_EventType.TorchOp", "aten::add_", 300, 100)
     rng = Fake("_EventType.TorchOp", "Optimizer.step#Adam.step", 110, 800, [op])

@@ -286,7 +286,7 @@ def torch_imported():
 def test_probe_record_without_a_gpu_source_says_why(torch_imported, monkeypatch, no_smi):
     monkeypatch.setitem(sys.modules, "pynvml", None)
     rec = probe_record("torch", "cpu", threads=1)
-    assert rec["probe_version"] == PROBE_VERSION == 3
+    assert rec["probe_version"] == PROBE_VERSION == 4
     assert rec["gpu_state"]["start"] is None
     end = rec["gpu_state"]["end"]
     assert end["gpus"] == [] and end["source"] is None

@@ -329,6 +329,12 @@ def test_the_rates_jobs_missing_device_is_reused_only_where_nothing_differs(monk
     assert reused_missing({**rec, "boot_id": "an-earlier-boot"}, "torch", "cuda") is None
     # a GPU driver loaded since (its device files) on this machine: probed again
     assert reused_missing({**rec, "gpu_device_files": ["/dev/nvidia0"]}, "torch", "cuda") is None
+    # CUDA's libraries installed since (a distribution more): probed again
+    assert reused_missing({**rec, "device_env_sha256": "0" * 64}, "torch", "cuda") is None
+    assert reused_missing({**rec, "device": "tpu"}, "torch", "tpu") is None  # never a TPU
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/cuda/lib64")  # another library path
+    assert reused_missing(rec, "torch", "cuda") is None
+    monkeypatch.delenv("LD_LIBRARY_PATH")
     changed = {**rec["packages"], "torch": "0.0"}
     assert reused_missing({**rec, "packages": changed}, "torch", "cuda") is None
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # this job was given a GPU

@@ -284,8 +284,13 @@ def get_reference_files(name):
 
 
 def get_reference_tables_beside():
-    """The tables beside every committed reference run's timings.csv that exist
-    (table_split.tables_beside: a format 3 run's; none for format 1 or 2)."""
-    from crossover_study.analysis.table_split import tables_beside
-
-    return [str(p) for t in get_reference_files("timings.csv") for p in tables_beside(t)]
+    """The tables beside every committed reference run's timings.csv that exist (a
+    format 3 run's; none for format 1 or 2), as table_split.tables_beside names them:
+    <table>.csv for each of STUDY_TABLES after timings (not imported here: it imports
+    pandas, which every parse of the workflow would pay)."""
+    return [
+        f"{REFERENCE}/{run}/{table}.csv"
+        for run in get_reference_runs()
+        for table in STUDY_TABLES[1:]
+        if Path(f"{REFERENCE}/{run}/{table}.csv").exists()
+    ]

@@ -3,7 +3,8 @@
 After a point's timed blocks (never inside them) :func:`attribute_point` runs one more
 block of the same program under ``torch.profiler`` with its Python tracer
 (``with_stack=True``) and splits the block's time into what the step spent it on
-(:data:`CATEGORIES`), read off the profile's event tree:
+(:data:`CATEGORIES`), read off the profile's events (its flat list on the CPU, its
+tree on an accelerator: :func:`crossover_study.measure.event_tree.flat_block` says why):
 
 - ``ops``: framework op dispatch and arithmetic. PyTorch: a call into the C++ library
   that reached an ATen op (``TorchOp`` events: the binding, the dispatcher and the
@@ -49,7 +50,7 @@ are read from it by :mod:`crossover_study.measure.device_trace`, while the host'
 categories above are read from the event tree without the trace's CUDA events (the
 launch calls stay inside the ops that made them, as on the CPU).
 
-The event tree is read into the categories by :mod:`crossover_study.measure.event_tree`;
+The events are read into the categories by :mod:`crossover_study.measure.event_tree`;
 this module profiles the block, keeps it or a longer one, and writes the row's columns.
 """
 
@@ -190,9 +191,9 @@ def _profile(workload, steps: int, device: str):
         _profiled_block(workload, steps)
     results = prof.profiler.kineto_results
     flat = results.events()
-    if flat and hasattr(flat[0], "activity_type"):
+    if device not in CUDA_DEVICES and flat and hasattr(flat[0], "activity_type"):
         block = flat_block(flat, BLOCK_NAME)
-    else:  # a torch whose events name no activity type: read the tree (4x the cost)
+    else:  # the tree: on a GPU (flat_block says why) or a torch without activity types
         block = find_block(results.experimental_event_tree())
         block = None if block is None else nested(block)
     if block is None or block.duration_time_ns <= 0:

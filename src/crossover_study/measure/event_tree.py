@@ -1,6 +1,7 @@
-"""A profiled block's event tree read into where its time went
+"""A profiled block's events read into where its time went
 (:mod:`crossover_study.measure.attribution` says what each category holds): the events
-copied out of ``torch.profiler``'s tree and nested again by time (:func:`nested`), each
+copied out of ``torch.profiler``'s tree (:func:`nested`) or, for a CPU profile, its flat
+list (:func:`flat_block`, the same events at less cost) and nested again by time, each
 event's exclusive time given to the category the outermost event above it claims
 (:func:`attribute_tree`), and the ATen ops with the most time (:func:`top_ops`). Reads
 events only: nothing here profiles, and nothing imports a framework.
@@ -70,7 +71,7 @@ def nested(block) -> Event:
     profiler parents an ATen op called inside such a range to the range, beside the
     Python frames whose calls made it; by time the op sits under the binding that called
     it, where its cost was paid, and no time is counted twice. :func:`flat_block` reads
-    the same events from the profile's flat list, at about a quarter of the cost."""
+    the same events of a CPU profile from its flat list, at a third to half the cost."""
     flat, stack = [], list(block.children)
     while stack:
         event = stack.pop()
@@ -118,11 +119,15 @@ def flat_block(events, block_name: tuple[str, str]) -> Event | None:
     ``events``: ``prof.profiler.kineto_results.events()`` (``_KinetoEvent`` objects, times
     in ns). The block is the first Python call whose name holds ``block_name[0]`` and
     ends with ``block_name[1]``; its events are the host's events of its thread
-    (``start_thread_id``) that start inside its time. Why not the tree: its accessors
-    build new objects at every call, and copying a Keras ``fit`` block's 240 000 events
-    out of it took 2.1 s on the 2-core VM where the flat list takes about 0.5 s
-    (2026-12-05, s002-iris's 40-step block). Raises AttributeError for a torch whose
-    events have no ``activity_type`` (read the tree with :func:`nested` there)."""
+    (``start_thread_id``) that start inside its time (an event that starts as it ends
+    too, as the tree keeps it). Why not the tree: its accessors build new objects at
+    every call, and copying a Keras ``fit`` block's 240 000 events out of it took
+    2.0-3.0 s on the 2-core VM where the flat list took 0.7-1.1 s (2026-12-05,
+    s002-iris's 40-step block). For a profile of the CPU only: on a GPU, autograd runs
+    the backward pass on a thread of its own per device, whose ops the tree hangs under
+    the forward thread's call (their ``fwd_thread_id``) and this thread filter would
+    leave out; read the tree with :func:`nested` there. Raises AttributeError for a
+    torch whose events have no ``activity_type`` (read the tree there too)."""
     block = None
     for event in events:
         if event.activity_type() == "python_function":
@@ -140,7 +145,7 @@ def flat_block(events, block_name: tuple[str, str]) -> Event | None:
         if kind not in FLAT_KINDS or event.start_thread_id() != tid:
             continue
         begins = event.start_ns()
-        if begins < start or begins >= end or event is block:
+        if begins < start or begins > end or event is block:
             continue
         name = event.name()
         if kind == "cpu_op":

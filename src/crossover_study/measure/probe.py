@@ -32,11 +32,19 @@ and ``packages_outside_prefix``, the recorded packages whose metadata lies outsi
 script preamble appends the host's ``sys.path`` to the job's, so a package the env
 lacks is imported from the host: such a package is listed there. The manifest carries
 ``packages`` into each measuring run's record.
+
+Version 4 added what a device probe's verdict depends on (:func:`devices_given`), so
+that a measuring job can reuse the rates job's verdict that its device is missing
+(:func:`reused_missing`): ``gpu_device_files`` (the ``/dev/nvidia*`` files and
+``/dev/kfd``), ``boot_id`` (Linux's id of this boot) and ``device_env_sha256`` (a digest
+of this Python, every installed distribution and the GPU library variables). A record of
+an earlier version is never reused.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -50,7 +58,7 @@ from crossover_study.core.paths import REPO_ROOT, pins, portable_path
 from crossover_study.measure import device_probe, frameworks, gpu_state
 
 #: Format version of the record; bump it when a key changes meaning.
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 #: Distributions looked up besides the lock's: names the envs install a locked package
 #: by (envs/tensorflow-cuda.yaml and -tpu.yaml install ``tensorflow``, the lock pins
 #: ``tensorflow-cpu``; conda-forge's pytorch installs the ``torch`` distribution).
@@ -303,7 +311,9 @@ def devices_given() -> dict:
     (``hostname``, Slurm's ``node``, this boot: ``boot_id``) and what the job was given
     of its devices (``cuda_visible_devices``, ``slurm_gpu_env``, ``tpu_env``,
     ``accel_device_files``: the ``/dev/accel*`` files, ``gpu_device_files``: the
-    ``/dev/nvidia*`` files and ``/dev/kfd``, which appear when a GPU driver is loaded).
+    ``/dev/nvidia*`` files and ``/dev/kfd``, which appear when a GPU driver is loaded;
+    ``device_env_sha256``: this Python, every installed distribution and the library
+    variables, as a digest, :func:`_device_env_digest`).
     Part of every probe record; :func:`reused_missing` compares them. Imports no
     framework."""
     return {
@@ -315,7 +325,29 @@ def devices_given() -> dict:
         "accel_device_files": sorted(glob.glob("/dev/accel*")),
         "gpu_device_files": sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/kfd")),
         "boot_id": _boot_id(),
+        "device_env_sha256": _device_env_digest(),
     }
+
+
+#: Variables that decide which GPU libraries and devices a framework finds, besides
+#: ``CUDA_VISIBLE_DEVICES`` (recorded as it is).
+LIBRARY_ENV = ("LD_LIBRARY_PATH", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def _device_env_digest() -> str:
+    """sha256 of what else decides whether a framework finds its device: this Python
+    (``sys.executable``), every installed distribution's name and version (CUDA's own
+    wheels, ``nvidia-*``, are not in ``requirements.lock``) and :data:`LIBRARY_ENV`. A
+    digest, not the values: probe records are committed with reference runs, and these
+    hold the machine's paths."""
+    facts = {
+        "executable": sys.executable,
+        "distributions": sorted(
+            f"{d.name}=={d.version}" for d in importlib.metadata.distributions()
+        ),
+        "env": {k: os.environ.get(k) for k in LIBRARY_ENV},
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
 def _boot_id() -> str | None:
@@ -332,8 +364,12 @@ def reused_missing(record: Mapping | None, framework: str, device: str) -> Mappi
     """``record`` (the rates job's probe record of this framework and device, or None)
     where it says the device is missing and this process would see the same: the same
     host, Slurm node and boot, the same ``CUDA_VISIBLE_DEVICES``, Slurm GPU and TPU
-    variables and device files (:func:`devices_given`), and the same installed packages
-    (``packages``: the same environment); else None.
+    variables, device files, Python, installed distributions and library variables
+    (:func:`devices_given`), and the same installed packages (``packages``); else None.
+    Never for the CPU, and never for a TPU, whose probe can fail for a while (a TPU that
+    another process holds, a remote TPU out of reach). A rates file kept from an earlier
+    run is reused as long as nothing of this differs: delete ``rates/`` of the study to
+    probe again.
 
     Whether a device is there is a property of the machine, probed once per study by the
     rates job (:mod:`crossover_study.measure.rates_job`), which runs before every
@@ -341,8 +377,8 @@ def reused_missing(record: Mapping | None, framework: str, device: str) -> Mappi
     need not import the framework to find the device missing again (1-3 s a job on the
     2-core VM, 2026-12-05: ``import_s`` 2.0 s for PyTorch, 3.9 s for TensorFlow). A
     device that is there is always probed by the job itself. Never raises."""
-    if not isinstance(record, Mapping) or device == "cpu":
-        return None
+    if not isinstance(record, Mapping) or device in ("cpu", "tpu"):
+        return None  # a TPU's missing verdict can pass (a TPU another process held)
     if (record.get("framework"), record.get("device")) != (framework, device):
         return None
     if record.get("device_available") is not False or not record.get("device_reason"):
