@@ -348,9 +348,18 @@ def _lingering(tmp_path, sleep: float, *extra: str):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
     proc = subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=_as_a_terminal_starts_it,
     )  # fmt: skip
     return proc, tmp_path / "check", marker.name
+
+
+def _as_a_terminal_starts_it() -> None:
+    """SIGINT's default action in the check's process, as a shell gives a command it
+    runs in the foreground. The test run itself may have SIGINT ignored (a CI started
+    in the background by a shell without job control: POSIX has such a shell's
+    asynchronous commands ignore SIGINT), and an ignored SIGINT is inherited: Python
+    then installs no KeyboardInterrupt handler, and the check would never see Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _left_running(marker: str) -> list[int]:
