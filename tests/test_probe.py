@@ -344,6 +344,14 @@ def test_the_rates_jobs_missing_device_is_reused_only_where_nothing_differs(monk
     assert reused_missing(rec, "torch", "cuda") is None
 
 
+RATES_PROBE = r"""
+import json, sys
+from crossover_study.measure import frameworks
+from crossover_study.measure.probe import probe_record
+frameworks.import_framework(sys.argv[1], "cuda", 1)
+print("PROBE " + json.dumps(probe_record(sys.argv[1], "cuda", 1)))
+"""
+
 JOB_WITHOUT_IMPORT = r"""
 import json, sys
 from crossover_study.measure.job import measure_job
@@ -360,7 +368,15 @@ print("RESULT " + json.dumps({"imported": sys.argv[1] in sys.modules,
 def test_a_job_whose_device_the_rates_job_found_missing_imports_no_framework(tmp_path, framework):
     import subprocess
 
-    rec = _rates_probe(framework)
+    # The rates job's probe, made as the rates job makes it: in a fresh process (this test
+    # process's own facts can differ from a fresh one's after the tests before it).
+    made = subprocess.run(
+        [sys.executable, "-c", RATES_PROBE, framework], capture_output=True, text=True,
+        timeout=120, check=True,
+    )  # fmt: skip
+    rec = json.loads(made.stdout.split("PROBE ", 1)[1])
+    if rec["device_available"]:
+        pytest.skip("cuda is there on this machine")
     rates = tmp_path / "rates.json"
     rates.write_text(json.dumps({"framework": framework, "device": "cuda", "probe": rec}))
     done = subprocess.run(
