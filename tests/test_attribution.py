@@ -53,16 +53,21 @@ def _block(*children, start=0, duration=1000) -> Fake:
     )
 
 
-def test_a_range_is_left_out_and_its_ops_nest_under_the_call_that_made_them():
-    # Optimizer.step's range is the child of the C call that entered it but outlives it;
-    # the profiler parents the op to the range, beside the Python frame that called it.
+def _adam_step() -> Fake:
+    """Adam's step as the profiler's tree gives it: Optimizer.step's range is the child
+    of the C call that entered it but outlives it; the profiler parents the op to the
+    range, beside the Python frame that called it."""
     op = Fake("_EventType.TorchOp", "aten::add_", 300, 100)
     rng = Fake("_EventType.TorchOp", "Optimizer.step#Adam.step", 110, 800, [op])
     enter = Fake(
         "_EventType.PyCCall", "<built-in method _record_function_enter_new>", 100, 20, [rng]
     )
     binding = Fake("_EventType.PyCCall", "<built-in method _foreach_add_>", 290, 120)
-    frame = Fake("_EventType.PyCall", "torch/optim/adam.py(1): step", 50, 900, [enter, binding])
+    return Fake("_EventType.PyCall", "torch/optim/adam.py(1): step", 50, 900, [enter, binding])
+
+
+def test_a_range_is_left_out_and_its_ops_nest_under_the_call_that_made_them():
+    frame = _adam_step()
     block = nested(_block(frame))
     seconds, events = attribute_tree(block, "cpu")
     # 1000 ns in all, nothing counted twice: the op under its binding (ops), the frame's
@@ -224,13 +229,7 @@ def test_the_flat_list_gives_the_block_the_tree_gives():
         Flat("python_function", "threading.py(1): run", 400, 50, thread=2),
         Flat("python_function", "torch/profiler/profiler.py(1): __exit__", 1005, 10),
     ]
-    op = Fake("_EventType.TorchOp", "aten::add_", 300, 100)
-    rng = Fake("_EventType.TorchOp", "Optimizer.step#Adam.step", 110, 800, [op])
-    enter = Fake(
-        "_EventType.PyCCall", "<built-in method _record_function_enter_new>", 100, 20, [rng]
-    )
-    binding = Fake("_EventType.PyCCall", "<built-in method _foreach_add_>", 290, 120)
-    frame = Fake("_EventType.PyCall", "torch/optim/adam.py(1): step", 50, 900, [enter, binding])
+    frame = _adam_step()
     from_flat, from_tree = flat_block(events, BLOCK_NAME), nested(_block(frame))
     assert _shape(from_flat) == _shape(from_tree)
     assert attribute_tree(from_flat, "cpu") == attribute_tree(from_tree, "cpu")
