@@ -7,18 +7,18 @@ validate against the schema, return typed columns."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cache
 from pathlib import Path
 
 import jsonschema
 import pandas as pd
-import yaml
 
 from crossover_study.analysis import table_split
 from crossover_study.analysis.repeats import merge_repeats
 from crossover_study.analysis.wall import wall_summary
 from crossover_study.core import columns as col
 from crossover_study.core.files import write_csv_atomic
-from crossover_study.core.origin import SCHEMAS, table_columns
+from crossover_study.core.origin import table_columns, table_schema
 from crossover_study.stepmodel.columns import model_columns
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import TIMINGS_FORMAT, case_axes, timings_columns, undocumented_axes
@@ -44,7 +44,7 @@ def validate_timings(df: pd.DataFrame, source: str = "timings") -> None:
     no undocumented column is present (a size axis that rows name in ``axes`` is
     documented by them, and must hold positive whole numbers where set). Raises
     :class:`TableError`."""
-    schema = yaml.safe_load((SCHEMAS / "timings.schema.yaml").read_text())
+    schema = table_schema("timings")
     axes = undocumented_axes(df)
     extra = set(df.columns) - set(schema["properties"]) - set(axes)
     if extra:
@@ -66,7 +66,7 @@ def validate_crossover(df: pd.DataFrame, source: str = "crossover") -> None:
     """Check every row of ``df`` against ``workflow/schemas/crossover.schema.yaml`` and
     that no undocumented column is present. Raises :class:`TableError` naming
     ``source``, the row (0-based, header not counted) and the column."""
-    schema = yaml.safe_load((SCHEMAS / "crossover.schema.yaml").read_text())
+    schema = table_schema("crossover")
     extra = set(df.columns) - set(schema["properties"])
     if extra:
         raise TableError(f"{source}: undocumented column(s) {sorted(extra)}")
@@ -90,7 +90,7 @@ def _typed(df: pd.DataFrame, table: str = "timings") -> pd.DataFrame:
     floats, booleans as True/False/None (pandas would turn a boolean column with gaps
     into 0.0/1.0), text as text. Raises ValueError for a number column holding text
     (:func:`read_timings` names the cell first)."""
-    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+    schema = table_schema(table)
     out = df.copy()
     for axis in undocumented_axes(out):
         out[axis] = pd.to_numeric(out[axis], errors="raise")
@@ -110,10 +110,11 @@ def _typed(df: pd.DataFrame, table: str = "timings") -> pd.DataFrame:
     return out.copy()
 
 
+@cache
 def text_columns(table: str) -> tuple[str, ...]:
     """Columns of ``table`` (timings or crossover) that the schema types as text only
     (``string``, possibly null), in schema order."""
-    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+    schema = table_schema(table)
     names = []
     for name, spec in schema["properties"].items():
         types = spec.get("type", [])
@@ -234,7 +235,7 @@ def _check_cells(df: pd.DataFrame, table: str, source: str) -> None:
     """Every number and boolean cell of ``df`` (text as read) is one: raises
     :class:`TableError` naming ``source``, the row (0-based, header not counted), the
     column and the value, before :func:`_typed` would fail without saying where."""
-    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+    schema = table_schema(table)
     kinds = {}
     for column, spec in schema["properties"].items():
         types = spec.get("type", [])
@@ -322,7 +323,7 @@ def validate_study_tables(timings: str | Path) -> list[Path]:
     for path in paths:
         table = path.stem if path != Path(timings) else "timings"
         df = read_csv_text(path, table)
-        schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
+        schema = table_schema(table)
         axes = [c for c in key if c not in schema["properties"]]
         extra = set(df.columns) - set(schema["properties"]) - set(axes)
         if extra:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import platform
 import socket
@@ -17,14 +18,31 @@ SCHEMAS = REPO_ROOT / "workflow" / "schemas"
 
 
 @cache
+def _parsed_schema(table: str) -> dict:
+    # Parsed once per process: reading a study's tables asks for the same schema dozens
+    # of times, and PyYAML's pure-Python parse of timings.schema.yaml took about 0.1 s a
+    # time (the report notebook spent 4-5 s of its 25 s there, 2026-12-05). libyaml's
+    # loader where PyYAML has it; the same YAML either way.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load((SCHEMAS / f"{table}.schema.yaml").read_text(), Loader=loader)
+
+
+def table_schema(table: str) -> dict:
+    """The JSON schema of ``table`` (``timings``, ``crossover`` or a table beside them:
+    ``blocks``, ``counts`` ...) as ``workflow/schemas/<table>.schema.yaml`` holds it, a
+    copy the caller may change. Raises FileNotFoundError for an unknown table,
+    yaml.YAMLError for a schema that is not YAML."""
+    return copy.deepcopy(_parsed_schema(table))
+
+
+@cache
 def table_columns(table: str) -> tuple[str, ...]:
     """Documented columns of ``timings`` or ``crossover``, in schema order.
 
     The schema in ``workflow/schemas/<table>.schema.yaml`` is the one place where each
     column is described. Raises FileNotFoundError for an unknown table.
     """
-    schema = yaml.safe_load((SCHEMAS / f"{table}.schema.yaml").read_text())
-    return tuple(schema["properties"])
+    return tuple(_parsed_schema(table)["properties"])
 
 
 def cpu_model() -> str:
