@@ -321,6 +321,7 @@ def hostile_run(tmp_path_factory):
         "devices": {"cpu": {"threads": 2}},
         "timing": {"min_block_s": 0.01, "blocks": 3, "max_warmup_s": 0.1, "max_point_s": 1.0},
         "crossover": {"bootstrap": 200},
+        "figure_formats": ["svg"],  # the SVGs are read back for live markup
         "cases": {
             "hostile": {
                 "workload": "hostile.py",

@@ -550,11 +550,13 @@ def test_notebook_runs_and_writes_figures(tmp_path, monkeypatch, cuda_status):
         )
     figures_dir = tmp_path / "reports" / "fixture" / "figures"
     monkeypatch.setenv("CROSSOVER_STUDY_SRC", str(REPO / "src"))
-    out = run_report_notebook(papermill, tmp_path, results, figures_dir)
-    # Each figure as PNG (shown in the report), SVG and PDF.
+    # Vector copies where asked for (figure_formats): both in one run, none in the other.
+    vectors = ["svg", "pdf"] if cuda_status == "ok" else []
+    out = run_report_notebook(papermill, tmp_path, results, figures_dir, figure_formats=vectors)
+    # Each figure as PNG (shown in the report), and SVG and PDF where asked.
     stems = {name.removesuffix(".png") for name in _expected_pngs()}
     assert {p.name for p in figures_dir.iterdir()} == {
-        f"{stem}.{fmt}" for stem in stems for fmt in figure_files.FIGURE_FORMATS
+        f"{stem}.{fmt}" for stem in stems for fmt in ("png", *vectors)
     }
 
     nb = nbformat.read(out, as_version=4)
@@ -752,7 +754,12 @@ def test_notebook_draws_the_reference_machines_beside_the_study(tmp_path, monkey
     figures_dir = tmp_path / "figures"
     monkeypatch.setenv("CROSSOVER_STUDY_SRC", str(REPO / "src"))
     out = run_report_notebook(
-        papermill, tmp_path, results, figures_dir, reference_dir=str(tmp_path / "elsewhere")
+        papermill,
+        tmp_path,
+        results,
+        figures_dir,
+        reference_dir=str(tmp_path / "elsewhere"),
+        figure_formats=["svg", "pdf"],
     )
     cross = sorted(p.name for p in figures_dir.glob("*-cross-machine-*.png"))
     # The fixture sweeps every axis of s000-hjb and s001-mlp; s004-lstm is not in it.

@@ -416,9 +416,10 @@ def timing_policy(config: Mapping[str, Any]) -> TimingPolicy:
     )
 
 
-#: Keys that do not change what is measured: the study's name, and whether curves may
-#: merge environments (a collect-time policy that can be changed after measuring).
-NOT_MEASUREMENT_KEYS: tuple[str, ...] = ("study", "merge_environments", "predict")
+#: Keys that do not change what is measured: the study's name, whether curves may
+#: merge environments (a collect-time policy that can be changed after measuring), the
+#: device cards priced and the report's figure formats.
+NOT_MEASUREMENT_KEYS: tuple[str, ...] = ("study", "merge_environments", "predict", "figure_formats")
 #: Keys under ``timing`` that do not change what is measured: the point deadline decides
 #: only when a stuck point is given up (its error row names the deadline), never how a
 #: point that finishes is timed.
