@@ -18,7 +18,7 @@ from crossover_study.answers.regime import device_regime_text, regime_clause
 from crossover_study.measure import frameworks
 from crossover_study.measure.attribution import attribution_columns, block_steps
 from crossover_study.measure.device_trace import BLOCK_NAME
-from crossover_study.measure.event_tree import attribute_tree, flat_block, nested
+from crossover_study.measure.event_tree import UNREADABLE, attribute_tree, flat_block, nested
 from crossover_study.measure.point import measure_point
 from crossover_study.measure.tracer_cost import CATEGORIES, corrected
 from crossover_study.study import cases
@@ -236,6 +236,45 @@ def test_the_flat_list_gives_the_block_the_tree_gives():
     assert flat_block(events[2:], BLOCK_NAME) is None  # no block: None, not a guess
 
 
+class _Freed:
+    """A name the profiler can no longer read: torch raises UnicodeDecodeError for an
+    import's module body run inside the profile (its code object freed since)."""
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        raise UnicodeDecodeError("utf-8", b"\x8f", 0, 1, "invalid start byte")
+
+
+class FreedTree(Fake):
+    name = _Freed()
+
+
+class FreedFlat(Flat):
+    def name(self):
+        raise UnicodeDecodeError("utf-8", b"\x8f", 0, 1, "invalid start byte")
+
+
+def test_an_event_whose_name_cannot_be_read_is_kept_under_a_placeholder():
+    block_name = "measure/attribution.py(1): _profiled_block"
+    module_body = FreedTree.__new__(FreedTree)
+    module_body.tag, module_body.start_time_ns, module_body.duration_time_ns = (
+        "_EventType.PyCall", 100, 300,
+    )  # fmt: skip
+    module_body.children = [Fake("_EventType.TorchOp", "aten::add_", 150, 100)]
+    from_tree = nested(_block(module_body))
+    events = [
+        FreedFlat("python_function", "?", -50, 10),  # before the block: skipped, no error
+        Flat("python_function", block_name, 0, 1000),
+        FreedFlat("python_function", "?", 100, 300),
+        Flat("cpu_op", "aten::add_", 150, 100),
+    ]
+    from_flat = flat_block(events, BLOCK_NAME)
+    assert _shape(from_flat) == _shape(from_tree)
+    assert from_flat.children[0].name == UNREADABLE and from_flat.children[0].tag == "PyCall"
+    assert attribute_tree(from_flat, "cpu") == attribute_tree(from_tree, "cpu")
+
+
 def test_a_live_profile_reads_the_same_from_its_flat_list_and_its_tree():
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -256,6 +295,9 @@ def test_a_live_profile_reads_the_same_from_its_flat_list_and_its_tree():
         def sync(self):
             pass
 
+    # One step first: the first step imports modules lazily, and a module body run inside
+    # the profile leaves an event whose name torch can no longer read (event_tree.UNREADABLE).
+    Workload().run(1)
     with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
         attribution._profiled_block(Workload(), 3)  # noqa: SLF001 - the frame flat_block finds
     results = prof.profiler.kineto_results
@@ -273,12 +315,13 @@ def test_the_processs_first_profile_is_a_warm_up_that_is_not_kept(monkeypatch):
 
     profiled = []
 
-    def profile(workload, steps, device):
-        profiled.append(steps)
-        # the warm-up: all Python at 3x the cost; later ones: 1 ms a step, half ops
-        first = len(profiled) == 1
+    def profile(workload, steps, device, read=True):
+        profiled.append((steps, read))
+        if not read:  # the warm-up: profiled, never read
+            return None
+        # the kept ones: 1 ms a step, half ops
         seconds = dict.fromkeys(CATEGORIES, 0.0)
-        seconds.update(ops=0.0005, python=0.0015 if first else 0.0005)
+        seconds.update(ops=0.0005, python=0.0005)
         events = {c: {} for c in CATEGORIES}
         events["ops"], events["python"] = {"TorchOp": 10}, {"PyCall": 10}
         block = Fake("PyCall", "block", 0, int(sum(seconds.values()) * 1e9))
@@ -289,11 +332,11 @@ def test_the_processs_first_profile_is_a_warm_up_that_is_not_kept(monkeypatch):
     monkeypatch.setattr(attribution, "tracer_bias", lambda: {"TorchOp": 1e-7, "PyCall": 1e-7})
     # measured_s so short that no longer block fits: one call is profiled
     first = attribution.attribute_point(object(), "cpu", 0.001, 0.001)
-    assert profiled == [1, 1]  # the warm-up, then the kept block
+    assert profiled == [(1, False), (1, True)]  # the warm-up, unread, then the kept block
     assert first["attr_python_s"] == pytest.approx(0.0005)
     assert first["attr_setup_s"] >= 0.0 and first["attr_steps"] == 1
     attribution.attribute_point(object(), "cpu", 0.001, 0.001)
-    assert profiled == [1, 1, 1]  # warm: one block
+    assert profiled == [(1, False), (1, True), (1, True)]  # warm: one block
 
 
 def test_unsynced_and_replicated_points_are_not_profiled():

@@ -177,11 +177,12 @@ def first_block_settles(lead: float | None) -> bool:
     return lead is not None and lead >= SETTLED_LEAD
 
 
-def _profile(workload, steps: int, device: str):
+def _profile(workload, steps: int, device: str, read: bool = True):
     """Profile a block of ``steps`` steps: ``(block, seconds, events, trace)``, the first
     three as :func:`nested` and :func:`attribute_tree` give them; ``trace`` the device's
     and the CUDA calls' events (:func:`device_trace.from_kineto`) on a CUDA device class
-    whose profiler records CUDA activity, else None."""
+    whose profiler records CUDA activity, else None. ``read`` False: the block is
+    profiled and the profile dropped unread (the tracer's warm-up), returning None."""
     from torch.profiler import ProfilerActivity, profile, supported_activities
 
     activities = [ProfilerActivity.CPU]
@@ -189,6 +190,8 @@ def _profile(workload, steps: int, device: str):
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities, with_stack=True) as prof:
         _profiled_block(workload, steps)
+    if not read:
+        return None
     results = prof.profiler.kineto_results
     flat = results.events()
     if device not in CUDA_DEVICES and flat and hasattr(flat[0], "activity_type"):
@@ -271,8 +274,10 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
         # a warm-up, never kept, and counted with the once-per-process set-up. One call
         # of the program's fewest steps sees every function a longer call would (a Keras
         # fit of one epoch where the kept block is a fit of 20: s002-iris's warm-up
-        # profile took 6.4 s at 40 steps).
-        _profile(workload, per_call, device)
+        # profile took 6.4 s at 40 steps). Its profile is not read back: the tracer has
+        # seen every function once the block is profiled, and reading a Keras fit's
+        # 240 000 events took 1.5 s of the 3 s a kept profile costs (2026-12-05).
+        _profile(workload, per_call, device, read=False)
         _WARM = True
     setup_s = time.perf_counter() - started  # 0 once the process has warmed the tracer
     started = time.perf_counter()
