@@ -2,8 +2,10 @@
 
 import dataclasses
 import math
+import statistics
 
 import pytest
+import scipy.stats
 from test_harness import FakeClock
 
 from crossover_study.measure import pairing
@@ -31,10 +33,37 @@ def test_paired_speedup_is_the_median_ratio_with_its_interval():
     variant = [5.0, 6.0, 10.0, 5.5, 5.25]  # 2x faster in every round
     assert pairing.paired_speedup(eager, variant) == (2.0, 2.0, 2.0)
     ratios = [1.0, 1.1, 0.9, 1.05, 0.95, 1.2, 0.8]
-    median, low, high = pairing.paired_speedup([r * 3 for r in ratios], [3.0] * 7, seed=0)
+    median, low, high = pairing.paired_speedup([r * 3 for r in ratios], [3.0] * 7)
     assert median == pytest.approx(1.0)
     assert 0.8 <= low < median < high <= 1.2
-    assert pairing.paired_speedup([r * 3 for r in ratios], [3.0] * 7, seed=0)[1] == low
+    # Student's t over the log ratios, written out: mean +- t(0.975, n-1) * s / sqrt(n).
+    logs = [math.log(r) for r in ratios]
+    mean, sd = statistics.mean(logs), statistics.stdev(logs)
+    half = scipy.stats.t.ppf(0.975, len(logs) - 1) * sd / math.sqrt(len(logs))
+    assert (low, high) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+    # the variant's speed-up over eager mirrors eager's over the variant
+    _, low_inv, high_inv = pairing.paired_speedup([3.0] * 7, [r * 3 for r in ratios])
+    assert (low_inv, high_inv) == pytest.approx((1 / high, 1 / low))
+
+
+def test_the_paired_interval_of_three_rounds_holds_every_round_and_the_median():
+    """Three rounds (a slow point's): a percentile bootstrap of the median can span no
+    more than the lowest to the highest ratio, which holds the true one at 75 % (all
+    three on one side of it: 2 x 1/8); Student's t over three rounds reaches past both."""
+    eager = [1.00, 1.03, 0.98]
+    variant = [1.01, 1.00, 0.99]
+    ratios = [a / b for a, b in zip(eager, variant, strict=True)]
+    median, low, high = pairing.paired_speedup(eager, variant)
+    boot = scipy.stats.bootstrap(
+        (ratios,), statistics.median, n_resamples=2000, method="percentile", random_state=0
+    ).confidence_interval
+    assert low < min(ratios) <= boot.low and high > max(ratios) >= boot.high
+    assert low <= median <= high
+    # one far round moves the mean, never the interval off the median
+    median, low, high = pairing.paired_speedup(
+        [1.0, 1.0, 1.0, 1.0, 9.0], [1.0, 1.01, 0.99, 1.0, 1.0]
+    )
+    assert low <= median <= high
     with pytest.raises(ValueError, match="differ in number"):
         pairing.paired_speedup([1.0, 1.0, 1.0], [1.0, 1.0])
     with pytest.raises(ValueError, match="at least 3 rounds"):

@@ -5,8 +5,8 @@ built once per size and kept warm: :class:`crossover_study.measure.harness.Partn
 one block of each per round in a randomised order, the same number of blocks each, as
 Google Benchmark's ``--benchmark_enable_random_interleaving`` does to cut run-to-run
 variance. A slow stretch of the machine then slows both sides of a round alike, and the
-speed-up is the median of the per-round ratios with a bootstrap 95 % interval
-(:func:`paired_speedup`), not a ratio of two medians measured minutes apart.
+speed-up is the median of the per-round ratios with a 95 % interval (Student's t over
+the rounds, :func:`paired_speedup`), not a ratio of two medians measured minutes apart.
 
 Where interleaving cannot be done (:func:`not_interleaved_reason`) the variant is
 measured alone as before, and its row says why (``interleaved`` False,
@@ -20,7 +20,6 @@ import hashlib
 import math
 import random
 import statistics
-import warnings
 from collections.abc import Sequence
 
 from crossover_study.study.spec import REPLICA_VARIANTS, PointSpec
@@ -52,8 +51,8 @@ PROCESS_WIDE = {
     "(measure.fresh_point), apart from the job's",
 }
 
-#: Bootstrap resamples of :func:`paired_speedup` (percentile interval).
-BOOTSTRAP_RESAMPLES = 2000
+#: Confidence level of :func:`paired_speedup`'s interval.
+CONFIDENCE = 0.95
 
 
 def not_interleaved_reason(point: PointSpec) -> str | None:
@@ -106,13 +105,23 @@ def interleave_order(rounds: int, members: int, seed: int) -> list[list[int]]:
 
 
 def paired_speedup(
-    reference_s: Sequence[float], variant_s: Sequence[float], seed: int = 0
+    reference_s: Sequence[float], variant_s: Sequence[float]
 ) -> tuple[float, float, float]:
     """``(median, low, high)`` of the per-round speed-ups ``reference_s[r] /
     variant_s[r]`` (seconds per step of the step as written and of the variant in the same
-    round; > 1: the variant is faster): the median of the ratios and its 95 % percentile
-    bootstrap interval (``scipy.stats.bootstrap``, :data:`BOOTSTRAP_RESAMPLES`
-    resamples, ``seed``). With every ratio equal the interval is that ratio. Raises
+    round; > 1: the variant is faster): the median of the ratios and a 95 % interval of
+    the speed-up from Student's t over the rounds' log ratios (``scipy.stats.ttest_1samp``'s
+    ``confidence_interval``, taken back from logs: a ratio and its inverse get mirrored
+    intervals), widened where needed to hold the median.
+
+    Why t and not a bootstrap: with the 3 to 5 rounds a point has, a percentile bootstrap
+    of the median spans little more than the second-lowest to the second-highest ratio,
+    narrower than the spread between two runs of the same variant: it held 1.0 at 25 of
+    32 variants that do eager's own work (``benchmarks/remedy_stability.py``, 2026-12-05,
+    ``docs/VALIDATION.md``). For so few
+    measurements the t distribution is the interval performance evaluation uses (Georges,
+    Buytaert and Eeckhout, "Statistically rigorous Java performance evaluation", OOPSLA
+    2007, section 3.2: n < 30). With every ratio equal the interval is that ratio. Raises
     ValueError when the two lists differ in length, hold fewer than 3 rounds, or hold a
     time that is not a positive finite number."""
     if len(reference_s) != len(variant_s):
@@ -126,28 +135,19 @@ def paired_speedup(
     median = statistics.median(ratios)
     if max(ratios) == min(ratios):
         return median, median, median
-    import numpy as np
     from scipy import stats
 
-    with warnings.catch_warnings():  # a resample of equal ratios is degenerate, not wrong
-        warnings.simplefilter("ignore")
-        result = stats.bootstrap(
-            (np.asarray(ratios),),
-            np.median,
-            n_resamples=BOOTSTRAP_RESAMPLES,
-            confidence_level=0.95,
-            method="percentile",
-            random_state=np.random.default_rng(seed),
-        )
-    low, high = result.confidence_interval
-    return median, float(low), float(high)
+    logs = [math.log(r) for r in ratios]
+    interval = stats.ttest_1samp(logs, 0.0).confidence_interval(CONFIDENCE)
+    low, high = math.exp(interval.low), math.exp(interval.high)
+    return median, min(low, median), max(high, median)
 
 
-def paired_columns(reference_s: Sequence[float], variant_s: Sequence[float], seed: int) -> dict:
+def paired_columns(reference_s: Sequence[float], variant_s: Sequence[float]) -> dict:
     """The :data:`PAIRED_COLUMNS` of an interleaved variant row: ``interleaved`` True,
     ``paired_rounds``, ``paired_eager_step_s`` (median seconds per step of the eager
     blocks of its rounds), ``speedup`` and its interval (:func:`paired_speedup`)."""
-    speedup, low, high = paired_speedup(reference_s, variant_s, seed)
+    speedup, low, high = paired_speedup(reference_s, variant_s)
     return {
         "interleaved": True,
         "interleaved_reason": None,

@@ -435,13 +435,7 @@ def _measure_point(
         **counts,
     }
     if m.partner_block_step_times_s is not None:
-        row.update(
-            pairs.paired_columns(
-                m.partner_block_step_times_s,
-                m.block_step_times_s,
-                pairs.order_seed(point.key()),
-            )
-        )
+        row.update(pairs.paired_columns(m.partner_block_step_times_s, m.block_step_times_s))
     elif pairing.alone is not None:
         row.update(pairs.alone_columns(pairing.alone))
     # After the row's compile columns were read: the check's compilation is not the point's.
