@@ -315,6 +315,19 @@ def _rates_probe(framework="torch", device="cuda"):
     return rec
 
 
+def test_the_device_environment_digest_counts_each_distribution_once(monkeypatch):
+    """A Snakemake script (the rates job) has site-packages on sys.path more than once:
+    its preamble appends Snakemake's own sys.path. A measuring job started as a plain
+    process has it once; both digests must agree, or no missing device is reused."""
+    from crossover_study.measure.probe import _device_env_digest
+
+    once = _device_env_digest()
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    assert site
+    monkeypatch.setattr(sys, "path", [*sys.path, *site, *site])
+    assert _device_env_digest() == once
+
+
 def test_the_rates_jobs_missing_device_is_reused_only_where_nothing_differs(monkeypatch):
     from crossover_study.measure.probe import reused_missing
 

@@ -336,14 +336,18 @@ LIBRARY_ENV = ("LD_LIBRARY_PATH", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 def _device_env_digest() -> str:
     """sha256 of what else decides whether a framework finds its device: this Python
-    (``sys.executable``), every installed distribution's name and version (CUDA's own
+    (``sys.executable``), every installed distribution's name and version, each once
+    however often ``sys.path`` lists its folder (CUDA's own
     wheels, ``nvidia-*``, are not in ``requirements.lock``) and :data:`LIBRARY_ENV`. A
     digest, not the values: probe records are committed with reference runs, and these
     hold the machine's paths."""
     facts = {
         "executable": sys.executable,
+        # A set: a Snakemake script's preamble appends Snakemake's own sys.path, so the
+        # rates job found every distribution three times where a measuring job found it
+        # once, and no missing device was ever reused (2026-12-05).
         "distributions": sorted(
-            f"{d.name}=={d.version}" for d in importlib.metadata.distributions()
+            {f"{d.name}=={d.version}" for d in importlib.metadata.distributions()}
         ),
         "env": {k: os.environ.get(k) for k in LIBRARY_ENV},
     }
