@@ -19,6 +19,7 @@ from typing import Protocol
 
 from crossover_study.core.host_load import cpus_others, faults_per_step, host_sample, minor_faults
 from crossover_study.measure.pairing import interleave_order
+from crossover_study.measure.step_thread import StepThread
 from crossover_study.study.points import TimingPolicy
 
 
@@ -121,19 +122,30 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 def time_block(
-    workload: Workload, n_steps: int, clock: Callable[[], float], synced: bool = True
+    workload: Workload,
+    n_steps: int,
+    clock: Callable[[], float],
+    synced: bool = True,
+    thread: StepThread | None = None,
 ) -> float:
     """Seconds for ``n_steps`` steps; the device must be idle (synchronised) on entry.
 
     The clock is read once before launching and once after ``sync()``: the only
     synchronisation inside a block is the one at its end. ``synced=False`` reads the
     clock without that sync (the anti-pattern of CASES.md P3, measured on purpose).
+    With a ``thread`` (a :class:`~crossover_study.measure.step_thread.StepThread`) the
+    block, both clock reads included, runs there: the steps see the shallow stack of a
+    user's loop, not the job's.
     """
-    t0 = clock()
-    workload.run(n_steps)
-    if synced:
-        workload.sync()
-    return clock() - t0
+
+    def block() -> float:
+        t0 = clock()
+        workload.run(n_steps)
+        if synced:
+            workload.sync()
+        return clock() - t0
+
+    return block() if thread is None else thread.call(block)
 
 
 def timer_overhead(workload: Workload, clock: Callable[[], float], repeats: int = 25) -> float:
@@ -268,19 +280,30 @@ def measure(
     partner, in the order :func:`pairing.interleave_order` draws; the partner's seconds
     per step go to ``partner_block_step_times_s``, and the page faults a step count the
     workload's own blocks only. Returns a :class:`Measurement`.
+    With ``policy.fresh_stack`` every block after the first step runs in one
+    :class:`~crossover_study.measure.step_thread.StepThread` (the first step runs in the
+    thread that built the workload, as a user's does).
     Exceptions from the workload propagate (the runner turns them into
     ``status=error``/``oom`` rows).
     """
     gc_was_enabled = gc.isenabled()
+    thread = StepThread() if policy.fresh_stack else None
     try:
-        return _measure(workload, policy, clock, built, partner)
+        return _measure(workload, policy, clock, built, partner, thread)
     finally:
+        if thread is not None:
+            thread.close()
         if gc_was_enabled:
             gc.enable()
 
 
 def _measure(
-    workload: Workload, policy: TimingPolicy, clock, built: bool, partner: Partner | None = None
+    workload: Workload,
+    policy: TimingPolicy,
+    clock,
+    built: bool,
+    partner: Partner | None = None,
+    thread: StepThread | None = None,
 ) -> Measurement:
     start = clock()
     t0 = clock()
@@ -290,7 +313,7 @@ def _measure(
     cold_start_s = clock() - t0 if not built else 0.0
 
     g = workload.steps_per_call
-    first_step_s = time_block(workload, g, clock)
+    first_step_s = time_block(workload, g, clock)  # in the thread that built it, as a user's
     traces_after_first = _traces(workload)
     overhead_s = timer_overhead(workload, clock)
     min_block_s = max(policy.min_block_s, 100.0 * overhead_s)
@@ -309,7 +332,7 @@ def _measure(
     warm_start = clock()
     previous = None
     while True:
-        seconds = time_block(workload, k, clock)
+        seconds = time_block(workload, k, clock, thread=thread)
         warmup_steps += k
         per_step = seconds / k
         if seconds < min_block_s:
@@ -339,9 +362,11 @@ def _measure(
     long_steps = _round_up((factor // halves) * k, g) if checked else 0
 
     if partner is not None:  # warm the step as written again after the variant's warm-up
-        time_block(partner.workload, partner.steps_per_block, clock)
+        time_block(partner.workload, partner.steps_per_block, clock, thread=thread)
     host_start = host_sample()  # outside the timed blocks, as is host_end
-    long_s = time_block(workload, long_steps, clock) if checked and halves == 2 else 0.0
+    long_s = (
+        time_block(workload, long_steps, clock, thread=thread) if checked and halves == 2 else 0.0
+    )
     blocks: list[float] = []
     partner_blocks: list[float] = []
     own_faults = 0  # the workload's own page faults (a partner's are not its)
@@ -350,10 +375,11 @@ def _measure(
         for member in order[len(blocks)] if order else (0,):
             if member == 1:
                 n = partner.steps_per_block
-                partner_blocks.append(time_block(partner.workload, n, clock) / n)
+                partner_blocks.append(time_block(partner.workload, n, clock, thread=thread) / n)
                 continue
             before = minor_faults()
-            blocks.append(time_block(workload, k, clock, synced=policy.synced) / k)
+            seconds = time_block(workload, k, clock, synced=policy.synced, thread=thread)
+            blocks.append(seconds / k)
             after = minor_faults()
             own_faults += 0 if None in (before, after) else after - before
         if len(blocks) >= 3 and clock() - start > policy.max_point_s * (2 if partner else 1):
@@ -372,7 +398,7 @@ def _measure(
         partner_block_step_times_s=partner_blocks if partner else None,
     )
     if checked:
-        long_s += time_block(workload, long_steps, clock)
+        long_s += time_block(workload, long_steps, clock, thread=thread)
         steps = halves * long_steps
         agrees = sync_check_agrees(
             result.step_time_s, long_s / steps, result.step_time_iqr_s, policy.noise_threshold

@@ -22,7 +22,7 @@ from pathlib import Path
 from crossover_study.core import errors, paths
 from crossover_study.core.host_load import contention_share, wait_until_quiet
 from crossover_study.core.paths import portable_path
-from crossover_study.measure import frameworks
+from crossover_study.measure import frameworks, step_thread
 from crossover_study.measure import pairing as pairs
 from crossover_study.measure.attribution import attribution_columns
 from crossover_study.measure.harness import Partner, measure
@@ -303,6 +303,17 @@ def _unless_contended(m, workload, policy, contention, threads, partner=None) ->
     return m, {**columns, "contention_text": text}
 
 
+def point_policy(policy: TimingPolicy, point: PointSpec) -> TimingPolicy:
+    """The job's ``policy`` for ``point``: ``synced`` from its timing (``synced`` or the
+    anti-pattern ``unsynced``) and ``fresh_stack`` for the frameworks whose ops capture
+    the caller's stack (:data:`step_thread.FRESH_STACK_FRAMEWORKS`)."""
+    return dataclasses.replace(
+        policy,
+        synced=point.timing == "synced",
+        fresh_stack=point.framework in step_thread.FRESH_STACK_FRAMEWORKS,
+    )
+
+
 def _measure_point(
     point, policy, import_s, device_init_s, threads, contention=None, pairing=None
 ) -> dict:
@@ -320,7 +331,7 @@ def _measure_point(
         return _exit_row(exc, point, import_s, device_init_s, started)
     except Exception as exc:  # noqa: BLE001 - a plug-in that fails to import or build
         return _error_row(exc, point, import_s, device_init_s, started)
-    policy = dataclasses.replace(policy, synced=point.timing == "synced")
+    policy = point_policy(policy, point)
     try:
         # A derived variant of a plug-in's step is compared with the step as written
         # (measure.same_program) outside the timed blocks: TensorFlow's before them (a

@@ -9,7 +9,10 @@ A point can be stuck where Python cannot reach it, so there are two stages:
    :class:`PointDeadlineExceeded` inside the point. The runner records the point as an
    error naming the deadline, the workload's ``close`` runs, and the job goes on with
    the next point. A signal also ends a Python-level wait (``time.sleep``, a lock, a
-   queue) early.
+   queue) early. A TensorFlow point's blocks run in a step thread
+   (:mod:`crossover_study.measure.step_thread`): there the exception is raised in the
+   step's thread too, which ends a step stuck in Python at once; a step of that thread
+   waiting in a sleep or in C is ended by stage 2.
 2. **A grace period later** (:func:`grace_s`), if the point has still not returned, it
    waits in C/C++: one that holds the GIL keeps the timer thread and every Python
    handler from running, one that releases it is not ended by a signal. A helper
@@ -74,12 +77,15 @@ def ended_at_deadline(row) -> bool:
 
 
 def stopped_where(exc: BaseException) -> str:
-    """Where the main thread was when :class:`PointDeadlineExceeded` was raised in it:
-    ``function (file.py:line)`` of the innermost frame outside this module."""
+    """Where the point was when :class:`PointDeadlineExceeded` was raised in the main
+    thread: ``function (file.py:line)`` of the innermost frame outside this module; of
+    the step's own thread when the point ran its block there (``exc.step_stack``, set
+    by :func:`crossover_study.measure.step_thread.on_fresh_stack`)."""
     import traceback
 
     here = os.path.abspath(__file__)
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != here]
+    stack = getattr(exc, "step_stack", None) or traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in stack if f.filename != here]
     if not frames:
         return "an unknown place"
     last = frames[-1]

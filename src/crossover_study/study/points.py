@@ -48,6 +48,10 @@ class TimingPolicy:
         least 2 blocks' worth.
     synced: False times the anti-pattern on purpose (clock read without a device
         sync); never the default.
+    fresh_stack: every block (first step, warm-up, timed, partner and check blocks) runs
+        in a new thread, whose Python stack is as shallow as a user's loop's
+        (:mod:`crossover_study.measure.step_thread`); set per point for the frameworks
+        whose ops capture the caller's stack (TensorFlow), never from the config.
     disable_gc: Python's garbage collector is switched off during warm-up and timed
         blocks, as ``timeit`` (and so ``torch.utils.benchmark``) does, without a full
         collection first (neither does ``timeit``: with a framework loaded it pauses the
@@ -65,6 +69,7 @@ class TimingPolicy:
     sync_check_factor: int = 10
     synced: bool = True
     disable_gc: bool = True
+    fresh_stack: bool = False
 
     def __post_init__(self) -> None:
         if self.n_blocks < 3:
