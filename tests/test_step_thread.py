@@ -149,3 +149,26 @@ def test_tensorflow_points_are_timed_on_a_fresh_stack(framework, fresh):
     policy = point_policy(TimingPolicy(), point)
     assert policy.fresh_stack is fresh
     assert policy.synced
+
+
+@pytest.mark.parametrize(
+    ("framework", "thread_name"), [("tensorflow", "crossover-rates"), ("torch", "MainThread")]
+)
+def test_tensorflow_rates_are_timed_from_the_same_shallow_stack(framework, thread_name):
+    from crossover_study.stepmodel.timing import BLOCKS, rates_stack, timed_blocks
+
+    seen = []
+
+    def run(n):
+        seen.append((threading.current_thread().name, len(traceback.extract_stack())))
+
+    before = set(threading.enumerate())
+    with rates_stack(framework):
+        with rates_stack(framework):  # nested: the outer thread serves
+            rate = deep(40, lambda: timed_blocks(run, lambda: None, 1.0, 3))
+    assert rate["blocks"] == BLOCKS and rate["median"] >= 0
+    assert len(seen) == BLOCKS + 1  # the untimed block, then the timed ones
+    assert {name for name, _ in seen} == {thread_name}
+    if framework == "tensorflow":
+        assert max(depth for _, depth in seen) <= 6
+    assert set(threading.enumerate()) <= before

@@ -31,6 +31,7 @@ from crossover_study.measure.same_program import same_program_columns
 from crossover_study.measure.watchdog import PointDeadlineExceeded, stopped_where
 from crossover_study.stepmodel import counts as step_counts
 from crossover_study.stepmodel import replay as step_replay
+from crossover_study.stepmodel.timing import rates_stack
 from crossover_study.study import cases
 from crossover_study.study.applicability import NotApplicable
 from crossover_study.study.job_limits import ContentionPolicy
@@ -353,7 +354,8 @@ def _measure_point(
         counted = time.perf_counter()
         counts = step_counts.count_point(workload, point.framework, point.device, m.steps_per_block)
         replayed = time.perf_counter()
-        counts.update(step_replay.replay_columns(counts, point.framework, point.device))
+        with rates_stack(point.framework):  # priced from the stack the step is timed from
+            counts.update(step_replay.replay_columns(counts, point.framework, point.device))
         counts["count_s"] = replayed - counted
         counts["replay_s"] = time.perf_counter() - replayed
     except NotApplicable as reason:  # known once a plug-in's builder said what it built

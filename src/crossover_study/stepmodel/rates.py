@@ -65,6 +65,7 @@ from crossover_study.stepmodel.timing import (
     line_through,
     op_cost_timer,
     per_second,
+    rates_stack,
     repeated,
     tf_device,
     tf_reader,
@@ -418,7 +419,8 @@ def measure_rates(framework: str, device: str) -> dict:
     after the framework is imported and the device initialised. Exceptions from the
     framework propagate (the runner records none then)."""
     started = time.perf_counter()
-    rates = _torch_rates(device) if framework == "torch" else _tf_rates(device)
+    with rates_stack(framework):  # TensorFlow's from the step's shallow stack
+        rates = _torch_rates(device) if framework == "torch" else _tf_rates(device)
     return {**rates, "seconds": time.perf_counter() - started}
 
 

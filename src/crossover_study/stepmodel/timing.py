@@ -5,12 +5,39 @@ op-cost timers built once per process (:func:`op_cost_timer`, :data:`_OP_COSTS`)
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+from crossover_study.measure.step_thread import FRESH_STACK_FRAMEWORKS, StepThread
 
 #: Timed blocks per rate (median and IQR over them).
 BLOCKS = 5
+
+#: The step thread :func:`timed_blocks` runs its blocks in while :func:`rates_stack` of
+#: a framework in ``FRESH_STACK_FRAMEWORKS`` is active; None: the caller's thread.
+_STEP_THREAD: StepThread | None = None
+
+
+@contextlib.contextmanager
+def rates_stack(framework: str) -> Iterator[None]:
+    """While the block runs, :func:`timed_blocks` runs every block (the untimed first
+    one too) of ``framework``'s rates in one step thread when ``framework`` is one whose
+    ops capture the caller's stack (TensorFlow): a rate is then priced from the same
+    shallow stack the measuring jobs time a step from
+    (:mod:`crossover_study.measure.step_thread`); else nothing changes. Nested use keeps
+    the outer thread."""
+    global _STEP_THREAD
+    if framework not in FRESH_STACK_FRAMEWORKS or _STEP_THREAD is not None:
+        yield
+        return
+    with StepThread("crossover-rates") as thread:
+        _STEP_THREAD = thread
+        try:
+            yield
+        finally:
+            _STEP_THREAD = None
 
 
 def timed_blocks(
@@ -18,15 +45,19 @@ def timed_blocks(
 ) -> dict:
     """Time ``BLOCKS`` blocks of ``run(n)`` (synchronised) after one untimed block;
     ``units`` per call of the work (seconds per unit: ``per``). Returns
-    ``{"median": s, "iqr": s, "blocks": BLOCKS}`` in seconds per unit."""
-    run(n)
-    sync()
-    per = []
-    for _ in range(BLOCKS):
+    ``{"median": s, "iqr": s, "blocks": BLOCKS}`` in seconds per unit. Inside
+    :func:`rates_stack` of TensorFlow the blocks run in its step thread."""
+
+    def block() -> float:
         start = time.perf_counter()
         run(n)
         sync()
-        per.append((time.perf_counter() - start) / (n * units))
+        return time.perf_counter() - start
+
+    thread = _STEP_THREAD
+    call = block if thread is None else (lambda: thread.call(block))
+    call()
+    per = [call() / (n * units) for _ in range(BLOCKS)]
     q = statistics.quantiles(per, n=4)
     return {"median": statistics.median(per), "iqr": q[2] - q[0], "blocks": BLOCKS}
 
