@@ -10,9 +10,9 @@ import traceback
 import pytest
 from test_harness import FakeClock, FakeWorkload
 
+from crossover_study.core.step_thread import StepAbandoned, StepThread
 from crossover_study.measure.harness import measure
 from crossover_study.measure.point import point_policy
-from crossover_study.measure.step_thread import StepAbandoned, StepThread
 from crossover_study.measure.watchdog import stopped_where
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.spec import PointSpec
@@ -172,3 +172,15 @@ def test_tensorflow_rates_are_timed_from_the_same_shallow_stack(framework, threa
     if framework == "tensorflow":
         assert max(depth for _, depth in seen) <= 6
     assert set(threading.enumerate()) <= before
+
+
+def test_a_measurement_given_the_points_step_thread_runs_there_and_leaves_it_open():
+    clock = FakeClock()
+    w = ThreadRecordingWorkload(clock)
+    with StepThread("the-points-thread") as thread:
+        measure(w, TimingPolicy(fresh_stack=True), clock=clock, thread=thread)
+        assert thread.alive()  # the point closes it, after its heap screen
+        assert thread.call(lambda: threading.current_thread().name) == "the-points-thread"
+    names = {e[1] for e in w.events if e[0] == "thread"}
+    assert names == {"MainThread", "the-points-thread"}
+    assert not thread.alive()

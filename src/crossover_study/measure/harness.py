@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from crossover_study.core.host_load import cpus_others, faults_per_step, host_sample, minor_faults
+from crossover_study.core.step_thread import StepThread
 from crossover_study.measure.pairing import interleave_order
-from crossover_study.measure.step_thread import StepThread
 from crossover_study.study.points import TimingPolicy
 
 
@@ -133,7 +133,7 @@ def time_block(
     The clock is read once before launching and once after ``sync()``: the only
     synchronisation inside a block is the one at its end. ``synced=False`` reads the
     clock without that sync (the anti-pattern of CASES.md P3, measured on purpose).
-    With a ``thread`` (a :class:`~crossover_study.measure.step_thread.StepThread`) the
+    With a ``thread`` (a :class:`~crossover_study.core.step_thread.StepThread`) the
     block, both clock reads included, runs there: the steps see the shallow stack of a
     user's loop, not the job's.
     """
@@ -269,6 +269,7 @@ def measure(
     clock: Callable[[], float] = time.perf_counter,
     built: bool = False,
     partner: Partner | None = None,
+    thread: StepThread | None = None,
 ) -> Measurement:
     """Time one point: cold start, first step, warm-up (discarded), timed blocks, then
     the block-length check.
@@ -281,18 +282,22 @@ def measure(
     per step go to ``partner_block_step_times_s``, and the page faults a step count the
     workload's own blocks only. Returns a :class:`Measurement`.
     With ``policy.fresh_stack`` every block after the first step runs in one
-    :class:`~crossover_study.measure.step_thread.StepThread` (the first step runs in the
-    thread that built the workload, as a user's does).
+    :class:`~crossover_study.core.step_thread.StepThread`: ``thread`` (the point's,
+    so that everything of the point that runs steps runs them in one thread with one
+    malloc arena) or, without one, a thread of this call's own. The first step runs in
+    the thread that built the workload, as a user's does.
     Exceptions from the workload propagate (the runner turns them into
     ``status=error``/``oom`` rows).
     """
     gc_was_enabled = gc.isenabled()
-    thread = StepThread() if policy.fresh_stack else None
+    own = StepThread() if policy.fresh_stack and thread is None else None
     try:
-        return _measure(workload, policy, clock, built, partner, thread)
+        return _measure(
+            workload, policy, clock, built, partner, (thread or own) if policy.fresh_stack else None
+        )
     finally:
-        if thread is not None:
-            thread.close()
+        if own is not None:
+            own.close()
         if gc_was_enabled:
             gc.enable()
 

@@ -9,6 +9,7 @@ ending the job (:func:`crossover_study.measure.runner.run_group` calls it once p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -19,10 +20,11 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from crossover_study.core import errors, paths
+from crossover_study.core import errors, paths, step_thread
 from crossover_study.core.host_load import contention_share, wait_until_quiet
 from crossover_study.core.paths import portable_path
-from crossover_study.measure import frameworks, step_thread
+from crossover_study.core.step_thread import StepThread
+from crossover_study.measure import frameworks
 from crossover_study.measure import pairing as pairs
 from crossover_study.measure.attribution import attribution_columns
 from crossover_study.measure.harness import Partner, measure
@@ -256,12 +258,13 @@ class _JobWait:
     waited_s = 0.0
 
 
-def _unless_contended(m, workload, policy, contention, threads, partner=None) -> tuple:
+def _unless_contended(m, workload, policy, contention, threads, partner=None, thread=None) -> tuple:
     """``(measurement, columns)`` of a point timed as ``m``: when other work took more
     than ``contention.share`` of the job's CPUs, wait for a quiet machine (bounded per
     point and per job) and, once quiet, measure again (``measure(..., built=True)``;
     cold start, first step and its traces kept from ``m``, ``measured_s`` summed with
-    the wait). Columns ``contended``, ``contention_wait_s``, ``remeasured`` and
+    the wait; in ``thread``, the point's step thread, where it has one). Columns
+    ``contended``, ``contention_wait_s``, ``remeasured`` and
     ``contention_text`` (the message clause, None when not contended). After the timed
     blocks, never inside them."""
     if contention is None:
@@ -275,7 +278,7 @@ def _unless_contended(m, workload, policy, contention, threads, partner=None) ->
     _JobWait.waited_s += waited
     first_share, remeasured = share, quiet
     if quiet:
-        again = measure(workload, policy, built=True, partner=partner)
+        again = measure(workload, policy, built=True, partner=partner, thread=thread)
         m = dataclasses.replace(
             again,
             cold_start_s=m.cold_start_s,
@@ -333,20 +336,24 @@ def _measure_point(
     except Exception as exc:  # noqa: BLE001 - a plug-in that fails to import or build
         return _error_row(exc, point, import_s, device_init_s, started)
     policy = point_policy(policy, point)
+    # One step thread for everything of the point that runs steps it times or screens:
+    # one shallow stack and one malloc arena (harness.measure).
+    thread = StepThread() if policy.fresh_stack else None
     try:
         # A derived variant of a plug-in's step is compared with the step as written
         # (measure.same_program) outside the timed blocks: TensorFlow's before them (a
         # step that cannot be traced is not_applicable), torch.compile's after the row.
         same = same_program_columns(point, workload, "before")
         partner = pairing.partner
-        m = measure(workload, policy, partner=partner)
+        m = measure(workload, policy, partner=partner, thread=thread)
         # What the timed blocks ran with: a program may set its own threads.
         threads_timed = frameworks.threads_in_effect(point.framework)
         # Contention: after the timed blocks; waits and measures once more if it must.
-        m, contended = _unless_contended(m, workload, policy, contention, threads, partner)
+        m, contended = _unless_contended(m, workload, policy, contention, threads, partner, thread)
         # Where the step's time goes: one extra block, profiled after the timed ones.
         attributed = attribution_columns(point, workload, m)
-        attributed.update(heap_columns(point, workload, m))  # issue 51: a fresh heap's faults
+        screen = functools.partial(heap_columns, point, workload, m)  # a fresh heap's faults
+        attributed.update(screen() if thread is None else thread.call(screen))
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}
         # After the timed blocks and the loss read back: counting never changes them.
         # One count, then the replays of the shapes new to the job (step_replay caches
@@ -369,6 +376,8 @@ def _measure_point(
             pairing.kept = Partner(workload, m.steps_per_block, pairs.order_seed(point.key()))
             kept = True
     finally:
+        if thread is not None:
+            thread.close()
         close = getattr(workload, "close", None)
         if close is not None and not kept:
             close()

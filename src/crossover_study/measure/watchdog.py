@@ -10,7 +10,7 @@ A point can be stuck where Python cannot reach it, so there are two stages:
    error naming the deadline, the workload's ``close`` runs, and the job goes on with
    the next point. A signal also ends a Python-level wait (``time.sleep``, a lock, a
    queue) early. A TensorFlow point's blocks run in a step thread
-   (:mod:`crossover_study.measure.step_thread`): there the exception is raised in the
+   (:mod:`crossover_study.core.step_thread`): there the exception is raised in the
    step's thread too, which ends a step stuck in Python at once; a step of that thread
    waiting in a sleep or in C is ended by stage 2.
 2. **A grace period later** (:func:`grace_s`), if the point has still not returned, it
@@ -80,7 +80,7 @@ def stopped_where(exc: BaseException) -> str:
     """Where the point was when :class:`PointDeadlineExceeded` was raised in the main
     thread: ``function (file.py:line)`` of the innermost frame outside this module; of
     the step's own thread when the point ran its block there (``exc.step_stack``, set
-    by :func:`crossover_study.measure.step_thread.on_fresh_stack`)."""
+    by :func:`crossover_study.core.step_thread.on_fresh_stack`)."""
     import traceback
 
     here = os.path.abspath(__file__)

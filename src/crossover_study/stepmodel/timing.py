@@ -10,7 +10,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 
-from crossover_study.measure.step_thread import FRESH_STACK_FRAMEWORKS, StepThread
+from crossover_study.core.step_thread import FRESH_STACK_FRAMEWORKS, StepThread
 
 #: Timed blocks per rate (median and IQR over them).
 BLOCKS = 5
@@ -26,7 +26,7 @@ def rates_stack(framework: str) -> Iterator[None]:
     one too) of ``framework``'s rates in one step thread when ``framework`` is one whose
     ops capture the caller's stack (TensorFlow): a rate is then priced from the same
     shallow stack the measuring jobs time a step from
-    (:mod:`crossover_study.measure.step_thread`); else nothing changes. Nested use keeps
+    (:mod:`crossover_study.core.step_thread`); else nothing changes. Nested use keeps
     the outer thread."""
     global _STEP_THREAD
     if framework not in FRESH_STACK_FRAMEWORKS or _STEP_THREAD is not None:

@@ -50,7 +50,7 @@ class TimingPolicy:
         sync); never the default.
     fresh_stack: every block (first step, warm-up, timed, partner and check blocks) runs
         in a new thread, whose Python stack is as shallow as a user's loop's
-        (:mod:`crossover_study.measure.step_thread`); set per point for the frameworks
+        (:mod:`crossover_study.core.step_thread`); set per point for the frameworks
         whose ops capture the caller's stack (TensorFlow), never from the config.
     disable_gc: Python's garbage collector is switched off during warm-up and timed
         blocks, as ``timeit`` (and so ``torch.utils.benchmark``) does, without a full
