@@ -110,6 +110,23 @@ def keras_runner(built, call: dict | None = None):
     return run, per_call
 
 
+def parse_sizes(items: list[str]) -> dict[str, int]:
+    """``{axis: value}`` from ``--size axis=value`` arguments."""
+    sizes = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        sizes[name] = int(value)
+    return sizes
+
+
+def pin_thread_env(threads: int) -> None:
+    """OpenMP, MKL and OpenBLAS threads to ``threads`` (before a framework is imported),
+    TensorFlow's C++ log quiet."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("plugin")
@@ -125,13 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         "the study's harness does, timeit-like; a user's loop runs with it on)",
     )
     args = parser.parse_args(argv)
-    sizes = {}
-    for item in args.size:
-        name, _, value = item.partition("=")
-        sizes[name] = int(value)
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[name] = str(args.threads)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sizes = parse_sizes(args.size)
+    pin_thread_env(args.threads)
     module = load_plugin(args.plugin)
     source = open(args.plugin).read()
     per_call = 1

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import threading
@@ -81,14 +80,10 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--size", action="append", default=[], help="axis=value")
     args = parser.parse_args(argv)
-    sizes = {"batch": 64, "d_in": 1024, "hidden": 128}
-    for item in args.size:
-        name, _, value = item.partition("=")
-        sizes[name] = int(value)
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[name] = str(args.threads)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import plain_loop
+
+    sizes = {"batch": 64, "d_in": 1024, "hidden": 128, **plain_loop.parse_sizes(args.size)}
+    plain_loop.pin_thread_env(args.threads)
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)

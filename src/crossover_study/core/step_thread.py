@@ -13,15 +13,15 @@ point, the harness). On the 2-core VM, s001-mlp's TensorFlow step (31 ops, 2.2 m
 9-14 % slower there than from a fresh thread (``benchmarks/tf_stack_depth.py``,
 docs/VALIDATION.md, 2026-12-06).
 
-A :class:`StepThread` runs the blocks of one measurement in a thread of its own, whose
-stack holds only the thread's bootstrap frames and its short serving loop, and waits for
-each. The frameworks whose blocks run so are :data:`FRESH_STACK_FRAMEWORKS`.
+A :class:`StepThread` runs the blocks of one point in a thread of its own, whose stack
+holds only the thread's bootstrap frames and its short serving loop, and waits for each.
+The frameworks whose blocks run so are :data:`FRESH_STACK_FRAMEWORKS`.
 
-One thread for all the blocks of a measurement, not one per block: a new thread's first
+One thread for all the blocks of a point, not one per block: a new thread's first
 TensorFlow step took about 3.5 ms more than the next (2.3 ms) on the 2-core VM
 (2026-12-06), a cost a block of 30 steps would carry every time. Not
-``concurrent.futures``: its worker's loop is as short, but a step that never returns
-must be left behind (a daemon thread) without holding up the next measurement.
+``concurrent.futures``: an interrupted step must be ended inside its thread
+(:meth:`StepThread.call`), which a pool's future cannot do.
 """
 
 from __future__ import annotations
@@ -97,9 +97,9 @@ class StepThread:
             while (job := self._jobs.get()) is not None:
                 fn, outcome, done = job
                 try:
-                    outcome.append(fn())
+                    outcome.append((True, fn()))
                 except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-                    outcome[:] = [exc, None]  # two entries: the callable raised
+                    outcome.append((False, exc))
                 finally:
                     done.set()
         except StepAbandoned:
@@ -125,12 +125,13 @@ class StepThread:
             # in the thread, even inside ``done.set()``; it ends after this call.
             self._thread.join()
             raise
-        if len(outcome) == 2:
-            raise outcome[0]
-        return outcome[0]
+        returned, value = outcome[0]
+        if not returned:
+            raise value
+        return value
 
     def alive(self) -> bool:
-        """Whether the thread is still running (serving, or a step left behind)."""
+        """Whether the thread is still running (serving, or finishing a given-up step)."""
         return self._thread.is_alive()
 
     def close(self) -> None:
