@@ -254,6 +254,21 @@ def host_bound() -> dict:
     return builder.trace("host_bound.json")
 
 
+def sub_microsecond() -> dict:
+    """A fast GPU's eager step: 24 ops per step, each launching a kernel of 1.3, 1.55 or
+    1.8 µs through a 2.6 µs launch call, then a stream sync; 2 steps (built in the test,
+    not written to a file). Its times need the trace's ns: whole µs would lose them."""
+
+    def step(b: TraceBuilder) -> None:
+        for i in range(24):
+            b.op("aten::mul", kernel_us=1.3 + 0.25 * (i % 3), launch_us=2.6)
+        b.sync()
+
+    builder = TraceBuilder()
+    builder.block(2, step)
+    return builder.trace("sub_microsecond.json")
+
+
 def regime_traces() -> dict[str, dict]:
     """The traces written to :data:`DATA`, by file name."""
     return {

@@ -24,7 +24,8 @@ What is read per step (:class:`DeviceStep`), and where each definition comes fro
   Analysis (HTA, facebookresearch/HolisticTraceAnalysis) defines the GPU as idle when no
   kernel runs on it, and its temporal breakdown merges overlapping kernel intervals
   (``hta/utils/utils.py: merge_kernel_intervals``; idle = span − merged time,
-  ``hta/analyzers/breakdown_analysis.py: _get_idle_time_for_kernels``);
+  ``hta/analyzers/breakdown_analysis.py: _get_idle_time_for_kernels``), but over the
+  span from the first device event to the last, not over the block (below);
 - kernels, their median duration and the share of short kernels: HTA's "short GPU
   kernels" are those whose duration is less than that of the CUDA runtime call that
   launched them (``cudaLaunchKernel``/``cudaLaunchKernelExC``, joined on the
@@ -45,6 +46,50 @@ plain meaning of "most" (:data:`MOST`). Under the profiler the host runs slower 
 Python tracer, CUPTI's callback in every CUDA call), the device does not: the regime
 compares the device's times with the timed step (``step_time_s``), while
 ``idle_s`` is the idle time of the profiled block itself.
+
+Why not Holistic Trace Analysis. HTA reads these quantities from a Kineto trace too,
+but was checked (``holistictraceanalysis`` 0.5.0, the newest on PyPI, and its source of
+2026-05-01, on this module's test traces and on HTA's own) and is not used, for what
+it does differently:
+
+- it rounds a trace's ns times to whole µs by default (start up, end down:
+  ``hta/common/trace_parser.py: round_down_time_stamps``; off only with the environment
+  variable ``HTA_DISABLE_NS_ROUNDING=1``). The small steps timed here launch 1-5 µs
+  kernels: for kernels of 1.3-1.8 µs behind 2.6 µs launches it gives a median kernel
+  of 1.0 µs (1.55 here), 16.0 µs busy per step (37.2) and 48 µs of launches (62.4),
+  some kernels 0 µs. With rounding off it agrees with this module on kernels, their
+  median, the short share, launch and busy time (HTA's ``ns_resolution_trace``:
+  4350 kernels, 44 % short, 206.2 ms of launches, 472.5 ms busy);
+- it reads a trace file per rank (``TraceAnalysis(trace_dir=...)``, files ending
+  ``.json``/``.gz``; rank 0 unless ``distributedInfo.rank`` names another, which must
+  then be passed as ``ranks``) and cuts it only at ``ProfilerStep#`` events, which the
+  profiled block has none of. The measuring job reads the live profile
+  (:func:`from_kineto`), writes no trace, and reads the block's window per step;
+- its idle time spans the first to the last device event: the block's time before the
+  first kernel and after the last is not idle to it (536 µs against 563 µs here on
+  ``launch_bound``'s 2 steps). Its busy time is any event with a ``stream``: Kineto's
+  ``cuda_sync`` events (186 µs more on HTA's alexnet trace) and a ``cpu_op`` that
+  names its stream (94 µs busy for a 1.76 µs Triton kernel, HTA's ``triton_example``);
+- its launch statistics (``get_cuda_kernel_launch_stats``) join kernels to
+  ``cudaLaunchKernel``/``cudaLaunchKernelExC`` only: a Triton kernel of the compile
+  variant, launched by ``cuLaunchKernel``, joins nothing and ``cudaGraphLaunch`` is
+  not among its launches; by default they join ``cudaMemcpyAsync``/``cudaMemsetAsync`` to their
+  copies as well, so a copy counts as a short kernel (a share of 0.14 on
+  ``compute_bound`` and 0.33 on ``transfer_bound``, where no kernel is short). The short
+  kernels themselves are a plot (``visualize``), not a number;
+- it counts no host-device copies by direction or bytes, no synchronisations and their
+  waits, no longest gap, nothing per step;
+- it resolves against ``requirements.lock`` without a conflict, but adds itself and 37
+  more distributions to it (39 MiB of wheels: jupyterlab, jupyter_server, httpx,
+  plotly, pydot, ...; pytest a runtime need), and its import needs plotly and networkx,
+  11.6 MiB more in the GPU bundle. Its speed is no reason: it reads a 69,000-event
+  trace in 1.5-2.3 s (this module: 0.65 s) and a test trace here in 0.02 s.
+
+HTA computes what this module lacks and might take up by hand: the idle time split
+into the host's wait and the wait between back-to-back kernels
+(``get_idle_time_breakdown``), each kernel's launch delay (its start less its launch
+call's end), the launch queue's length per stream, copy bandwidth and the critical
+path.
 """
 
 from __future__ import annotations
@@ -229,8 +274,8 @@ def _call(name: str) -> str:
 
 def _union(intervals) -> list[tuple[int, int]]:
     """The union of ``(start, end)`` intervals, merged and in order. Hand-rolled: a sort
-    and one sweep, as HTA's ``merge_kernel_intervals`` does on a DataFrame (HTA itself
-    is not a dependency of the measuring jobs, which run where only PyTorch is)."""
+    and one sweep, as HTA's ``merge_kernel_intervals`` does on a DataFrame (why not HTA
+    itself: the module's docstring)."""
     merged: list[tuple[int, int]] = []
     for start, end in sorted(intervals):
         if merged and start <= merged[-1][1]:
