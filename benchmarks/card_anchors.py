@@ -16,6 +16,11 @@ anchor's CUDA context start; then the published small steps found (DeepBench's L
 training rows on a V100), priced from their shapes (``--public-only``: those alone,
 no study run). The anchors are read here only; nothing is tuned to them (a miss is a
 miss: ``docs/VALIDATION.md``).
+
+``--leave-one-out`` checks the bands as the cards' sources make them: for each source
+that gives one value of a range spread over several sources (a per-call cost's
+``values``), the card is taken without that source's values and the anchors priced
+again; one line each with the anchors inside the band, the median and the largest error.
 """
 
 from __future__ import annotations
@@ -34,9 +39,11 @@ sys.path.insert(0, str(ROOT / "src"))
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
+from crossover_study.analysis.card_prediction import predict_cards  # noqa: E402
+from crossover_study.analysis.tables import read_timings  # noqa: E402
 from crossover_study.core.progress import format_seconds  # noqa: E402
 from crossover_study.stepmodel.card_model import Work, price_range  # noqa: E402
-from crossover_study.study.device_cards import load_cards  # noqa: E402
+from crossover_study.study.device_cards import Card, load_cards  # noqa: E402
 
 ANCHORS = ROOT / "docs" / "anchors" / "h200-2026-11-29.json"
 #: Anchor rows -> (case, sizes the check is given, variant of the row).
@@ -94,10 +101,10 @@ STUDY = {
 }
 
 
-def predicted_table(card: str, out: Path) -> pd.DataFrame:
+def study_timings(card: str, out: Path) -> pd.DataFrame:
     """The anchors' study (:data:`STUDY`, predicting on ``card``) run in ``out``
     through the workflow up to ``predicted.csv`` (kept when it is there already), and
-    that table."""
+    its timings table as the predictions read it (the counts and attribution joined)."""
     table = out / "results" / "anchors" / "predicted.csv"
     if not table.is_file():
         study = out / "anchors.yaml"
@@ -111,7 +118,41 @@ def predicted_table(card: str, out: Path) -> pd.DataFrame:
         }
         with (out / "study.log").open("w") as log:
             subprocess.run(cmd, cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
-    return pd.read_csv(table)
+    return read_timings(out / "results" / "anchors" / "timings.csv")
+
+
+def anchor_rows(timings: pd.DataFrame, card: Card, points: list[dict]) -> list[dict]:
+    """Each anchor point priced on ``card`` from this machine's counts: the point with
+    ``low``, ``central``, ``high`` (seconds), ``regime``, ``error`` (central / measured
+    − 1) and ``inside`` (the measurement between low and high); ``central`` None where
+    the study has no priced point there."""
+    table = predict_cards(timings, [card])
+    rows = []
+    for p in points:
+        found = at(table, p["case"], p["sizes"], p["variant"])
+        if found.empty:
+            rows.append({**p, "central": None})
+            continue
+        r = found.iloc[0]
+        low, mid, high = r["predicted_low_s"], r["predicted_step_s"], r["predicted_high_s"]
+        rows.append(
+            {**p, "low": low, "central": mid, "high": high, "regime": r["regime"],
+             "error": mid / p["measured_s"] - 1, "inside": low <= p["measured_s"] <= high}
+        )  # fmt: skip
+    return rows
+
+
+def summary(rows: list[dict]) -> str:
+    """'inside the band at 19 of 20; |central/measured - 1| median 14%, largest 63%'."""
+    priced = [r for r in rows if r["central"] is not None]
+    if not priced:
+        return "no anchor priced"
+    errors = sorted(abs(r["error"]) for r in priced)
+    inside = sum(r["inside"] for r in priced)
+    return (
+        f"inside the band at {inside} of {len(priced)}; |central/measured - 1| median "
+        f"{errors[len(errors) // 2]:.0%}, largest {errors[-1]:.0%}"
+    )
 
 
 def at(table: pd.DataFrame, case: str, sizes: dict, variant: str) -> pd.DataFrame:
@@ -174,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--card", default="h200")
     parser.add_argument("--out", help="folder of the study (default: a temporary one)")
     parser.add_argument("--public-only", action="store_true", help="only the published steps")
+    parser.add_argument(
+        "--leave-one-out", action="store_true", help="the anchors priced without each source"
+    )
     args = parser.parse_args(argv)
     if args.public_only:
         public_rows()
@@ -188,25 +232,21 @@ def main(argv: list[str] | None = None) -> int:
         "| program | size | variant | predicted low / central / high | measured | error | in band |"
     )
     print("|---|---|---|---|---|---|---|")
-    errors = []
-    table = predicted_table(card.card, out)
-    for p in anchor_points(anchors["rows"]):
-        rows = at(table, p["case"], p["sizes"], p["variant"])
-        if rows.empty:
-            why = "the study has no point there"
+    timings = study_timings(card.card, out)
+    points = anchor_points(anchors["rows"])
+    rows = anchor_rows(timings, card, points)
+    for p in rows:
+        if p["central"] is None:
             print(
-                f"| {p['case']} | {p['label']} | {p['variant']} | not predicted ({why}) | {format_seconds(p['measured_s'])} | | |"
+                f"| {p['case']} | {p['label']} | {p['variant']} | not predicted (the study has "
+                f"no point there) | {format_seconds(p['measured_s'])} | | |"
             )
             continue
-        row = rows.iloc[0]
-        low, mid, high = row["predicted_low_s"], row["predicted_step_s"], row["predicted_high_s"]
-        error = mid / p["measured_s"] - 1
-        errors.append(abs(error))
-        inside = "yes" if low <= p["measured_s"] <= high else "no"
         print(
-            f"| {p['case']} | {p['label']} | {p['variant']} | {format_seconds(low)} / "
-            f"{format_seconds(mid)} / {format_seconds(high)} ({row['regime']}) | "
-            f"{format_seconds(p['measured_s'])} | {error:+.0%} | {inside} |"
+            f"| {p['case']} | {p['label']} | {p['variant']} | {format_seconds(p['low'])} / "
+            f"{format_seconds(p['central'])} / {format_seconds(p['high'])} ({p['regime']}) | "
+            f"{format_seconds(p['measured_s'])} | {p['error']:+.0%} | "
+            f"{'yes' if p['inside'] else 'no'} |"
         )
     cold = card.cost("context_start_s")
     measured = next((r["seconds"] for r in anchors["rows"] if r["kind"] == "cuda_init"), None)
@@ -217,11 +257,11 @@ def main(argv: list[str] | None = None) -> int:
             f" / {format_seconds(cold.high)} | {format_seconds(measured)} | "
             f"{cold.central / measured - 1:+.0%} | {inside} |"
         )
-    if errors:
-        errors.sort()
-        print(
-            f"\n|central/measured - 1| over {len(errors)} steps: median {errors[len(errors) // 2]:.0%}, largest {errors[-1]:.0%}"
-        )
+    print(f"\n{card.card}, every source: {summary(rows)}")
+    if args.leave_one_out:
+        for source in card.spread_sources():
+            left = anchor_rows(timings, card.without_source(source), points)
+            print(f"{card.card} without {source}: {summary(left)}")
     public_rows()
     return 0
 

@@ -19,7 +19,9 @@ host (the launch queue overlaps the host's issuing with the device's work):
     host   = own work measured here + Σ per-call costs the program pays on the host
              (eager ops × an eager op's dispatch and launch; graph ops × the graph
              executor's cost per op; calls of a traced or compiled function × its
-             call cost; a CUDA-graph replay × its launch; a TPU program × its launch)
+             call cost; a CUDA-graph replay × its launch; a TPU program × its launch);
+             for a PyTorch eager step, at least its ops × a whole training step's
+             host time per op (published training traces: :func:`_whole_step_s`)
     device = Σ over the kernels of max(the kernel's floor, its work), the work a
              product's FLOPs at the card's peak × an achievable fraction, an
              element-wise call's bytes at its bandwidth × a fraction
@@ -272,7 +274,7 @@ def _kernels(work: Work, mode: str, end: str) -> float:
     return Range(max(fewest, 1e-9), max(work.kernels, fewest, 1e-9), ()).pick(end)
 
 
-def _host_s(work: Work, card: Card, end: str, mode: str) -> dict[str, float]:
+def _host_s(work: Work, card: Card, end: str, mode: str) -> dict:
     """The host's time per step: its own work measured here (``host``) and what the
     program pays per call on this device (``launch``)."""
     eager = max(work.ops - work.graph_ops, 0.0)
@@ -297,7 +299,27 @@ def _host_s(work: Work, card: Card, end: str, mode: str) -> dict[str, float]:
         launch += work.graph_ops * _cost(card, "tf_graph_op_s", end)
     if work.function_calls:
         launch += work.function_calls * _cost(card, "tf_function_call_s", end)
+    whole = _whole_step_s(work, card, end) if not tf else None
+    if whole is not None and whole > work.host_s + launch:
+        # The sources' whole steps hold the Python between ops, which work.host_s also
+        # measures: the larger of the two estimates, never their sum.
+        own = min(work.host_s, whole)
+        return {"host": own, "launch": whole - own, "basis": "step"}
     return {"host": work.host_s, "launch": launch}
+
+
+def _whole_step_s(work: Work, card: Card, end: str) -> float | None:
+    """A PyTorch eager step's host time from whole training steps: every dispatched op at
+    the card's ``torch_step_op_s`` (the Python between ops, autograd, the allocator and
+    the launch, read from published training traces), seconds; None where the card has
+    no such cost. The card model prices the host at the larger of this and the program's
+    own work measured here plus each op's bare dispatch (``torch_eager_op_s``): a host
+    that runs more Python than the traces' programs did pays for it, and the traces' cost
+    per op is paid however little Python a program has."""
+    cost = card.cost("torch_step_op_s")
+    if cost is None:
+        return None
+    return max(work.ops - work.graph_ops, 0.0) * cost.pick(end)
 
 
 @dataclass(frozen=True)
@@ -306,7 +328,9 @@ class Priced:
     (``host_s`` the host's own work, ``host_launch_s`` its per-call costs,
     ``device_s`` the device's time of which ``floor_s`` in kernels' floors,
     ``compute_s`` and ``memory_s``, ``sync_s`` the synchronisations), ``kernels`` per
-    step and the ``regime``."""
+    step, the ``regime`` and ``host_basis``: ``ops`` where the host is its own work plus
+    each call's cost, ``step`` where it is the ops at a whole training step's cost per op
+    (:func:`_whole_step_s`)."""
 
     step_s: float
     host_s: float
@@ -318,6 +342,7 @@ class Priced:
     sync_s: float
     kernels: float
     regime: str
+    host_basis: str = "ops"
 
 
 def price(work: Work, card: Card, variant: str | None = None, end: str = "central") -> Priced:
@@ -349,6 +374,7 @@ def price(work: Work, card: Card, variant: str | None = None, end: str = "centra
         sync_s=sync,
         kernels=_kernels(work, mode, end),
         regime=REGIMES[regime],
+        host_basis=host.get("basis", "ops"),
     )
 
 

@@ -56,10 +56,25 @@ class Range:
     low: float
     high: float
     sources: tuple[str, ...]
+    #: ``((source, value), ...)`` where the range is the spread of several sources' values
+    #: (the card's ``values``); empty where it gives only its ends.
+    values: tuple[tuple[str, float], ...] = ()
 
     @property
     def central(self) -> float:
         return float((self.low * self.high) ** 0.5)
+
+    def without(self, source: str) -> Range:
+        """The range its other sources give, ``source``'s values left out (the
+        leave-one-source-out check of a band): unchanged where the range lists no values
+        or ``source`` gives none of them, or where no value of another source is left
+        (one source cannot be checked against nothing)."""
+        rest = tuple((s, v) for s, v in self.values if s != source)
+        if not rest or len(rest) == len(self.values):
+            return self
+        numbers = [v for _, v in rest]
+        kept = tuple(s for s in self.sources if s != source)
+        return Range(min(numbers), max(numbers), kept, rest)
 
     def pick(self, end: str) -> float:
         """``low``, ``central`` or ``high``. Raises ValueError for another end."""
@@ -100,9 +115,37 @@ class Card:
         """Every source id the card's numbers name."""
         return set(_named_sources(self.raw))
 
+    def spread_sources(self) -> list[str]:
+        """The sources that give a value of a range spread over several sources (the
+        ``values`` of its per-call costs and fractions), in the card's order."""
+        found = []
+        for section in ("per_call", "achievable"):
+            for entry in (self.raw.get(section) or {}).values():
+                found.extend(v["source"] for v in entry.get("values") or ())
+        return list(dict.fromkeys(found))
+
+    def without_source(self, source: str) -> Card:
+        """The card as its other sources make it: every range spread over several
+        sources' values (``values``) taken without ``source``'s (:meth:`Range.without`);
+        the rest unchanged. For the leave-one-source-out check of the bands; the result is
+        not validated again and never written."""
+        raw = copy.deepcopy(dict(self.raw))
+        for section in ("per_call", "achievable"):
+            for entry in (raw.get(section) or {}).values():
+                narrowed = _range(entry).without(source)
+                if narrowed.values != _range(entry).values:
+                    entry.update(
+                        low=narrowed.low,
+                        high=narrowed.high,
+                        sources=list(narrowed.sources),
+                        values=[v for v in entry["values"] if v["source"] != source],
+                    )
+        return Card(self.card, self.name, self.device_class, self.family, raw, self.path)
+
 
 def _range(entry: Mapping[str, Any]) -> Range:
-    return Range(float(entry["low"]), float(entry["high"]), tuple(entry["sources"]))
+    values = tuple((str(v["source"]), float(v["value"])) for v in entry.get("values") or ())
+    return Range(float(entry["low"]), float(entry["high"]), tuple(entry["sources"]), values)
 
 
 @functools.cache
@@ -164,6 +207,19 @@ def check_card(raw: Mapping[str, Any], where: str) -> None:
                 )
             if section == "achievable" and entry["high"] > 1:
                 raise CardError(f"{where}: achievable.{key}: a fraction of peak is at most 1")
+            values = entry.get("values") or []
+            if values:
+                numbers = [v["value"] for v in values]
+                if (min(numbers), max(numbers)) != (entry["low"], entry["high"]):
+                    raise CardError(
+                        f"{where}: {section}.{key}: low and high are {entry['low']} and "
+                        f"{entry['high']}, its values span {min(numbers)}-{max(numbers)}"
+                    )
+                unnamed = sorted({v["source"] for v in values} - set(entry["sources"]))
+                if unnamed:
+                    raise CardError(
+                        f"{where}: {section}.{key}: values name {unnamed}, not among its sources"
+                    )
     missing = sorted(set(_named_sources(raw)) - set(raw.get("sources") or {}))
     if missing:
         raise CardError(f"{where}: source id(s) {missing} named but not defined under sources")
