@@ -35,6 +35,9 @@ from crossover_study.study.device_cards import (
 NAMED = (
     "t4", "l4", "a10g", "v100", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200",
     "rtx-4090", "tpu-v2-8", "tpu-v3-8", "tpu-v5e",
+    # the NVIDIA GPUs users most often ask about, beyond the clouds' current ones
+    "gtx-1080", "gtx-1080-ti", "rtx-2080-ti", "rtx-3090", "rtx-4080", "rtx-4070",
+    "quadro-rtx-6000", "rtx-a6000", "rtx-a4000", "k80", "p100",
 )  # fmt: skip
 
 
@@ -66,6 +69,29 @@ def test_every_number_names_a_defined_source_with_an_address():
         for key, entry in card.raw["datasheet"].items():
             if isinstance(entry, dict) and entry["value"] is None:
                 assert entry.get("note"), (card.card, key)
+
+
+def test_every_nvidia_card_names_how_two_of_it_exchange_data():
+    """Every cuda card names its peer link and that link's one-way bandwidth (the number
+    may be empty, with its note). A card whose peer link is NVLink (named first: "PCIe, or
+    an NVLink bridge where fitted" is a PCIe link) is faster there than over its host
+    link; one whose peer link is PCIe is at most its host link."""
+    cuda = [c for c in all_cards().values() if c.family == "cuda"]
+    assert cuda
+    for card in cuda:
+        sheet = card.raw["datasheet"]
+        assert sheet.get("peer_link"), card.card
+        assert "peer_link_bytes_per_s" in sheet, card.card
+        link = sheet["peer_link"].split(",")[0]
+        peer = sheet["peer_link_bytes_per_s"]["value"]
+        host = sheet["host_link_bytes_per_s"]["value"]
+        if "NVLink" in link:
+            assert peer is not None and host is not None, card.card
+            assert peer > host, (card.card, peer, host)
+        else:
+            assert link.startswith("PCIe"), (card.card, link)
+            if peer is not None and host is not None:
+                assert peer <= host, (card.card, peer, host)
 
 
 def test_no_card_value_comes_from_the_h200_anchors():
@@ -374,6 +400,37 @@ def test_a_predicted_crossover_is_placed_with_its_interval():
     assert row["kind"] == "prediction"
 
 
+def test_a_direction_is_said_only_where_the_band_lies_on_one_side_of_the_cpu():
+    from crossover_study.analysis.card_prediction import cpu_interval, direction
+
+    assert direction(1e-4, 2e-4, 3e-4, 4e-4) == "faster"
+    assert direction(5e-4, 6e-4, 3e-4, 4e-4) == "slower"
+    assert direction(2e-4, 3.5e-4, 3e-4, 4e-4) == "undecided"
+    # The CPU's spread: a merged point's prediction interval, else its middle half.
+    row = pd.Series({"step_time_s": 1e-3, "step_time_iqr_s": 2e-4})
+    assert cpu_interval(row) == pytest.approx((9e-4, 1.1e-3))
+    merged = row.copy()
+    merged["step_time_pi_low_s"], merged["step_time_pi_high_s"] = 8e-4, 1.3e-3
+    assert cpu_interval(merged) == (8e-4, 1.3e-3)
+    assert cpu_interval(pd.Series({"step_time_s": 1e-3})) == (1e-3, 1e-3)
+
+    rows = _cpu_rows().assign(step_time_iqr_s=1e-5)
+    close = rows.assign(step_time_s=rows["step_time_s"].where(rows["hidden"] != 128, 7e-4))
+    predicted = predict_cards(close, load_cards(["t4"]))
+    eager = predicted[(predicted["variant"] == "eager") & (predicted["hidden"] == 128)].iloc[0]
+    assert eager["predicted_low_s"] < 7e-4 < eager["predicted_high_s"]
+    assert eager["direction"] == "undecided"
+    words = card_clause(predicted, None, "s001-mlp", "t4")
+    assert "too close to call without measuring: the T4 would take" in words
+    assert "against the CPU's measured 700 µs (695 µs–705 µs)" in words
+    assert "faster (" not in words.split("as a CUDA graph")[0]
+    assert "too close to call against the CPU's 700 µs" in check_line(predicted, "s001-mlp", "t4")
+    slow = predict_cards(_cpu_rows().assign(step_time_iqr_s=1e-5), load_cards(["t4"]))
+    row = slow[(slow["variant"] == "eager") & (slow["hidden"] == 128)].iloc[0]
+    assert row["direction"] == "slower" and row["predicted_low_s"] > row["cpu_high_s"]
+    assert "the CPU stays" in card_clause(slow, None, "s001-mlp", "t4")
+
+
 def test_no_predicted_number_reaches_the_measured_tables_or_verdicts(tmp_path):
     timings = _cpu_rows()
     before = crossover_table(timings, n_boot=50)
@@ -405,7 +462,8 @@ def test_the_answer_words_a_launch_bound_and_a_compute_bound_prediction():
     predicted = predict_cards(_cpu_rows(), load_cards(["t4"]))
     seed = card_clause(predicted, None, "s001-mlp", "t4")
     assert seed.startswith("on NVIDIA T4 (predicted from its card, not measured): with torch about")
-    assert "launch-bound: 38 host operations cost" in seed
+    assert "launch-bound: 38 host operations at about" in seed
+    assert "inside whole training steps on a GPU" in seed
     assert "as a CUDA graph about" in seed
     large = predicted.copy()
     large = large[large["hidden"] == 8192].assign(hidden=128)  # the large point at the seed's size

@@ -135,14 +135,50 @@ def _row(
         cold_start_low_s=cold.low if cold else None,
         cold_start_high_s=cold.high if cold else None,
     )
+    out["host_basis"] = central.host_basis
     t_cpu = pd.to_numeric(pd.Series([cpu.get("step_time_s")]), errors="coerce").iloc[0]
     if pd.notna(t_cpu) and t_cpu > 0:
         out["speedup"] = t_cpu / central.step_s
         out["speedup_low"] = t_cpu / estimates["high"].step_s
         out["speedup_high"] = t_cpu / estimates["low"].step_s
+        low, high = cpu_interval(cpu)
+        out.update(cpu_low_s=low, cpu_high_s=high)
+        out["direction"] = direction(estimates["low"].step_s, estimates["high"].step_s, low, high)
         if cold is not None:
             out.update(_n_star(cpu, estimates, cold))
     return out
+
+
+def _number(value) -> float | None:
+    found = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
+    return None if pd.isna(found) else float(found)
+
+
+def cpu_interval(cpu: pd.Series) -> tuple[float, float]:
+    """The CPU point's measured spread, seconds per step: its 95 % prediction interval
+    where it was merged from several runs (``step_time_pi_low_s``/``_high_s``), else the
+    middle half of its timed blocks around the median (``step_time_s`` ∓ half its
+    ``step_time_iqr_s``), else the median alone."""
+    step = float(cpu["step_time_s"])
+    low, high = _number(cpu.get("step_time_pi_low_s")), _number(cpu.get("step_time_pi_high_s"))
+    if low is not None and high is not None and low <= step <= high:
+        return low, high
+    iqr = _number(cpu.get("step_time_iqr_s"))
+    if iqr is not None and 0 < iqr < 2 * step:
+        return step - iqr / 2, step + iqr / 2
+    return step, step
+
+
+def direction(low_s: float, high_s: float, cpu_low_s: float, cpu_high_s: float) -> str:
+    """Which way the accelerator goes, said only when it is known: ``faster`` where the
+    whole predicted band (``low_s``–``high_s``) lies below the CPU's measured interval,
+    ``slower`` where it lies wholly above, else ``undecided`` (too close to call without
+    measuring). Seconds per step throughout."""
+    if high_s < cpu_low_s:
+        return "faster"
+    if low_s > cpu_high_s:
+        return "slower"
+    return "undecided"
 
 
 def _n_star(cpu: pd.Series, estimates: dict, cold) -> dict:
@@ -425,6 +461,8 @@ def prediction_errors(predicted: pd.DataFrame, timings: pd.DataFrame) -> pd.Data
 __all__ = [
     "ENDS",
     "at_seed",
+    "cpu_interval",
+    "direction",
     "measured_cards",
     "predict_cards",
     "predicted_crossovers",

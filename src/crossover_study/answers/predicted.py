@@ -3,10 +3,12 @@ measure would do at the seed's size, always labelled as a prediction
 (:mod:`crossover_study.analysis.card_prediction` gives the numbers).
 
 A card's clause reads, e.g.: "on NVIDIA T4 (predicted from its card, not measured):
-with torch about 348 µs per step (278–456 µs), launch-bound: 38 host operations at
-3.3–8 µs each to dispatch and launch, beside 152 µs of the host's own Python; the CPU
-measured 581 µs, so the T4 would be 1.7× faster (1.3–2.1×); along hidden it is faster
-over the whole measured range (predicted); as a CUDA graph about 55 µs (36–93 µs)".
+with torch about 746 µs per step (481 µs–1.35 ms), launch-bound: 38 host operations at
+about 20 µs each, what an operation costs the host inside whole training steps on a GPU
+(...); too close to call without measuring: the T4 would take 481 µs–1.35 ms against
+the CPU's measured 686 µs (661–702 µs); as a CUDA graph about 73 µs (55–96 µs)". A
+direction ("1.7× faster", "the CPU stays 2.3× faster") is said only where the whole band
+lies on one side of the CPU's measured spread.
 A prediction never enters a verdict, a crossover or a remedy ranking of the measured
 answer: it stands beside them, in its own words.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study.analysis.card_prediction import at_seed
+from crossover_study.analysis.card_prediction import at_seed, direction
 from crossover_study.answers.phrasebook import (
     EN_DASH,
     card_label,
@@ -60,7 +62,16 @@ def _why(row: pd.Series) -> str:
     """The regime with its numbers: for launch-bound the host's operations (or the
     device's kernels held to their floor), for host-bound the host's own work."""
     regime = row["regime"]
-    if regime == "launch-bound" and row["host_s"] + row["host_launch_s"] >= row["device_s"]:
+    host = row["host_s"] + row["host_launch_s"]
+    if row.get("host_basis") == "step" and host >= row["device_s"]:
+        per_op = host / row["host_ops"] if row["host_ops"] else float("nan")
+        return (
+            f"{regime}: {row['host_ops']:.0f} host operations at about "
+            f"{format_seconds(per_op)} each, what an operation costs the host inside whole "
+            "training steps on a GPU (published traces: the Python between operations, "
+            "autograd's engine, the allocator and the launch)"
+        )
+    if regime == "launch-bound" and host >= row["device_s"]:
         what = f"{row['host_ops']:.0f} host operations cost {format_seconds(row['host_launch_s'])} to dispatch and launch"
         if row["host_s"] > 0:
             what += f", beside {format_seconds(row['host_s'])} of the host's own work"
@@ -72,20 +83,46 @@ def _why(row: pd.Series) -> str:
     return f"{regime}: {REGIME_WHY.get(regime, '')}"
 
 
+def _direction(row: pd.Series) -> str:
+    """The row's ``direction``; where a table predates the column, read from its band and
+    the CPU's step alone (``card_prediction.direction``)."""
+    found = row.get("direction")
+    if isinstance(found, str) and found:
+        return found
+    cpu = row["cpu_step_time_s"]
+    return direction(row["predicted_low_s"], row["predicted_high_s"], cpu, cpu)
+
+
+def _cpu_spread(row: pd.Series) -> str:
+    """'761 µs' or '761 µs (725–790 µs)': the CPU's step with its measured spread."""
+    cpu = row["cpu_step_time_s"]
+    low, high = row.get("cpu_low_s"), row.get("cpu_high_s")
+    if pd.notna(low) and pd.notna(high) and high > low:
+        return f"{format_seconds(cpu)} ({_interval(low, high)})"
+    return format_seconds(cpu)
+
+
 def _speed(row: pd.Series, short: str) -> str:
-    """'the CPU measured 581 µs, so the T4 would be 1.7× faster (1.3–2.1×)'."""
+    """'the CPU measured 581 µs, so the T4 would be 1.7× faster (1.3–2.1×)' where the
+    whole band lies on one side of the CPU's measured spread; otherwise 'too close to call
+    without measuring: the T4 would take 414 µs–1.35 ms against the CPU's 686 µs'."""
     cpu = row.get("cpu_step_time_s")
     if pd.isna(cpu) or pd.isna(row.get("speedup")):
         return ""
     s, lo, hi = row["speedup"], row["speedup_low"], row["speedup_high"]
-    if lo > 1:
+    flag = " (flagged: measured under contention)" if bool(row.get("cpu_contended")) else ""
+    way = _direction(row)
+    if way == "faster":
         verdict = f"the {short} would be {times(s)} faster ({ratio_band(lo, hi)})"
-    elif hi < 1:
+    elif way == "slower":
         verdict = f"the CPU stays {times(1 / s)} faster ({ratio_band(1 / hi, 1 / lo)})"
     else:
-        verdict = f"the two are within the prediction's band ({ratio_band(lo, hi)} the CPU's speed)"
-    flag = " (flagged: measured under contention)" if bool(row.get("cpu_contended")) else ""
-    return f"the CPU measured {format_seconds(cpu)}{flag}, so {verdict}"
+        return (
+            f"too close to call without measuring: the {short} would take "
+            f"{_interval(row['predicted_low_s'], row['predicted_high_s'])} against the CPU's "
+            f"measured {_cpu_spread(row)}{flag}"
+        )
+    return f"the CPU measured {_cpu_spread(row)}{flag}, so {verdict}"
 
 
 def crossover_words(rows: pd.DataFrame) -> str:
@@ -244,8 +281,11 @@ def check_line(predicted: pd.DataFrame, case: str, card: str) -> str:
         f"({_interval(row['predicted_low_s'], row['predicted_high_s'])}), {row['regime']}"
     )
     if pd.notna(row.get("speedup")):
-        s = row["speedup"]
-        text += f", {faster_or_slower(s)} than the CPU"
+        way = _direction(row)
+        if way == "undecided":
+            text += f", too close to call against the CPU's {_cpu_spread(row)}"
+        else:
+            text += f", {faster_or_slower(row['speedup'])} than the CPU"
     others = priced[~priced["variant"].isin(NAIVE)].sort_values("predicted_step_s")
     if not others.empty and others.iloc[0]["predicted_step_s"] < row["predicted_step_s"]:
         best = others.iloc[0]
