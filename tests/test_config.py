@@ -220,6 +220,20 @@ def test_seed_size_is_always_measured_and_grid_expands():
     assert len(grid) == 3 * 2  # batch {10, 100, 1000} x width {8, 32}
 
 
+def test_single_points_are_measured_beside_the_sweep(tmp_path):
+    sizes = case_sizes(
+        "s001-mlp", {"axes": {"hidden": [512]}, "points": [{"d_in": 5000, "hidden": 5000}]}
+    )
+    assert {"batch": 64, "d_in": 5000, "hidden": 5000} in sizes and len(sizes) == 3
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "study: p\ncases:\n  s001-mlp:\n    axes: {hidden: [128]}\n"
+        "    points: [{d_in: 5000, width: 3}]\n"
+    )
+    with pytest.raises(ConfigError, match=r"cases\.s001-mlp\.points\[0\]\.width: 'width' is not"):
+        load_config(path)
+
+
 def test_shipped_studies_are_valid_and_cover_every_case():
     default = load_config(REPO_ROOT / "config" / "config.yaml")
     full = load_config(REPO_ROOT / "config" / "studies" / "full.yaml")

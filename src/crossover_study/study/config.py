@@ -373,6 +373,13 @@ def _check_cases(config: dict, search: Sequence[str | Path]) -> None:
                     f"{where}.grid[{i}]: {axis!r} is not an axis of {name} "
                     f"(axes: {', '.join(own_axes)})"
                 )
+        for i, point in enumerate(spec.get("points", ())):
+            for axis in point:
+                if axis not in own_axes:
+                    raise ConfigError(
+                        f"{where}.points[{i}].{axis}: {axis!r} is not an axis of {name} "
+                        f"(axes: {', '.join(own_axes)})"
+                    )
         replicated = (config.get("replication") or {}).get("variants", ())
         measured = [*config["sweep"]["variants"], *replicated]
         for i, variant in enumerate(spec.get("skip_variants", ())):

@@ -87,7 +87,8 @@ class TimingPolicy:
 
 def case_sizes(case: str, case_config: Mapping[str, Any]) -> list[dict[str, int]]:
     """Size points of ``case``: each axis swept with the others at the seed's size,
-    plus the full grid over ``grid`` axes if given; the seed size always included.
+    plus the full grid over ``grid`` axes if given and each of ``points`` (single sizes,
+    the axes they leave out at the seed's); the seed size always included.
 
     Returns a sorted list of dicts mapping every axis of the case to a positive int.
     """
@@ -101,6 +102,8 @@ def case_sizes(case: str, case_config: Mapping[str, Any]) -> list[dict[str, int]
     if grid:
         for combo in itertools.product(*(axes[a] for a in grid)):
             points.add(tuple(sorted({**seed, **dict(zip(grid, combo, strict=True))}.items())))
+    for extra in case_config.get("points", ()):
+        points.add(tuple(sorted({**seed, **extra}.items())))
     return [dict(p) for p in sorted(points)]
 
 
