@@ -161,6 +161,15 @@ def _assert_recorded(out, printed, answer, case, points, cuda_asked=True):
     assert "predicted from device cards (not measured" in printed
     for line in answer["card_predictions"].values():
         assert "(predicted from its card): " in line and f"  {line}" in printed
+    # answer.json says which way each card goes, only where the band says so.
+    assert set(answer["card_verdicts"]) == set(DEFAULT_CARDS)
+    for verdict in answer["card_verdicts"].values():
+        assert verdict["direction"] in ("faster", "slower", "undecided")
+        assert verdict["low_s"] <= verdict["step_s"] <= verdict["high_s"]
+        if verdict["direction"] == "faster":
+            assert verdict["high_s"] < verdict["cpu_low_s"]
+        elif verdict["direction"] == "slower":
+            assert verdict["low_s"] > verdict["cpu_high_s"]
     predicted = pd.read_csv(out / "predicted.csv")
     assert set(predicted["card"]) == set(DEFAULT_CARDS) and set(predicted["kind"]) == {"prediction"}
     assert predicted["predicted_step_s"].notna().any()

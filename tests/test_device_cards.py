@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from crossover_study.analysis.card_beside import prediction_errors
 from crossover_study.analysis.card_prediction import (
     predict_cards,
     predicted_crossovers,
-    prediction_errors,
     write_predictions,
 )
 from crossover_study.analysis.crossover import crossover_table
@@ -290,6 +290,61 @@ def test_a_band_spread_over_sources_is_checked_and_can_leave_one_out(tmp_path):
         _card(tmp_path / "c", torch_step_op_s={**spread, "values": stranger})
 
 
+def test_replicas_split_the_work_and_add_the_gradients_all_reduce(tmp_path):
+    """Two GPUs of a card: each runs half of MirroredStrategy's counted work (its counts are
+    every replica's) or all of a DDP rank's (one replica's); the gradients' ring
+    all-reduce is 2(N-1)/N of their bytes over the peer link plus the latency, added to
+    the step and hidden behind it in the low estimate."""
+    from crossover_study.stepmodel.card_model import allreduce_s, price_replicas
+
+    card = _card(tmp_path, allreduce_latency_s=_range(1e-5, 1e-5))
+    # 8 MB of gradients over the card's 1e10 B/s host link (no peer link named): 2·½·8e6/1e10.
+    assert allreduce_s(card, 8e6, 2) == pytest.approx(1e-5 + 8e-4)
+    mirrored = _work(variant="mirrored", framework="tensorflow", ops=80.0, kernels=60.0,
+                     flops=2e7, products=((1e6, 20.0),), elementwise=((4e3, 40.0),))  # fmt: skip
+    one = price(_work(framework="tensorflow"), card, end="central")
+    two = price_replicas(mirrored, card, 2, 8e6, "central")
+    assert two.device_s == pytest.approx(one.device_s)  # each GPU runs one replica's share
+    assert two.host_launch_s == pytest.approx(2 * one.host_launch_s)  # one host, every op
+    assert two.allreduce_s == pytest.approx(8.1e-4)
+    assert two.step_s == pytest.approx(max(2 * one.host_launch_s, one.device_s) + 8.1e-4)
+    assert two.regime == "communication-bound"
+    low = price_replicas(mirrored, card, 2, 8e6, "low")
+    assert low.step_s == pytest.approx(max(low.allreduce_s, low.device_s, low.host_launch_s))
+    ddp = price_replicas(_work(variant="ddp"), card, 2, 8e3, "central")  # a rank's own counts
+    assert ddp.device_s == pytest.approx(price(_work(), card).device_s)
+    with pytest.raises(NotPriced, match="not a data-parallel variant"):
+        price_replicas(_work(), card, 2, 8e6)
+    with pytest.raises(NotPriced, match="one replica"):
+        price_replicas(mirrored, card, 1, 8e6)
+
+
+def test_a_seed_is_answered_on_its_own_accelerators(tmp_path):
+    """s001-mlp's own devices: the K80 at the seed's size and the GTX 1080 at 5000 x 5000,
+    each beside what its user saw; a study predicts them by default."""
+    from crossover_study.answers.predicted import own_device_sentence
+    from crossover_study.study.config import load_config
+
+    rows = _cpu_rows().assign(step_time_iqr_s=1e-5)
+    big = rows.iloc[[3]].assign(d_in=5000, hidden=5000, step_time_s=0.12)
+    predicted = predict_cards(
+        pd.concat([rows, big], ignore_index=True), load_cards(["k80", "gtx-1080"])
+    )
+    text = own_device_sentence(predicted, "s001-mlp")
+    k80, gtx = text.split("; the answer's GTX 1080")
+    assert k80.startswith("Colab's GPU in 2018 (a K80, torch 0.4 with CUDA 8): its user saw")
+    assert "predicted from the k80 card" in k80 and "against this machine's CPU's 200 µs" in k80
+    assert "agrees with what its user saw" in k80 or "does not contradict" in k80
+    assert " at d_in 5000, hidden 5000: its user saw the accelerator faster" in gtx
+    assert "faster, which agrees with what its user saw" in gtx
+    assert own_device_sentence(predicted, "s002-iris").endswith(
+        "not predicted here (the study has no tensorflow CPU point there)."
+    )
+    # The default study predicts every seed's own accelerators beside its predict list.
+    config = load_config(CARDS_DIR.parents[1] / "config" / "config.yaml")
+    assert {"k80", "t4", "gtx-1080", "tpu-v2-8"} <= set(config["predict"])
+
+
 def test_a_large_step_is_compute_bound_at_the_peak(tmp_path):
     card = _card(tmp_path)
     work = _work(flops=1e11, products=((1e10, 10.0),))
@@ -485,7 +540,7 @@ def test_a_study_file_names_unknown_cards_before_any_work():
 
 
 def test_the_report_says_how_far_a_card_was_from_its_measured_device():
-    from crossover_study.analysis.card_prediction import measured_cards
+    from crossover_study.analysis.card_beside import measured_cards
     from crossover_study.answers.predicted import beside_sentence
 
     timings = _cpu_rows()
@@ -505,7 +560,7 @@ def test_a_card_s_per_call_costs_are_set_beside_what_a_gpu_trace_measured():
     """Issue 53: on the first GPU run, the card's launch, kernel and sync costs beside the
     device attribution's (a synthetic H200 row here: 40 kernels launched in 200 µs, a
     median kernel of 3 µs, one sync waited 30 µs)."""
-    from crossover_study.analysis.card_prediction import trace_beside_cards
+    from crossover_study.analysis.card_beside import trace_beside_cards
 
     gpu = _cpu_rows().iloc[[1]].assign(
         device="cuda", device_name="NVIDIA H200", attr_kernels=40.0, attr_launch_s=2e-4,

@@ -745,6 +745,44 @@ def test_replica_scaling_figure_tells_the_two_tensorflow_programs_apart():
     plt.close(fig)
 
 
+def test_replica_scaling_figure_draws_the_cards_prediction_beside_the_cpu():
+    """Issue 61: a card's data-parallel prediction (one GPU, then two) in global samples
+    per second, dashed over its band, labelled as predicted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seed = SEED_SIZES["s004-lstm"]
+    base = {"card": "t4", "device_name": "NVIDIA T4", "case": "s004-lstm",
+            "framework": "tensorflow", "variant": "mirrored", **seed}  # fmt: skip
+    predicted = pd.DataFrame(
+        [
+            {**base, "replicas": 1, "scaling": None, "predicted_step_s": 0.02,
+             "predicted_low_s": 0.01, "predicted_high_s": 0.04},
+            {**base, "replicas": 2, "scaling": "strong", "predicted_step_s": 0.016,
+             "predicted_low_s": 0.008, "predicted_high_s": 0.04},
+            {**base, "replicas": 2, "scaling": "weak", "predicted_step_s": 0.025,
+             "predicted_low_s": 0.012, "predicted_high_s": 0.05},
+        ]
+    )  # fmt: skip
+    table = figure_scaling.predicted_scaling(predicted, "s004-lstm")
+    strong = table[table["scaling"] == "strong"]
+    assert list(strong["samples_per_s"]) == pytest.approx([32 / 0.02, 32 / 0.016])
+    weak = table[table["scaling"] == "weak"]
+    assert list(weak["samples_per_s"]) == pytest.approx([32 / 0.02, 64 / 0.025])
+    assert weak["low"].iloc[1] == pytest.approx(64 / 0.05)
+    fig, ax = plt.subplots()
+    figure_draw.replica_scaling(_program_rows(), "s004-lstm", ax=ax, predicted=predicted)
+    guessed = [line.get_label() for line in ax.get_lines() if line.get_gid() == "predicted"]
+    assert guessed == [
+        "NVIDIA T4 (predicted) · tensorflow mirrored, strong",
+        "NVIDIA T4 (predicted) · tensorflow mirrored, weak",
+    ]
+    assert any(c.get_gid() == "predicted-band" for c in ax.collections)
+    plt.close(fig)
+
+
 # -- TPU ---------------------------------------------------------------------------------------
 
 

@@ -30,10 +30,12 @@ from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import table_columns
 from crossover_study.stepmodel.card_model import (
     ENDS,
+    REPLICATED,
     NotPriced,
     cold_start_s,
     host_parts_s,
     price_range,
+    price_replicas,
     work_of_row,
 )
 from crossover_study.study.device_cards import Card
@@ -207,6 +209,7 @@ def predict_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> pd.DataFrame:
     columns = [*HEAD, *axes, *TAIL]
     cpu = without_replicas(synced(timings))
     cpu = cpu[(cpu["device"] == "cpu") & (cpu["status"] == "ok")] if len(cpu) else cpu
+    replicated = _replicated_cpu(timings)
     rows = []
     host = host_work(cpu)
     for card in cards:
@@ -215,7 +218,87 @@ def predict_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> pd.DataFrame:
                 point["case"], point["framework"], point["variant"], card.device_class
             ):
                 rows.append(_row(card, point, variant, axes, float(host[index])))
+        for _, point in replicated.iterrows():
+            rows.append(_replica_row(card, point, axes))
     return pd.DataFrame(rows, columns=columns)
+
+
+def _replicated_cpu(timings: pd.DataFrame) -> pd.DataFrame:
+    """The ok, synced CPU rows of the data-parallel variants (``card_model.REPLICATED``),
+    one replica (the scaling baseline) or several."""
+    if timings.empty or "replicas" not in timings:
+        return timings.iloc[0:0]
+    rows = synced(timings)
+    return rows[
+        (rows["device"] == "cpu")
+        & (rows["status"] == "ok")
+        & rows["variant"].isin(list(REPLICATED))
+        & pd.to_numeric(rows["replicas"], errors="coerce").notna()
+    ]
+
+
+def _replica_row(card: Card, cpu: pd.Series, axes: Sequence[str]) -> dict:
+    """One predicted row of a data-parallel CPU point on ``card``: one GPU for one
+    replica (the strategy's program on one device, ``card_model.price``), ``replicas``
+    GPUs of the card otherwise (``card_model.price_replicas``, the gradients' bytes from
+    the row's ``grad_bytes``); the device class is ``cuda_multi`` for several GPUs."""
+    replicas = int(float(cpu["replicas"]))
+    out = {
+        "card": card.card,
+        "device_class": "cuda_multi" if replicas > 1 else card.device_class,
+        "device_name": card.name,
+        "case": cpu["case"],
+        "framework": cpu["framework"],
+        "variant": cpu["variant"],
+        "cpu_variant": cpu["variant"],
+        **{a: cpu.get(a) for a in axes},
+        "program": cpu.get("program"),
+        "replicas": replicas,
+        "scaling": cpu.get("scaling"),
+        "cpu_step_time_s": cpu.get("step_time_s"),
+        "cpu_contended": bool(truthy(pd.Series([cpu.get("contended")])).iloc[0]),
+        "kind": "prediction",
+    }
+    try:
+        work = work_of_row(cpu)
+        if replicas > 1:
+            grad = _number(cpu.get("grad_bytes"))
+            if grad is None:
+                raise NotPriced("the CPU row has no grad_bytes (measured before the column)")
+            estimates = {e: price_replicas(work, card, replicas, grad, e) for e in ENDS}
+        else:
+            if card.device_class != "cuda":
+                raise NotPriced("a data-parallel program is priced on NVIDIA GPUs")
+            estimates = price_range(work, card, "eager")
+    except NotPriced as exc:
+        return {**out, "not_priced": str(exc)}
+    central = estimates["central"]
+    out.update(
+        predicted_step_s=central.step_s,
+        predicted_low_s=estimates["low"].step_s,
+        predicted_high_s=estimates["high"].step_s,
+        regime=central.regime,
+        host_s=central.host_s,
+        host_launch_s=central.host_launch_s,
+        device_s=central.device_s,
+        floor_s=central.floor_s,
+        compute_s=central.compute_s,
+        memory_s=central.memory_s,
+        sync_s=central.sync_s,
+        allreduce_s=central.allreduce_s,
+        kernels=central.kernels,
+        host_ops=float(work.ops),
+        host_basis=central.host_basis,
+    )
+    t_cpu = _number(cpu.get("step_time_s"))
+    if t_cpu:
+        out["speedup"] = t_cpu / central.step_s
+        out["speedup_low"] = t_cpu / estimates["high"].step_s
+        out["speedup_high"] = t_cpu / estimates["low"].step_s
+        low, high = cpu_interval(cpu)
+        out.update(cpu_low_s=low, cpu_high_s=high)
+        out["direction"] = direction(estimates["low"].step_s, estimates["high"].step_s, low, high)
+    return out
 
 
 def _curve(predicted: pd.DataFrame, case: str, axis: str) -> pd.DataFrame:
@@ -244,7 +327,8 @@ def predicted_crossovers(predicted: pd.DataFrame) -> pd.DataFrame:
     if predicted.empty:
         return pd.DataFrame(columns=columns)
     keys = ["card", "device_name", "case", "framework", "variant"]
-    for (card, name, case, framework, variant), group in predicted.groupby(keys, sort=False):
+    one_device = _one_device(predicted)
+    for (card, name, case, framework, variant), group in one_device.groupby(keys, sort=False):
         for axis in case_axes(case):
             rows = _curve(group, case, axis)
             if axis not in rows:
@@ -323,139 +407,29 @@ def read_predicted(path: str | Path | None, table: str = "predicted") -> pd.Data
     return frame
 
 
-def at_seed(predicted: pd.DataFrame, case: str) -> pd.DataFrame:
-    """Predicted rows of ``case`` at its seed's size (every axis)."""
-    rows = predicted[predicted["case"] == case]
+def _one_device(predicted: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one device running the program as its user wrote it: not a
+    data-parallel variant (``card_model.REPLICATED``), whatever its replicas."""
+    return predicted[~predicted["variant"].isin(list(REPLICATED))]
+
+
+def replicated_at_seed(predicted: pd.DataFrame, case: str) -> pd.DataFrame:
+    """The data-parallel rows of ``case`` (one replica and several), at the seed's size."""
+    rows = predicted[(predicted["case"] == case) & predicted["variant"].isin(list(REPLICATED))]
     for axis, value in seed_sizes(case).items():
         if axis in rows:
             rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
     return rows
 
 
-def _short_name(name: str) -> str:
-    """A device's name without its vendor's (NVIDIA H200 -> H200), as a probe may
-    record it with or without."""
-    return str(name).replace("NVIDIA ", "").replace("Google ", "").strip()
-
-
-def measured_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> list[Card]:
-    """The ``cards`` whose device ``timings`` measured: an ok row of the card's device
-    class whose ``device_name`` contains the card's name (without the vendor's)."""
-    if timings.empty or "device_name" not in timings:
-        return []
-    ok = timings[(timings["status"] == "ok") & (timings["device"] != "cpu")]
-    found = []
-    for card in cards:
-        names = ok.loc[ok["device"] == card.device_class, "device_name"].dropna().astype(str)
-        if names.str.contains(_short_name(card.name), regex=False).any():
-            found.append(card)
-    return found
-
-
-#: A card's per-call costs set beside what a GPU's trace measured of them (issue 53):
-#: the card's key, the measured quantity's words, and how it is read from a timings row
-#: (seconds, column by column; the device attribution's columns, measure.device_trace).
-TRACE_BESIDE_CARD = (
-    ("kernel_launch_s", "a kernel launch (host)", lambda r: r["attr_launch_s"] / r["attr_kernels"]),
-    ("kernel_floor_s", "a kernel's median time (device)", lambda r: r["attr_kernel_median_s"]),
-    (
-        "sync_s",
-        "a synchronisation's wait (host)",
-        lambda r: r["attr_sync_wait_s"] / r["attr_syncs"],
-    ),
-)
-
-
-def trace_beside_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> pd.DataFrame:
-    """Each card whose device ``timings`` measured (:func:`measured_cards`), its
-    per-call costs beside what the device's trace measured of them on the ok, synced
-    rows with a device attribution: one row per card and cost, ``card``, ``cost`` (the
-    card's key), ``what``, ``card_low_s``, ``card_high_s``, ``measured_s`` (the median
-    over the rows, seconds), ``rows`` (how many) and ``within`` (the median inside the
-    card's range). Empty where no card's device has such rows (every run before the
-    first GPU run). The card's numbers are never changed by it: a miss is reported."""
-    columns = ["card", "cost", "what", "card_low_s", "card_high_s", "measured_s", "rows", "within"]
-    if timings.empty or "attr_kernels" not in timings:
-        return pd.DataFrame(columns=columns)
-    rows = synced(timings)
-    rows = rows[(rows["status"] == "ok") & (rows["device"] != "cpu")]
-    out = []
-    for card in measured_cards(rows, cards):
-        mine = rows[
-            (rows["device"] == card.device_class)
-            & rows["device_name"].astype(str).str.contains(_short_name(card.name), regex=False)
-        ]
-        for key, what, read in TRACE_BESIDE_CARD:
-            cost = card.cost(key)
-            if cost is None:
-                continue
-            needed = [
-                "attr_launch_s",
-                "attr_kernels",
-                "attr_kernel_median_s",
-                "attr_sync_wait_s",
-                "attr_syncs",
-            ]
-            numbers = mine.reindex(columns=needed).apply(pd.to_numeric, errors="coerce")
-            with np.errstate(divide="ignore", invalid="ignore"):
-                values = read(numbers).astype(float)
-            values = values[np.isfinite(values) & (values > 0)]
-            if values.empty:
-                continue
-            median = float(values.median())
-            out.append(
-                {
-                    "card": card.card,
-                    "cost": key,
-                    "what": what,
-                    "card_low_s": cost.low,
-                    "card_high_s": cost.high,
-                    "measured_s": median,
-                    "rows": len(values),
-                    "within": cost.low <= median <= cost.high,
-                }
-            )
-    return pd.DataFrame(out, columns=columns)
-
-
-def prediction_errors(predicted: pd.DataFrame, timings: pd.DataFrame) -> pd.DataFrame:
-    """Each predicted row whose card's device was measured in ``timings`` (an ok, synced
-    row of its device class whose ``device_name`` contains the card's name, at the same
-    case, framework, variant and sizes), with ``measured_step_s`` and
-    ``prediction_error`` = predicted / measured − 1 (central; dimensionless) and
-    ``within_band`` (the measurement between the low and high estimates). Empty where no
-    card's device was measured."""
-    if predicted.empty or timings.empty:
-        return predicted.iloc[0:0].assign(measured_step_s=[], prediction_error=[], within_band=[])
-    axes = [a for a in size_columns(timings) if a in predicted]
-    measured = synced(timings)
-    measured = measured[(measured["device"] != "cpu") & (measured["status"] == "ok")]
-    frames = []
-    for (name, device_class), group in predicted.groupby(["device_name", "device_class"]):
-        mine = measured[
-            (measured["device"] == device_class)
-            & measured["device_name"]
-            .astype(str)
-            .str.contains(str(name).replace("NVIDIA ", ""), regex=False)
-        ]
-        if mine.empty:
-            continue
-        keys = ["case", "framework", "variant", *axes]
-        right = mine[keys + ["step_time_s"]].rename(columns={"step_time_s": "measured_step_s"})
-        left = group.copy()
-        for a in axes:
-            left[a] = pd.to_numeric(left[a], errors="coerce")
-            right[a] = pd.to_numeric(right[a], errors="coerce")
-        joined = left.merge(right, on=keys, how="inner")
-        frames.append(joined)
-    if not frames:
-        return predicted.iloc[0:0].assign(measured_step_s=[], prediction_error=[], within_band=[])
-    out = pd.concat(frames, ignore_index=True)
-    out["prediction_error"] = out["predicted_step_s"] / out["measured_step_s"] - 1.0
-    out["within_band"] = (out["predicted_low_s"] <= out["measured_step_s"]) & (
-        out["measured_step_s"] <= out["predicted_high_s"]
-    )
-    return out
+def at_seed(predicted: pd.DataFrame, case: str) -> pd.DataFrame:
+    """Predicted rows of ``case`` at its seed's size (every axis), one device each
+    (:func:`replicated_at_seed` has the data-parallel ones)."""
+    rows = _one_device(predicted[predicted["case"] == case])
+    for axis, value in seed_sizes(case).items():
+        if axis in rows:
+            rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
+    return rows
 
 
 __all__ = [
@@ -463,11 +437,9 @@ __all__ = [
     "at_seed",
     "cpu_interval",
     "direction",
-    "measured_cards",
     "predict_cards",
     "predicted_crossovers",
-    "prediction_errors",
+    "replicated_at_seed",
     "read_predicted",
-    "trace_beside_cards",
     "write_predictions",
 ]

@@ -32,7 +32,7 @@ from crossover_study.answers.phrasebook import (
     faster_or_slower,
     times,
 )
-from crossover_study.answers.predicted import check_line
+from crossover_study.answers.predicted import card_verdict, check_line
 from crossover_study.answers.regime import regime_clause
 from crossover_study.answers.remedies import (
     ANTI_PATTERNS,
@@ -200,7 +200,9 @@ def answer(
     ``verdict``, ``why``, ``remedies`` and ``flip``, ``predictions`` (per absent class:
     a committed reference run's prediction, or why there is none), ``card_predictions``
     (per device card of ``predicted``, :func:`card_prediction.predict_cards`'s table:
-    its one line, labelled as a prediction), ``sentence`` (the report's answer
+    its one line, labelled as a prediction), ``card_verdicts`` (per card, the naive
+    program's numbers and ``direction``: faster, slower or undecided,
+    :func:`predicted.card_verdict`), ``sentence`` (the report's answer
     sentence), ``sweep_command``."""
     rows = _at_size(timings, case)
     devices = {d: _device(rows, d) for d in DEVICES if d in set(rows["device"]) and d not in absent}
@@ -240,6 +242,9 @@ def answer(
         "flip": _flip(devices, remedies, verdict),
         "predictions": predictions,
         "card_predictions": {c: line for c, line in card_lines.items() if line},
+        "card_verdicts": {
+            c: found for c in card_lines if (found := card_verdict(cards, case, c)) is not None
+        },
         "sentence": answer_sentence(timings, crossover, case),
         "sweep_command": f"make study STUDY={shown}",
     }

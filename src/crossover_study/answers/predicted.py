@@ -97,7 +97,7 @@ def _cpu_spread(row: pd.Series) -> str:
     """'761 µs' or '761 µs (725–790 µs)': the CPU's step with its measured spread."""
     cpu = row["cpu_step_time_s"]
     low, high = row.get("cpu_low_s"), row.get("cpu_high_s")
-    if pd.notna(low) and pd.notna(high) and high > low:
+    if pd.notna(low) and pd.notna(high) and format_seconds(high) != format_seconds(low):
         return f"{format_seconds(cpu)} ({_interval(low, high)})"
     return format_seconds(cpu)
 
@@ -210,6 +210,124 @@ def card_clause(
     return f"on {name} (predicted from its card, not measured): " + "; ".join(parts)
 
 
+#: Whether a prediction's direction agrees with what the seed's user saw.
+AGREES = {
+    ("slower", "slower"): "agrees with what its user saw",
+    ("faster", "faster"): "agrees with what its user saw",
+    ("no faster", "undecided"): "agrees with what its user saw",
+    ("no faster", "slower"): "agrees with what its user saw",
+}
+
+
+def _agreement(saw: str, way: str) -> str:
+    """'agrees with what its user saw', 'does not contradict ...' or 'disagrees ...'."""
+    if (saw, way) in AGREES:
+        return AGREES[(saw, way)]
+    if way == "undecided":
+        return (
+            "does not contradict what its user saw but cannot confirm it: the band holds "
+            "the step it is set against"
+        )
+    return (
+        "disagrees with what its user saw: a miss of the card's, whose costs come from "
+        "other hosts and software than the user's (docs/VALIDATION.md)"
+    )
+
+
+def _at(rows: pd.DataFrame, sizes: dict) -> pd.DataFrame:
+    for axis, value in sizes.items():
+        if axis in rows:
+            rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
+    return rows
+
+
+def _own_single(predicted: pd.DataFrame, case: str, own) -> str:
+    """One own device on one GPU: the prediction at its sizes against this machine's CPU,
+    and whether it agrees with what the user saw there."""
+    from crossover_study.study.spec import seed_sizes
+
+    sizes = {**seed_sizes(case), **own.sizes}
+    rows = predicted[
+        (predicted["card"] == own.card)
+        & (predicted["case"] == case)
+        & (predicted["framework"] == own.framework)
+        & predicted["variant"].isin(NAIVE)
+        & predicted["predicted_step_s"].notna()
+    ]
+    rows = _at(rows[~rows["variant"].isin(("ddp", "mirrored", "mirrored_fit"))], sizes)
+    at = ", ".join(f"{k} {v}" for k, v in own.sizes.items())
+    where = f" at {at}" if at else ""
+    head = f"{own.device}{where}: its user saw the accelerator {own.saw}, {own.measured}"
+    if rows.empty:
+        return f"{head}; not predicted here (the study has no {own.framework} CPU point there)"
+    row = rows.iloc[0]
+    way = _direction(row)
+    said = {
+        "faster": f"{times(row['speedup'])} faster",
+        "slower": f"{times(1 / row['speedup'])} slower",
+        "undecided": "too close to call",
+    }[way]
+    return (
+        f"{head}; predicted from the {own.card} card {_interval(row['predicted_low_s'], row['predicted_high_s'])} "
+        f"a step against this machine's CPU's {_cpu_spread(row)}: {said}, which "
+        f"{_agreement(own.saw, way)}"
+    )
+
+
+def _own_replicated(predicted: pd.DataFrame, case: str, own) -> str:
+    """Several GPUs: the replicated step against the same program on one GPU of the card
+    (strong scaling, the global batch the seed's), and whether it is any faster."""
+    from crossover_study.analysis.card_prediction import replicated_at_seed
+
+    rows = replicated_at_seed(predicted[predicted["card"] == own.card], case)
+    rows = rows[(rows["framework"] == own.framework) & rows["predicted_step_s"].notna()]
+    head = f"{own.device}: its user saw them {own.saw} than one, {own.measured}"
+    for variant in ("mirrored_fit", "mirrored", "ddp"):
+        mine = rows[rows["variant"] == variant]
+        replicas = pd.to_numeric(mine["replicas"], errors="coerce")
+        many = mine[(replicas == own.replicas) & (mine["scaling"] == "strong")]
+        one = mine[replicas == 1]
+        if many.empty or one.empty:
+            continue
+        m, o = many.iloc[0], one.iloc[0]
+        short = own.card
+        way = direction(m["predicted_low_s"], m["predicted_high_s"], o["predicted_low_s"],
+                        o["predicted_high_s"])  # fmt: skip
+        said = {
+            "faster": f"{times(o['predicted_step_s'] / m['predicted_step_s'])} faster than one",
+            "slower": f"{times(m['predicted_step_s'] / o['predicted_step_s'])} slower than one",
+            "undecided": "no faster than one within the bands",
+        }[way]
+        return (
+            f"{head}; predicted for {own.replicas} {short}s under {variant} (the same global "
+            f"batch) {_interval(m['predicted_low_s'], m['predicted_high_s'])} a step, of which "
+            f"the gradients' all-reduce {format_seconds(m['allreduce_s'])}, against one "
+            f"{short}'s {_interval(o['predicted_low_s'], o['predicted_high_s'])} "
+            f"({m['regime']}): {said}, which {_agreement(own.saw, way)}"
+        )
+    return f"{head}; not predicted here (the study measured no replicated {own.framework} point)"
+
+
+def own_device_sentence(predicted: pd.DataFrame | None, case: str) -> str:
+    """What the seed's user saw on their own accelerators
+    (:class:`~crossover_study.study.cases.OwnDevice`) beside what the cards predict there,
+    and whether the two agree: one clause per own device, joined; empty for a case
+    without own devices or a study without predictions."""
+    from crossover_study.study import cases
+
+    if predicted is None or predicted.empty:
+        return ""
+    try:
+        owns = cases.get(case).own_devices
+    except KeyError:
+        return ""
+    clauses = [
+        _own_replicated(predicted, case, d) if d.replicas > 1 else _own_single(predicted, case, d)
+        for d in owns
+    ]
+    return "; ".join(clauses) + "." if clauses else ""
+
+
 def predicted_sentence(predicted: pd.DataFrame, crossovers: pd.DataFrame | None, case: str) -> str:
     """Every card's clause for ``case``, one sentence each, in the order of the table;
     empty without predictions."""
@@ -223,7 +341,7 @@ def predicted_sentence(predicted: pd.DataFrame, crossovers: pd.DataFrame | None,
 
 def beside_sentence(errors: pd.DataFrame, within: float = 0.25) -> str:
     """Each card's predictions set beside the measurements of its device
-    (:func:`card_prediction.prediction_errors`): 'the NVIDIA H200 card's prediction was
+    (:func:`card_beside.prediction_errors`): 'the NVIDIA H200 card's prediction was
     within 25 % at 14 of 18 points and inside its band at 12; farthest: s001-mlp eager
     at hidden=8192, predicted 1.2 ms, measured 870 µs (+38 %)'. Empty without rows."""
     if errors is None or errors.empty:
@@ -248,7 +366,7 @@ def beside_sentence(errors: pd.DataFrame, within: float = 0.25) -> str:
 
 def trace_sentence(table: pd.DataFrame) -> str:
     """The cards' per-call costs beside a GPU trace's
-    (:func:`card_prediction.trace_beside_cards`): 'the h200 card gives 2.6–9.1 µs for a
+    (:func:`card_beside.trace_beside_cards`): 'the h200 card gives 2.6–9.1 µs for a
     kernel launch (host), the trace measured 5 µs (inside); ...'. Empty without rows."""
     if table is None or table.empty:
         return ""
@@ -291,6 +409,34 @@ def check_line(predicted: pd.DataFrame, case: str, card: str) -> str:
         best = others.iloc[0]
         text += f"; {best['variant']} {format_seconds(best['predicted_step_s'])}"
     return text
+
+
+def card_verdict(predicted: pd.DataFrame, case: str, card: str) -> dict | None:
+    """The naive program's prediction on ``card`` at ``case``'s seed size as plain
+    numbers for ``answer.json``: ``direction`` (faster, slower or undecided: said only
+    where the band lies on one side of the CPU's measured spread), ``step_s``,
+    ``low_s``, ``high_s``, ``cpu_s``, ``cpu_low_s``, ``cpu_high_s`` (seconds per step) and
+    ``regime``; None where the card priced none."""
+    rows = at_seed(predicted[predicted["card"] == card], case)
+    rows = rows[rows["variant"].isin(NAIVE) & rows["predicted_step_s"].notna()]
+    if rows.empty or pd.isna(rows.iloc[0].get("cpu_step_time_s")):
+        return None
+    row = rows.iloc[0]
+
+    def number(key: str) -> float | None:
+        value = row.get(key)
+        return None if pd.isna(value) else float(value)
+
+    return {
+        "direction": _direction(row),
+        "step_s": number("predicted_step_s"),
+        "low_s": number("predicted_low_s"),
+        "high_s": number("predicted_high_s"),
+        "cpu_s": number("cpu_step_time_s"),
+        "cpu_low_s": number("cpu_low_s"),
+        "cpu_high_s": number("cpu_high_s"),
+        "regime": str(row["regime"]),
+    }
 
 
 def card_listing(cards: list[Card]) -> list[str]:

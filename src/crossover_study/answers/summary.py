@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.card_prediction import at_seed as predicted_at_seed
+from crossover_study.analysis.card_prediction import direction
 from crossover_study.answers.page_faults import page_fault_short
 from crossover_study.answers.phrasebook import (
     EN_DASH,
@@ -30,12 +31,12 @@ from crossover_study.answers.phrasebook import (
     device_label,
     faster_device,
     fmt_size,
-    ratio_band,
     times,
 )
 from crossover_study.answers.remedies import remedy_table
 from crossover_study.answers.rows import first_number, seed_rows, seed_verdict, to_number
 from crossover_study.core.progress import format_seconds
+from crossover_study.study import cases as case_registry
 from crossover_study.study.spec import ACCELERATORS, FRAMEWORKS, contended_apart, synced, truthy
 
 #: The attribution's categories in a few words (the CPU's largest measured share).
@@ -189,10 +190,42 @@ def _measured_accelerator(timings, crossover, case, framework) -> dict | None:
     return None
 
 
+def _own_cards(case: str) -> list[str]:
+    """The cards of ``case``'s own accelerators at its seed's size on one device (the
+    seed's :class:`~crossover_study.study.cases.OwnDevice`), in the seed's order; empty
+    for a case without them."""
+    try:
+        found = case_registry.get(case).own_devices
+    except KeyError:
+        return []
+    return [d.card for d in found if not d.sizes and d.replicas == 1]
+
+
+def _predicted_verdict(row: pd.Series, short: str) -> str:
+    """The first screen's verdict of one prediction: a direction only where the band
+    lies on one side of the CPU's measured spread (``direction``), else 'too close to
+    call'."""
+    way = row.get("direction")
+    if not isinstance(way, str):
+        cpu = row["cpu_step_time_s"]
+        way = direction(row["predicted_low_s"], row["predicted_high_s"], cpu, cpu)
+    speedup = row["cpu_step_time_s"] / row["predicted_step_s"]
+    if way == "faster":
+        return f"{faster_device(speedup, short)} (predicted)"
+    if way == "slower":
+        return f"{faster_device(speedup, short, than=f' than {short}')} (predicted)"
+    return (
+        f"too close to call without measuring: {short} "
+        f"{format_seconds(row['predicted_low_s'])}{EN_DASH}"
+        f"{format_seconds(row['predicted_high_s'])} (predicted)"
+    )
+
+
 def _predicted_accelerator(predicted, crossovers, case, framework, cpu_s) -> dict | None:
     """The device cards' predictions of ``case`` × ``framework``'s naive program at the
-    seed's size: each card's step, the verdict and crossover of the first card, its
-    regime and its fastest variant; None without a priced prediction."""
+    seed's size: each card's step (the seed's own accelerators only, where the study
+    predicted them), the verdict and crossover of the first of them, its regime and its
+    fastest variant; None without a priced prediction."""
     if predicted is None or predicted.empty:
         return None
     rows = predicted_at_seed(predicted[predicted["framework"] == framework], case)
@@ -200,6 +233,10 @@ def _predicted_accelerator(predicted, crossovers, case, framework, cpu_s) -> dic
     naive = rows[rows["variant"].isin(NAIVE)]
     if naive.empty:
         return None
+    own = _own_cards(case)
+    mine = naive[naive["card"].isin(own)]
+    if not mine.empty:
+        naive = mine.assign(_order=mine["card"].map(own.index)).sort_values("_order")
     names = [card_label(n) for n in naive["device_name"]]
     times = naive["predicted_step_s"].astype(float)
     if times.max() <= 1.05 * times.min():  # the cards agree: one number, every name
@@ -208,16 +245,7 @@ def _predicted_accelerator(predicted, crossovers, case, framework, cpu_s) -> dic
         steps = [f"{n} ≈ {format_seconds(t)}" for n, t in zip(names, times, strict=True)]
     first = naive.iloc[0]
     short = card_label(first["device_name"])
-    speedup = cpu_s / first["predicted_step_s"] if cpu_s else None
-    low, high = cpu_s / first["predicted_high_s"], cpu_s / first["predicted_low_s"]
-    if speedup is None:
-        verdict = ""
-    elif low > 1:
-        verdict = f"{faster_device(speedup, short)} (predicted)"
-    elif high < 1:
-        verdict = f"{faster_device(speedup, short, than=f' than {short}')} (predicted)"
-    else:
-        verdict = f"about even with {short} (predicted {ratio_band(low, high)})"
+    verdict = _predicted_verdict(first, short) if cpu_s else ""
     overtakes = "not in the measured range (predicted)"
     if crossovers is not None and not crossovers.empty:
         mine = crossovers[

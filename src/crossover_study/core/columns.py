@@ -181,6 +181,7 @@ MEASUREMENT: tuple[str, ...] = (
     "same_program_s",
     "allreduce_s",
     "allreduce_share",
+    "grad_bytes",
     "step_state",
     "job_measured_s",
     "job_step_time_s",

@@ -21,17 +21,24 @@ from matplotlib.ticker import FuncFormatter
 
 from crossover_study.figures.data import order, variant_frame
 from crossover_study.figures.grid import speedup_grid
-from crossover_study.figures.scaling import ideal_scaling, scaling_lines, scaling_table
+from crossover_study.figures.scaling import (
+    ideal_scaling,
+    predicted_scaling,
+    scaling_lines,
+    scaling_table,
+)
 from crossover_study.figures.style import (
     MARKERS,
     NOISY_ALPHA,
     OTHER_COLOUR,
+    PREDICTED_DASHES,
     SCALING_DASHES,
     decorate,
     fmt_ms,
     fmt_ratio,
     fmt_size,
     palette,
+    predicted_colours,
     time_axis,
 )
 from crossover_study.study.spec import DEVICES
@@ -354,7 +361,29 @@ def variant_comparison(timings: pd.DataFrame, case: str, ax: Axes | None = None)
     return ax
 
 
-def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) -> Axes:
+def _predicted_scaling(ax: Axes, predicted: pd.DataFrame | None, case: str) -> None:
+    """The cards' data-parallel predictions on a scaling figure
+    (:func:`crossover_study.figures.scaling.predicted_scaling`): per curve its central
+    estimate dashed with an x at each replica count (gid ``"predicted"``) over its band
+    (gid ``"predicted-band"``), in the card's colour."""
+    guesses = predicted_scaling(predicted, case)
+    if guesses.empty:
+        return
+    card_colours = predicted_colours(guesses["card"])
+    for curve, g in guesses.groupby("curve", sort=False):
+        colour = card_colours[g["card"].iloc[0]]
+        ax.fill_between(g["replicas"], g["low"], g["high"], color=colour, alpha=0.12,
+                        linewidth=0, gid="predicted-band")  # fmt: skip
+        ax.plot(g["replicas"], g["samples_per_s"], color=colour, marker="x",
+                dashes=PREDICTED_DASHES, linewidth=1.2, gid="predicted", label=curve)  # fmt: skip
+
+
+def replica_scaling(
+    timings: pd.DataFrame,
+    case: str,
+    ax: Axes | None = None,
+    predicted: pd.DataFrame | None = None,
+) -> Axes:
     """Global samples per second against replicas, strong and weak scaling.
 
     seaborn's ``lineplot`` of :func:`crossover_study.figures.scaling.scaling_lines`: per
@@ -365,8 +394,12 @@ def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) ->
     baseline (:func:`scaling_table`) at the seed's size through the replicated points;
     the dotted grey lines (gid ``"ideal-scaling"``) are perfect scaling (baseline x
     replicas). Each replicated point is annotated with its scaling efficiency and
-    all-reduce share (gid ``"scaling-annotation"``). Log-2 x axis, log y axis. Returns
-    the Axes; says so on the Axes when ``case`` has no replicated rows.
+    all-reduce share (gid ``"scaling-annotation"``). ``predicted`` (``predicted.csv``):
+    each device card's data-parallel prediction on as many GPUs
+    (:func:`crossover_study.figures.scaling.predicted_scaling`), its central estimate
+    dashed over its band in the card's colour (gids ``"predicted"``,
+    ``"predicted-band"``), labelled as predicted. Log-2 x axis, log y axis. Returns the
+    Axes; says so on the Axes when ``case`` has no replicated rows.
     """
     ax = new_ax(ax, figsize=(7.0, 4.6))
     title = f"{case}: data-parallel scaling at the seed's size"
@@ -431,6 +464,7 @@ def replica_scaling(timings: pd.DataFrame, case: str, ax: Axes | None = None) ->
     )
     for line in ax.get_lines()[before:]:
         line.set_gid("ideal-scaling")
+    _predicted_scaling(ax, predicted, case)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(sorted(lines["replicas"].unique()))

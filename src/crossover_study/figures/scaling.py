@@ -12,7 +12,7 @@ import pandas as pd
 from crossover_study.figures.data import at_seed
 from crossover_study.study.spec import REPLICA_VARIANTS, synced, truthy
 
-__all__ = ["ideal_scaling", "scaling_lines", "scaling_table"]
+__all__ = ["ideal_scaling", "predicted_scaling", "scaling_lines", "scaling_table"]
 
 #: Columns of :func:`scaling_lines`.
 LINE_COLUMNS = [
@@ -188,3 +188,55 @@ def ideal_scaling(table: pd.DataFrame) -> pd.DataFrame:
             for n in (1, top)
         ]
     )
+
+
+#: Columns of :func:`predicted_scaling`.
+PREDICTED_SCALING_COLUMNS = [
+    "curve", "card", "framework", "variant", "scaling", "replicas", "samples_per_s",
+    "low", "high",
+]  # fmt: skip
+
+
+def predicted_scaling(predicted: pd.DataFrame | None, case: str) -> pd.DataFrame:
+    """The device cards' data-parallel predictions of ``case`` at its seed's size as global
+    samples per second against replicas (``predicted.csv``'s rows of a variant of
+    ``spec.REPLICA_VARIANTS``: one GPU for one replica, ``replicas`` GPUs of the card
+    otherwise), one curve per card × framework × variant × scaling starting at its
+    one-replica baseline: ``samples_per_s`` = global batch / the central step (the
+    point's batch for strong scaling and one replica, batch × replicas for weak),
+    ``low``/``high`` from the high and low estimates. Columns
+    :data:`PREDICTED_SCALING_COLUMNS`; empty without such rows."""
+    if predicted is None or predicted.empty or "replicas" not in predicted:
+        return pd.DataFrame(columns=PREDICTED_SCALING_COLUMNS)
+    rows = predicted[
+        (predicted["case"] == case)
+        & predicted["variant"].isin(tuple(REPLICA_VARIANTS))
+        & predicted["predicted_step_s"].notna()
+    ]
+    rows = at_seed(rows, case)
+    if rows.empty:
+        return pd.DataFrame(columns=PREDICTED_SCALING_COLUMNS)
+    replicas = pd.to_numeric(rows["replicas"], errors="coerce").fillna(1.0)
+    batch = pd.to_numeric(rows["batch"], errors="coerce")
+    global_batch = batch.where(~(rows["scaling"] == "weak"), batch * replicas)
+    frame = rows.assign(
+        replicas=replicas,
+        samples_per_s=global_batch / rows["predicted_step_s"].astype(float),
+        low=global_batch / rows["predicted_high_s"].astype(float),
+        high=global_batch / rows["predicted_low_s"].astype(float),
+    )
+    out = []
+    keys = ["card", "device_name", "framework", "variant"]
+    for (card, name, framework, variant), group in frame.groupby(keys, sort=False):
+        base = group[group["replicas"] == 1]
+        for scaling in sorted(set(group["scaling"].dropna())):
+            many = group[(group["scaling"] == scaling) & (group["replicas"] > 1)]
+            curve = pd.concat([base, many]).sort_values("replicas")
+            label = f"{name} (predicted) · {framework} {variant}, {scaling}"
+            for r in curve.itertuples(index=False):
+                out.append(
+                    {"curve": label, "card": card, "framework": framework, "variant": variant,
+                     "scaling": scaling, "replicas": r.replicas, "samples_per_s": r.samples_per_s,
+                     "low": r.low, "high": r.high}
+                )  # fmt: skip
+    return pd.DataFrame(out, columns=PREDICTED_SCALING_COLUMNS)

@@ -454,6 +454,7 @@ def _measure_point(
         "replica_devices": info.get("replica_devices"),
         "allreduce_s": allreduce_s,
         "allreduce_share": None if allreduce_s is None else allreduce_s / m.step_time_s,
+        "grad_bytes": info.get("grad_bytes"),
         **counts,
     }
     if m.partner_block_step_times_s is not None:

@@ -39,6 +39,7 @@ from pathlib import Path
 from crossover_study.core.files import sha256_file
 from crossover_study.core.paths import REPO_ROOT
 from crossover_study.plugin import KerasFit, pinned_arguments
+from crossover_study.study.seed_devices import SEED_DEVICES, OwnDevice
 
 #: The entry point a plug-in case's file exposes when the study file names none.
 DEFAULT_ENTRY = "build"
@@ -77,6 +78,8 @@ class Case:
     replicas: bool = False
     fit_replicas: bool = False
     assumption: str | Callable[[], str] | None = None
+    #: The accelerators the seed's user measured it on (:class:`OwnDevice`).
+    own_devices: tuple[OwnDevice, ...] = ()
     #: Data files the case reads from an installed distribution, recorded in the
     #: manifest: (name, distribution, path in the distribution's RECORD).
     package_data: tuple[tuple[str, str, str], ...] = ()
@@ -154,6 +157,7 @@ SEEDS: dict[str, Case] = {
             seed={"batch": 100, "width": 8},
             entry_points=_seed_entry_points("HJB", "HJB"),
             builtin=True,
+            own_devices=SEED_DEVICES["s000-hjb"],
         ),
         Case(
             name="s001-mlp",
@@ -162,6 +166,7 @@ SEEDS: dict[str, Case] = {
             entry_points=_seed_entry_points("MLP", "MLP"),
             builtin=True,
             replicas=True,
+            own_devices=SEED_DEVICES["s001-mlp"],
         ),
         Case(
             name="s002-iris",
@@ -171,6 +176,7 @@ SEEDS: dict[str, Case] = {
             builtin=True,
             keras_fit=True,
             package_data=(("iris.csv", "scikit-learn", "sklearn/datasets/data/iris.csv"),),
+            own_devices=SEED_DEVICES["s002-iris"],
         ),
         Case(
             name="s004-lstm",
@@ -183,6 +189,7 @@ SEEDS: dict[str, Case] = {
             replicas=True,
             fit_replicas=True,
             assumption=_lstm_assumption,
+            own_devices=SEED_DEVICES["s004-lstm"],
         ),
     )
 }

@@ -182,6 +182,15 @@ def validate_config(config: Mapping[str, Any], study_dirs: Sequence[str | Path] 
                 "the program table (src/crossover_study/study/programs.py), so its rows could not "
                 "say which program ran nor be compared with the CPU's"
             )
+    # Each seed's own accelerators are predicted too, unless the study predicts nothing.
+    if config["predict"]:
+        own = [
+            d.card
+            for name in config["cases"]
+            if name in case_registry.SEEDS
+            for d in case_registry.SEEDS[name].own_devices
+        ]
+        config["predict"] = list(dict.fromkeys([*config["predict"], *own]))
     _check_predict(config["predict"])
     for name, spec in config["devices"].items():
         if "cpus_per_task" not in spec:

@@ -345,6 +345,9 @@ class StrategyWorkload:
                 f"({type(self.strategy).__name__})"
             ),
             "allreduce_s": self.allreduce_s(),
+            "grad_bytes": float(
+                sum(v.shape.num_elements() * v.dtype.size for v in self.grad_variables())
+            ),
         }
 
 

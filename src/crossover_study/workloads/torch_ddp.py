@@ -214,6 +214,7 @@ class DDPWorkload:
             "threads_per_replica": self.threads_per_replica,
             "replica_devices": f"{where} ({self._transport()}, torch DDP)",
             "allreduce_s": self.allreduce_s(),
+            "grad_bytes": float(self.prog.grad_numel * 4),  # the flat fp32 gradient all-reduced
         }
 
     def _transport(self) -> str:
