@@ -270,6 +270,7 @@ def test_shipped_studies_are_valid_and_cover_every_case():
             "read_loss_every_1000",
             "copy_data_each_step",
             "mirrored_fit",
+            "strategy_step",
         ]
     }
     # a skipped replica variant has no replicated points either; the others keep theirs

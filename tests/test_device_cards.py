@@ -345,6 +345,30 @@ def test_a_seed_is_answered_on_its_own_accelerators(tmp_path):
     assert {"k80", "t4", "gtx-1080", "tpu-v2-8"} <= set(config["predict"])
 
 
+def test_the_iris_seed_is_answered_on_colabs_tpu():
+    """s002-iris's own accelerator is a TPU v2-8: the TPU's program (strategy_step) is
+    priced there from the same program's CPU point, and the sentence sets it beside what
+    its user saw."""
+    from crossover_study.answers.predicted import own_device_sentence
+
+    row = {
+        "case": "s002-iris", "framework": "tensorflow", "device": "cpu",
+        "variant": "strategy_step", "timing": "synced", "status": "ok", "batch": 20,
+        "hidden": 32, "axes": "batch,hidden", "program": "strategy_step",
+        "step_time_s": 4e-4, "step_time_iqr_s": 2e-5, "step_ops": 60.0,
+        "step_graph_ops": 58.0, "step_function_calls": 1.0, "step_flop_ops": 6.0,
+        "step_mem_ops": 30.0, "step_flops": 1e5, "step_mem_bytes": 1e4,
+        "loss_read_every": 1, "attr_ops_s": 3e-4, "attr_python_s": 1e-4,
+    }  # fmt: skip
+    predicted = predict_cards(pd.DataFrame([row]), load_cards(["tpu-v2-8"]))
+    tpu = predicted[predicted["predicted_step_s"].notna()]
+    assert list(tpu["variant"]) == ["strategy_step"] and tpu["device_class"].iloc[0] == "tpu"
+    text = own_device_sentence(predicted, "s002-iris")
+    assert text.startswith("Colab's TPU (a v2-8): its user saw the accelerator slower")
+    # One remote call and a read back of 0.5-2.5 ms each against the CPU's 0.4 ms.
+    assert "predicted from the tpu-v2-8 card" in text and "slower, which agrees" in text
+
+
 def test_a_large_step_is_compute_bound_at_the_peak(tmp_path):
     card = _card(tmp_path)
     work = _work(flops=1e11, products=((1e10, 10.0),))
