@@ -331,7 +331,8 @@ def test_a_seed_is_answered_on_its_own_accelerators(tmp_path):
         pd.concat([rows, big], ignore_index=True), load_cards(["k80", "gtx-1080"])
     )
     text = own_device_sentence(predicted, "s001-mlp")
-    k80, gtx = text.split("; the answer's GTX 1080")
+    k80, gtx_seed, gtx = text.split("; the answer's GTX 1080")
+    assert gtx_seed.startswith(": its user saw the accelerator faster, the loop 3.5 s")
     assert k80.startswith("Colab's GPU in 2018 (a K80, torch 0.4 with CUDA 8): its user saw")
     assert "predicted from the k80 card" in k80 and "against this machine's CPU's 200 µs" in k80
     assert "agrees with what its user saw" in k80 or "does not contradict" in k80

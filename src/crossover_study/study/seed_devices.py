@@ -63,6 +63,13 @@ SEED_DEVICES: dict[str, tuple[OwnDevice, ...]] = {
             "gtx-1080",
             "the answer's GTX 1080",
             "faster",
+            "the loop 3.5 s on the GTX 1080 against 4.0 s on its very good CPU, 1.15× faster",
+            "torch",
+        ),
+        OwnDevice(
+            "gtx-1080",
+            "the answer's GTX 1080",
+            "faster",
             "3.5 s on the GTX 1080 against 85 s on its CPU, 24× faster",
             "torch",
             sizes={"d_in": 5000, "hidden": 5000},
