@@ -918,3 +918,18 @@ def test_replica_scaling_figure_draws_strong_weak_and_ideal():
     figure_draw.replica_scaling(_scaling_rows(), "s000-hjb", ax=ax)
     assert "no ok replicated rows" in ax.texts[0].get_text()
     plt.close(fig)
+
+
+def test_grad_bytes_counts_tensorflow_and_keras_variables():
+    """A replicated row's gradient bytes (what a prediction on several GPUs all-reduces):
+    tf.Variable and Keras 3 variables alike (a Keras variable's shape is a tuple and its
+    dtype a string)."""
+    import keras
+    import tensorflow as tf
+
+    from crossover_study.workloads.tf_strategy_step import grad_bytes
+
+    dense = keras.layers.Dense(3)
+    dense.build((None, 4))  # a 4 x 3 kernel and a bias of 3, float32
+    assert grad_bytes([tf.Variable(tf.zeros((5, 2)))]) == 40.0
+    assert grad_bytes(dense.trainable_variables) == (12 + 3) * 4.0

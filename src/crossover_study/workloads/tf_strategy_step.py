@@ -345,10 +345,16 @@ class StrategyWorkload:
                 f"({type(self.strategy).__name__})"
             ),
             "allreduce_s": self.allreduce_s(),
-            "grad_bytes": float(
-                sum(v.shape.num_elements() * v.dtype.size for v in self.grad_variables())
-            ),
+            "grad_bytes": grad_bytes(self.grad_variables()),
         }
+
+
+def grad_bytes(variables) -> float:
+    """Bytes of the gradients of ``variables`` (tf.Variable or Keras variables, whose
+    ``shape`` may be a tuple and ``dtype`` a string): elements times the dtype's size."""
+    return float(
+        sum(math.prod(int(d) for d in v.shape) * tf.as_dtype(v.dtype).size for v in variables)
+    )
 
 
 #: One MirroredStrategy per device list and process: every strategy numbers its
