@@ -118,36 +118,50 @@ def _row(
         estimates = price_range(work, card, variant)
     except NotPriced as exc:
         return {**out, "not_priced": str(exc)}
-    central = estimates["central"]
     cold = cold_start_s(card)
+    out.update(_priced_columns(cpu, work, estimates))
     out.update(
-        predicted_step_s=central.step_s,
-        predicted_low_s=estimates["low"].step_s,
-        predicted_high_s=estimates["high"].step_s,
-        regime=central.regime,
-        host_s=central.host_s,
-        host_launch_s=central.host_launch_s,
-        device_s=central.device_s,
-        floor_s=central.floor_s,
-        compute_s=central.compute_s,
-        memory_s=central.memory_s,
-        sync_s=central.sync_s,
-        kernels=central.kernels,
-        host_ops=float(work.ops),
         cold_start_low_s=cold.low if cold else None,
         cold_start_high_s=cold.high if cold else None,
     )
-    out["host_basis"] = central.host_basis
-    t_cpu = pd.to_numeric(pd.Series([cpu.get("step_time_s")]), errors="coerce").iloc[0]
-    if pd.notna(t_cpu) and t_cpu > 0:
-        out["speedup"] = t_cpu / central.step_s
-        out["speedup_low"] = t_cpu / estimates["high"].step_s
-        out["speedup_high"] = t_cpu / estimates["low"].step_s
+    if cold is not None and out.get("speedup") is not None:
+        out.update(_n_star(cpu, estimates, cold))
+    return out
+
+
+def _priced_columns(cpu: pd.Series, work, estimates: dict) -> dict:
+    """The columns of a priced row: the three estimates (seconds per step), the central
+    one's parts and regime, how the host was priced, and against the CPU point's measured
+    step its speed-ups and the ``direction``."""
+    central = estimates["central"]
+    out = {
+        "predicted_step_s": central.step_s,
+        "predicted_low_s": estimates["low"].step_s,
+        "predicted_high_s": estimates["high"].step_s,
+        "regime": central.regime,
+        "host_s": central.host_s,
+        "host_launch_s": central.host_launch_s,
+        "device_s": central.device_s,
+        "floor_s": central.floor_s,
+        "compute_s": central.compute_s,
+        "memory_s": central.memory_s,
+        "sync_s": central.sync_s,
+        "allreduce_s": central.allreduce_s or None,
+        "kernels": central.kernels,
+        "host_ops": float(work.ops),
+        "host_basis": central.host_basis,
+    }
+    t_cpu = _number(cpu.get("step_time_s"))
+    if t_cpu and t_cpu > 0:
         low, high = cpu_interval(cpu)
-        out.update(cpu_low_s=low, cpu_high_s=high)
-        out["direction"] = direction(estimates["low"].step_s, estimates["high"].step_s, low, high)
-        if cold is not None:
-            out.update(_n_star(cpu, estimates, cold))
+        out.update(
+            speedup=t_cpu / central.step_s,
+            speedup_low=t_cpu / estimates["high"].step_s,
+            speedup_high=t_cpu / estimates["low"].step_s,
+            cpu_low_s=low,
+            cpu_high_s=high,
+            direction=direction(estimates["low"].step_s, estimates["high"].step_s, low, high),
+        )
     return out
 
 
@@ -272,33 +286,7 @@ def _replica_row(card: Card, cpu: pd.Series, axes: Sequence[str]) -> dict:
             estimates = price_range(work, card, "eager")
     except NotPriced as exc:
         return {**out, "not_priced": str(exc)}
-    central = estimates["central"]
-    out.update(
-        predicted_step_s=central.step_s,
-        predicted_low_s=estimates["low"].step_s,
-        predicted_high_s=estimates["high"].step_s,
-        regime=central.regime,
-        host_s=central.host_s,
-        host_launch_s=central.host_launch_s,
-        device_s=central.device_s,
-        floor_s=central.floor_s,
-        compute_s=central.compute_s,
-        memory_s=central.memory_s,
-        sync_s=central.sync_s,
-        allreduce_s=central.allreduce_s,
-        kernels=central.kernels,
-        host_ops=float(work.ops),
-        host_basis=central.host_basis,
-    )
-    t_cpu = _number(cpu.get("step_time_s"))
-    if t_cpu:
-        out["speedup"] = t_cpu / central.step_s
-        out["speedup_low"] = t_cpu / estimates["high"].step_s
-        out["speedup_high"] = t_cpu / estimates["low"].step_s
-        low, high = cpu_interval(cpu)
-        out.update(cpu_low_s=low, cpu_high_s=high)
-        out["direction"] = direction(estimates["low"].step_s, estimates["high"].step_s, low, high)
-    return out
+    return {**out, **_priced_columns(cpu, work, estimates)}
 
 
 def _curve(predicted: pd.DataFrame, case: str, axis: str) -> pd.DataFrame:

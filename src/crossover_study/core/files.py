@@ -9,7 +9,9 @@ instead of from one another.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -67,3 +69,18 @@ def written_as(tmp: str | Path, path: str | Path):
         if exc.filename is None:
             raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
+
+
+def read_chrome_trace(trace) -> dict:
+    """A Chrome trace (what ``torch.profiler``'s ``export_chrome_trace`` writes) as its
+    parsed JSON: ``trace`` is that dict already, or the path of a ``.json`` or
+    ``.json.gz`` file. Raises ValueError when it has no ``traceEvents``,
+    OSError/json.JSONDecodeError for an unreadable file."""
+    if not isinstance(trace, dict):
+        path = Path(trace)
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as handle:
+            trace = json.load(handle)
+    if "traceEvents" not in trace:
+        raise ValueError("not a Chrome trace: no traceEvents")
+    return trace

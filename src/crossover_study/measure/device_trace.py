@@ -94,12 +94,12 @@ path.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
+
+from crossover_study.core.files import read_chrome_trace
 
 #: The device classes whose profiled block records CUDA activity.
 CUDA_DEVICES = ("cuda", "cuda_multi")
@@ -201,13 +201,7 @@ def from_chrome_trace(trace) -> list[TraceEvent]:
     (µs) become ns relative to the first event kept, so that a 16-digit epoch timestamp
     loses no precision as a float. Raises ValueError when ``trace`` has no
     ``traceEvents``, OSError/json.JSONDecodeError for an unreadable file."""
-    if not isinstance(trace, dict):
-        path = Path(trace)
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as handle:
-            trace = json.load(handle)
-    if "traceEvents" not in trace:
-        raise ValueError("not a Chrome trace: no traceEvents")
+    trace = read_chrome_trace(trace)
     raw = [
         e
         for e in trace["traceEvents"]

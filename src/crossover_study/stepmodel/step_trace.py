@@ -39,12 +39,11 @@ the host times (an upper bias the cards' notes name).
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
+
+from crossover_study.core.files import read_chrome_trace
 
 #: ATen ops whose kernel is ``CompositeImplicitAutograd`` (PyTorch's
 #: ``aten/src/ATen/native/native_functions.yaml``): they call other ops and reach no
@@ -103,13 +102,7 @@ def read_events(trace) -> tuple[list[dict], list[str]]:
     """The complete events (``ph: "X"`` with a ``dur``) of a Kineto Chrome trace and its
     devices' names: ``trace`` is the parsed JSON or the path of a ``.json`` or
     ``.json.gz`` file. Raises ValueError when it has no ``traceEvents``."""
-    if not isinstance(trace, dict):
-        path = Path(trace)
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as handle:
-            trace = json.load(handle)
-    if "traceEvents" not in trace:
-        raise ValueError("not a Chrome trace: no traceEvents")
+    trace = read_chrome_trace(trace)
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and "dur" in e]
     devices = [str(d.get("name")) for d in trace.get("deviceProperties") or []]
     return events, devices
