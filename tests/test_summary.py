@@ -100,3 +100,25 @@ def test_shares_and_quartiles_are_read_from_the_row():
     assert measured_shares(pd.Series({"attr_ops_s": None})) == ""
     assert block_quartiles(row) == pytest.approx((0.00057, 0.00063))
     assert block_quartiles(pd.Series({"block_step_times_s": None})) is None
+
+
+def test_a_seed_asked_about_several_gpus_is_answered_on_them():
+    """s004-lstm's user asked why two GPUs train a batch no faster than one: its first
+    screen gives the cards' data-parallel prediction on two GPUs against one."""
+    seed = {"batch": 32, "units": 180, "seq_len": 60}
+    cpu = {**_row(step=0.2), "case": "s004-lstm", "framework": "tensorflow", **seed,
+           "axes": "batch,units,seq_len", "d_in": None, "hidden": None}  # fmt: skip
+    base = {"card": "t4", "device_name": "NVIDIA T4", "case": "s004-lstm",
+            "framework": "tensorflow", "variant": "mirrored", "cpu_variant": "mirrored",
+            "regime": "launch-bound", "allreduce_s": 2e-4, **seed}  # fmt: skip
+    predicted = pd.DataFrame(
+        [
+            {**base, "device_class": "cuda", "replicas": 1, "scaling": None,
+             "predicted_step_s": 0.036, "predicted_low_s": 0.02, "predicted_high_s": 0.07},
+            {**base, "device_class": "cuda_multi", "replicas": 2, "scaling": "strong",
+             "predicted_step_s": 0.07, "predicted_low_s": 0.02, "predicted_high_s": 0.14},
+        ]
+    )  # fmt: skip
+    (row,) = summary_rows(pd.DataFrame([cpu]), pd.DataFrame(), ["s004-lstm"], predicted, None)
+    assert row["accelerator"] == "2 × T4 (mirrored) ≈ 70 ms · 1 × T4 ≈ 36 ms (predicted)"
+    assert row["verdict"] == "2 GPUs no faster than one within the bands (predicted)"

@@ -395,6 +395,22 @@ def read_predicted(path: str | Path | None, table: str = "predicted") -> pd.Data
     return frame
 
 
+def is_naive(predicted: pd.DataFrame) -> pd.Series:
+    """Which rows predict the program as its user wrote it on each card's device: eager
+    off TPUs, the TPU's program (``strategy_step``, TPUStrategy's custom step) on a TPU.
+    A ``strategy_step`` row on a GPU card is another program, and never a remedy there."""
+    tpu = predicted["device_class"] == "tpu"
+    return (tpu & (predicted["variant"] == "strategy_step")) | (
+        ~tpu & (predicted["variant"] == "eager")
+    )
+
+
+def is_other_variant(predicted: pd.DataFrame) -> pd.Series:
+    """Rows of a same-program variant beside the naive one (:func:`is_naive`): neither
+    the naive program nor ``strategy_step``."""
+    return ~is_naive(predicted) & (predicted["variant"] != "strategy_step")
+
+
 def _one_device(predicted: pd.DataFrame) -> pd.DataFrame:
     """The rows of one device running the program as its user wrote it: not a
     data-parallel variant (``card_model.REPLICATED``), whatever its replicas."""
@@ -425,6 +441,8 @@ __all__ = [
     "at_seed",
     "cpu_interval",
     "direction",
+    "is_naive",
+    "is_other_variant",
     "predict_cards",
     "predicted_crossovers",
     "replicated_at_seed",

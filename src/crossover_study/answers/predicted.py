@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study.analysis.card_prediction import at_seed, direction
+from crossover_study.analysis.card_prediction import (
+    at_seed,
+    direction,
+    is_naive,
+    is_other_variant,
+)
 from crossover_study.answers.phrasebook import (
     EN_DASH,
     card_label,
@@ -50,8 +55,6 @@ VARIANT_WORDS = {
     "read_loss_every_step": "reading the loss every step",
     "read_loss_every_1000": "reading the loss every 1000 steps",
 }
-#: Variants whose prediction is the naive program's (the answer's subject).
-NAIVE = ("eager", "strategy_step")
 
 
 def _interval(low: float, high: float) -> str:
@@ -172,7 +175,7 @@ def card_clause(
     parts = []
     for framework, group in rows.groupby("framework", sort=False):
         priced = group[group["predicted_step_s"].notna()]
-        naive = priced[priced["variant"].isin(NAIVE)]
+        naive = priced[is_naive(priced)]
         if naive.empty:
             reasons = group["not_priced"].dropna()
             if len(reasons):
@@ -196,7 +199,7 @@ def card_clause(
             words = crossover_words(mine)
             if words:
                 text += f"; {words}"
-        others = priced[~priced["variant"].isin(NAIVE)].sort_values("predicted_step_s")
+        others = priced[is_other_variant(priced)].sort_values("predicted_step_s")
         if not others.empty and others.iloc[0]["predicted_step_s"] < row["predicted_step_s"]:
             best = others.iloc[0]
             how = VARIANT_WORDS.get(best["variant"], f"as {best['variant']}")
@@ -251,7 +254,7 @@ def _own_single(predicted: pd.DataFrame, case: str, own) -> str:
         (predicted["card"] == own.card)
         & (predicted["case"] == case)
         & (predicted["framework"] == own.framework)
-        & predicted["variant"].isin(NAIVE)
+        & is_naive(predicted)
         & predicted["predicted_step_s"].notna()
     ]
     rows = _at(rows[~rows["variant"].isin(("ddp", "mirrored", "mirrored_fit"))], sizes)
@@ -274,38 +277,62 @@ def _own_single(predicted: pd.DataFrame, case: str, own) -> str:
     )
 
 
-def _own_replicated(predicted: pd.DataFrame, case: str, own) -> str:
-    """Several GPUs: the replicated step against the same program on one GPU of the card
-    (strong scaling, the global batch the seed's), and whether it is any faster."""
+def replicated_pair(
+    predicted: pd.DataFrame, case: str, card: str, replicas: int, framework: str
+) -> dict | None:
+    """The data-parallel prediction of ``case`` on ``replicas`` GPUs of ``card`` (strong
+    scaling: the seed's batch as the global batch) beside the same program on one GPU of
+    it, for ``framework``: ``{"variant", "many", "one", "direction"}`` (the two rows,
+    and ``faster``/``slower``/``undecided``: several GPUs against one, said only where
+    the bands do not overlap), the first variant found of mirrored_fit, mirrored and ddp;
+    None without both rows."""
     from crossover_study.analysis.card_prediction import replicated_at_seed
 
-    rows = replicated_at_seed(predicted[predicted["card"] == own.card], case)
-    rows = rows[(rows["framework"] == own.framework) & rows["predicted_step_s"].notna()]
-    head = f"{own.device}: its user saw them {own.saw} than one, {own.measured}"
+    rows = replicated_at_seed(predicted[predicted["card"] == card], case)
+    rows = rows[(rows["framework"] == framework) & rows["predicted_step_s"].notna()]
     for variant in ("mirrored_fit", "mirrored", "ddp"):
         mine = rows[rows["variant"] == variant]
-        replicas = pd.to_numeric(mine["replicas"], errors="coerce")
-        many = mine[(replicas == own.replicas) & (mine["scaling"] == "strong")]
-        one = mine[replicas == 1]
+        count = pd.to_numeric(mine["replicas"], errors="coerce")
+        many = mine[(count == replicas) & (mine["scaling"] == "strong")]
+        one = mine[count == 1]
         if many.empty or one.empty:
             continue
         m, o = many.iloc[0], one.iloc[0]
-        short = own.card
         way = direction(m["predicted_low_s"], m["predicted_high_s"], o["predicted_low_s"],
                         o["predicted_high_s"])  # fmt: skip
-        said = {
-            "faster": f"{times(o['predicted_step_s'] / m['predicted_step_s'])} faster than one",
-            "slower": f"{times(m['predicted_step_s'] / o['predicted_step_s'])} slower than one",
-            "undecided": "no faster than one within the bands",
-        }[way]
+        return {"variant": variant, "many": m, "one": o, "direction": way}
+    return None
+
+
+def replicated_words(pair: dict) -> str:
+    """'no faster than one within the bands', '1.6× faster than one', ...: several GPUs
+    against one, as :func:`replicated_pair` decided it."""
+    m, o = pair["many"], pair["one"]
+    return {
+        "faster": f"{times(o['predicted_step_s'] / m['predicted_step_s'])} faster than one",
+        "slower": f"{times(m['predicted_step_s'] / o['predicted_step_s'])} slower than one",
+        "undecided": "no faster than one within the bands",
+    }[pair["direction"]]
+
+
+def _own_replicated(predicted: pd.DataFrame, case: str, own) -> str:
+    """Several GPUs: the replicated step against the same program on one GPU of the card
+    (strong scaling, the global batch the seed's), and whether it is any faster."""
+    head = f"{own.device}: its user saw them {own.saw} than one, {own.measured}"
+    pair = replicated_pair(predicted, case, own.card, own.replicas, own.framework)
+    if pair is None:
         return (
-            f"{head}; predicted for {own.replicas} {short}s under {variant} (the same global "
-            f"batch) {_interval(m['predicted_low_s'], m['predicted_high_s'])} a step, of which "
-            f"the gradients' all-reduce {format_seconds(m['allreduce_s'])}, against one "
-            f"{short}'s {_interval(o['predicted_low_s'], o['predicted_high_s'])} "
-            f"({m['regime']}): {said}, which {_agreement(own.saw, way)}"
+            f"{head}; not predicted here (the study measured no replicated {own.framework} point)"
         )
-    return f"{head}; not predicted here (the study measured no replicated {own.framework} point)"
+    m, o = pair["many"], pair["one"]
+    return (
+        f"{head}; predicted for {own.replicas} {own.card}s under {pair['variant']} (the same "
+        f"global batch) {_interval(m['predicted_low_s'], m['predicted_high_s'])} a step, of "
+        f"which the gradients' all-reduce {format_seconds(m['allreduce_s'])}, against one "
+        f"{own.card}'s {_interval(o['predicted_low_s'], o['predicted_high_s'])} "
+        f"({m['regime']}): {replicated_words(pair)}, which "
+        f"{_agreement(own.saw, pair['direction'])}"
+    )
 
 
 def own_device_sentence(predicted: pd.DataFrame | None, case: str) -> str:
@@ -389,7 +416,7 @@ def check_line(predicted: pd.DataFrame, case: str, card: str) -> str:
         return ""
     short = card_label(rows["device_name"].iloc[0])
     priced = rows[rows["predicted_step_s"].notna()]
-    naive = priced[priced["variant"].isin(NAIVE)]
+    naive = priced[is_naive(priced)]
     if naive.empty:
         reason = rows["not_priced"].dropna()
         return f"{short} (predicted): not priced ({reason.iloc[0] if len(reason) else 'no program runs there'})"
@@ -404,7 +431,7 @@ def check_line(predicted: pd.DataFrame, case: str, card: str) -> str:
             text += f", too close to call against the CPU's {_cpu_spread(row)}"
         else:
             text += f", {faster_or_slower(row['speedup'])} than the CPU"
-    others = priced[~priced["variant"].isin(NAIVE)].sort_values("predicted_step_s")
+    others = priced[is_other_variant(priced)].sort_values("predicted_step_s")
     if not others.empty and others.iloc[0]["predicted_step_s"] < row["predicted_step_s"]:
         best = others.iloc[0]
         text += f"; {best['variant']} {format_seconds(best['predicted_step_s'])}"
@@ -418,7 +445,7 @@ def card_verdict(predicted: pd.DataFrame, case: str, card: str) -> dict | None:
     ``low_s``, ``high_s``, ``cpu_s``, ``cpu_low_s``, ``cpu_high_s`` (seconds per step) and
     ``regime``; None where the card priced none."""
     rows = at_seed(predicted[predicted["card"] == card], case)
-    rows = rows[rows["variant"].isin(NAIVE) & rows["predicted_step_s"].notna()]
+    rows = rows[is_naive(rows) & rows["predicted_step_s"].notna()]
     if rows.empty or pd.isna(rows.iloc[0].get("cpu_step_time_s")):
         return None
     row = rows.iloc[0]

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.card_prediction import at_seed as predicted_at_seed
-from crossover_study.analysis.card_prediction import direction
+from crossover_study.analysis.card_prediction import direction, is_naive, is_other_variant
 from crossover_study.answers.page_faults import page_fault_short
 from crossover_study.answers.phrasebook import (
     EN_DASH,
@@ -33,6 +33,7 @@ from crossover_study.answers.phrasebook import (
     fmt_size,
     times,
 )
+from crossover_study.answers.predicted import replicated_pair, replicated_words
 from crossover_study.answers.remedies import remedy_table
 from crossover_study.answers.rows import first_number, seed_rows, seed_verdict, to_number
 from crossover_study.core.progress import format_seconds
@@ -201,6 +202,39 @@ def _own_cards(case: str) -> list[str]:
     return [d.card for d in found if not d.sizes and d.replicas == 1]
 
 
+def _predicted_replicas(predicted, case: str, framework: str) -> dict | None:
+    """A seed whose own accelerators are several GPUs (s004: two under
+    MirroredStrategy): the first screen's accelerator and verdict are the cards' data-parallel
+    prediction on that many GPUs against one of them (``predicted.replicated_pair``);
+    None for another case or without both rows."""
+    try:
+        owns = [d for d in case_registry.get(case).own_devices if d.replicas > 1]
+    except KeyError:
+        return None
+    for own in owns:
+        pair = (
+            replicated_pair(predicted, case, own.card, own.replicas, framework)
+            if predicted is not None and not predicted.empty
+            else None
+        )
+        if pair is None:
+            continue
+        m, o = pair["many"], pair["one"]
+        short = card_label(m["device_name"])
+        return {
+            "accelerator": (
+                f"{own.replicas} × {short} ({pair['variant']}) ≈ "
+                f"{format_seconds(m['predicted_step_s'])} · 1 × {short} ≈ "
+                f"{format_seconds(o['predicted_step_s'])} (predicted)"
+            ),
+            "verdict": f"{own.replicas} GPUs {replicated_words(pair)} (predicted)",
+            "overtakes": "",
+            "regime": f"{own.replicas} × {short}: {m['regime']} (predicted)",
+            "remedy": "",
+        }
+    return None
+
+
 def _predicted_verdict(row: pd.Series, short: str) -> str:
     """The first screen's verdict of one prediction: a direction only where the band
     lies on one side of the CPU's measured spread (``direction``), else 'too close to
@@ -210,14 +244,19 @@ def _predicted_verdict(row: pd.Series, short: str) -> str:
         cpu = row["cpu_step_time_s"]
         way = direction(row["predicted_low_s"], row["predicted_high_s"], cpu, cpu)
     speedup = row["cpu_step_time_s"] / row["predicted_step_s"]
+    # Where the card runs another program than the CPU's eager one (a TPU's
+    # strategy_step), the CPU it is set against ran that program too: say so.
+    program = row.get("cpu_variant")
+    both = f", both running {program}" if isinstance(program, str) and program != "eager" else ""
     if way == "faster":
-        return f"{faster_device(speedup, short)} (predicted)"
+        return f"{faster_device(speedup, short)} (predicted{both})"
     if way == "slower":
-        return f"{faster_device(speedup, short, than=f' than {short}')} (predicted)"
+        return f"{faster_device(speedup, short, than=f' than {short}')} (predicted{both})"
     return (
         f"too close to call without measuring: {short} "
         f"{format_seconds(row['predicted_low_s'])}{EN_DASH}"
-        f"{format_seconds(row['predicted_high_s'])} (predicted)"
+        f"{format_seconds(row['predicted_high_s'])} against the CPU's "
+        f"{format_seconds(row['cpu_step_time_s'])} (predicted{both})"
     )
 
 
@@ -230,7 +269,7 @@ def _predicted_accelerator(predicted, crossovers, case, framework, cpu_s) -> dic
         return None
     rows = predicted_at_seed(predicted[predicted["framework"] == framework], case)
     rows = rows[rows["predicted_step_s"].notna()]
-    naive = rows[rows["variant"].isin(NAIVE)]
+    naive = rows[is_naive(rows)]
     if naive.empty:
         return None
     own = _own_cards(case)
@@ -260,7 +299,7 @@ def _predicted_accelerator(predicted, crossovers, case, framework, cpu_s) -> dic
             overtakes = f"{r['axis']} ≈ {fmt_size(r['crossover_size'])} (predicted, {short})"
         elif (mine["outcome"] == "accelerator_faster_throughout").any():
             overtakes = "faster throughout (predicted)"
-    others = rows[(rows["card"] == first["card"]) & ~rows["variant"].isin(NAIVE)]
+    others = rows[(rows["card"] == first["card"]) & is_other_variant(rows)]
     others = others.sort_values("predicted_step_s")
     remedy = ""
     if not others.empty and others.iloc[0]["predicted_step_s"] < first["predicted_step_s"]:
@@ -302,6 +341,7 @@ def summary_rows(
             row = cpu.iloc[0]
             side = (
                 _measured_accelerator(timings, crossover, case, framework)
+                or _predicted_replicas(predicted, case, framework)
                 or _predicted_accelerator(
                     predicted, crossovers, case, framework, float(row["step_time_s"])
                 )

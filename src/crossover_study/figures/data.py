@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from crossover_study.analysis.card_prediction import is_naive
 from crossover_study.study.spec import (
     DEVICES,
     FRAMEWORKS,
@@ -243,9 +244,7 @@ def predicted_frame(predicted: pd.DataFrame | None, case: str, axis: str) -> pd.
     if predicted is None or predicted.empty or axis not in predicted:
         return pd.DataFrame(columns=PREDICTED_COLUMNS)
     rows = predicted[
-        (predicted["case"] == case)
-        & predicted["variant"].isin(("eager", "strategy_step"))
-        & predicted["predicted_step_s"].notna()
+        (predicted["case"] == case) & is_naive(predicted) & predicted["predicted_step_s"].notna()
     ]
     rows = at_seed(rows, case, (axis,))
     size = pd.to_numeric(rows[axis], errors="coerce")
