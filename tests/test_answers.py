@@ -156,6 +156,23 @@ def test_an_anti_pattern_is_never_the_best_remedy():
     assert "copy_data_each_step" not in text and "read_loss_every_step" not in text
 
 
+def test_the_tpus_program_measured_to_price_a_tpu_is_never_a_remedy():
+    """strategy_step is measured on the CPU so that a TPU card prices the program a TPU
+    runs (no fit, no validation): never ranked beside eager's remedies."""
+    from crossover_study.answers.remedies import remedy_table
+
+    df = pd.DataFrame(
+        [
+            _row("tensorflow", "eager", 23e-3),
+            _row("tensorflow", "strategy_step", 0.9e-3),
+            _row("tensorflow", "custom_step", 1.0e-3),
+        ]
+    )
+    table = remedy_table(df)
+    assert list(table.index) == ["custom_step"]
+    assert "strategy_step" not in remedy_sentence(df, "s002-iris")
+
+
 def test_each_framework_s_reason_for_a_missing_device_is_given():
     from crossover_study.answers.sentences import answer_sentence
 

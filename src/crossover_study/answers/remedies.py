@@ -33,6 +33,11 @@ from crossover_study.study.spec import (
 #: show what a factor costs and are never offered as a remedy, even when noise makes
 #: one of them look faster.
 ANTI_PATTERNS = ("read_loss_every_step", "copy_data_each_step")
+#: Variants measured on the CPU only to price another device, never ranked as a remedy:
+#: ``strategy_step`` is the TPU's program (TPUStrategy's custom step, data pre-placed per
+#: replica, no fit and no validation: ``study/programs.py``), measured so that a TPU card
+#: prices the same program the CPU ran.
+PRICING_ONLY = ("strategy_step",)
 #: Why a variant with ``same_program`` False is never a remedy, short (the row's
 #: ``same_program_message`` has the numbers; :mod:`crossover_study.measure.same_program`).
 NOT_SAME_PROGRAM = (
@@ -127,11 +132,15 @@ def remedy_sentence(timings: pd.DataFrame, case: str) -> str:
 def remedy_times(rows: pd.DataFrame) -> pd.Series:
     """Median seconds per step by variant of ``rows`` (ok timings rows of one device and
     framework at one size) that may be ranked as remedies against ``eager``: the
-    :data:`ANTI_PATTERNS` and the variants that compute something else than the step as
-    written (:func:`not_same_program`) left out."""
+    :data:`ANTI_PATTERNS`, the :data:`PRICING_ONLY` variants and those that compute
+    something else than the step as written (:func:`not_same_program`) left out."""
     times = pd.to_numeric(rows.set_index("variant")["step_time_s"], errors="coerce")
     times = times.groupby(level=0).median().dropna()
-    left_out = [*ANTI_PATTERNS, *(v for v in not_same_program(rows) if v != "eager")]
+    left_out = [
+        *ANTI_PATTERNS,
+        *PRICING_ONLY,
+        *(v for v in not_same_program(rows) if v != "eager"),
+    ]
     return times.drop([v for v in left_out if v in times.index])
 
 
