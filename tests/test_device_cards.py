@@ -328,10 +328,14 @@ def test_a_seed_is_answered_on_its_own_accelerators(tmp_path):
     rows = _cpu_rows().assign(step_time_iqr_s=1e-5)
     big = rows.iloc[[3]].assign(d_in=5000, hidden=5000, step_time_s=0.12)
     predicted = predict_cards(
-        pd.concat([rows, big], ignore_index=True), load_cards(["k80", "gtx-1080"])
+        pd.concat([rows, big], ignore_index=True), load_cards(["k80", "t4", "gtx-1080"])
     )
     text = own_device_sentence(predicted, "s001-mlp")
-    k80, gtx_seed, gtx = text.split("; the answer's GTX 1080")
+    k80_t4, gtx_seed, gtx = text.split("; the answer's GTX 1080")
+    k80, t4 = k80_t4.split("; Colab's GPU since 2019 (a T4, ")
+    assert t4.startswith(
+        "where the seed's notebook runs today): its user saw the accelerator slower"
+    )
     assert gtx_seed.startswith(": its user saw the accelerator faster, the loop 3.5 s")
     assert k80.startswith("Colab's GPU in 2018 (a K80, torch 0.4 with CUDA 8): its user saw")
     assert "predicted from the k80 card" in k80 and "against this machine's CPU's 200 µs" in k80
