@@ -322,7 +322,7 @@ def test_replicas_split_the_work_and_add_the_gradients_all_reduce(tmp_path):
 def test_a_seed_is_answered_on_its_own_accelerators(tmp_path):
     """s001-mlp's own devices: the K80 at the seed's size and the GTX 1080 at 5000 x 5000,
     each beside what its user saw; a study predicts them by default."""
-    from crossover_study.answers.predicted import own_device_sentence
+    from crossover_study.answers.own_devices import own_device_sentence
     from crossover_study.study.config import load_config
 
     rows = _cpu_rows().assign(step_time_iqr_s=1e-5)
@@ -354,7 +354,7 @@ def test_the_iris_seed_is_answered_on_colabs_tpu():
     """s002-iris's own accelerator is a TPU v2-8: the TPU's program (strategy_step) is
     priced there from the same program's CPU point, and the sentence sets it beside what
     its user saw."""
-    from crossover_study.answers.predicted import own_device_sentence
+    from crossover_study.answers.own_devices import own_device_sentence
 
     row = {
         "case": "s002-iris", "framework": "tensorflow", "device": "cpu",

@@ -57,7 +57,7 @@ VARIANT_WORDS = {
 }
 
 
-def _interval(low: float, high: float) -> str:
+def interval_text(low: float, high: float) -> str:
     return f"{format_seconds(low)}{EN_DASH}{format_seconds(high)}"
 
 
@@ -86,7 +86,7 @@ def _why(row: pd.Series) -> str:
     return f"{regime}: {REGIME_WHY.get(regime, '')}"
 
 
-def _direction(row: pd.Series) -> str:
+def card_direction(row: pd.Series) -> str:
     """The row's ``direction``; where a table predates the column, read from its band and
     the CPU's step alone (``card_prediction.direction``)."""
     found = row.get("direction")
@@ -96,12 +96,12 @@ def _direction(row: pd.Series) -> str:
     return direction(row["predicted_low_s"], row["predicted_high_s"], cpu, cpu)
 
 
-def _cpu_spread(row: pd.Series) -> str:
+def cpu_spread_text(row: pd.Series) -> str:
     """'761 µs' or '761 µs (725–790 µs)': the CPU's step with its measured spread."""
     cpu = row["cpu_step_time_s"]
     low, high = row.get("cpu_low_s"), row.get("cpu_high_s")
     if pd.notna(low) and pd.notna(high) and format_seconds(high) != format_seconds(low):
-        return f"{format_seconds(cpu)} ({_interval(low, high)})"
+        return f"{format_seconds(cpu)} ({interval_text(low, high)})"
     return format_seconds(cpu)
 
 
@@ -114,7 +114,7 @@ def _speed(row: pd.Series, short: str) -> str:
         return ""
     s, lo, hi = row["speedup"], row["speedup_low"], row["speedup_high"]
     flag = " (flagged: measured under contention)" if bool(row.get("cpu_contended")) else ""
-    way = _direction(row)
+    way = card_direction(row)
     if way == "faster":
         verdict = f"the {short} would be {times(s)} faster ({ratio_band(lo, hi)})"
     elif way == "slower":
@@ -122,10 +122,10 @@ def _speed(row: pd.Series, short: str) -> str:
     else:
         return (
             f"too close to call without measuring: the {short} would take "
-            f"{_interval(row['predicted_low_s'], row['predicted_high_s'])} against the CPU's "
-            f"measured {_cpu_spread(row)}{flag}"
+            f"{interval_text(row['predicted_low_s'], row['predicted_high_s'])} against the CPU's "
+            f"measured {cpu_spread_text(row)}{flag}"
         )
-    return f"the CPU measured {_cpu_spread(row)}{flag}, so {verdict}"
+    return f"the CPU measured {cpu_spread_text(row)}{flag}, so {verdict}"
 
 
 def crossover_words(rows: pd.DataFrame) -> str:
@@ -184,7 +184,7 @@ def card_clause(
         row = naive.iloc[0]
         text = (
             f"with {framework} about {format_seconds(row['predicted_step_s'])} per step "
-            f"({_interval(row['predicted_low_s'], row['predicted_high_s'])}), {_why(row)}"
+            f"({interval_text(row['predicted_low_s'], row['predicted_high_s'])}), {_why(row)}"
         )
         speed = _speed(row, short)
         if speed:
@@ -205,154 +205,12 @@ def card_clause(
             how = VARIANT_WORDS.get(best["variant"], f"as {best['variant']}")
             text += (
                 f"; {how} about {format_seconds(best['predicted_step_s'])} "
-                f"({_interval(best['predicted_low_s'], best['predicted_high_s'])})"
+                f"({interval_text(best['predicted_low_s'], best['predicted_high_s'])})"
             )
         parts.append(text)
     if not parts:
         return ""
     return f"on {name} (predicted from its card, not measured): " + "; ".join(parts)
-
-
-#: Whether a prediction's direction agrees with what the seed's user saw.
-AGREES = {
-    ("slower", "slower"): "agrees with what its user saw",
-    ("faster", "faster"): "agrees with what its user saw",
-    ("no faster", "undecided"): "agrees with what its user saw",
-    ("no faster", "slower"): "agrees with what its user saw",
-}
-
-
-def _agreement(saw: str, way: str) -> str:
-    """'agrees with what its user saw', 'does not contradict ...' or 'disagrees ...'."""
-    if (saw, way) in AGREES:
-        return AGREES[(saw, way)]
-    if way == "undecided":
-        return (
-            "does not contradict what its user saw but cannot confirm it: the band holds "
-            "the step it is set against"
-        )
-    return (
-        "disagrees with what its user saw: a miss of the card's, whose costs come from "
-        "other hosts and software than the user's (docs/VALIDATION.md)"
-    )
-
-
-def _at(rows: pd.DataFrame, sizes: dict) -> pd.DataFrame:
-    for axis, value in sizes.items():
-        if axis in rows:
-            rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
-    return rows
-
-
-def _own_single(predicted: pd.DataFrame, case: str, own) -> str:
-    """One own device on one GPU: the prediction at its sizes against this machine's CPU,
-    and whether it agrees with what the user saw there."""
-    from crossover_study.study.spec import seed_sizes
-
-    sizes = {**seed_sizes(case), **own.sizes}
-    rows = predicted[
-        (predicted["card"] == own.card)
-        & (predicted["case"] == case)
-        & (predicted["framework"] == own.framework)
-        & is_naive(predicted)
-        & predicted["predicted_step_s"].notna()
-    ]
-    rows = _at(rows[~rows["variant"].isin(("ddp", "mirrored", "mirrored_fit"))], sizes)
-    at = ", ".join(f"{k} {v}" for k, v in own.sizes.items())
-    where = f" at {at}" if at else ""
-    head = f"{own.device}{where}: its user saw the accelerator {own.saw}, {own.measured}"
-    if rows.empty:
-        return f"{head}; not predicted here (the study has no {own.framework} CPU point there)"
-    row = rows.iloc[0]
-    way = _direction(row)
-    said = {
-        "faster": f"{times(row['speedup'])} faster",
-        "slower": f"{times(1 / row['speedup'])} slower",
-        "undecided": "too close to call",
-    }[way]
-    return (
-        f"{head}; predicted from the {own.card} card {_interval(row['predicted_low_s'], row['predicted_high_s'])} "
-        f"a step against this machine's CPU's {_cpu_spread(row)}: {said}, which "
-        f"{_agreement(own.saw, way)}"
-    )
-
-
-def replicated_pair(
-    predicted: pd.DataFrame, case: str, card: str, replicas: int, framework: str
-) -> dict | None:
-    """The data-parallel prediction of ``case`` on ``replicas`` GPUs of ``card`` (strong
-    scaling: the seed's batch as the global batch) beside the same program on one GPU of
-    it, for ``framework``: ``{"variant", "many", "one", "direction"}`` (the two rows,
-    and ``faster``/``slower``/``undecided``: several GPUs against one, said only where
-    the bands do not overlap), the first variant found of mirrored_fit, mirrored and ddp;
-    None without both rows."""
-    from crossover_study.analysis.card_prediction import replicated_at_seed
-
-    rows = replicated_at_seed(predicted[predicted["card"] == card], case)
-    rows = rows[(rows["framework"] == framework) & rows["predicted_step_s"].notna()]
-    for variant in ("mirrored_fit", "mirrored", "ddp"):
-        mine = rows[rows["variant"] == variant]
-        count = pd.to_numeric(mine["replicas"], errors="coerce")
-        many = mine[(count == replicas) & (mine["scaling"] == "strong")]
-        one = mine[count == 1]
-        if many.empty or one.empty:
-            continue
-        m, o = many.iloc[0], one.iloc[0]
-        way = direction(m["predicted_low_s"], m["predicted_high_s"], o["predicted_low_s"],
-                        o["predicted_high_s"])  # fmt: skip
-        return {"variant": variant, "many": m, "one": o, "direction": way}
-    return None
-
-
-def replicated_words(pair: dict) -> str:
-    """'no faster than one within the bands', '1.6× faster than one', ...: several GPUs
-    against one, as :func:`replicated_pair` decided it."""
-    m, o = pair["many"], pair["one"]
-    return {
-        "faster": f"{times(o['predicted_step_s'] / m['predicted_step_s'])} faster than one",
-        "slower": f"{times(m['predicted_step_s'] / o['predicted_step_s'])} slower than one",
-        "undecided": "no faster than one within the bands",
-    }[pair["direction"]]
-
-
-def _own_replicated(predicted: pd.DataFrame, case: str, own) -> str:
-    """Several GPUs: the replicated step against the same program on one GPU of the card
-    (strong scaling, the global batch the seed's), and whether it is any faster."""
-    head = f"{own.device}: its user saw them {own.saw} than one, {own.measured}"
-    pair = replicated_pair(predicted, case, own.card, own.replicas, own.framework)
-    if pair is None:
-        return (
-            f"{head}; not predicted here (the study measured no replicated {own.framework} point)"
-        )
-    m, o = pair["many"], pair["one"]
-    return (
-        f"{head}; predicted for {own.replicas} {own.card}s under {pair['variant']} (the same "
-        f"global batch) {_interval(m['predicted_low_s'], m['predicted_high_s'])} a step, of "
-        f"which the gradients' all-reduce {format_seconds(m['allreduce_s'])}, against one "
-        f"{own.card}'s {_interval(o['predicted_low_s'], o['predicted_high_s'])} "
-        f"({m['regime']}): {replicated_words(pair)}, which "
-        f"{_agreement(own.saw, pair['direction'])}"
-    )
-
-
-def own_device_sentence(predicted: pd.DataFrame | None, case: str) -> str:
-    """What the seed's user saw on their own accelerators
-    (:class:`~crossover_study.study.cases.OwnDevice`) beside what the cards predict there,
-    and whether the two agree: one clause per own device, joined; empty for a case
-    without own devices or a study without predictions."""
-    from crossover_study.study import cases
-
-    if predicted is None or predicted.empty:
-        return ""
-    try:
-        owns = cases.get(case).own_devices
-    except KeyError:
-        return ""
-    clauses = [
-        _own_replicated(predicted, case, d) if d.replicas > 1 else _own_single(predicted, case, d)
-        for d in owns
-    ]
-    return "; ".join(clauses) + "." if clauses else ""
 
 
 def predicted_sentence(predicted: pd.DataFrame, crossovers: pd.DataFrame | None, case: str) -> str:
@@ -400,7 +258,7 @@ def trace_sentence(table: pd.DataFrame) -> str:
     texts = []
     for card, group in table.groupby("card", sort=False):
         parts = [
-            f"{_interval(r.card_low_s, r.card_high_s)} for {r.what}, the trace measured "
+            f"{interval_text(r.card_low_s, r.card_high_s)} for {r.what}, the trace measured "
             f"{format_seconds(r.measured_s)} ({'inside' if r.within else 'outside: a miss'})"
             for r in group.itertuples()
         ]
@@ -423,12 +281,12 @@ def check_line(predicted: pd.DataFrame, case: str, card: str) -> str:
     row = naive.iloc[0]
     text = (
         f"{short} (predicted from its card): {format_seconds(row['predicted_step_s'])} per step "
-        f"({_interval(row['predicted_low_s'], row['predicted_high_s'])}), {row['regime']}"
+        f"({interval_text(row['predicted_low_s'], row['predicted_high_s'])}), {row['regime']}"
     )
     if pd.notna(row.get("speedup")):
-        way = _direction(row)
+        way = card_direction(row)
         if way == "undecided":
-            text += f", too close to call against the CPU's {_cpu_spread(row)}"
+            text += f", too close to call against the CPU's {cpu_spread_text(row)}"
         else:
             text += f", {faster_or_slower(row['speedup'])} than the CPU"
     others = priced[is_other_variant(priced)].sort_values("predicted_step_s")
@@ -455,7 +313,7 @@ def card_verdict(predicted: pd.DataFrame, case: str, card: str) -> dict | None:
         return None if pd.isna(value) else float(value)
 
     return {
-        "direction": _direction(row),
+        "direction": card_direction(row),
         "step_s": number("predicted_step_s"),
         "low_s": number("predicted_low_s"),
         "high_s": number("predicted_high_s"),
@@ -488,7 +346,7 @@ def card_listing(cards: list[Card]) -> list[str]:
             f"host link {d['host_link']}"
         )
         costs = [
-            f"{key[:-2]} {_interval(entry['low'], entry['high'])}"
+            f"{key[:-2]} {interval_text(entry['low'], entry['high'])}"
             for key, entry in sorted(card.raw["per_call"].items())
         ]
         lines.append("  per call: " + ("; ".join(costs) or "none published"))

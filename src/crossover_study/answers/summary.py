@@ -22,6 +22,7 @@ import pandas as pd
 
 from crossover_study.analysis.card_prediction import at_seed as predicted_at_seed
 from crossover_study.analysis.card_prediction import direction, is_naive, is_other_variant
+from crossover_study.answers.own_devices import replicated_pair, replicated_words
 from crossover_study.answers.page_faults import page_fault_short
 from crossover_study.answers.phrasebook import (
     EN_DASH,
@@ -33,7 +34,6 @@ from crossover_study.answers.phrasebook import (
     fmt_size,
     times,
 )
-from crossover_study.answers.predicted import replicated_pair, replicated_words
 from crossover_study.answers.remedies import remedy_table
 from crossover_study.answers.rows import first_number, seed_rows, seed_verdict, to_number
 from crossover_study.core.progress import format_seconds
