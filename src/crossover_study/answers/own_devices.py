@@ -149,4 +149,5 @@ def own_device_sentence(predicted: pd.DataFrame | None, case: str) -> str:
         _own_replicated(predicted, case, d) if d.replicas > 1 else _own_single(predicted, case, d)
         for d in owns
     ]
-    return "; ".join(clauses) + "." if clauses else ""
+    text = "; ".join(clauses)
+    return text[0].upper() + text[1:] + "." if text else ""
