@@ -319,6 +319,25 @@ def test_replicas_split_the_work_and_add_the_gradients_all_reduce(tmp_path):
         price_replicas(mirrored, card, 1, 8e6)
 
 
+def test_a_replicated_point_is_priced_with_its_users_python_and_its_gradients():
+    """Replicated programs are not profiled: their host's own work is the same case's
+    eager Python (100 µs a step in these rows); two T4s all-reduce the row's gradients."""
+    rows = _cpu_rows()
+    seed = rows[rows["hidden"] == 128].iloc[0].to_dict()
+    ddp = [
+        {**seed, "variant": "ddp", "replicas": r, "scaling": s, "grad_bytes": 4.2e5,
+         "attr_python_s": None, "attr_ops_s": None}
+        for r, s in ((1, None), (2, "strong"))
+    ]  # fmt: skip
+    predicted = predict_cards(pd.concat([rows, pd.DataFrame(ddp)], ignore_index=True),
+                              load_cards(["t4"]))  # fmt: skip
+    mine = predicted[predicted["variant"] == "ddp"].set_index("replicas")
+    assert set(mine.index) == {1, 2}
+    assert mine.loc[1, "host_s"] == pytest.approx(1e-4)
+    assert mine.loc[2, "device_class"] == "cuda_multi" and mine.loc[2, "allreduce_s"] > 0
+    assert pd.isna(mine.loc[1, "allreduce_s"])
+
+
 def test_a_seed_is_answered_on_its_own_accelerators(tmp_path):
     """s001-mlp's own devices: the K80 at the seed's size and the GTX 1080 at 5000 x 5000,
     each beside what its user saw; a study predicts them by default."""

@@ -226,15 +226,47 @@ def predict_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> pd.DataFrame:
     replicated = _replicated_cpu(timings)
     rows = []
     host = host_work(cpu)
+    replica_host = _replica_host_work(cpu, replicated)
     for card in cards:
         for index, point in cpu.iterrows():
             for variant in _variants_for(
                 point["case"], point["framework"], point["variant"], card.device_class
             ):
                 rows.append(_row(card, point, variant, axes, float(host[index])))
-        for _, point in replicated.iterrows():
-            rows.append(_replica_row(card, point, axes))
+        for index, point in replicated.iterrows():
+            rows.append(_replica_row(card, point, axes, replica_host.get(index)))
     return pd.DataFrame(rows, columns=columns)
+
+
+def _replica_host_work(cpu: pd.DataFrame, replicated: pd.DataFrame) -> dict:
+    """Each replicated row's host work beside its ops, seconds per step, by index: its
+    own attribution where it has one (:func:`card_model.host_work_s`), else its user's
+    own Python as the same case's eager program measured it (the median over its points:
+    replicated programs are not profiled here), plus Keras fit's own work for
+    ``mirrored_fit``, the one replicated program that runs fit. The strategy's own cost
+    is in its counted ops (MirroredStrategy's graph ops, DDP's hooks inside the traces'
+    per-op cost)."""
+    out = {}
+    eager = cpu[cpu["variant"] == "eager"] if len(cpu) else cpu
+    parts = pd.DataFrame([host_parts_s(r) for r in eager.to_dict("records")], index=eager.index)
+    typical = (
+        parts.groupby([eager["case"].astype(str), eager["framework"].astype(str)]).median()
+        if len(parts)
+        else parts
+    )
+    for index, row in replicated.iterrows():
+        own = host_parts_s(row)
+        if any(own.values()):
+            out[index] = sum(own.values())
+            continue
+        key = (str(row["case"]), str(row["framework"]))
+        if key not in typical.index:
+            continue
+        found = typical.loc[key]
+        out[index] = float(found["python"]) + (
+            float(found["fit"]) if row["variant"] == "mirrored_fit" else 0.0
+        )
+    return out
 
 
 def _replicated_cpu(timings: pd.DataFrame) -> pd.DataFrame:
@@ -251,11 +283,14 @@ def _replicated_cpu(timings: pd.DataFrame) -> pd.DataFrame:
     ]
 
 
-def _replica_row(card: Card, cpu: pd.Series, axes: Sequence[str]) -> dict:
+def _replica_row(
+    card: Card, cpu: pd.Series, axes: Sequence[str], host_s: float | None = None
+) -> dict:
     """One predicted row of a data-parallel CPU point on ``card``: one GPU for one
     replica (the strategy's program on one device, ``card_model.price``), ``replicas``
     GPUs of the card otherwise (``card_model.price_replicas``, the gradients' bytes from
-    the row's ``grad_bytes``); the device class is ``cuda_multi`` for several GPUs."""
+    the row's ``grad_bytes``); the device class is ``cuda_multi`` for several GPUs.
+    ``host_s``: its host's own work (:func:`_replica_host_work`), seconds per step."""
     replicas = int(float(cpu["replicas"]))
     out = {
         "card": card.card,
@@ -274,7 +309,7 @@ def _replica_row(card: Card, cpu: pd.Series, axes: Sequence[str]) -> dict:
         "kind": "prediction",
     }
     try:
-        work = work_of_row(cpu)
+        work = work_of_row(cpu, host_s)
         if replicas > 1:
             grad = _number(cpu.get("grad_bytes"))
             if grad is None:
