@@ -11,6 +11,22 @@ kernel's time in a queue (duration + gap) and alone (duration). The cards'
 they were read from (config/devices/families/cuda.yaml) and quote these lines; rerun it
 on a new trace to add a source. ``--sensitivity`` repeats the host time per op with the
 wait and blocked-call thresholds halved and doubled.
+
+The cards' three traces are test data of Holistic Trace Analysis, at the commit the
+cards' sources name:
+
+    git clone https://github.com/facebookresearch/HolisticTraceAnalysis hta
+    git -C hta checkout f4d0062c382f42bd8a74838bcdad1916c7d5d2da
+    .venv/bin/python benchmarks/step_trace_costs.py --sensitivity \
+        hta/tests/data/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz \
+        hta/tests/data/trace_diff/control/control.json.gz \
+        hta/tests/data/negative_queue_length_values_check/rank0.json.gz
+
+Its other traces were read and left out: a sampled trace (``timeline_analysis``: events
+dropped, so op-to-op intervals span missing ops), a three-step ROCm toy whose steps hold
+fewer ops than a thread's mean needs (``amd_trace``), traces without a training step
+(``critical_path``: a forward pass; ``trace_compare``: a stub), and two larger than the
+stored snapshot keeps (``h100``, ``vision_transformer``).
 """
 
 from __future__ import annotations
