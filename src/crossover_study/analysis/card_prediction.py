@@ -18,7 +18,7 @@ it that exist only on an accelerator (``cuda_graph``, ``tf32``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -94,14 +94,15 @@ def host_work(cpu: pd.DataFrame) -> pd.Series:
     return typical["python"] + typical["fit"] + parts["data"]
 
 
-def _row(
-    card: Card, cpu: pd.Series, variant: str, axes: Sequence[str], host_s: float | None = None
+def _row_head(
+    card: Card, cpu: pd.Series, variant: str, axes: Sequence[str], device_class: str
 ) -> dict:
-    """One predicted row: the card's three estimates of ``cpu``'s counts run as
-    ``variant`` (a reason in ``not_priced`` instead where the card cannot price it)."""
-    out = {
+    """The columns every predicted row has, priced or not: the card and the device class
+    it stands for, the CPU point's case, framework, sizes, program and measured step, and
+    ``variant`` (the variant predicted on the card)."""
+    return {
         "card": card.card,
-        "device_class": card.device_class,
+        "device_class": device_class,
         "device_name": card.name,
         "case": cpu["case"],
         "framework": cpu["framework"],
@@ -113,6 +114,14 @@ def _row(
         "cpu_contended": bool(truthy(pd.Series([cpu.get("contended")])).iloc[0]),
         "kind": "prediction",
     }
+
+
+def _row(
+    card: Card, cpu: pd.Series, variant: str, axes: Sequence[str], host_s: float | None = None
+) -> dict:
+    """One predicted row: the card's three estimates of ``cpu``'s counts run as
+    ``variant`` (a reason in ``not_priced`` instead where the card cannot price it)."""
+    out = _row_head(card, cpu, variant, axes, card.device_class)
     try:
         work = work_of_row(cpu, host_s)
         estimates = price_range(work, card, variant)
@@ -292,22 +301,9 @@ def _replica_row(
     the row's ``grad_bytes``); the device class is ``cuda_multi`` for several GPUs.
     ``host_s``: its host's own work (:func:`_replica_host_work`), seconds per step."""
     replicas = int(float(cpu["replicas"]))
-    out = {
-        "card": card.card,
-        "device_class": "cuda_multi" if replicas > 1 else card.device_class,
-        "device_name": card.name,
-        "case": cpu["case"],
-        "framework": cpu["framework"],
-        "variant": cpu["variant"],
-        "cpu_variant": cpu["variant"],
-        **{a: cpu.get(a) for a in axes},
-        "program": cpu.get("program"),
-        "replicas": replicas,
-        "scaling": cpu.get("scaling"),
-        "cpu_step_time_s": cpu.get("step_time_s"),
-        "cpu_contended": bool(truthy(pd.Series([cpu.get("contended")])).iloc[0]),
-        "kind": "prediction",
-    }
+    device_class = "cuda_multi" if replicas > 1 else card.device_class
+    out = _row_head(card, cpu, cpu["variant"], axes, device_class)
+    out.update(replicas=replicas, scaling=cpu.get("scaling"))
     try:
         work = work_of_row(cpu, host_s)
         if replicas > 1:
@@ -331,10 +327,7 @@ def _curve(predicted: pd.DataFrame, case: str, axis: str) -> pd.DataFrame:
     rows = predicted[(predicted["case"] == case) & predicted["predicted_step_s"].notna()]
     if "cpu_contended" in rows:
         rows = rows[~truthy(rows["cpu_contended"])]
-    for other, value in seed_sizes(case).items():
-        if other != axis and other in rows:
-            rows = rows[pd.to_numeric(rows[other], errors="coerce") == value]
-    return rows
+    return at_sizes(rows, {k: v for k, v in seed_sizes(case).items() if k != axis})
 
 
 def predicted_crossovers(predicted: pd.DataFrame) -> pd.DataFrame:
@@ -452,28 +445,31 @@ def _one_device(predicted: pd.DataFrame) -> pd.DataFrame:
     return predicted[~predicted["variant"].isin(list(REPLICATED))]
 
 
-def replicated_at_seed(predicted: pd.DataFrame, case: str) -> pd.DataFrame:
-    """The data-parallel rows of ``case`` (one replica and several), at the seed's size."""
-    rows = predicted[(predicted["case"] == case) & predicted["variant"].isin(list(REPLICATED))]
-    for axis, value in seed_sizes(case).items():
+def at_sizes(rows: pd.DataFrame, sizes: Mapping[str, int]) -> pd.DataFrame:
+    """The rows of a predicted table at ``sizes`` (axis -> value; an axis the table lacks
+    is passed over)."""
+    for axis, value in sizes.items():
         if axis in rows:
             rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
     return rows
+
+
+def replicated_at_seed(predicted: pd.DataFrame, case: str) -> pd.DataFrame:
+    """The data-parallel rows of ``case`` (one replica and several), at the seed's size."""
+    rows = predicted[(predicted["case"] == case) & predicted["variant"].isin(list(REPLICATED))]
+    return at_sizes(rows, seed_sizes(case))
 
 
 def at_seed(predicted: pd.DataFrame, case: str) -> pd.DataFrame:
     """Predicted rows of ``case`` at its seed's size (every axis), one device each
     (:func:`replicated_at_seed` has the data-parallel ones)."""
-    rows = _one_device(predicted[predicted["case"] == case])
-    for axis, value in seed_sizes(case).items():
-        if axis in rows:
-            rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
-    return rows
+    return at_sizes(_one_device(predicted[predicted["case"] == case]), seed_sizes(case))
 
 
 __all__ = [
     "ENDS",
     "at_seed",
+    "at_sizes",
     "cpu_interval",
     "direction",
     "is_naive",

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from crossover_study.analysis.card_prediction import direction, is_naive, replicated_at_seed
+from crossover_study.analysis.card_prediction import (
+    at_sizes,
+    direction,
+    is_naive,
+    replicated_at_seed,
+)
 from crossover_study.answers.phrasebook import times
 from crossover_study.answers.predicted import card_direction, cpu_spread_text, interval_text
 from crossover_study.core.progress import format_seconds
@@ -40,13 +45,6 @@ def _agreement(saw: str, way: str) -> str:
     )
 
 
-def _at(rows: pd.DataFrame, sizes: dict) -> pd.DataFrame:
-    for axis, value in sizes.items():
-        if axis in rows:
-            rows = rows[pd.to_numeric(rows[axis], errors="coerce") == value]
-    return rows
-
-
 def _own_single(predicted: pd.DataFrame, case: str, own) -> str:
     """One own device on one GPU: the prediction at its sizes against this machine's CPU,
     and whether it agrees with what the user saw there."""
@@ -58,7 +56,7 @@ def _own_single(predicted: pd.DataFrame, case: str, own) -> str:
         & is_naive(predicted)
         & predicted["predicted_step_s"].notna()
     ]
-    rows = _at(rows[~rows["variant"].isin(("ddp", "mirrored", "mirrored_fit"))], sizes)
+    rows = at_sizes(rows, sizes)  # is_naive keeps no data-parallel variant
     at = ", ".join(f"{k} {v}" for k, v in own.sizes.items())
     where = f" at {at}" if at else ""
     head = f"{own.device}{where}: its user saw the accelerator {own.saw}, {own.measured}"

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from crossover_study.analysis.card_prediction import at_seed as predicted_at_seed
-from crossover_study.analysis.card_prediction import direction, is_naive, is_other_variant
+from crossover_study.analysis.card_prediction import is_naive, is_other_variant
 from crossover_study.answers.own_devices import replicated_pair, replicated_words
 from crossover_study.answers.page_faults import page_fault_short
 from crossover_study.answers.phrasebook import (
@@ -34,6 +34,7 @@ from crossover_study.answers.phrasebook import (
     fmt_size,
     times,
 )
+from crossover_study.answers.predicted import card_direction
 from crossover_study.answers.remedies import remedy_table
 from crossover_study.answers.rows import first_number, seed_rows, seed_verdict, to_number
 from crossover_study.core.progress import format_seconds
@@ -237,12 +238,9 @@ def _predicted_replicas(predicted, case: str, framework: str) -> dict | None:
 
 def _predicted_verdict(row: pd.Series, short: str) -> str:
     """The first screen's verdict of one prediction: a direction only where the band
-    lies on one side of the CPU's measured spread (``direction``), else 'too close to
-    call'."""
-    way = row.get("direction")
-    if not isinstance(way, str):
-        cpu = row["cpu_step_time_s"]
-        way = direction(row["predicted_low_s"], row["predicted_high_s"], cpu, cpu)
+    lies on one side of the CPU's measured spread (``predicted.card_direction``), else
+    'too close to call'."""
+    way = card_direction(row)
     speedup = row["cpu_step_time_s"] / row["predicted_step_s"]
     # Where the card runs another program than the CPU's eager one (a TPU's
     # strategy_step), the CPU it is set against ran that program too: say so.
