@@ -132,8 +132,9 @@ class Card:
         raw = copy.deepcopy(dict(self.raw))
         for section in ("per_call", "achievable"):
             for entry in (raw.get(section) or {}).values():
-                narrowed = _range(entry).without(source)
-                if narrowed.values != _range(entry).values:
+                whole = _range(entry)
+                narrowed = whole.without(source)
+                if narrowed is not whole:  # Range.without returns itself when unchanged
                     entry.update(
                         low=narrowed.low,
                         high=narrowed.high,
