@@ -45,6 +45,7 @@ from crossover_study.study.spec import (
     case_axes,
     seed_sizes,
     size_columns,
+    falsy,
     synced,
     truthy,
     without_replicas,
@@ -79,19 +80,22 @@ def _variants_for(case: str, framework: str, cpu_variant: str, device_class: str
 def host_work(cpu: pd.DataFrame) -> pd.Series:
     """Each CPU point's host work beside its operations, seconds per step: the median
     Python and Keras fit work of its program (the points of one case, framework and
-    variant, any size) plus its own data loading (:func:`card_model.host_parts_s`).
+    variant, any size) plus its own data loading and tracing
+    (:func:`card_model.host_parts_s`).
     Why the program's median: its own Python and fit's per-call work do not grow with
     its tensors, while one point's profile errs both ways: on the CPU the Python share
     grows with the tensors (a tensor of tens of MB that Python frees is unmapped there,
     work a GPU's caching allocator does not do; s001-mlp's rose from 150 µs at hidden 128
     to 8 ms at 5000 × 8192 on the 2-core VM), and a one-step profile can read none
-    (0 at hidden 8 there). Data loading does grow with the batch: the point's own."""
+    (0 at hidden 8 there). Data loading does grow with the batch, and tracing is the
+    point's own (a step that retraces every call traces at its own shapes): the point's
+    own."""
     parts = pd.DataFrame([host_parts_s(r) for r in cpu.to_dict("records")], index=cpu.index)
     if parts.empty:
         return pd.Series(dtype=float)
     keys = [cpu[k].astype(str) for k in ("case", "framework", "variant")]
     typical = parts[["python", "fit"]].groupby(keys).transform("median")
-    return typical["python"] + typical["fit"] + parts["data"]
+    return typical["python"] + typical["fit"] + parts["data"] + parts["trace"]
 
 
 def _row_head(
@@ -116,12 +120,53 @@ def _row_head(
     }
 
 
+def not_same_program(cpu: pd.Series, variant: str, frozen: str | None = None) -> str | None:
+    """Why ``variant``, predicted from the CPU row ``cpu``, is not the user's program, or
+    None: a predicted variant obeys the measured ones' rule
+    (:mod:`crossover_study.measure.same_program`). The CPU row's own check said it differs
+    (``same_program`` False); or, for a CUDA graph (a capture: it freezes the step's
+    Python-side state as a trace does), ``frozen``: a traced variant of the same program
+    already differed from the step as written."""
+    if variant == cpu.get("variant") and bool(falsy(pd.Series([cpu.get("same_program")])).iloc[0]):
+        said = cpu.get("same_program_message")
+        detail = f" ({said})" if isinstance(said, str) and said else ""
+        return f"not possible for this step, because {variant} is not the same program{detail}"
+    if variant == "cuda_graph" and frozen:
+        return (
+            "not possible for this step, because its Python-side state changes each call "
+            f"(the traced {frozen} computed something else; a capture freezes it the same way)"
+        )
+    return None
+
+
+def _frozen_programs(timings: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """``(case, framework)`` → the variants (comma-separated) whose rows say they are not
+    the same program as the step as written (``same_program`` False)."""
+    if not len(timings) or "same_program" not in timings:
+        return {}
+    rows = timings[falsy(timings["same_program"])]
+    found: dict[tuple[str, str], set] = {}
+    for _, row in rows.iterrows():
+        found.setdefault((str(row["case"]), str(row["framework"])), set()).add(str(row["variant"]))
+    return {key: ", ".join(sorted(v)) for key, v in found.items()}
+
+
 def _row(
-    card: Card, cpu: pd.Series, variant: str, axes: Sequence[str], host_s: float | None = None
+    card: Card,
+    cpu: pd.Series,
+    variant: str,
+    axes: Sequence[str],
+    host_s: float | None = None,
+    frozen: str | None = None,
 ) -> dict:
     """One predicted row: the card's three estimates of ``cpu``'s counts run as
-    ``variant`` (a reason in ``not_priced`` instead where the card cannot price it)."""
+    ``variant`` (a reason in ``not_priced`` instead where the card cannot price it or the
+    variant cannot be the user's program: :func:`not_same_program`, ``frozen`` the
+    variants that differed from the step as written)."""
     out = _row_head(card, cpu, variant, axes, card.device_class)
+    other = not_same_program(cpu, variant, frozen)
+    if other:
+        return {**out, "not_priced": other}
     try:
         work = work_of_row(cpu, host_s)
         estimates = price_range(work, card, variant)
@@ -236,12 +281,16 @@ def predict_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> pd.DataFrame:
     rows = []
     host = host_work(cpu)
     replica_host = _replica_host_work(cpu, replicated)
+    frozen = _frozen_programs(timings)
     for card in cards:
         for index, point in cpu.iterrows():
+            key = (str(point["case"]), str(point["framework"]))
             for variant in _variants_for(
                 point["case"], point["framework"], point["variant"], card.device_class
             ):
-                rows.append(_row(card, point, variant, axes, float(host[index])))
+                rows.append(
+                    _row(card, point, variant, axes, float(host[index]), frozen.get(key))
+                )
         for index, point in replicated.iterrows():
             rows.append(_replica_row(card, point, axes, replica_host.get(index)))
     return pd.DataFrame(rows, columns=columns)

@@ -117,6 +117,8 @@ ATTRIBUTION: tuple[str, ...] = (
     "attr_sync_wait_s",
     "attr_device_regime",
     "attr_device_source",
+    "input_batch_s",
+    "input_pipeline",
 )
 
 #: ``counts.csv``: what one step does (operations, FLOPs, bytes, page faults), the
@@ -141,6 +143,9 @@ COUNTS: tuple[str, ...] = (
     "step_mem_bytes",
     "step_mem_ops",
     "step_copy_bytes",
+    "step_host_reads",
+    "step_host_reads_where",
+    "step_host_data_where",
     "model_step_s",
     "model_ops_s",
     "model_compute_s",

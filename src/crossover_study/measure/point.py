@@ -24,7 +24,7 @@ from crossover_study.core import errors, paths, step_thread
 from crossover_study.core.host_load import contention_share, wait_until_quiet
 from crossover_study.core.paths import portable_path
 from crossover_study.core.step_thread import StepThread
-from crossover_study.measure import frameworks
+from crossover_study.measure import frameworks, input_pipeline
 from crossover_study.measure import pairing as pairs
 from crossover_study.measure.attribution import attribution_columns
 from crossover_study.measure.harness import Partner, measure
@@ -352,6 +352,8 @@ def _measure_point(
         m, contended = _unless_contended(m, workload, policy, contention, threads, partner, thread)
         # Where the step's time goes: one extra block, profiled after the timed ones.
         attributed = attribution_columns(point, workload, m)
+        # The input pipeline alone (no step): the pace at which the host makes batches.
+        attributed.update(input_pipeline.pipeline_columns(workload))
         screen = functools.partial(heap_columns, point, workload, m)  # a fresh heap's faults
         attributed.update(screen() if thread is None else thread.call(screen))
         info = workload.replica_info() if hasattr(workload, "replica_info") else {}

@@ -7,11 +7,14 @@ graph), the traced-function calls (``step_function_calls``), the operations that
 device work and so launch a kernel (``step_flop_ops`` + ``step_mem_ops``: a view or a
 scalar read launches none), each product's shape and each element-wise call's bytes
 (``step_products``, ``step_elementwise``), the FLOPs and bytes the lists do not cover,
-how often the loss is read back (``loss_read_every``: a synchronisation), and the
-host's own work beside the operations, as this machine's profile measured it (the
-attribution's share of Python outside framework ops, data loading and Keras fit's own
-work, times the measured step: :func:`host_work_s`; a host runs that work whatever
-device it drives).
+how often the loss is read back (``loss_read_every``: a synchronisation) and how many
+values the user's own code reads back (``step_host_reads``: each a synchronisation
+too), the host's own work beside the operations, as this machine's profile measured it
+(the attribution's share of Python outside framework ops, data loading, tracing and
+compilation, and Keras's own per-call work, times the measured step:
+:func:`host_work_s`; a host runs that work whatever device it drives), and the input
+pipeline's time per batch measured alone (``input_batch_s``: its threads make every
+batch on the host whatever device trains on it).
 
 How a card prices it (:func:`price`), an accelerator running asynchronously from its
 host (the launch queue overlaps the host's issuing with the device's work):
@@ -25,7 +28,8 @@ host (the launch queue overlaps the host's issuing with the device's work):
     device = Σ over the kernels of max(the kernel's floor, its work), the work a
              product's FLOPs at the card's peak × an achievable fraction, an
              element-wise call's bytes at its bandwidth × a fraction
-    step   = max(host, device) + syncs × a synchronisation's round trip
+    step   = max(host, device, input pipeline per batch) + syncs × a synchronisation's
+             round trip
 
 the roofline (S. Williams, A. Waterman, D. Patterson, CACM 52(4), 2009) with a floor
 per kernel and the host's issuing cost beside it (H. He, "Making Deep Learning Go
@@ -37,7 +41,9 @@ range's geometric mean. The regime is the largest part of the step that sets it
 (:data:`REGIMES`).
 
 Which way each variant runs (:func:`variant_mode`): eager ops one by one; a CUDA graph
-replays the eager step's kernels with one launch and no Python; ``torch.compile`` and
+replays the eager step's kernels with one launch and no Python, and so exists only for
+a step whose work is all on the device (no value read back, no host-side data made in
+the step: :func:`capture_obstacle`); ``torch.compile`` and
 XLA fuse element-wise work (their kernels lie between the products alone plus one and
 the eager step's kernels: that span joins the band); TF32 prices products at the
 card's TF32 peak; a TPU runs one compiled program per traced call. A variant the card
@@ -63,6 +69,7 @@ REGIMES = {
     "memory": "memory-bound",
     "sync": "sync-bound",
     "comm": "communication-bound",
+    "input": "input-bound",
 }
 #: Variants that run only on an accelerator, priced from the CPU's eager row.
 DERIVED_VARIANTS = {"cuda_graph": "torch", "tf32": None}
@@ -87,7 +94,11 @@ class Work:
     the step's whole FLOPs and element-wise bytes (those the lists do not cover are
     priced at the card's rates); syncs: host-device round trips per step (loss reads);
     host_s: the host's own work beside the operations, seconds (measured here);
-    framework, variant, program: what ran.
+    framework, variant, program: what ran; host_reads: of the syncs, the reads the
+    user's own code makes (``step_host_reads``), and ``host_reads_where``,
+    ``host_data_where`` where in the user's code the reads and the host-side data are
+    made (:mod:`crossover_study.stepmodel.host_calls`); input_s: the input pipeline's
+    seconds per batch, timed alone (0: none found or not timed).
     """
 
     framework: str
@@ -103,6 +114,10 @@ class Work:
     host_s: float
     products: tuple = field(default_factory=tuple)
     elementwise: tuple = field(default_factory=tuple)
+    host_reads: float = 0.0
+    host_reads_where: str | None = None
+    host_data_where: str | None = None
+    input_s: float = 0.0
 
 
 def _number(row: Mapping, key: str, default: float | None = None) -> float | None:
@@ -133,11 +148,12 @@ def _elementwise(text) -> tuple:
 #: The attribution's categories (``attr_<category>_s``) and those that are the host's
 #: own work beside the operations (:mod:`crossover_study.measure.attribution`).
 ATTRIBUTION = ("ops", "python", "data", "trace", "fit", "wait", "unattributed")
-HOST_WORK = ("python", "data", "fit")
+HOST_WORK = ("python", "data", "trace", "fit")
 
 
 def host_parts_s(row: Mapping) -> dict[str, float]:
-    """The host's own work per step, seconds, by part (``python``, ``data``, ``fit``):
+    """The host's own work per step, seconds, by part (``python``, ``data``, ``trace``,
+    ``fit``; tracing and compilation run on the host whatever device runs the graph):
     each the attribution's share of the profiled block (``attr_<part>_s`` over the sum
     of every ``attr_*_s`` category) times the measured step (``step_time_s``): the
     shares are the profile's, the scale the timed blocks' (a profiled block slower than
@@ -171,6 +187,7 @@ def work_of_row(row: Mapping, host_s: float | None = None) -> Work:
     mem_ops = _number(row, "step_mem_ops")
     kernels = flop_ops + mem_ops if mem_ops is not None else ops
     every = _number(row, "loss_read_every")
+    reads = _number(row, "step_host_reads", 0.0)
     return Work(
         framework=str(row.get("framework")),
         variant=str(row.get("variant")),
@@ -181,11 +198,37 @@ def work_of_row(row: Mapping, host_s: float | None = None) -> Work:
         kernels=min(kernels, ops) if ops else kernels,
         flops=_number(row, "step_flops"),
         mem_bytes=_number(row, "step_mem_bytes"),
-        syncs=1.0 / every if every and every > 0 else 0.0,
+        syncs=(1.0 / every if every and every > 0 else 0.0) + reads,
         host_s=host_work_s(row) if host_s is None else host_s,
         products=_products(row.get("step_products")),
         elementwise=_elementwise(row.get("step_elementwise")),
+        host_reads=reads,
+        host_reads_where=_text(row, "step_host_reads_where"),
+        host_data_where=_text(row, "step_host_data_where"),
+        input_s=_number(row, "input_batch_s", 0.0),
     )
+
+
+def _text(row: Mapping, key: str) -> str | None:
+    value = row.get(key)
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def capture_obstacle(work: Work) -> str | None:
+    """Why a CUDA graph cannot replay ``work``'s step as written, or None: a graph
+    captures the device's kernels once and replays them without the host, so a step
+    that reads a value back (a synchronisation) or makes host-side data (NumPy, Python's
+    random, a tensor from host data: it would be frozen at the capture) is not the same
+    program replayed (PyTorch's CUDA semantics notes, "Constraints" of CUDA graphs:
+    https://pytorch.org/docs/stable/notes/cuda.html#constraints)."""
+    because = []
+    if work.host_reads_where:
+        because.append(f"it reads values back to the host ({work.host_reads_where})")
+    if work.host_data_where:
+        because.append(f"it makes host-side data ({work.host_data_where})")
+    if not because:
+        return None
+    return "not possible for this step, because " + " and ".join(because)
 
 
 def variant_mode(card: Card, framework: str, variant: str) -> str:
@@ -354,14 +397,18 @@ def price(work: Work, card: Card, variant: str | None = None, end: str = "centra
     Raises :class:`NotPriced` with the reason where the card cannot price it."""
     variant = variant or work.variant
     mode = variant_mode(card, work.framework, variant)
+    if mode == "cuda_graph" and capture_obstacle(work):
+        raise NotPriced(capture_obstacle(work))
     host = _host_s(work, card, end, mode)
     device = _device_s(work, card, end, mode)
     sync = work.syncs * _cost(card, "sync_s", end) if work.syncs else 0.0
     host_total = host["host"] + host["launch"]
     device_total = sum(device.values())
-    step = max(host_total, device_total) + sync
-    if sync > max(host_total, device_total):
+    step = max(host_total, device_total, work.input_s) + sync
+    if sync > max(host_total, device_total, work.input_s):
         regime = "sync"
+    elif work.input_s > max(host_total, device_total):
+        regime = "input"
     elif host_total >= device_total:
         regime = "host" if host["host"] > host["launch"] else "launch"
     else:
@@ -405,6 +452,8 @@ def replica_share(work: Work, replicas: int) -> Work:
         host_s=work.host_s,
         products=tuple((f, n * share) for f, n in work.products),
         elementwise=tuple((b, n * share) for b, n in work.elementwise),
+        host_reads=work.host_reads, host_reads_where=work.host_reads_where,
+        host_data_where=work.host_data_where, input_s=work.input_s,
     )  # fmt: skip
 
 

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import sys
 
+from crossover_study.stepmodel import host_calls
 from crossover_study.stepmodel.counts_tf import ONE_DEVICE_FETCHES, count_tf_step
 from crossover_study.stepmodel.counts_torch import count_torch_step
 
@@ -83,6 +84,11 @@ def count_point(workload, framework: str, device: str, steps_per_block: int | No
     (the measurement's k) steps per call: ``step_function_calls`` is then the counted
     calls over k, the call's cost spread over the block as the timing spread it (one
     call per step overpriced s000-hjb's loop at twice its measured step).
+
+    The same call is watched for what the user's code does on the host
+    (:mod:`crossover_study.stepmodel.host_calls`): its reads back from the device and its
+    host-side data, ``step_host_reads``, ``step_host_reads_where`` and
+    ``step_host_data_where``.
     """
     steps = int(workload.steps_per_call)
 
@@ -90,9 +96,11 @@ def count_point(workload, framework: str, device: str, steps_per_block: int | No
         workload.run(steps)
         workload.sync()
 
+    watch = host_calls.HostCalls()
     try:
         if framework == "torch":
-            counts = count_torch_step(step, steps, device)
+            with watch:
+                counts = count_torch_step(step, steps, device, watch)
         else:
             import tensorflow as tf
 
@@ -102,11 +110,12 @@ def count_point(workload, framework: str, device: str, steps_per_block: int | No
                 if isinstance(v, tf.types.experimental.GenericFunction)
             ]
             fetches = getattr(workload, "batch_fetches", ONE_DEVICE_FETCHES)
-            counts = count_tf_step(step, steps, functions, fetches)
+            counts = count_tf_step(step, steps, functions, fetches, watch)
     except Exception as exc:  # noqa: BLE001 - counting must never lose a measured row
         print(f"step counts: not counted ({type(exc).__name__}: {exc})", file=sys.stderr)
         return {}
     columns = counts.columns()
+    columns.update(host_calls.columns(watch, steps))
     calls = columns.get("step_function_calls")
     if getattr(workload, "one_call_per_block", False) and steps_per_block and calls:
         columns["step_function_calls"] = calls * steps / steps_per_block

@@ -5,6 +5,8 @@ their shapes (:func:`count_tf_step`).
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -211,6 +213,7 @@ def count_tf_step(
     steps: int = 1,
     functions=(),
     fetches: tuple[int, int] = ONE_DEVICE_FETCHES,
+    watch=None,
 ) -> StepCounts:
     """Run ``step()`` (``steps`` training steps of a built TensorFlow workload) twice
     under an op callback and return the :class:`StepCounts` of one step: once as the
@@ -233,6 +236,10 @@ def count_tf_step(
     every step: (replicas, replicas); taken as (0, 1), the window of a 2-replica fit
     held nothing but set-up (20 ops, no FLOPs per step of s004-lstm, default study of
     2026-12-03) and a 1-replica fit's about one step, spread over two.
+
+    ``watch`` (a :class:`~crossover_study.stepmodel.host_calls.HostCalls`) watches the
+    first call, the program as it runs (a value read inside a traced body cannot be read
+    back there, and NumPy there runs at trace time only).
 
     The steps really run, so call it outside the timed blocks. Exceptions from the step
     propagate; ValueError for ``steps`` below 1 or ``fetches`` not (≥ 0, ≥ 1).
@@ -265,7 +272,8 @@ def count_tf_step(
             tf.config.run_functions_eagerly(was)
         return state
 
-    as_run = run(False)
+    with watch if watch is not None else contextlib.nullcontext():
+        as_run = run(False)  # the program as it runs (docstring: why watched here)
     eager = as_run["ops"] - as_run["calls"]
     source = "MatMul shapes of the ops executed"
     try:

@@ -95,8 +95,9 @@ def encode_args(args, kwargs) -> str:
     return json.dumps([encode(list(args)), {k: encode(v) for k, v in kwargs.items()}])
 
 
-def _torch_counter():
-    """A ``TorchDispatchMode`` that counts ops, FLOPs, memory and copy bytes."""
+def _torch_counter(watch=None):
+    """A ``TorchDispatchMode`` that counts ops, FLOPs, memory and copy bytes, and tells
+    ``watch`` (a ``HostCalls``, optional) of each scalar read."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
@@ -152,6 +153,8 @@ def _torch_counter():
                         self.elementwise[(str(func), encode_args(args, kwargs), moved)] += 1
                     except _Unencodable:
                         pass  # its bytes stay priced at the bandwidth
+            if name == "aten._local_scalar_dense" and watch is not None:
+                watch.scalar_read()
             if name in copies:
                 ins, outs = tensors(args), tensors(out)
                 devices = {t.device.type for t in ins} | {t.device.type for t in outs}
@@ -177,17 +180,21 @@ def _cuda_kernels(step: Callable[[], object]) -> int:
     return sum(1 for event in prof.events() if event.device_type == cuda)
 
 
-def count_torch_step(step: Callable[[], object], steps: int = 1, device: str = "cpu") -> StepCounts:
+def count_torch_step(
+    step: Callable[[], object], steps: int = 1, device: str = "cpu", watch=None
+) -> StepCounts:
     """Run ``step()`` (``steps`` training steps of a built PyTorch workload, e.g.
     ``lambda: workload.run(workload.steps_per_call)``) under the operator counter and
     return the :class:`StepCounts` of one step. On ``cuda`` the step runs once more
     under the profiler, whose device activities are ``ops``. The step really runs (its
     update is applied), so call it outside the timed blocks; it is slower while
-    counted. Exceptions from the step propagate; ValueError for ``steps`` below 1.
+    counted. ``watch`` (a :class:`~crossover_study.stepmodel.host_calls.HostCalls`, entered
+    by the caller) is told of each scalar read the user's code makes. Exceptions from the
+    step propagate; ValueError for ``steps`` below 1.
     """
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
-    counter = _torch_counter()
+    counter = _torch_counter(watch)
     with counter:
         step()
     ops, kind = counter.ops, "aten_ops"

@@ -78,6 +78,7 @@ class TFPluginWorkload(TFWorkload):
         self._last = None
         self.fit_program: KerasFit | None = None
         self.training_step = self.loop = None
+        self.program = None
 
     def setup(self) -> None:
         # A failing point's row names the frame that raised and its log holds the whole
@@ -112,6 +113,7 @@ class TFPluginWorkload(TFWorkload):
         wraps = self.variant in ("function", "xla", "loop")
         self.training_step, self.loop = self._compiled(plain if wraps else step, False)
         self.host_data = tuple(program.data)
+        self.program = program  # its step's input iterators: measure.input_pipeline
         placed = (tf.identity(tf.convert_to_tensor(d)) for d in self.host_data)
         self.data = () if self.copy_data else tuple(placed)
         self._last = tf.reduce_sum(self.data[0]) if self.data else None
