@@ -125,13 +125,18 @@ def _best_cpu_remedy(rows: pd.DataFrame) -> str:
     """The fastest same-program variant on the CPU offered as a remedy ('CPU: compile
     1.4× (1.35–1.46)', with the 95 % interval of its paired speed-up where it was
     interleaved with eager), or that none beats eager by more than :data:`MARGIN` (the
-    remedy sentence's rule, :func:`remedies.remedy_table`; contended rows left out)."""
+    remedy sentence's rule, :func:`remedies.remedy_table`; contended rows left out), or
+    that none is offered where the fastest was measured apart from eager, with no
+    paired interval (:data:`remedies.APART`)."""
     rows = synced(contended_apart(rows))
     table = remedy_table(rows[(rows["device"] == "cpu") & (rows["status"] == "ok")])
     if table.empty:
         return ""
     offered = table[table["offered"]]
     if offered.empty:
+        top = table.iloc[0]
+        if not top["interleaved"] and top["speedup"] > 1 + MARGIN:  # remedies.APART
+            return f"CPU: none offered ({top.name} {times(top['speedup'])} unpaired)"
         return f"CPU: none beats eager by {MARGIN:.0%}"
     best = offered.iloc[0]
     interval = (
