@@ -24,8 +24,8 @@ def test_best_remedy_is_named_with_its_measured_speedup():
     df = pd.DataFrame(
         [
             _row("tensorflow", "eager", 20e-3),
-            _row("tensorflow", "custom_step", 0.8e-3),
-            _row("tensorflow", "train_on_batch", 1.7e-3),
+            _paired("tensorflow", "custom_step", 0.8e-3, 25.0, 24.0, 26.0),
+            _paired("tensorflow", "train_on_batch", 1.7e-3, 11.8, 11.0, 12.5),
             _row("tensorflow", "eager", 1e-6, timing="unsynced"),  # never a remedy
             _row("torch", "eager", 0.6e-3),
             _row("torch", "copy_data_each_step", 0.7e-3),
@@ -34,10 +34,17 @@ def test_best_remedy_is_named_with_its_measured_speedup():
     )
     text = remedy_sentence(df, "s002-iris")
     assert (
-        "tensorflow custom_step takes 800 µs per step, 25\u00d7 faster than eager (20 ms; "
-        "measured apart, not side by side)" in text
+        "tensorflow custom_step takes 800 µs per step, 25.00\u00d7 faster than eager (20 ms; "
+        "95 % CI 24.00–26.00)" in text
     )
     assert "no torch variant beats eager (600 µs) by more than 10%" in text
+    # Measured apart, with no paired interval (issue 62): never offered, said so.
+    apart = remedy_sentence(df.drop(columns=["interleaved", "speedup"]), "s002-iris")
+    assert "no tensorflow variant beats eager (20 ms) by more than 10%" in apart
+    assert (
+        "custom_step 25\u00d7 faster, but measured apart from eager, with no paired interval, "
+        "so not offered" in apart
+    )
 
 
 def _paired(framework, variant, t, speedup, low, high):

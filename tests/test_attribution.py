@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from crossover_study.answers.regime import device_regime_text, regime_clause
+from crossover_study.answers.summary import measured_shares
 from crossover_study.measure import frameworks
 from crossover_study.measure.attribution import attribution_columns, block_steps
 from crossover_study.measure.device_trace import BLOCK_NAME
@@ -22,7 +23,7 @@ from crossover_study.measure.event_tree import UNREADABLE, attribute_tree, flat_
 from crossover_study.measure.point import measure_point
 from crossover_study.measure.tracer_cost import CATEGORIES, corrected
 from crossover_study.study import cases
-from crossover_study.study.config import load_config
+from crossover_study.study.config import load_config, validate_config
 from crossover_study.study.points import TimingPolicy
 from crossover_study.study.programs import KERAS_FIT_PROGRAMS
 from crossover_study.study.spec import PointSpec
@@ -106,6 +107,37 @@ def test_fit_claims_its_subtree_but_its_train_steps_are_ops():
     seconds, _ = attribute_tree(nested(_block(fit)), "cpu")
     assert seconds["ops"] == pytest.approx(250e-9)  # the train step fit ran, wrapper included
     assert seconds["fit"] == pytest.approx(650e-9)  # fit's own Python and its data adapter's ops
+
+
+def test_the_keras_entry_point_that_claimed_the_time_is_kept():
+    # Issue 62 item 4: a predict called per sample is predict's work, not fit's; an
+    # evaluate that fit runs for validation is fit's (the outermost entry point claims).
+    predict_step = Fake(
+        "_EventType.PyCall",
+        "keras/src/backend/tensorflow/trainer.py(237): one_step_on_data",
+        120,
+        100,
+    )
+    predict = Fake(
+        "_EventType.PyCall",
+        "keras/src/backend/tensorflow/trainer.py(560): predict",
+        10,
+        400,
+        [predict_step],
+    )
+    evaluate = Fake("_EventType.PyCall", "keras/src/trainers/trainer.py(600): evaluate", 500, 200)
+    fit = Fake(
+        "_EventType.PyCall",
+        "keras/src/backend/tensorflow/trainer.py(314): fit",
+        450,
+        500,
+        [evaluate],
+    )
+    entries: dict[str, float] = {}
+    seconds, _ = attribute_tree(nested(_block(predict, fit)), "cpu", entries)
+    assert entries == pytest.approx({"predict": 300e-9, "fit": 500e-9})
+    assert sum(entries.values()) == pytest.approx(seconds["fit"])
+    assert seconds["ops"] == pytest.approx(100e-9)  # the predict step it ran
 
 
 def test_a_tf_function_call_that_traced_is_tracing_and_one_that_did_not_is_its_graph():
@@ -315,7 +347,7 @@ def test_the_processs_first_profile_is_a_warm_up_that_is_not_kept(monkeypatch):
 
     profiled = []
 
-    def profile(workload, steps, device, read=True):
+    def profile(workload, steps, device, read=True, fit_entries=None):
         profiled.append((steps, read))
         if not read:  # the warm-up: profiled, never read
             return None
@@ -392,6 +424,43 @@ def test_the_profile_finds_the_cost_each_plugin_is_written_around(case, framewor
     assert row["attr_cost_s"] > 0 and row["attr_steps"] >= 1
 
 
+PREDICT = Path(__file__).resolve().parent / "plugins" / "tf_predict_per_sample.py"
+
+
+def test_a_step_that_predicts_per_sample_is_named_predict_with_its_remedy():
+    # Issue 62 item 4: a plug-in's step scores each sample with its own model.predict
+    # call. The profile finds Keras's per-call work, names predict as the entry point it
+    # was spent in (not fit), and the why gives predict's remedy: one call over the batch.
+    config = validate_config(
+        {
+            "study": "predict-test",
+            "sweep": {"frameworks": ["tensorflow"], "devices": ["cpu"], "variants": ["eager"]},
+            "cases": {
+                "predict-per-sample": {
+                    "workload": str(PREDICT),
+                    "framework": "tensorflow",
+                    "question": "Keras predict per sample: where does the step's time go?",
+                    "seed": {"batch": 4, "units": 16},
+                    "axes": {"batch": [4], "units": [16]},
+                }
+            },
+        }
+    )
+    frameworks.import_framework("tensorflow", "cpu", 1)
+    point = PointSpec("predict-per-sample", "tensorflow", "cpu", "eager", {"batch": 4, "units": 16})
+    with cases.kept():
+        cases.use(config)
+        row = measure_point(point, POLICY, 0.0, 0.0, 1)
+    assert row["status"] == "ok", row.get("message")
+    assert row["attr_dominant"] == "fit", {c: row[f"attr_{c}_s"] for c in CATEGORIES}
+    assert row["attr_fit_entry"] == "predict"
+    # the point's columns, which the runner adds to the measured row
+    text = device_regime_text(pd.Series({**row, "device": "cpu", "framework": "tensorflow"}))
+    assert "bound by Keras predict's own work (measured)" in text, text
+    assert "one call over the whole batch (model(x)" in text
+    assert "one fit over" not in text and "Keras fit" not in text
+
+
 def test_a_seed_step_is_found_in_framework_ops():
     row = _measure("s001-mlp", "torch", {"batch": 64, "d_in": 1024, "hidden": 128})
     assert row["attr_dominant"] == "ops"
@@ -455,6 +524,17 @@ def test_keras_fit_inside_a_step_is_named_with_its_fix():
         "bound by Keras fit's own work (measured): the profile puts 92 % in Keras fit's own" in text
     )
     assert "one fit over many batches" in text
+
+
+def test_keras_predict_inside_a_step_is_named_with_its_own_fix():
+    row = _row({"fit": 0.9, "ops": 0.05}, 0.03, framework="tensorflow")
+    row["attr_fit_entry"] = "predict"
+    text = device_regime_text(row)
+    assert "bound by Keras predict's own work (measured)" in text
+    assert "the profile puts 90 % in Keras predict's own per-call work" in text
+    assert "one call over the whole batch (model(x), or one predict over all the samples)" in text
+    assert "fit" not in text.replace("fit_entry", "")
+    assert measured_shares(row) == "Keras predict's own work 90%"
 
 
 def test_a_keras_fit_programs_own_work_keeps_the_models_regime_where_it_agrees():

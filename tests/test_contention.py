@@ -184,6 +184,9 @@ def test_a_contended_variant_is_never_ranked():
             _iris("tensorflow", "train_on_batch", 1.7e-3),
         ]
     )
+    # paired with eager (a remedy measured apart is never offered: issue 62)
+    df = df.assign(interleaved=True, speedup=df["step_time_s"].rdiv(20e-3))
+    df = df.assign(speedup_low=0.95 * df["speedup"], speedup_high=1.05 * df["speedup"])
     text = remedy_sentence(df, "s002-iris")
     assert "train_on_batch takes 1.7 ms per step" in text
     assert "custom_step left out: measured under contention" in text

@@ -294,7 +294,7 @@ def test_short_kernels_are_kernels_shorter_than_their_kernel_launch_call():
 def test_a_cuda_point_gets_the_device_columns_and_a_cpu_point_none(monkeypatch):
     trace = _read("launch_bound.json")
 
-    def profile(workload, steps, device):
+    def profile(workload, steps, device, fit_entries=None):
         seconds = dict.fromkeys(CATEGORIES, 0.0) | {"ops": 0.0006, "python": 0.0001}
         events = {c: {} for c in CATEGORIES} | {"ops": {"TorchOp": 10}, "python": {"PyCall": 5}}
         block = event_tree.Event("PyCall", "block", 0, 759_000)

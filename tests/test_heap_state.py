@@ -15,8 +15,9 @@ import pandas as pd
 import pytest
 
 from crossover_study.answers.page_faults import page_fault_short, page_fault_text
+from crossover_study.answers.remedies import APART, remedy_sentence, remedy_table
 from crossover_study.core.paths import REPO_ROOT
-from crossover_study.measure import fresh_point, heap
+from crossover_study.measure import fresh_point, heap, pairing
 from crossover_study.measure.runner import GroupSpec, run_group
 from crossover_study.study import cases, programs
 from crossover_study.study.config import validate_config
@@ -146,6 +147,110 @@ def test_a_failed_fresh_process_keeps_the_job_row_and_says_why(monkeypatch):
     assert env["status"] == "error" and "boom" in env["message"]
 
 
+def test_the_allocator_variant_is_paired_with_eager_in_fresh_processes(monkeypatch):
+    # Issue 62 item 5: malloc_env runs in a fresh process, so it is paired with the
+    # eager program in fresh processes (no allocator settings), round by round, not
+    # with the job process's eager row.
+    started = []
+
+    def fresh(point, policy, threads, contention, env, timeout_s):
+        started.append((point.variant, env))
+        remedy = env == heap.REMEDY_ENV
+        assert point.variant == ("malloc_env" if remedy else "eager")
+        step = [0.010, 0.011, 0.012][sum(1 for v, e in started if e == env) - 1]
+        return {
+            "status": "ok",
+            "step_time_s": step if remedy else step * 1.02,
+            "measured_s": 1.0,
+            "fresh_process_s": 2.0,
+        }
+
+    monkeypatch.setattr(fresh_point, "measure_fresh", fresh)
+    row = fresh_point.in_users_state(_point("malloc_env"), _Group(), pytest.fail, None)
+    assert sorted(started, key=str) == sorted(
+        [("eager", None)] * 3 + [("malloc_env", heap.REMEDY_ENV)] * 3, key=str
+    )
+    assert row["status"] == "ok" and row["step_time_s"] == 0.011  # the median round
+    assert row["interleaved"] is True and row["paired_rounds"] == 3
+    assert row["speedup"] == pytest.approx(1.02) and row["speedup_low"] <= 1.02
+    assert row["paired_eager_step_s"] == pytest.approx(0.011 * 1.02)
+    assert row["measured_s"] == 6.0 and row["fresh_process_s"] == 12.0  # every process
+    assert "paired with the eager program in fresh processes" in row["message"]
+    # An eager process that fails: the row is measured apart, and says why.
+    monkeypatch.setattr(
+        fresh_point,
+        "measure_fresh",
+        lambda point, *a: (
+            {"status": "error", "message": "boom"}
+            if point.variant == "eager"
+            else {"status": "ok", "step_time_s": 0.01}
+        ),
+    )
+    alone = fresh_point.in_users_state(_point("malloc_env"), _Group(), pytest.fail, None)
+    assert alone["status"] == "ok" and alone["interleaved"] is False
+    assert "no ok row to pair with (error: boom)" in alone["interleaved_reason"]
+
+
+def _remedy_rows(malloc: dict) -> pd.DataFrame:
+    """An eager row and a malloc_env row of one point (CPU, torch), the eager row with
+    9 000 page faults a step at 1.3 µs each."""
+    eager = {
+        "case": "churn", "framework": "torch", "device": "cpu", "timing": "synced",
+        "status": "ok", "variant": "eager", "step_time_s": 0.012,
+        "step_page_faults": 9000.0, "rate_page_fault_s": 1.3e-6,
+    }  # fmt: skip
+    return pd.DataFrame(
+        [eager, {**eager, "variant": "malloc_env", "step_page_faults": 50.0, **malloc}]
+    )
+
+
+def test_a_remedy_measured_apart_is_not_offered_and_says_why():
+    # Issue 62 item 5: malloc_env 1.2x faster than the job's eager row, with no paired
+    # interval: not offered, whatever its ratio, with the reason.
+    reason = pairing.PROCESS_WIDE["malloc_env"]
+    rows = _remedy_rows({"step_time_s": 0.010, "interleaved": False, "interleaved_reason": reason})
+    table = remedy_table(rows)
+    assert not table.loc["malloc_env", "offered"]
+    assert table.loc["malloc_env", "apart_reason"] == f"{APART} ({reason})"
+    with cases.kept():
+        cases.use(_churn_config())
+        sentence = remedy_sentence(rows.assign(batch=64, mb=32), "churn")
+    assert "malloc_env 1.2× faster, but measured apart from eager, with no paired interval" in (
+        sentence
+    )
+    assert "so not offered" in sentence and "torch malloc_env takes" not in sentence
+    text = page_fault_text(rows.iloc[0], rows)
+    assert text.endswith(f"but {APART}, so it is not offered as the remedy")
+    # Paired in fresh processes with an interval above 1.1: offered, with its interval.
+    paired = _remedy_rows(
+        {
+            "step_time_s": 0.006,
+            "interleaved": True,
+            "speedup": 2.0,
+            "speedup_low": 1.8,
+            "speedup_high": 2.2,
+            "paired_eager_step_s": 0.012,
+        }  # fmt: skip
+    )
+    assert remedy_table(paired).loc["malloc_env", "offered"]
+    assert page_fault_text(paired.iloc[0], paired).endswith(
+        "2.00× faster than eager (eager in fresh processes: 12 ms), 95 % CI 1.80–2.20"
+    )
+    # Paired, but no faster than eager in a fresh process: not offered, said so.
+    same = _remedy_rows(
+        {
+            "step_time_s": 0.0118,
+            "interleaved": True,
+            "speedup": 1.01,
+            "speedup_low": 0.97,
+            "speedup_high": 1.05,
+            "paired_eager_step_s": 0.0119,
+        }  # fmt: skip
+    )
+    assert not remedy_table(same).loc["malloc_env", "offered"]
+    assert "no different from eager within noise" in page_fault_text(same.iloc[0], same)
+
+
 def test_the_allocator_variant_is_the_eager_program_on_the_cpu_only():
     for case in ("s001-mlp", "s002-iris"):
         for framework in ("torch", "tensorflow"):
@@ -214,6 +319,11 @@ def test_a_churning_step_is_timed_as_a_fresh_process_runs_it_and_the_answer_name
         assert "page faults a step" in text and "mapped afresh every step" in text
         assert "MALLOC_TRIM_THRESHOLD_=536870912" in text
         assert "measured (malloc_env, the same program)" in text
+        # Paired with the eager program in fresh processes (issue 62 item 5), so its
+        # speed-up has an interval whether or not it is offered.
+        assert remedy["interleaved"] is True and remedy["paired_rounds"] == 3
+        assert remedy["speedup_low"] <= remedy["speedup"] <= remedy["speedup_high"]
+        assert "95 % CI" in text or "so it is not offered" in text
         assert page_fault_short(pd.Series(eager)).startswith("about ")
 
 

@@ -34,7 +34,8 @@ def _row(device="cpu", variant="eager", step=6e-4, **columns) -> dict:
 
 
 def test_a_row_quotes_the_cpu_with_its_interval_the_prediction_and_the_remedy():
-    timings = pd.DataFrame([_row(), _row(variant="compile", step=3e-4)])
+    paired = {"interleaved": True, "speedup": 2.0, "speedup_low": 1.9, "speedup_high": 2.1}
+    timings = pd.DataFrame([_row(), _row(variant="compile", step=3e-4, **paired)])
     predicted = predict_cards(timings, load_cards(["t4"]))
     (row,) = summary_rows(
         timings, pd.DataFrame(), ["s001-mlp"], predicted, predicted_crossovers(predicted)
@@ -43,7 +44,13 @@ def test_a_row_quotes_the_cpu_with_its_interval_the_prediction_and_the_remedy():
     assert row["accelerator"].endswith("on T4 (predicted)")
     assert "(predicted)" in row["verdict"]
     assert row["why"].startswith("CPU: framework ops 75%; T4: ")
-    assert row["remedy"].startswith("CPU: compile 2.0×; T4: cuda_graph ≈ ")
+    assert row["remedy"].startswith("CPU: compile 2.0× (1.90–2.10); T4: cuda_graph ≈ ")
+    # measured apart, with no paired interval: not offered (issue 62)
+    apart = pd.DataFrame([_row(), _row(variant="compile", step=3e-4)])
+    (row,) = summary_rows(
+        apart, pd.DataFrame(), ["s001-mlp"], predicted, predicted_crossovers(predicted)
+    )
+    assert row["remedy"].startswith("CPU: none offered (compile 2.0× unpaired)")
 
 
 def test_a_measured_accelerator_takes_the_place_of_the_predictions():

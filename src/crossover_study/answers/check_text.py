@@ -36,6 +36,7 @@ from crossover_study.answers.predicted import card_verdict, check_line
 from crossover_study.answers.regime import regime_clause
 from crossover_study.answers.remedies import (
     ANTI_PATTERNS,
+    APART,
     NOT_SAME_PROGRAM,
     not_same_program,
     remedy_table,
@@ -274,6 +275,8 @@ def _remedy_text(r: dict) -> str:
         if r["variant"] in ANTI_PATTERNS
         else f", not a remedy: its interval reaches below {times(1 + MARGIN)}"
         if paired
+        else f", not a remedy: {APART}"
+        if speedup > 1 + MARGIN
         else f", not a remedy (under {MARGIN:.0%} faster)"
     )
     return f"{r['variant']} {how} ({format_seconds(r['step_time_s'])}{label})"

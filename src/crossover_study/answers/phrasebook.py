@@ -23,6 +23,52 @@ EN_DASH = "\u2013"
 #: How a device class is named in a sentence (:func:`device_label`).
 DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA", "cuda_multi": "several-GPU CUDA", "tpu": "TPU"}
 
+#: What removes each Keras entry point's own per-call work (data adapter, iterator,
+#: callbacks, logs: the attribution's ``fit`` category), by the entry point the profile
+#: found the time in (``attr_fit_entry``, :func:`crossover_study.measure.event_tree.fit_entry`).
+#: Each is paid once per call, so the remedy is fewer calls over more data, or no entry
+#: point at all: a model called directly (``model(x)``) runs only its layers (Keras
+#: 3.15, ``Model.predict``'s docstring, keras/src/trainers/trainer.py: "not intended for
+#: use inside of loops that iterate over your data and process small numbers of inputs
+#: at a time. For small numbers of inputs that fit in one batch, directly use
+#: ``__call__()`` for faster execution, e.g., ``model(x)``").
+FIT_ENTRY_FIXES = {
+    "fit": (
+        "fit's own work is paid per call: one fit over many batches, or a compiled "
+        "step (a tf.function with a GradientTape), removes it"
+    ),
+    "train_on_batch": (
+        "train_on_batch's own work is paid per call: one fit over many batches, or a "
+        "compiled step (a tf.function with a GradientTape), removes it"
+    ),
+    "evaluate": (
+        "evaluate's own work is paid per call: one evaluate over all the batches, or the "
+        "model and its loss called directly (model(x, training=False)), removes it"
+    ),
+    "test_on_batch": (
+        "test_on_batch's own work is paid per call: one evaluate over all the batches, "
+        "or the model and its loss called directly (model(x, training=False)), removes it"
+    ),
+    "predict": (
+        "predict's own work is paid per call: one call over the whole batch "
+        "(model(x), or one predict over all the samples) removes it"
+    ),
+    "predict_on_batch": (
+        "predict_on_batch's own work is paid per call: one call over the whole batch "
+        "(model(x)) removes it"
+    ),
+}
+
+
+def fit_entry(row) -> str:
+    """The Keras entry point a row's ``fit`` share was spent in (``attr_fit_entry``: one
+    of :data:`FIT_ENTRY_FIXES`), or ``fit`` for a row without one (a table measured
+    before the column existed, or a row whose profile called none). ``row``: a timings
+    row (Series or mapping)."""
+    entry = row.get("attr_fit_entry")
+    return entry if isinstance(entry, str) and entry in FIT_ENTRY_FIXES else "fit"
+
+
 #: A variant must be this much faster than eager to be called a remedy: the noise
 #: threshold of STUDY.md item 4 (IQR/median 0.1), so noise is not sold as a speed-up.
 MARGIN = 0.1

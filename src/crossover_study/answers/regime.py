@@ -20,8 +20,10 @@ from crossover_study.answers.page_faults import page_fault_text
 from crossover_study.answers.phrasebook import (
     AGREEMENT_TOLERANCE,
     AGREES,
+    FIT_ENTRY_FIXES,
     TIMES,
     device_label,
+    fit_entry,
     fmt_si,
     fmt_size,
     model_agrees_share,
@@ -116,12 +118,10 @@ MEASURED_REGIME = {
     "wait": "bound by waiting on the device",
 }
 #: What removes the dominant cost, per category and framework ("" where the model's
-#: regime says it).
+#: regime says it); Keras's own work by the entry point it was spent in
+#: (:data:`phrasebook.FIT_ENTRY_FIXES`, :func:`fix_text`).
 FIXES = {
-    ("fit", "tensorflow"): (
-        "fit's own work is paid per call: one fit over many batches, or a compiled "
-        "step (a tf.function with a GradientTape), removes it"
-    ),
+    ("fit", "tensorflow"): FIT_ENTRY_FIXES["fit"],
     ("trace", "tensorflow"): (
         "a traced function traces again whenever it is given a new Python number or a "
         "new shape: pass a tensor (tf.constant) or keep the shape fixed"
@@ -150,12 +150,42 @@ FIXES = {
 }
 
 
+def category_words(category: str, row: pd.Series) -> str:
+    """What ``category`` of the attribution is, in the answer's words
+    (:data:`attribution.CATEGORY_WORDS`); Keras's own work named by the entry point
+    ``row`` spent it in (:func:`phrasebook.fit_entry`: 'Keras predict's own per-call
+    work ...')."""
+    if category == "fit":
+        return (
+            f"Keras {fit_entry(row)}'s own per-call work (data adapter, iterator, callbacks, logs)"
+        )
+    return CATEGORY_WORDS[category]
+
+
+def measured_regime(category: str, row: pd.Series) -> str:
+    """The measured regime of ``category`` (:data:`MEASURED_REGIME`), Keras's own work
+    named by the entry point ``row`` spent it in ('bound by Keras predict's own work')."""
+    if category == "fit":
+        return f"bound by Keras {fit_entry(row)}'s own work"
+    return MEASURED_REGIME[category]
+
+
+def fix_text(category: str, row: pd.Series) -> str:
+    """What removes ``category``'s cost in ``row`` (:data:`FIXES` by its framework; for
+    Keras's own work, by the entry point it was spent in,
+    :data:`phrasebook.FIT_ENTRY_FIXES`), or "" where none is written."""
+    if category == "fit" and row.get("framework") == "tensorflow":
+        return FIT_ENTRY_FIXES[fit_entry(row)]
+    return FIXES.get((category, row.get("framework")), "")
+
+
 def attribution_text(row: pd.Series) -> str:
     """'the profile puts 69 % of the step in data loading (...), 17 % in framework ops
     (...), 14 % in Python ...': each measured share of ``row`` (``attr_*_s`` over their
     sum, the profiled step with the tracer's cost taken out; largest first, those under
     5 % left out), from :mod:`crossover_study.measure.attribution`; empty text for a
-    row without them."""
+    row without them. Keras's own work is named by the entry point it was spent in
+    (:func:`category_words`)."""
     every = {c: to_number(row.get(f"attr_{c}_s")) for c in CATEGORIES}
     if any(v is None for v in every.values()):
         return ""
@@ -165,7 +195,7 @@ def attribution_text(row: pd.Series) -> str:
         return ""
     ranked = sorted(shares.items(), key=lambda item: -item[1])
     parts = [
-        f"{round(100 * value / step)} % in {CATEGORY_WORDS[category]}"
+        f"{round(100 * value / step)} % in {category_words(category, row)}"
         for category, value in ranked
         if value / step >= 0.05
     ]
@@ -244,7 +274,7 @@ def _device_regime_text(row: pd.Series, first: bool) -> str:
         return f"on {name} {subject} {_model_text(row)}"
     if model_agrees(row) and _model_prices(row, dominant):
         return f"on {name} {subject} {_model_text(row)}; measured: {measured}"
-    fix = FIXES.get((dominant, row.get("framework")), "")
+    fix = fix_text(dominant, row)
     share = to_number(row.get("model_share"))
     if share is None:
         beside = ""
@@ -263,7 +293,7 @@ def _device_regime_text(row: pd.Series, first: bool) -> str:
             f"({row['model_regime']}) is not the answer"
         )
     return (
-        f"on {name} {subject} {MEASURED_REGIME[dominant]} (measured): {measured}"
+        f"on {name} {subject} {measured_regime(dominant, row)} (measured): {measured}"
         + (f"; {fix}" if fix else "")
         + beside
     )
@@ -275,7 +305,7 @@ def _beside_device(row: pd.Series, measured: str, dominant) -> str:
     share, :data:`FIXES`), the host's measured shares and the model's regime."""
     fix = device_fix(row)
     if row.get("attr_device_regime") == "host-bound":
-        fix = FIXES.get((dominant, row.get("framework")), "")
+        fix = fix_text(dominant, row)
     text = f"; {fix}" if fix else ""
     if measured:
         text += f"; on the host {measured}"

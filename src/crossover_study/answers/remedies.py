@@ -152,7 +152,14 @@ REMEDY_COLUMNS = (
     "speedup_high",
     "interleaved",
     "offered",
+    "apart_reason",
 )
+#: Why a variant measured apart from eager is never offered, whatever its ratio: a ratio
+#: of two medians timed at different moments (or in different processes) has no
+#: interval, and can hold what differs between the two measurements rather than between
+#: the programs (issue 62: ``malloc_env``, a fresh process, 1.2x faster than eager in the
+#: job's process, where eager in a fresh process took the same time).
+APART = "measured apart from eager, with no paired interval"
 
 
 def remedy_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -165,9 +172,11 @@ def remedy_table(rows: pd.DataFrame) -> pd.DataFrame:
     paired speed-up where its blocks were interleaved with eager's
     (:mod:`crossover_study.measure.pairing`; ``speedup_low``/``speedup_high`` its 95 %
     interval), else the ratio of the two rows' medians (interval NaN, ``interleaved``
-    False: not measured side by side). ``offered``: a remedy is offered only when the
-    lower end of its interval is above ``1 + MARGIN``, or, measured apart, its ratio is.
-    Empty (with the columns) without an eager row."""
+    False: not measured side by side). ``offered``: a remedy is offered only when it was
+    paired and the lower end of its interval is above ``1 + MARGIN``; a variant measured
+    apart is never offered (:data:`APART`), and ``apart_reason`` says why it was measured
+    apart (its row's ``interleaved_reason``, or :data:`APART` alone; None for a paired
+    one). Empty (with the columns) without an eager row."""
     times = remedy_times(rows)
     if "eager" not in times or len(times) < 2:
         return pd.DataFrame(columns=list(REMEDY_COLUMNS))
@@ -175,9 +184,14 @@ def remedy_table(rows: pd.DataFrame) -> pd.DataFrame:
     by_variant = rows.drop_duplicates("variant").set_index("variant")
     entries = {}
     for variant, t in times.drop("eager").items():
-        entry = variant_speedup(by_variant.loc[variant], eager, float(t))
-        low = entry["speedup_low"] if entry["interleaved"] else entry["speedup"]
-        entries[variant] = (float(t), *entry.values(), low > 1 + MARGIN)
+        row = by_variant.loc[variant]
+        entry = variant_speedup(row, eager, float(t))
+        offered = bool(entry["interleaved"]) and entry["speedup_low"] > 1 + MARGIN
+        reason = None
+        if not entry["interleaved"]:
+            why = row.get("interleaved_reason")
+            reason = f"{APART} ({why})" if isinstance(why, str) and why else APART
+        entries[variant] = (float(t), *entry.values(), offered, reason)
     table = pd.DataFrame.from_dict(entries, orient="index", columns=list(REMEDY_COLUMNS))
     return table.sort_values("speedup", ascending=False)
 
@@ -219,9 +233,16 @@ def within_noise_text(variant: str, entry) -> str:
     (0.97×, 95 % CI 0.90–1.05)`` when its interval covers 1; ``compile slower than eager
     (0.71×, 95 % CI 0.68–0.71)`` when it lies below 1; ``compile 1.06× faster, but its
     95 % CI 1.02–1.11 reaches below 1.1×`` when it lies above 1; ``compile under 10 %
-    faster than eager (1.0×, measured apart)`` without an interval."""
+    faster than eager (1.0×, measured apart)`` without an interval; ``malloc_env 1.2×
+    faster, but measured apart from eager, with no paired interval (why), so not
+    offered`` without one where its ratio is above ``1 + MARGIN`` (:data:`APART`;
+    ``entry``'s ``apart_reason``)."""
     speedup = float(entry["speedup"])
     if not bool(entry["interleaved"]):
+        if speedup > 1 + MARGIN:
+            reason = entry.get("apart_reason")
+            reason = reason if isinstance(reason, str) and reason else APART
+            return f"{variant} {times(speedup)} faster, but {reason}, so not offered"
         return f"{variant} under {MARGIN:.0%} faster than eager ({times(speedup)}, measured apart)"
     low, high = float(entry["speedup_low"]), float(entry["speedup_high"])
     if low <= 1 <= high:

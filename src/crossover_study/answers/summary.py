@@ -31,6 +31,7 @@ from crossover_study.answers.phrasebook import (
     card_label,
     device_label,
     faster_device,
+    fit_entry,
     fmt_size,
     times,
 )
@@ -101,14 +102,17 @@ def _step_text(row: pd.Series) -> str:
 
 def measured_shares(row: pd.Series, top: int = 1) -> str:
     """'framework ops 74%, Python 26%': the ``top`` largest measured shares of a row's
-    profiled step (its ``attr_*_s`` over their sum); empty without an attribution."""
+    profiled step (its ``attr_*_s`` over their sum); empty without an attribution.
+    Keras's own work is named by the entry point it was spent in
+    (:func:`phrasebook.fit_entry`: 'Keras predict's own work 96%')."""
     shares = {k: to_number(row.get(f"attr_{k}_s")) for k in SHARE_WORDS}
     shares = {k: v for k, v in shares.items() if v}
     whole = sum(shares.values())
     if not whole:
         return ""
     ranked = sorted(shares, key=shares.get, reverse=True)[:top]
-    return ", ".join(f"{SHARE_WORDS[k]} {shares[k] / whole:.0%}" for k in ranked)
+    words = {**SHARE_WORDS, "fit": f"Keras {fit_entry(row)}'s own work"}
+    return ", ".join(f"{words[k]} {shares[k] / whole:.0%}" for k in ranked)
 
 
 def _why_cpu(row: pd.Series) -> str:
@@ -121,13 +125,18 @@ def _best_cpu_remedy(rows: pd.DataFrame) -> str:
     """The fastest same-program variant on the CPU offered as a remedy ('CPU: compile
     1.4× (1.35–1.46)', with the 95 % interval of its paired speed-up where it was
     interleaved with eager), or that none beats eager by more than :data:`MARGIN` (the
-    remedy sentence's rule, :func:`remedies.remedy_table`; contended rows left out)."""
+    remedy sentence's rule, :func:`remedies.remedy_table`; contended rows left out), or
+    that none is offered where the fastest was measured apart from eager, with no
+    paired interval (:data:`remedies.APART`)."""
     rows = synced(contended_apart(rows))
     table = remedy_table(rows[(rows["device"] == "cpu") & (rows["status"] == "ok")])
     if table.empty:
         return ""
     offered = table[table["offered"]]
     if offered.empty:
+        top = table.iloc[0]
+        if not top["interleaved"] and top["speedup"] > 1 + MARGIN:  # remedies.APART
+            return f"CPU: none offered ({top.name} {times(top['speedup'])} unpaired)"
         return f"CPU: none beats eager by {MARGIN:.0%}"
     best = offered.iloc[0]
     interval = (

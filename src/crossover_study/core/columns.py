@@ -93,6 +93,7 @@ ATTRIBUTION: tuple[str, ...] = (
     "attr_steps",
     "attr_events",
     "attr_dominant",
+    "attr_fit_entry",
     "attr_first_settled",
     "attr_first_lead",
     "attr_coverage",

@@ -21,8 +21,11 @@ tree on an accelerator: :func:`crossover_study.measure.event_tree.flat_block` sa
   the first run of the graph it built, where TensorFlow instantiates and optimises it),
   ``torch._dynamo`` frame conversion and Inductor compilation.
 - ``fit``: Keras ``fit``/``evaluate``/``predict``'s own per-call work (data adapter,
-  iterator, callbacks, logs) wherever it is called, inside a plug-in's step too; the
-  train steps it runs count as ``ops``.
+  iterator, callbacks, logs) wherever it is called, inside a plug-in's step too
+  (``train_on_batch``, ``test_on_batch`` and ``predict_on_batch`` too); the train,
+  test and predict steps it runs count as ``ops``. Which of these entry points the
+  time was spent in is kept (``attr_fit_entry``), so that the answer names the call
+  the step makes (a ``predict`` per sample is not a ``fit``) and its own remedy.
 - ``wait``: waiting on the device (a synchronisation: ``.item()``, ``.numpy()``, the
   block's closing sync) on an accelerator; none on the CPU, whose ops are synchronous.
 - ``unattributed``: the block's time the profile holds no event for (gaps between
@@ -177,12 +180,14 @@ def first_block_settles(lead: float | None) -> bool:
     return lead is not None and lead >= SETTLED_LEAD
 
 
-def _profile(workload, steps: int, device: str, read: bool = True):
+def _profile(workload, steps: int, device: str, read: bool = True, fit_entries=None):
     """Profile a block of ``steps`` steps: ``(block, seconds, events, trace)``, the first
     three as :func:`nested` and :func:`attribute_tree` give them; ``trace`` the device's
     and the CUDA calls' events (:func:`device_trace.from_kineto`) on a CUDA device class
     whose profiler records CUDA activity, else None. ``read`` False: the block is
-    profiled and the profile dropped unread (the tracer's warm-up), returning None."""
+    profiled and the profile dropped unread (the tracer's warm-up), returning None.
+    ``fit_entries``: a dict filled with the ``fit`` seconds of the block by Keras entry
+    point (:func:`attribute_tree`)."""
     from torch.profiler import ProfilerActivity, profile, supported_activities
 
     activities = [ProfilerActivity.CPU]
@@ -201,7 +206,7 @@ def _profile(workload, steps: int, device: str, read: bool = True):
         block = None if block is None else nested(block)
     if block is None or block.duration_time_ns <= 0:
         raise RuntimeError("the profile holds no event of the profiled block's frame")
-    seconds, events = attribute_tree(block, device)
+    seconds, events = attribute_tree(block, device, fit_entries)
     trace = from_kineto(flat) if len(activities) > 1 else None
     return block, seconds, events, trace
 
@@ -234,6 +239,10 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
       JSON of the tracer's cost per event by kind, seconds, as taken out
       (:func:`corrected`);
     - ``attr_dominant``: the category with the largest share, unattributed aside;
+    - ``attr_fit_entry``: the Keras entry point (``fit``, ``evaluate``, ``predict``,
+      ``train_on_batch``, ``test_on_batch``, ``predict_on_batch``) whose own work holds
+      the most of ``attr_fit_s`` (:func:`event_tree.fit_entry`), None where the block
+      called none;
     - ``attr_coverage``: the identified categories' sum over all categories' (the
       share of the profiled block, its tracer cost taken out, that events name; the
       rest is ``attr_unattributed_s``);
@@ -281,7 +290,8 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
         _WARM = True
     setup_s = time.perf_counter() - started  # 0 once the process has warmed the tracer
     started = time.perf_counter()
-    block, seconds, events, trace = _profile(workload, steps, device)
+    entries: dict[str, float] = {}
+    block, seconds, events, trace = _profile(workload, steps, device, fit_entries=entries)
     lead = first_block_lead(
         corrected(seconds, events, steps, step_time_s, bias)[0], seconds.get("data", 0.0)
     )
@@ -293,7 +303,8 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
     )
     if longer:
         steps = longer
-        block, seconds, events, trace = _profile(workload, steps, device)
+        entries = {}
+        block, seconds, events, trace = _profile(workload, steps, device, fit_entries=entries)
     per_step, scale = corrected(seconds, events, steps, step_time_s, bias)
     columns = {f"attr_{c}_s": per_step[c] for c in CATEGORIES}
     identified = [c for c in CATEGORIES if c != "unattributed"]
@@ -305,6 +316,7 @@ def attribute_point(workload, device: str, step_time_s: float, measured_s: float
         attr_events=sum(sum(kinds.values()) for kinds in events.values()),
         attr_bias_s=json.dumps({kind: round(scale * value, 10) for kind, value in bias.items()}),
         attr_dominant=max(identified, key=per_step.get),
+        attr_fit_entry=max(entries, key=entries.get) if entries else None,
         attr_coverage=sum(per_step[c] for c in identified) / accounted if accounted else None,
         attr_accounted=accounted / step_time_s,
         attr_overhead=(total / steps) / step_time_s - 1.0,

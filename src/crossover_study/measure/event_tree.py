@@ -259,31 +259,54 @@ def _context(event, device: str) -> str | None:
     return None
 
 
-def attribute_tree(block: Event, device: str) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
+def fit_entry(name: str) -> str:
+    """The Keras entry point a ``fit`` event's name (``keras/src/...trainer.py(314):
+    predict``) calls: ``fit``, ``evaluate``, ``predict``, ``train_on_batch``,
+    ``test_on_batch`` or ``predict_on_batch`` (:data:`FIT_NAMES`). Raises ValueError for
+    a name that ends with none of them."""
+    for suffix in FIT_NAMES:
+        if name.endswith(suffix):
+            return suffix[2:]
+    raise ValueError(f"not a Keras entry point: {name!r}")
+
+
+def attribute_tree(
+    block: Event, device: str, fit_entries: dict[str, float] | None = None
+) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
     """``(seconds, events)`` of each of :data:`CATEGORIES` in the profiled block
     ``block`` (:func:`nested`): every event's exclusive time goes to the category the
     outermost claiming event above it (or itself) names (:func:`_context`), else
     ``python`` for Python and C calls, ``ops`` for ATen ops; inside ``fit``, Keras's
     train-step wrapper (:data:`FIT_STEP`) and what it calls are ``ops``. ``events``
     counts the events each category's time came from, by event kind. The block's own exclusive time
-    is ``unattributed``; the seconds sum to the block's duration."""
+    is ``unattributed``; the seconds sum to the block's duration.
+
+    ``fit_entries``: a dict that, given, is filled with the ``fit`` category's seconds
+    by the Keras entry point that claimed them (:func:`fit_entry` of the outermost
+    claiming event: a ``predict`` called per sample is ``predict``'s, an ``evaluate``
+    that ``fit`` runs for validation is ``fit``'s); they sum to ``seconds["fit"]``."""
     seconds = dict.fromkeys(CATEGORIES, 0.0)
     events = {category: {} for category in CATEGORIES}
     seconds["unattributed"] += _exclusive_ns(block) / 1e9
-    stack = [(child, None) for child in block.children]
+    stack = [(child, None, None) for child in block.children]
     while stack:
-        event, context = stack.pop()
+        event, context, entry = stack.pop()
         if context is None:
             context = _context(event, device)
+            if context == "fit":
+                entry = fit_entry(event.name)
         elif context == "fit" and event.tag == "PyCall":
             if FIT_STEP in event.name and event.name.endswith(FIT_STEP_NAMES):
                 context = "ops"  # the train steps fit runs: the program's own work
         category = context or ("ops" if event.tag == "TorchOp" else "python")
         if event.tag not in ("TorchOp", "PyCall", "PyCCall"):
             category = "unattributed"
-        seconds[category] += _exclusive_ns(event) / 1e9
+        exclusive = _exclusive_ns(event) / 1e9
+        seconds[category] += exclusive
+        if category == "fit" and fit_entries is not None:
+            fit_entries[entry] = fit_entries.get(entry, 0.0) + exclusive
         events[category][event.tag] = events[category].get(event.tag, 0) + 1
-        stack.extend((child, context) for child in event.children)
+        stack.extend((child, context, entry) for child in event.children)
     return seconds, events
 
 

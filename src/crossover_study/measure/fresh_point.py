@@ -25,7 +25,14 @@ job process's step time and faults kept beside it (``job_step_time_s``,
 
 The ``malloc_env`` variant (the allocator remedy) is always measured here, in a fresh
 process started with :data:`heap.REMEDY_ENV`, running the ``eager`` program: the same
-program, faster only by the allocator.
+program, faster only by the allocator. It is paired with the ``eager`` program in fresh
+processes started without that environment (:func:`paired_in_fresh_processes`): a
+fresh process of each per round, :data:`FRESH_ROUNDS` rounds, each round's order drawn
+as :func:`pairing.interleave_order` draws it, and the speed-up is
+:func:`pairing.paired_speedup` of the rounds' step times, with its interval. Against
+the job's own eager row it would not be the allocator's gain alone: the job's process
+and a fresh one differ in their heaps (issue 62: ``malloc_env`` 1.2x faster than eager
+in the job's process, where eager in a fresh process took the same time).
 
 ``crossover-study fresh-point`` (``python -m crossover_study fresh-point``, :func:`main`) is
 the child's side: a JSON request on stdin, the row as one JSON line on stdout (after the marker :data:`ROW_MARKER`).
@@ -47,6 +54,10 @@ from crossover_study.measure import heap
 MALLOC_VARIANT = "malloc_env"
 #: What precedes the row's JSON line on the child's stdout (a plug-in may print).
 ROW_MARKER = "crossover-study-fresh-row "
+#: Rounds of :func:`paired_in_fresh_processes`: the fewest :func:`pairing.paired_speedup`
+#: takes. Each round starts two processes (an import each: torch about 1.5 s,
+#: TensorFlow about 5 s on the 2-core VM), so a ``malloc_env`` point costs six.
+FRESH_ROUNDS = 3
 #: Seconds a child may take beyond the point's own deadline (import, device set-up).
 CHILD_GRACE_S = 60.0
 #: Seconds a child may take when the job has no point deadline.
@@ -176,9 +187,11 @@ def in_users_state(point, group, measure_here: Callable[[], dict], fault_s=None)
     fault (``rate_page_fault_s``; None: :data:`heap.FALLBACK_FAULT_S`).
 
     - ``malloc_env``: ``not_applicable`` where the applicability table refuses it (off
-      the CPU); else measured in a fresh process with :data:`heap.REMEDY_ENV` only
-      (``malloc_env`` = the env's ``NAME=value`` pairs); a child that returns no row
-      gives an ``error`` row saying so.
+      the CPU); else measured in fresh processes with :data:`heap.REMEDY_ENV` only,
+      paired with the eager program in fresh processes without it
+      (:func:`paired_in_fresh_processes`; ``malloc_env`` = the env's ``NAME=value``
+      pairs); a ``malloc_env`` child that returns no row gives an ``error`` row saying
+      so.
     - any other ``ok`` row that :func:`heap.needs_users_state` flags: measured again in
       a fresh process, whose :data:`TIMED_COLUMNS` replace the job's, with a
       ``message`` clause naming both step times and fault counts. A
@@ -199,14 +212,7 @@ def in_users_state(point, group, measure_here: Callable[[], dict], fault_s=None)
             return {"status": "not_applicable", "message": why}
         env_text = " ".join(f"{k}={v}" for k, v in heap.REMEDY_ENV.items())
         try:
-            row = measure_fresh(
-                point,
-                group.policy,
-                group.threads,
-                group.contention,
-                heap.REMEDY_ENV,
-                _timeout(group),
-            )
+            row = paired_in_fresh_processes(point, group)
         except FreshPointError as exc:
             return {
                 "status": "error",
@@ -261,6 +267,81 @@ def in_users_state(point, group, measure_here: Callable[[], dict], fault_s=None)
         f"timed in a fresh process, the heap state a user's own loop has: "
         f"{_ms(fresh['step_time_s'])} with {fresh.get('step_page_faults') or 0:.0f} page "
         f"faults a step; {job_text}, whose heap keeps the memory a fresh process gives back",
+    )
+
+
+def paired_in_fresh_processes(point, group) -> dict:
+    """The ``malloc_env`` row of ``point``: :data:`FRESH_ROUNDS` rounds, each a fresh
+    process of the eager program (no environment added) and one started with
+    :data:`heap.REMEDY_ENV` (:func:`measure_fresh`), in the order
+    :func:`pairing.interleave_order` draws for the point's key. The row is the
+    ``malloc_env`` process of the median step time (so its ``step_time_s`` is the
+    median over the rounds), with :func:`pairing.paired_columns` of the rounds' step
+    times (seconds per step: ``speedup`` = eager / malloc_env per round, its 95 %
+    interval, ``paired_eager_step_s`` the eager processes' median); ``measured_s`` and
+    ``fresh_process_s`` the sums over every process (the timed work and wall seconds
+    the pairing cost); its ``message`` says how it was paired. Where an eager process
+    returns no ok row, the row keeps the ``malloc_env`` processes' and gets
+    :func:`pairing.alone_columns` saying so (a remedy measured apart is not offered:
+    :func:`crossover_study.answers.remedies.remedy_table`). ``group``: the job's
+    :class:`GroupSpec`. Raises :class:`FreshPointError` when a ``malloc_env`` process
+    returns no row; returns the first ``malloc_env`` row that is not ``ok`` as it is."""
+    from crossover_study.measure import pairing as pairs
+
+    eager_point = pairs.reference_point(point)
+    order = pairs.interleave_order(FRESH_ROUNDS, 2, pairs.order_seed(point.key()))
+    eager_s: list[float] = []
+    remedy_rows: list[dict] = []
+    eager_failed = None
+    spent_s = measured_s = 0.0
+    for members in order:
+        for member in members:
+            if member == 1:
+                row = measure_fresh(
+                    point,
+                    group.policy,
+                    group.threads,
+                    group.contention,
+                    heap.REMEDY_ENV,
+                    _timeout(group),
+                )
+                if row.get("status") != "ok":
+                    return row
+                remedy_rows.append(row)
+            elif eager_failed is None:
+                try:
+                    row = measure_fresh(
+                        eager_point,
+                        group.policy,
+                        group.threads,
+                        group.contention,
+                        None,
+                        _timeout(group),
+                    )
+                except FreshPointError as exc:
+                    eager_failed, row = str(exc), {}
+                if row and row.get("status") != "ok":
+                    eager_failed = f"{row.get('status')}: {row.get('message')}"
+                elif row:
+                    eager_s.append(float(row["step_time_s"]))
+            else:
+                continue
+            spent_s += row.get("fresh_process_s") or 0.0
+            measured_s += row.get("measured_s") or 0.0
+    remedy_s = [float(r["step_time_s"]) for r in remedy_rows]
+    median = sorted(remedy_rows, key=lambda r: r["step_time_s"])[len(remedy_rows) // 2]
+    row = {**median, "fresh_process_s": spent_s, "measured_s": measured_s}
+    if eager_failed is not None:
+        reason = (
+            f"the eager program in a fresh process gave no ok row to pair with ({eager_failed})"
+        )
+        return _with_message({**row, **pairs.alone_columns(reason)}, reason)
+    row.update(pairs.paired_columns(eager_s, remedy_s))
+    return _with_message(
+        row,
+        f"paired with the eager program in fresh processes: {FRESH_ROUNDS} rounds of a "
+        f"fresh process of each, eager {', '.join(_ms(t) for t in eager_s)}, "
+        f"{MALLOC_VARIANT} {', '.join(_ms(t) for t in remedy_s)}",
     )
 
 

@@ -48,7 +48,8 @@ PROCESS_WIDE = {
     "strategy_step": "it runs under its own tf.distribute strategy, which the eager "
     "program does not share",
     "malloc_env": "it runs in a fresh process started with the allocator's environment "
-    "(measure.fresh_point), apart from the job's",
+    "(measure.fresh_point), apart from the job's; it is paired there with the eager "
+    "program in fresh processes (fresh_point.paired_in_fresh_processes)",
 }
 
 #: Confidence level of :func:`paired_speedup`'s interval.
