@@ -43,9 +43,9 @@ from crossover_study.study.programs import cpu_variants
 from crossover_study.study.spec import (
     VARIANTS,
     case_axes,
+    falsy,
     seed_sizes,
     size_columns,
-    falsy,
     synced,
     truthy,
     without_replicas,
@@ -288,9 +288,7 @@ def predict_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> pd.DataFrame:
             for variant in _variants_for(
                 point["case"], point["framework"], point["variant"], card.device_class
             ):
-                rows.append(
-                    _row(card, point, variant, axes, float(host[index]), frozen.get(key))
-                )
+                rows.append(_row(card, point, variant, axes, float(host[index]), frozen.get(key)))
         for index, point in replicated.iterrows():
             rows.append(_replica_row(card, point, axes, replica_host.get(index)))
     return pd.DataFrame(rows, columns=columns)

@@ -87,7 +87,9 @@ def find_iterators(workload) -> list[tuple[str, str, object]]:
     return found
 
 
-def time_batches(iterator, max_batches: int = MAX_BATCHES, max_s: float = MAX_SECONDS) -> float | None:
+def time_batches(
+    iterator, max_batches: int = MAX_BATCHES, max_s: float = MAX_SECONDS
+) -> float | None:
     """Median seconds of ``next(iterator)`` over up to ``max_batches`` calls and
     ``max_s`` seconds, after one call left out (an epoch that ends first ends the probe);
     None with fewer than 3 timed calls or where the pipeline raised (the probe never fails

@@ -6,7 +6,6 @@ their shapes (:func:`count_tf_step`).
 from __future__ import annotations
 
 import contextlib
-
 import math
 from collections import Counter
 from collections.abc import Callable
