@@ -48,9 +48,12 @@ from crossover_study.answers.sentences import answer_sentence, prediction_text
 from crossover_study.answers.summary import block_quartiles, measured_shares
 from crossover_study.core.files import REFERENCE_DIR as REFERENCE_RUNS
 from crossover_study.core.paths import REPO_ROOT, shown_path
-from crossover_study.core.progress import format_seconds
+from crossover_study.core.progress import format_seconds, one_line
 from crossover_study.study.spec import DEVICES, seed_sizes, select_rows, synced
 
+#: The most characters of a failed variant's message in a printed line (a table written
+#: before messages were one line may hold a whole multi-line exception).
+ERROR_CHARS = 300
 #: Where the committed reference runs are (their ``timings.csv`` price predictions).
 REFERENCE_DIR = REPO_ROOT / REFERENCE_RUNS
 
@@ -255,7 +258,7 @@ def _remedy_text(r: dict) -> str:
     """'compile 1.82× faster, 95 % CI 1.75–1.90 (1.7 ms)', '... 3× slower (...)', 'read_loss_every_1000
     no different from eager within noise (0.97×, 95 % CI 0.90–1.05; 1.7 ms)', an error row's message."""
     if r.get("status") == "error":
-        return f"{r['variant']} error ({r.get('message')})"
+        return f"{r['variant']} error ({one_line(r.get('message'), ERROR_CHARS)})"
     speedup = r["speedup"]
     paired = bool(r.get("interleaved"))
     if paired and not r.get("differs") and r["speedup_low"] <= 1 <= r["speedup_high"]:

@@ -31,14 +31,20 @@ from crossover_study.answers.phrasebook import (
     ratio_band,
     times,
 )
-from crossover_study.core.progress import format_seconds
+from crossover_study.answers.rows import to_number
+from crossover_study.core.progress import format_seconds, one_line
 from crossover_study.study.device_cards import Card
 from crossover_study.study.spec import size_columns
 
+#: How a predicted variant that cannot be the user's program starts its ``not_priced``
+#: reason (:func:`crossover_study.analysis.card_prediction.not_same_program`,
+#: :func:`crossover_study.stepmodel.card_model.capture_obstacle`).
+NOT_POSSIBLE = "not possible for this step"
 #: Why each predicted regime holds, and what moves it.
 REGIME_WHY = {
     "launch-bound": "each operation costs its dispatch and launch, not its arithmetic",
-    "host-bound": "the host's own work (Python, data loading, Keras fit) sets the pace",
+    "host-bound": "the host's own work (Python, data loading, tracing, Keras's own work) sets the pace",
+    "input-bound": "the input pipeline makes each batch on the host at its own pace",
     "compute-bound": "the products' arithmetic sets the pace",
     "memory-bound": "the element-wise traffic sets the pace",
     "sync-bound": "the round trips to read values back set the pace",
@@ -82,7 +88,17 @@ def _why(row: pd.Series) -> str:
     if regime == "launch-bound":
         return f"launch-bound: {row['kernels']:.0f} kernels each held to the device's floor"
     if regime == "host-bound":
-        return f"host-bound: {format_seconds(row['host_s'])} of the host's own work (Python, data loading, Keras fit) measured here"
+        return f"host-bound: {format_seconds(row['host_s'])} of the host's own work (Python, data loading, tracing, Keras's own work) measured here"
+    if regime == "input-bound":
+        return (
+            f"input-bound: the input pipeline alone makes a batch every "
+            f"{format_seconds(row['input_s'])} on this host, and the host still makes every batch"
+        )
+    if regime == "sync-bound" and (to_number(row.get("host_reads")) or 0) > 0:
+        return (
+            f"sync-bound: {row['syncs']:.3g} reads back per step ({row['host_reads']:.3g} of "
+            "them your own code's), each waiting for the device"
+        )
     return f"{regime}: {REGIME_WHY.get(regime, '')}"
 
 
@@ -293,6 +309,9 @@ def check_line(predicted: pd.DataFrame, case: str, card: str) -> str:
     if not others.empty and others.iloc[0]["predicted_step_s"] < row["predicted_step_s"]:
         best = others.iloc[0]
         text += f"; {best['variant']} {format_seconds(best['predicted_step_s'])}"
+    impossible = rows[rows["not_priced"].fillna("").str.startswith(NOT_POSSIBLE)]
+    for variant, reason in zip(impossible["variant"], impossible["not_priced"], strict=True):
+        text += f"; {variant} {one_line(reason, 200)}"
     return text
 
 

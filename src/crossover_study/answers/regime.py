@@ -16,6 +16,7 @@ import pandas as pd
 
 from crossover_study.analysis.crossover import cpu_side, crossover_size
 from crossover_study.answers.device_why import device_fix, device_text
+from crossover_study.answers.host_side import host_side_text
 from crossover_study.answers.page_faults import page_fault_text
 from crossover_study.answers.phrasebook import (
     AGREEMENT_TOLERANCE,
@@ -255,10 +256,13 @@ def device_regime_text(row: pd.Series, first: bool = True, rows: pd.DataFrame | 
 
     A CPU step whose page faults cost a material share of it ends with
     :func:`page_fault_text` (``rows``: the table the ``malloc_env`` remedy is read
-    from)."""
+    from); then what stays on the host on any device, the user's own reads back and a
+    slow input pipeline (:func:`host_side.host_side_text`)."""
     faults = page_fault_text(row, rows)
     text = _device_regime_text(row, first)
-    return f"{text}; {faults}" if faults else text
+    text = f"{text}; {faults}" if faults else text
+    host = host_side_text(row)
+    return f"{text}; {host}" if host else text
 
 
 def _device_regime_text(row: pd.Series, first: bool) -> str:

@@ -147,6 +147,8 @@ COUNTS: tuple[str, ...] = (
     "step_host_reads",
     "step_host_reads_where",
     "step_host_data_where",
+    "step_flops_precision",
+    "step_flops_emulated",
     "model_step_s",
     "model_ops_s",
     "model_compute_s",

@@ -23,6 +23,7 @@ from pathlib import Path
 from crossover_study.core import errors, paths, step_thread
 from crossover_study.core.host_load import contention_share, wait_until_quiet
 from crossover_study.core.paths import portable_path
+from crossover_study.core.progress import one_line
 from crossover_study.core.step_thread import StepThread
 from crossover_study.measure import frameworks, input_pipeline
 from crossover_study.measure import pairing as pairs
@@ -210,6 +211,24 @@ def _plugin_file(point: PointSpec) -> Path | None:
         return None
 
 
+#: The most characters of an exception's first line a row's message keeps.
+ERROR_LINE_CHARS = 240
+
+
+def error_line(exc: BaseException) -> str:
+    """``exc`` in one line: its type as the traceback names it and the first non-empty
+    line of its text, at most :data:`ERROR_LINE_CHARS` characters, cut at the end
+    (``torch._dynamo.exc.Unsupported: Attempted to call function marked as skipped``).
+    The rest of a long message (PyTorch's and TensorFlow's run to dozens of lines) is
+    in the job's log with the traceback."""
+    kind = type(exc)
+    name = kind.__qualname__
+    if kind.__module__ not in ("builtins", "__main__"):  # named as a traceback names it
+        name = f"{kind.__module__}.{name}"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return one_line(f"{name}: {lines[0]}" if lines else name, ERROR_LINE_CHARS)
+
+
 def _error_row(exc: BaseException, point: PointSpec, import_s, device_init_s, started) -> dict:
     """The row of ``point``, whose program raised ``exc``: ``oom`` for an out-of-memory
     error (:func:`frameworks.is_oom`), else ``error``. ``message`` is the exception's own
@@ -220,7 +239,7 @@ def _error_row(exc: BaseException, point: PointSpec, import_s, device_init_s, st
     :func:`crossover_study.measure.job.measure_job` point it there), under a line naming
     the point."""
     status = "oom" if frameworks.is_oom(exc) else "error"
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    text = error_line(exc)
     where = raised_where(exc, _plugin_file(point))
     suffix = "" if where is None else f" ({where})"
     print(f"{point.key()}: {status}, the exception's traceback:", file=sys.stderr)
@@ -228,7 +247,7 @@ def _error_row(exc: BaseException, point: PointSpec, import_s, device_init_s, st
     sys.stderr.flush()
     return {
         "status": status,
-        "message": text[-max(0, 2000 - len(suffix)) :] + suffix[:2000],
+        "message": text + suffix[:2000],
         "import_s": import_s,
         "device_init_s": device_init_s,
         "measured_s": time.perf_counter() - started,

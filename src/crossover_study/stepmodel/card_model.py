@@ -26,7 +26,9 @@ host (the launch queue overlaps the host's issuing with the device's work):
              for a PyTorch eager step, at least its ops × a whole training step's
              host time per op (published training traces: :func:`_whole_step_s`)
     device = Σ over the kernels of max(the kernel's floor, its work), the work a
-             product's FLOPs at the card's peak × an achievable fraction, an
+             product's FLOPs at the card's peak (in the precision the step's products
+             ran in: a bf16 or fp16 step at the card's peak for it where the card has
+             one, else fp32's) × an achievable fraction, an
              element-wise call's bytes at its bandwidth × a fraction
     step   = max(host, device, input pipeline per batch) + syncs × a synchronisation's
              round trip
@@ -97,7 +99,8 @@ class Work:
     framework, variant, program: what ran; host_reads: of the syncs, the reads the
     user's own code makes (``step_host_reads``), and ``host_reads_where``,
     ``host_data_where`` where in the user's code the reads and the host-side data are
-    made (:mod:`crossover_study.stepmodel.host_calls`); input_s: the input pipeline's
+    made (:mod:`crossover_study.stepmodel.host_calls`); precision: the one most FLOPs ran
+    in (``step_flops_precision``: fp32, bf16, fp16); input_s: the input pipeline's
     seconds per batch, timed alone (0: none found or not timed).
     """
 
@@ -115,6 +118,7 @@ class Work:
     products: tuple = field(default_factory=tuple)
     elementwise: tuple = field(default_factory=tuple)
     host_reads: float = 0.0
+    precision: str = "fp32"
     host_reads_where: str | None = None
     host_data_where: str | None = None
     input_s: float = 0.0
@@ -203,6 +207,7 @@ def work_of_row(row: Mapping, host_s: float | None = None) -> Work:
         products=_products(row.get("step_products")),
         elementwise=_elementwise(row.get("step_elementwise")),
         host_reads=reads,
+        precision=_text(row, "step_flops_precision") or "fp32",
         host_reads_where=_text(row, "step_host_reads_where"),
         host_data_where=_text(row, "step_host_data_where"),
         input_s=_number(row, "input_batch_s", 0.0),
@@ -273,6 +278,8 @@ def _device_s(work: Work, card: Card, end: str, mode: str) -> dict[str, float]:
     arithmetic (``compute``) and their traffic (``memory``): each kernel takes the
     longer of its floor and its work (module docstring)."""
     peak_key = "tf32_flop_per_s" if mode == "tf32" else "fp32_flop_per_s"
+    if work.precision in ("bf16", "fp16") and card.peak(f"{work.precision}_flop_per_s"):
+        peak_key = f"{work.precision}_flop_per_s"  # the card's native reduced precision
     if mode == "tpu":
         peak_key = "bf16_flop_per_s"  # a TPU's products run in bf16 passes at its default precision
     peak = card.peak(peak_key)
@@ -452,7 +459,8 @@ def replica_share(work: Work, replicas: int) -> Work:
         host_s=work.host_s,
         products=tuple((f, n * share) for f, n in work.products),
         elementwise=tuple((b, n * share) for b, n in work.elementwise),
-        host_reads=work.host_reads, host_reads_where=work.host_reads_where,
+        host_reads=work.host_reads, precision=work.precision,
+        host_reads_where=work.host_reads_where,
         host_data_where=work.host_data_where, input_s=work.input_s,
     )  # fmt: skip
 

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import sys
 
+from crossover_study.core import cpu_flags
 from crossover_study.stepmodel import host_calls
 from crossover_study.stepmodel.counts_tf import ONE_DEVICE_FETCHES, count_tf_step
 from crossover_study.stepmodel.counts_torch import count_torch_step
@@ -88,7 +89,8 @@ def count_point(workload, framework: str, device: str, steps_per_block: int | No
     The same call is watched for what the user's code does on the host
     (:mod:`crossover_study.stepmodel.host_calls`): its reads back from the device and its
     host-side data, ``step_host_reads``, ``step_host_reads_where`` and
-    ``step_host_data_where``.
+    ``step_host_data_where``; and on the CPU whether it emulates the precision the
+    products ran in (``step_flops_emulated``, :mod:`crossover_study.core.cpu_flags`).
     """
     steps = int(workload.steps_per_call)
 
@@ -116,6 +118,8 @@ def count_point(workload, framework: str, device: str, steps_per_block: int | No
         return {}
     columns = counts.columns()
     columns.update(host_calls.columns(watch, steps))
+    if device == "cpu":
+        columns["step_flops_emulated"] = cpu_flags.emulated(columns.get("step_flops_precision"))
     calls = columns.get("step_function_calls")
     if getattr(workload, "one_call_per_block", False) and steps_per_block and calls:
         columns["step_function_calls"] = calls * steps / steps_per_block

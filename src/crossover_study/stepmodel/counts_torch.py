@@ -10,6 +10,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 
+from crossover_study.core.cpu_flags import DTYPE_PRECISION
 from crossover_study.stepmodel.record import StepCounts, lstm_products, product_flops, rows_per_step
 
 #: PyTorch RNN ops outside torch.utils.flop_counter: op -> (its backward?, index of
@@ -122,6 +123,7 @@ def _torch_counter(watch=None):
             self.products = Counter()
             self.rnn_layers = Counter()
             self.elementwise = Counter()
+            self.dtype_flops = Counter()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -133,8 +135,12 @@ def _torch_counter(watch=None):
             self.ops += 1
             rnn = _torch_rnn_layers(name, args)
             if packet in flop_registry:
-                self.flops += flop_registry[packet](*args, **kwargs, out_val=out)
+                flops = flop_registry[packet](*args, **kwargs, out_val=out)
+                self.flops += flops
                 self.flop_ops += 1
+                found = tensors(args)
+                if found:
+                    self.dtype_flops[str(found[0].dtype).removeprefix("torch.")] += flops
                 product = _torch_product(name, args)
                 if product is not None:
                     self.products[product] += 1
@@ -213,4 +219,13 @@ def count_torch_step(
         products=rows_per_step(counter.products, steps, False),
         rnn_layers=rows_per_step(counter.rnn_layers, steps),
         elementwise=rows_per_step(counter.elementwise, steps),
+        flops_precision=_precision(counter.dtype_flops),
     )
+
+
+def _precision(dtype_flops: Counter) -> str | None:
+    """The precision (``fp32``, ``bf16``, ``fp16``) of the dtype most FLOPs ran in."""
+    if not dtype_flops:
+        return None
+    dtype = dtype_flops.most_common(1)[0][0]
+    return DTYPE_PRECISION.get(dtype, dtype)

@@ -22,6 +22,8 @@ class StepCounts:
     flops: FLOPs of matrix products and LSTM gates, forward and backward (2 per
         multiply-add).
     flops_source: how ``flops`` was counted.
+    flops_precision: the precision most of ``flops`` ran in (``fp32``, ``bf16``,
+    ``fp16``: the products' input dtype, an autocast region's included); None unknown.
     mem_bytes: bytes read and written by the other operations (bytes).
     copy_bytes: bytes copied between host and device (bytes).
     mem_ops: of ``ops``, those that moved the ``mem_bytes`` (mem_bytes / mem_ops is
@@ -72,6 +74,7 @@ class StepCounts:
     products: tuple = ()
     rnn_layers: tuple = ()
     elementwise: tuple = ()
+    flops_precision: str | None = None
 
     def columns(self) -> dict:
         """The timings table's columns (``step_ops``, ``step_ops_kind``, ...);
