@@ -266,3 +266,14 @@ def test_host_calls_restore_the_previous_profile_function():
         assert sys.getprofile() is previous
     finally:
         sys.setprofile(None)
+
+
+def test_tensorflow_reads_are_counted_with_their_lines():
+    import tensorflow as tf
+
+    v = tf.Variable(1.0)
+    watch = host_calls.HostCalls()
+    with watch:
+        loss = v * 2.0
+        loss.numpy(), float(loss)
+    assert {what for what, _ in watch.reads} == {".numpy()", "float(t)"}

@@ -39,8 +39,16 @@ from dataclasses import dataclass, field
 
 #: PyTorch tensor methods that read a value back to the host (C methods: ``c_call``).
 TORCH_READS = frozenset({"item", "tolist", "numpy", "cpu"})
-#: TensorFlow EagerTensor methods that read a value back (Python methods in ops.py).
-TF_READS = frozenset({"numpy", "__float__", "__int__", "__bool__", "__index__", "__array__"})
+#: TensorFlow EagerTensor methods that read a value back (Python methods in ops.py), by
+#: how the user's code calls them.
+TF_READS = {
+    "numpy": ".numpy()",
+    "__float__": "float(t)",
+    "__int__": "int(t)",
+    "__bool__": "bool(t)",
+    "__index__": "an index from a tensor",
+    "__array__": "np.asarray(t)",
+}
 #: Functions that make a tensor from host data (PyTorch).
 TORCH_FROM_HOST = frozenset({"tensor", "as_tensor", "from_numpy"})
 #: This package's folder: its frames are the library's, never the user's.
@@ -140,7 +148,7 @@ class HostCalls:
                 return
             path = code.co_filename.replace(os.sep, "/")
             if code.co_name in TF_READS and path.endswith("tensorflow/python/framework/ops.py"):
-                self.reads[(f".{code.co_name}()".replace(".__", "__"), self._where(caller))] += 1
+                self.reads[(TF_READS[code.co_name], self._where(caller))] += 1
             elif "/numpy/" in path:
                 self.host_data[("NumPy", self._where(caller))] += 1
             elif path.endswith("/random.py") and "/site-packages/" not in path:
