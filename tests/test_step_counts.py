@@ -104,6 +104,57 @@ def test_torch_lstm_gates_are_counted():
     assert columns["step_flop_ops"] == gates + sum(p[-1] for p in products)
 
 
+def test_a_gru_is_noted_with_the_ops_and_kernels_it_accounts_for_and_priced_as_cudnn_runs_it():
+    """The GRU plug-in (issue 62 item 7): on the CPU each GRU layer runs as ATen ops per
+    time step, which the T4's card priced as that many launches; its module call is noted
+    (step_rnn_modules) with the ops and kernels it made, and the card prices it as cuDNN
+    runs it, a few host ops and 4T + 4 kernels per layer, so the step is no longer ops per
+    time step on the host."""
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+
+    from crossover_study.stepmodel.card_model import price, work_of_row
+    from crossover_study.study.device_cards import load_cards
+
+    path = Path(__file__).parent / "plugins" / "torch_gru.py"
+    spec = importlib.util.spec_from_file_location("torch_gru_plugin", path)
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    batch, hidden, steps = 4, 8, 12
+    built = plugin.build(torch.device("cpu"), batch, hidden, steps)
+    counts = step_counts_torch.count_torch_step(lambda: built.step(*built.data), 1)
+    columns = counts.columns()
+    rows = json.loads(columns["step_rnn_modules"])
+    assert len(rows) == 1
+    gru = dict(zip(step_record.RNN_MODULE_KEYS, rows[0], strict=True))
+    assert (gru["kind"], gru["steps"], gru["batch"]) == ("GRU", steps, batch)
+    assert (gru["inputs"], gru["hidden"], gru["layers"]) == (plugin.FEATURES, hidden, 2)
+    assert gru["backward"] and gru["per_step"] == 1.0
+    # The GRU is most of the step's ops and kernels, and grows with its time steps.
+    assert steps * 2 * 2 < gru["ops"] < columns["step_ops"]
+    assert gru["kernels"] <= columns["step_flop_ops"] + columns["step_mem_ops"]
+    assert 0 < gru["flops"] <= columns["step_flops"]
+    row = {
+        **columns, "framework": "torch", "variant": "eager", "program": "torch_step",
+        "loss_read_every": 1,
+    }  # fmt: skip
+    t4 = load_cards(["t4"])[0]
+    after = price(work_of_row(row, 0.0), t4)
+    before = price(work_of_row({**row, "step_rnn_modules": None}, 0.0), t4)
+    other_ops = columns["step_ops"] - gru["ops"]
+    # The host: the step's other ops and one op forward and one backward for the GRU.
+    assert after.host_s + after.host_launch_s < before.host_s + before.host_launch_s
+    assert (after.host_s + after.host_launch_s) / (before.host_s + before.host_launch_s) == (
+        pytest.approx((other_ops + 2) / columns["step_ops"], rel=0.05)
+    )
+    # The device: 2 layers × (4T + 4) cuDNN kernels in place of the GRU's counted ones.
+    kernels = columns["step_flop_ops"] + columns["step_mem_ops"] - gru["kernels"]
+    assert after.kernels == pytest.approx(kernels + 2 * (4 * steps + 4))
+    assert after.step_s < before.step_s / 5
+
+
 def test_lstm_products_as_onednn_runs_them():
     """Per layer one hidden-state product (B × H)·(H × 4H) per time step forward and
     one (B × 4H)·(4H × H) backward, the input's over all steps at once."""
