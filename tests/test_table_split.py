@@ -124,6 +124,12 @@ def _synthetic(folder: Path) -> pd.DataFrame:
         [["aten.add.Tensor", '[[{"t": [1, 8]}], {}]', 96, 2.0]]
     )
     wide.loc[1, "compile_cache"] = json.dumps({"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 2})
+    wide.loc[0, "step_rnn_modules"] = json.dumps(
+        [
+            ["GRU", 50, 32, 16, 64, 2, 1, True, 4, 4635, 3308, 3.7e8, 1.0e8,
+             "[[786432.0, 298], [9830400.0, 2]]", "[[2304.0, 98], [16384.0, 601]]", 1.0],
+        ]
+    )  # fmt: skip
     for c in ("blocks_per_run", "attr_top_ops", "attr_source", "attr_bias_s"):
         wide[c] = wide[c].astype(object)
     return wide

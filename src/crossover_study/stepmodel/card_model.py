@@ -89,7 +89,8 @@ class Work:
     host_s: the host's own work beside the operations, seconds (measured here);
     framework, variant, program: what ran; rnn: the step's recurrent module calls
     (:class:`RnnCall`), which a CUDA card prices as cuDNN runs them
-    (:func:`cudnn_rnn_work`).
+    (:func:`cudnn_rnn_work`); counted_kernels: ``kernels`` as counted, before
+    :func:`work_of_row` held it to ``ops`` (None: the same).
     """
 
     framework: str
@@ -106,6 +107,7 @@ class Work:
     products: tuple = field(default_factory=tuple)
     elementwise: tuple = field(default_factory=tuple)
     rnn: tuple = field(default_factory=tuple)
+    counted_kernels: float | None = None
 
 
 def _number(row: Mapping, key: str, default: float | None = None) -> float | None:
@@ -189,6 +191,7 @@ def work_of_row(row: Mapping, host_s: float | None = None) -> Work:
         products=_products(row.get("step_products")),
         elementwise=_elementwise(row.get("step_elementwise")),
         rnn=rnn_calls(row.get("step_rnn_modules")),
+        counted_kernels=kernels,
     )
 
 
@@ -616,17 +619,24 @@ def cudnn_rnn_work(work: Work) -> Work:
     RNN layer is ATen ops per time step, an LSTM layer one oneDNN op), and in their
     place, per call, one dispatched host op forward (PyTorch's ``_cudnn_rnn``) and one
     backward (``_cudnn_rnn_backward``, which makes cuDNN's backward-data and
-    backward-weights calls), and the kernels of :func:`cudnn_rnn_kernels`. The FLOPs
-    stay as counted. A work without recurrent calls is returned as it is."""
+    backward-weights calls), and the kernels of :func:`cudnn_rnn_kernels`. The step's
+    other kernels are its counted ones less the calls' (``counted_kernels``: an LSTM
+    layer op counts its gate products, more than its ops), at most its other ops. The
+    FLOPs stay as counted. A work without recurrent calls is returned as it is."""
     if not work.rnn:
         return work
-    ops, kernels, mem = work.ops, work.kernels, work.mem_bytes
+    counted = work.kernels if work.counted_kernels is None else work.counted_kernels
+    ops, kernels, mem = work.ops, counted, work.mem_bytes
     products, elementwise = work.products, work.elementwise
+    for call in work.rnn:
+        ops -= call.per_step * call.ops
+        kernels -= call.per_step * call.kernels
+    ops, kernels = max(ops, 0.0), min(max(kernels, 0.0), max(ops, 0.0))
     for call in work.rnn:
         per = call.per_step
         gemms, fused = cudnn_rnn_kernels(call)
-        ops += per * ((2.0 if call.backward else 1.0) - call.ops)
-        kernels += per * (sum(n for _, n in gemms + fused) - call.kernels)
+        ops += per * (2.0 if call.backward else 1.0)
+        kernels += per * sum(n for _, n in gemms + fused)
         mem += per * (sum(b * n for b, n in fused) - call.mem_bytes)
         products = _less(products, call.products, per) + tuple((f, n * per) for f, n in gemms)
         elementwise = _less(elementwise, call.elementwise, per) + tuple(
@@ -634,7 +644,7 @@ def cudnn_rnn_work(work: Work) -> Work:
         )
     return Work(
         framework=work.framework, variant=work.variant, program=work.program,
-        ops=max(ops, 0.0), graph_ops=work.graph_ops, function_calls=work.function_calls,
-        kernels=max(kernels, 0.0), flops=work.flops, mem_bytes=max(mem, 0.0),
+        ops=ops, graph_ops=work.graph_ops, function_calls=work.function_calls,
+        kernels=kernels, flops=work.flops, mem_bytes=max(mem, 0.0),
         syncs=work.syncs, host_s=work.host_s, products=products, elementwise=elementwise,
     )  # fmt: skip
