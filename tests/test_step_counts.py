@@ -155,6 +155,37 @@ def test_a_gru_is_noted_with_the_ops_and_kernels_it_accounts_for_and_priced_as_c
     assert after.step_s < before.step_s / 5
 
 
+def test_every_torch_recurrent_module_is_noted_with_its_shape():
+    """nn.RNN (bidirectional, relu), nn.LSTM and nn.GRU calls in one step are each noted
+    once with their kind, shape and directions; an LSTM layer is one oneDNN op each way
+    on the CPU (its ops do not grow with the time steps), an RNN's ops do."""
+    import torch
+    from torch import nn
+
+    def noted(steps: int) -> dict:
+        torch.manual_seed(0)
+        rnn = nn.RNN(3, 4, nonlinearity="relu", bidirectional=True)
+        lstm = nn.LSTM(8, 5, num_layers=2, batch_first=True)
+        x = torch.randn(steps, 2, 3)
+
+        def step():
+            out, _ = rnn(x)
+            out, _ = lstm(out.transpose(0, 1))
+            out.sum().backward()
+
+        rows = step_counts_torch.count_torch_step(step).rnn_modules
+        return {r[0]: dict(zip(step_record.RNN_MODULE_KEYS, r, strict=True)) for r in rows}
+
+    short, long = noted(4), noted(12)
+    assert set(long) == {"RNN_RELU", "LSTM"}
+    rnn, lstm = long["RNN_RELU"], long["LSTM"]
+    assert (rnn["steps"], rnn["batch"], rnn["inputs"], rnn["hidden"]) == (12, 2, 3, 4)
+    assert (rnn["directions"], lstm["directions"], lstm["layers"]) == (2, 1, 2)
+    assert (lstm["steps"], lstm["batch"], lstm["inputs"]) == (12, 2, 8)
+    assert lstm["ops"] == short["LSTM"]["ops"] < 40
+    assert rnn["ops"] > 2 * short["RNN_RELU"]["ops"] - 40
+
+
 def test_lstm_products_as_onednn_runs_them():
     """Per layer one hidden-state product (B × H)·(H × 4H) per time step forward and
     one (B × 4H)·(4H × H) backward, the input's over all steps at once."""

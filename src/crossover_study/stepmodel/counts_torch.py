@@ -8,6 +8,7 @@ LSTM layers it does not reach, element-wise calls by overload and arguments, and
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Callable
 
@@ -274,10 +275,16 @@ def _rnn_modules(calls: Counter, steps: float) -> tuple:
     :func:`rnn_call_spec` -> calls in ``steps`` steps): each distinct call counted once
     alone (:func:`count_rnn_call`) with its ``per_step``, as a row of
     :data:`~crossover_study.stepmodel.record.RNN_MODULE_KEYS`, its ``products`` and
-    ``elementwise`` as JSON text (a cell of ``rnn_modules.csv``)."""
+    ``elementwise`` as JSON text (a cell of ``rnn_modules.csv``). A call that cannot be
+    rebuilt alone (an error from the module) is left out with a line on stderr: its ops
+    are then priced as counted."""
     rows = []
     for spec, count in calls.items():
-        counted = {**count_rnn_call(spec), "per_step": count / steps}
+        try:
+            counted = {**count_rnn_call(spec), "per_step": count / steps}
+        except Exception as error:  # noqa: BLE001 - the step's own counts stay
+            print(f"step counts: {spec[0]} call not counted alone: {error}", file=sys.stderr)
+            continue
         for key in ("products", "elementwise"):
             counted[key] = json.dumps(counted[key])
         rows.append(tuple(counted[k] for k in RNN_MODULE_KEYS))
