@@ -5,6 +5,7 @@ cannot follow loses its counts, never its row."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -184,6 +185,53 @@ def test_every_torch_recurrent_module_is_noted_with_its_shape():
     assert (lstm["steps"], lstm["batch"], lstm["inputs"]) == (12, 2, 8)
     assert lstm["ops"] == short["LSTM"]["ops"] < 40
     assert rnn["ops"] > 2 * short["RNN_RELU"]["ops"] - 40
+
+
+def test_keras_lstm_and_gru_are_noted_where_keras_would_run_cudnn():
+    """s004-lstm's Keras LSTM layers (TensorFlow, Keras fit): each call is noted with the
+    ops it accounts for, all inside the step's graph, and on the T4 they become two
+    CudnnRNNV3 ops a layer and 4T + 4 kernels; a GRU with Keras's defaults is noted, a
+    SimpleRNN (no cuDNN path in Keras) and an LSTM with recurrent dropout are not."""
+    import keras
+    import tensorflow as tf
+
+    from crossover_study.stepmodel.card_model import price, work_of_row
+    from crossover_study.study.device_cards import load_cards
+
+    sizes = {"batch": 4, "units": 6, "seq_len": 5}
+    workload = _built("tensorflow", "s004-lstm", sizes)
+    columns = step_counts.count_point(workload, "tensorflow", "cpu")
+    rows = json.loads(columns["step_rnn_modules"])
+    layers = [dict(zip(step_record.RNN_MODULE_KEYS, r, strict=True)) for r in rows]
+    assert [(r["kind"], r["steps"], r["batch"], r["hidden"]) for r in layers] == [
+        ("LSTM", 5, 4, 6)
+    ] * 3
+    assert sum(r["per_step"] for r in layers) == pytest.approx(3.0)
+    removed = sum(r["ops"] * r["per_step"] for r in layers)
+    assert 3 * 5 < removed < columns["step_graph_ops"] <= columns["step_ops"]
+    row = {**columns, "framework": "tensorflow", "variant": "eager", "program": "keras_fit"}
+    work = work_of_row(row, 0.0)
+    t4 = load_cards(["t4"])[0]
+    after, before = price(work, t4), price(work_of_row({**row, "step_rnn_modules": None}, 0.0), t4)
+    assert after.host_launch_s < before.host_launch_s
+    assert after.kernels < before.kernels
+
+    calls, state = Counter(), step_counts_tf._new_state()
+    undo = step_counts_tf._note_keras_rnn(state, calls)
+    x = tf.random.normal((2, 4, 3))
+    try:
+        for layer in (
+            keras.layers.GRU(5),
+            keras.layers.SimpleRNN(5),
+            keras.layers.LSTM(5, recurrent_dropout=0.5),
+        ):
+            layer(x)
+    finally:
+        undo()
+    assert [spec[0] for spec in calls] == ["GRU"]
+    gru = step_counts_tf.count_keras_rnn_call(next(iter(calls)))
+    assert (gru["steps"], gru["batch"], gru["inputs"], gru["hidden"]) == (4, 2, 3, 5)
+    assert gru["ops"] > 4 and gru["flops"] > 0
 
 
 def test_lstm_products_as_onednn_runs_them():

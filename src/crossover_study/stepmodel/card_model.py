@@ -617,9 +617,11 @@ def cudnn_rnn_work(work: Work) -> Work:
     on an NVIDIA GPU instead of as the CPU ran it: the call's counted ops, kernels,
     products, element-wise calls and element-wise bytes taken out (on the CPU a GRU or
     RNN layer is ATen ops per time step, an LSTM layer one oneDNN op), and in their
-    place, per call, one dispatched host op forward (PyTorch's ``_cudnn_rnn``) and one
-    backward (``_cudnn_rnn_backward``, which makes cuDNN's backward-data and
-    backward-weights calls), and the kernels of :func:`cudnn_rnn_kernels`. The step's
+    place, per call, one dispatched host op forward (PyTorch's ``_cudnn_rnn``, Keras's
+    ``CudnnRNNV3``) and one backward (``_cudnn_rnn_backward``, ``CudnnRNNBackpropV3``,
+    each making cuDNN's backward-data and backward-weights calls), and the kernels of
+    :func:`cudnn_rnn_kernels`; a TensorFlow step's calls that ran inside its graph (their
+    ops among its graph ops) are replaced there. The step's
     other kernels are its counted ones less the calls' (``counted_kernels``: an LSTM
     layer op counts its gate products, more than its ops), at most its other ops. The
     FLOPs stay as counted. A work without recurrent calls is returned as it is."""
@@ -628,14 +630,19 @@ def cudnn_rnn_work(work: Work) -> Work:
     counted = work.kernels if work.counted_kernels is None else work.counted_kernels
     ops, kernels, mem = work.ops, counted, work.mem_bytes
     products, elementwise = work.products, work.elementwise
-    for call in work.rnn:
-        ops -= call.per_step * call.ops
-        kernels -= call.per_step * call.kernels
-    ops, kernels = max(ops, 0.0), min(max(kernels, 0.0), max(ops, 0.0))
+    removed = sum(call.per_step * call.ops for call in work.rnn)
+    kernels -= sum(call.per_step * call.kernels for call in work.rnn)
+    ops = max(ops - removed, 0.0)
+    kernels = min(max(kernels, 0.0), ops)
+    # A Keras layer runs inside the step's graph (its ops were graph ops): so do its
+    # CudnnRNNV3 ops there.
+    in_graph = work.framework == "tensorflow" and work.graph_ops >= removed > 0
+    graph_ops = work.graph_ops - removed if in_graph else work.graph_ops
     for call in work.rnn:
         per = call.per_step
         gemms, fused = cudnn_rnn_kernels(call)
         ops += per * (2.0 if call.backward else 1.0)
+        graph_ops += per * (2.0 if call.backward else 1.0) if in_graph else 0.0
         kernels += per * sum(n for _, n in gemms + fused)
         mem += per * (sum(b * n for b, n in fused) - call.mem_bytes)
         products = _less(products, call.products, per) + tuple((f, n * per) for f, n in gemms)
@@ -644,7 +651,7 @@ def cudnn_rnn_work(work: Work) -> Work:
         )
     return Work(
         framework=work.framework, variant=work.variant, program=work.program,
-        ops=ops, graph_ops=work.graph_ops, function_calls=work.function_calls,
+        ops=ops, graph_ops=min(graph_ops, ops), function_calls=work.function_calls,
         kernels=kernels, flops=work.flops, mem_bytes=max(mem, 0.0),
         syncs=work.syncs, host_s=work.host_s, products=products, elementwise=elementwise,
     )  # fmt: skip

@@ -57,7 +57,8 @@ class StepCounts:
         :func:`crossover_study.stepmodel.replay.replay_products` times whole. Their FLOPs
         (:func:`lstm_layer_flops`) are in ``flops``.
     rnn_modules: the step's ``torch.nn.RNN``/``GRU``/``LSTM`` module calls (PyTorch on
-        the CPU), one row per distinct call, its fields in :data:`RNN_MODULE_KEYS`'s
+        the CPU) or Keras ``LSTM``/``GRU`` calls that Keras would run on cuDNN on a GPU
+        (TensorFlow), one row per distinct call, its fields in :data:`RNN_MODULE_KEYS`'s
         order: ``kind`` (``RNN_TANH``, ``RNN_RELU``, ``GRU``, ``LSTM``), ``steps`` T,
         ``batch`` B, ``inputs`` I, ``hidden`` H, ``layers``, ``directions`` (1 or 2),
         ``backward`` (its backward pass taken), ``elem_bytes`` (bytes per element), and
@@ -65,9 +66,11 @@ class StepCounts:
         backward: ``ops``, ``kernels`` (products and element-wise calls), ``flops``,
         ``mem_bytes`` (bytes), ``products`` (JSON text ``[[FLOPs, calls], ...]``) and
         ``elementwise`` (JSON text ``[[bytes, calls], ...]``); ``per_step`` calls per
-        step (:func:`crossover_study.stepmodel.counts_torch.count_rnn_call`). On the CPU
-        a GRU or RNN layer runs as ATen ops per time step, an LSTM layer as one oneDNN
-        op; a device card prices these calls as cuDNN runs them instead.
+        step (:func:`crossover_study.stepmodel.counts_torch.count_rnn_call`,
+        :func:`crossover_study.stepmodel.counts_tf.count_keras_rnn_call`). On the CPU a
+        GRU or RNN layer runs as ATen ops per time step, an LSTM layer as one oneDNN op,
+        a Keras layer as a loop of ops per time step; a device card prices these calls as
+        cuDNN runs them instead.
     elementwise: PyTorch's operations behind ``mem_bytes`` by operator and arguments,
         ``((op, args, bytes, per_step), ...)``: ``per_step`` calls of ``op`` (an ATen
         overload, e.g. ``aten._softmax.default``) with ``args`` (JSON of its positional
