@@ -28,6 +28,7 @@ from crossover_study.stepmodel.card_model import (
     cudnn_rnn_kernels,
     price,
     price_range,
+    replica_share,
 )
 from crossover_study.study.device_cards import (
     CARDS_DIR,
@@ -480,6 +481,8 @@ def test_a_recurrent_layer_is_priced_as_cudnn_runs_it(tmp_path):
     gemms, fused = cudnn_rnn_kernels(deep)
     assert sum(n for _, n in gemms + fused) == 4 * (4 * t + 4)
     assert (2.0 * t * b * (2 * h) * 3 * h, 1.0) in gemms
+    # One replica's share of a step counted for two holds half of each call.
+    assert replica_share(_gru_work(), 2).rnn[0].per_step == 0.5
 
 
 def test_compile_fuses_element_wise_kernels_into_a_band(tmp_path):

@@ -405,8 +405,12 @@ REPLICATED = {"ddp": True, "mirrored": False, "mirrored_fit": False}
 def replica_share(work: Work, replicas: int) -> Work:
     """One replica's share of a replicated step whose counts are every replica's (each
     count and each product's or element-wise call's ``per_step`` over ``replicas``; the
-    host's own work stays whole: one process runs it)."""
+    host's own work stays whole: one process runs it; each recurrent call's ``per_step``
+    likewise)."""
+    from dataclasses import replace
+
     share = 1.0 / replicas
+    counted = None if work.counted_kernels is None else work.counted_kernels * share
     return Work(
         framework=work.framework, variant=work.variant, program=work.program,
         ops=work.ops * share, graph_ops=work.graph_ops * share,
@@ -415,6 +419,8 @@ def replica_share(work: Work, replicas: int) -> Work:
         host_s=work.host_s,
         products=tuple((f, n * share) for f, n in work.products),
         elementwise=tuple((b, n * share) for b, n in work.elementwise),
+        rnn=tuple(replace(call, per_step=call.per_step * share) for call in work.rnn),
+        counted_kernels=counted,
     )  # fmt: skip
 
 
