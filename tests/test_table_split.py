@@ -91,6 +91,15 @@ def test_the_committed_reference_run_splits_and_joins_back(tmp_path):
     assert len(blocks) == sum(len(json.loads(c)) for c in ok["block_step_times_s"])
 
 
+def test_a_study_written_before_a_later_table_reads_with_its_column_empty(tmp_path):
+    wide = read_timings(REFERENCE / "timings.csv").head(3)
+    table_split.write_tables(wide, tmp_path / "timings.csv")
+    for table in table_split.LATER_TABLES:
+        table_split.table_path(tmp_path / "timings.csv", table).unlink()
+    got = read_timings(tmp_path / "timings.csv")
+    assert len(got) == 3 and got["step_rnn_modules"].isna().all()
+
+
 def _synthetic(folder: Path) -> pd.DataFrame:
     """Two points of the reference run with every kind of cell a long table holds: a
     point of two runs, an empty object, a reason instead of sources, products, LSTM
