@@ -7,10 +7,10 @@ point: ``attribution.csv``, ``counts.csv``, ``measurement.csv`` and ``environmen
 ``compile_cache.csv``, ``top_ops.csv``, ``tracer_bias.csv``,
 ``attribution_sources.csv``, ``products.csv``, ``rnn_layers.csv``,
 ``elementwise.csv`` and ``rnn_modules.csv`` (one row per value of what a measuring job
-writes as a JSON cell, :data:`~crossover_study.core.columns.LONG_TABLES`) and ``rates.csv`` (the rates of a
-row only where they differ from ``rates/<framework>/<device>.json``, which holds them
-otherwise). :func:`write_tables` writes them (:func:`split`) and
-:func:`join` puts the whole row of each point back together, JSON cells rebuilt exactly
+writes as a JSON cell, :data:`~crossover_study.core.columns.LONG_TABLES`) and
+``rates.csv`` (the rates of a row only where they differ from
+``rates/<framework>/<device>.json``, which holds them otherwise). :func:`write_tables`
+writes them (:func:`split`) and :func:`join` puts the whole row of each point back together, JSON cells rebuilt exactly
 as they were and rates read from the rates files: the frame
 :func:`crossover_study.analysis.tables.read_timings` returns, whichever way the points
 were written.

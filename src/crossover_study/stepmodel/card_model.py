@@ -359,7 +359,8 @@ def price(work: Work, card: Card, variant: str | None = None, end: str = "centra
     """``work`` (the CPU's counts of a step) run as ``variant`` (default: the work's
     own) on ``card``, one estimate (``end``: low, central or high; module docstring);
     on a CUDA card its recurrent module calls run as cuDNN runs them
-    (:func:`cudnn_rnn_work`). Raises :class:`NotPriced` with the reason where the card cannot price it."""
+    (:func:`cudnn_rnn_work`). Raises :class:`NotPriced` with the reason where the card
+    cannot price it."""
     variant = variant or work.variant
     mode = variant_mode(card, work.framework, variant)
     if card.device_class == "cuda" and work.rnn:

@@ -344,10 +344,12 @@ def _keras_rnn_spec(layer, sequences) -> tuple | None:
     if layer.recurrent_dropout or len(getattr(sequences, "shape", ())) != 3:
         return None
     args = (layer.activation, layer.recurrent_activation, layer.unroll, layer.use_bias)
+    # Keras's own test of the arguments (cudnn_ok less its "a GPU is present").
     if name == "LSTM":
-        suits = tf_rnn._do_lstm_arguments_support_cudnn(*args)  # noqa: SLF001 - Keras's own test
+        suits = tf_rnn._do_lstm_arguments_support_cudnn(*args)  # noqa: SLF001
     else:
-        suits = tf_rnn._do_gru_arguments_support_cudnn(*args, reset_after=layer.reset_after)  # noqa: SLF001
+        gru_test = tf_rnn._do_gru_arguments_support_cudnn  # noqa: SLF001
+        suits = gru_test(*args, reset_after=layer.reset_after)
     if not suits:
         return None
     config = json.dumps(layer.get_config(), sort_keys=True, default=str)
