@@ -4,6 +4,7 @@ answer is known by hand; the answer's words for a launch-bound and a compute-bou
 prediction; and no predicted number ever reaching a measured table or verdict."""
 
 import copy
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -20,7 +21,15 @@ from crossover_study.answers.predicted import card_clause, check_line
 from crossover_study.answers.predicted import main as devices_main
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import table_columns
-from crossover_study.stepmodel.card_model import NotPriced, Work, price, price_range
+from crossover_study.stepmodel.card_model import (
+    NotPriced,
+    RnnCall,
+    Work,
+    cudnn_rnn_kernels,
+    price,
+    price_range,
+    replica_share,
+)
 from crossover_study.study.device_cards import (
     CARDS_DIR,
     DEFAULT_CARDS,
@@ -423,6 +432,57 @@ def test_a_cuda_graph_replays_the_kernels_with_one_launch(tmp_path):
     # The host's Python does not run in a replay; 30 kernels at 0.5 µs = 15 µs.
     assert graph.host_s == 0 and graph.host_launch_s == pytest.approx(1e-5)
     assert graph.step_s == pytest.approx(15e-6)
+
+
+def _gru_work(**changes) -> Work:
+    """:func:`_work` plus one GRU call (T = 10, B = 4, I = 3, H = 5, one layer) as the CPU
+    ran it: 600 ATen ops, 400 kernels (100 gate products of 600 FLOP, 300 element-wise
+    calls of 1 kB), all inside the step's counts."""
+    gru = RnnCall(
+        kind="GRU", steps=10, batch=4, inputs=3, hidden=5, layers=1, directions=1,
+        backward=True, elem_bytes=4, ops=600.0, kernels=400.0, mem_bytes=3e5,
+        products=((600.0, 100.0),), elementwise=((1e3, 300.0),), per_step=1.0,
+    )  # fmt: skip
+    base = dict(
+        ops=640.0, kernels=430.0, mem_bytes=8e4 + 3e5,
+        products=((1e6, 10.0), (600.0, 100.0)), elementwise=((4e3, 20.0), (1e3, 300.0)),
+        rnn=(gru,),
+    )  # fmt: skip
+    base.update(changes)
+    return _work(**base)
+
+
+def test_a_recurrent_layer_is_priced_as_cudnn_runs_it(tmp_path):
+    """A GRU the CPU ran as ops per time step is priced on a CUDA card as cuDNN runs it
+    (Appleyard, Kočiský and Blunsom 2016): one host op forward and one backward, and per
+    layer and direction an input GEMM, T recurrent GEMMs and T fused element-wise kernels
+    forward, T of each backward and three GEMMs over all steps (input and weight
+    gradients)."""
+    card = _card(tmp_path)
+    gemms, fused = cudnn_rnn_kernels(_gru_work().rnn[0])
+    t, b, i, h = 10, 4, 3, 5
+    assert sum(n for _, n in gemms) == 1 + t + t + 3
+    assert sum(n for _, n in fused) == 2 * t
+    assert (2.0 * t * b * i * 3 * h, 1.0) in gemms  # the input projection over all steps
+    assert (2.0 * b * h * 3 * h, float(t)) in gemms  # one recurrent GEMM per step
+    assert sum(f * n for f, n in gemms) == pytest.approx(3 * (2 * t * b * 3 * h * (i + h)))
+    after = price(_gru_work(), card)
+    # The GRU's 600 ops become 2: 42 host ops × 2 µs; its 400 kernels become 4T + 4 = 44,
+    # beside the step's other 30: 74 kernels, each at the 2 µs floor.
+    assert after.host_launch_s == pytest.approx(42 * 2e-6)
+    assert after.kernels == pytest.approx(30 + 44)
+    assert after.device_s == pytest.approx(74 * 2e-6)
+    assert after.step_s == pytest.approx(74 * 2e-6) and after.regime == "launch-bound"
+    before = price(_gru_work(rnn=()), card)  # the same counts without the module noted
+    assert before.host_launch_s == pytest.approx(640 * 2e-6) and before.kernels == 430
+    # Two layers, both directions: 2 × 2 × (4T + 4) kernels; the second layer's input is
+    # both directions' hidden states.
+    deep = replace(_gru_work().rnn[0], layers=2, directions=2)
+    gemms, fused = cudnn_rnn_kernels(deep)
+    assert sum(n for _, n in gemms + fused) == 4 * (4 * t + 4)
+    assert (2.0 * t * b * (2 * h) * 3 * h, 1.0) in gemms
+    # One replica's share of a step counted for two holds half of each call.
+    assert replica_share(_gru_work(), 2).rnn[0].per_step == 0.5
 
 
 def test_compile_fuses_element_wise_kernels_into_a_band(tmp_path):

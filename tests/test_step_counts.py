@@ -5,6 +5,7 @@ cannot follow loses its counts, never its row."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -102,6 +103,135 @@ def test_torch_lstm_gates_are_counted():
     # 3 + T) besides the Dense's.
     gates = 3 * ((1 + 5) + (3 + 5))
     assert columns["step_flop_ops"] == gates + sum(p[-1] for p in products)
+
+
+def test_a_gru_is_noted_with_the_ops_and_kernels_it_accounts_for_and_priced_as_cudnn_runs_it():
+    """The GRU plug-in (issue 62 item 7): on the CPU each GRU layer runs as ATen ops per
+    time step, which the T4's card priced as that many launches; its module call is noted
+    (step_rnn_modules) with the ops and kernels it made, and the card prices it as cuDNN
+    runs it, a few host ops and 4T + 4 kernels per layer, so the step is no longer ops per
+    time step on the host."""
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+
+    from crossover_study.stepmodel.card_model import price, work_of_row
+    from crossover_study.study.device_cards import load_cards
+
+    path = Path(__file__).parent / "plugins" / "torch_gru.py"
+    spec = importlib.util.spec_from_file_location("torch_gru_plugin", path)
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    batch, hidden, steps = 4, 8, 12
+    built = plugin.build(torch.device("cpu"), batch, hidden, steps)
+    counts = step_counts_torch.count_torch_step(lambda: built.step(*built.data), 1)
+    columns = counts.columns()
+    rows = json.loads(columns["step_rnn_modules"])
+    assert len(rows) == 1
+    gru = dict(zip(step_record.RNN_MODULE_KEYS, rows[0], strict=True))
+    assert (gru["kind"], gru["steps"], gru["batch"]) == ("GRU", steps, batch)
+    assert (gru["inputs"], gru["hidden"], gru["layers"]) == (plugin.FEATURES, hidden, 2)
+    assert gru["backward"] and gru["per_step"] == 1.0
+    # The GRU is most of the step's ops and kernels, and grows with its time steps.
+    assert steps * 2 * 2 < gru["ops"] < columns["step_ops"]
+    assert gru["kernels"] <= columns["step_flop_ops"] + columns["step_mem_ops"]
+    assert 0 < gru["flops"] <= columns["step_flops"]
+    row = {
+        **columns, "framework": "torch", "variant": "eager", "program": "torch_step",
+        "loss_read_every": 1,
+    }  # fmt: skip
+    t4 = load_cards(["t4"])[0]
+    after = price(work_of_row(row, 0.0), t4)
+    before = price(work_of_row({**row, "step_rnn_modules": None}, 0.0), t4)
+    other_ops = columns["step_ops"] - gru["ops"]
+    # The host: the step's other ops and one op forward and one backward for the GRU.
+    assert after.host_s + after.host_launch_s < before.host_s + before.host_launch_s
+    assert (after.host_s + after.host_launch_s) / (before.host_s + before.host_launch_s) == (
+        pytest.approx((other_ops + 2) / columns["step_ops"], rel=0.05)
+    )
+    # The device: 2 layers × (4T + 4) cuDNN kernels in place of the GRU's counted ones.
+    kernels = columns["step_flop_ops"] + columns["step_mem_ops"] - gru["kernels"]
+    assert after.kernels == pytest.approx(kernels + 2 * (4 * steps + 4))
+    assert after.step_s < before.step_s / 5
+
+
+def test_every_torch_recurrent_module_is_noted_with_its_shape():
+    """nn.RNN (bidirectional, relu), nn.LSTM and nn.GRU calls in one step are each noted
+    once with their kind, shape and directions; an LSTM layer is one oneDNN op each way
+    on the CPU (its ops do not grow with the time steps), an RNN's ops do."""
+    import torch
+    from torch import nn
+
+    def noted(steps: int) -> dict:
+        torch.manual_seed(0)
+        rnn = nn.RNN(3, 4, nonlinearity="relu", bidirectional=True)
+        lstm = nn.LSTM(8, 5, num_layers=2, batch_first=True)
+        x = torch.randn(steps, 2, 3)
+
+        def step():
+            out, _ = rnn(x)
+            out, _ = lstm(out.transpose(0, 1))
+            out.sum().backward()
+
+        rows = step_counts_torch.count_torch_step(step).rnn_modules
+        return {r[0]: dict(zip(step_record.RNN_MODULE_KEYS, r, strict=True)) for r in rows}
+
+    short, long = noted(4), noted(12)
+    assert set(long) == {"RNN_RELU", "LSTM"}
+    rnn, lstm = long["RNN_RELU"], long["LSTM"]
+    assert (rnn["steps"], rnn["batch"], rnn["inputs"], rnn["hidden"]) == (12, 2, 3, 4)
+    assert (rnn["directions"], lstm["directions"], lstm["layers"]) == (2, 1, 2)
+    assert (lstm["steps"], lstm["batch"], lstm["inputs"]) == (12, 2, 8)
+    assert lstm["ops"] == short["LSTM"]["ops"] < 40
+    assert rnn["ops"] > 2 * short["RNN_RELU"]["ops"] - 40
+
+
+def test_keras_lstm_and_gru_are_noted_where_keras_would_run_cudnn():
+    """s004-lstm's Keras LSTM layers (TensorFlow, Keras fit): each call is noted with the
+    ops it accounts for, all inside the step's graph, and on the T4 they become two
+    CudnnRNNV3 ops a layer and 4T + 4 kernels; a GRU with Keras's defaults is noted, a
+    SimpleRNN (no cuDNN path in Keras) and an LSTM with recurrent dropout are not."""
+    import keras
+    import tensorflow as tf
+
+    from crossover_study.stepmodel.card_model import price, work_of_row
+    from crossover_study.study.device_cards import load_cards
+
+    sizes = {"batch": 4, "units": 6, "seq_len": 5}
+    workload = _built("tensorflow", "s004-lstm", sizes)
+    columns = step_counts.count_point(workload, "tensorflow", "cpu")
+    rows = json.loads(columns["step_rnn_modules"])
+    layers = [dict(zip(step_record.RNN_MODULE_KEYS, r, strict=True)) for r in rows]
+    assert [(r["kind"], r["steps"], r["batch"], r["hidden"]) for r in layers] == [
+        ("LSTM", 5, 4, 6)
+    ] * 3
+    assert sum(r["per_step"] for r in layers) == pytest.approx(3.0)
+    removed = sum(r["ops"] * r["per_step"] for r in layers)
+    assert 3 * 5 < removed < columns["step_graph_ops"] <= columns["step_ops"]
+    row = {**columns, "framework": "tensorflow", "variant": "eager", "program": "keras_fit"}
+    work = work_of_row(row, 0.0)
+    t4 = load_cards(["t4"])[0]
+    after, before = price(work, t4), price(work_of_row({**row, "step_rnn_modules": None}, 0.0), t4)
+    assert after.host_launch_s < before.host_launch_s
+    assert after.kernels < before.kernels
+
+    calls, state = Counter(), step_counts_tf._new_state()
+    undo = step_counts_tf._note_keras_rnn(state, calls)
+    x = tf.random.normal((2, 4, 3))
+    try:
+        for layer in (
+            keras.layers.GRU(5),
+            keras.layers.SimpleRNN(5),
+            keras.layers.LSTM(5, recurrent_dropout=0.5),
+        ):
+            layer(x)
+    finally:
+        undo()
+    assert [spec[0] for spec in calls] == ["GRU"]
+    gru = step_counts_tf.count_keras_rnn_call(next(iter(calls)))
+    assert (gru["steps"], gru["batch"], gru["inputs"], gru["hidden"]) == (4, 2, 3, 5)
+    assert gru["ops"] > 4 and gru["flops"] > 0
 
 
 def test_lstm_products_as_onednn_runs_them():

@@ -91,6 +91,15 @@ def test_the_committed_reference_run_splits_and_joins_back(tmp_path):
     assert len(blocks) == sum(len(json.loads(c)) for c in ok["block_step_times_s"])
 
 
+def test_a_study_written_before_a_later_table_reads_with_its_column_empty(tmp_path):
+    wide = read_timings(REFERENCE / "timings.csv").head(3)
+    table_split.write_tables(wide, tmp_path / "timings.csv")
+    for table in table_split.LATER_TABLES:
+        table_split.table_path(tmp_path / "timings.csv", table).unlink()
+    got = read_timings(tmp_path / "timings.csv")
+    assert len(got) == 3 and got["step_rnn_modules"].isna().all()
+
+
 def _synthetic(folder: Path) -> pd.DataFrame:
     """Two points of the reference run with every kind of cell a long table holds: a
     point of two runs, an empty object, a reason instead of sources, products, LSTM
@@ -124,6 +133,12 @@ def _synthetic(folder: Path) -> pd.DataFrame:
         [["aten.add.Tensor", '[[{"t": [1, 8]}], {}]', 96, 2.0]]
     )
     wide.loc[1, "compile_cache"] = json.dumps({"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 2})
+    wide.loc[0, "step_rnn_modules"] = json.dumps(
+        [
+            ["GRU", 50, 32, 16, 64, 2, 1, True, 4, 4635, 3308, 3.7e8, 1.0e8,
+             "[[786432.0, 298], [9830400.0, 2]]", "[[2304.0, 98], [16384.0, 601]]", 1.0],
+        ]
+    )  # fmt: skip
     for c in ("blocks_per_run", "attr_top_ops", "attr_source", "attr_bias_s"):
         wide[c] = wide[c].astype(object)
     return wide

@@ -5,12 +5,12 @@ reads, :data:`crossover_study.core.columns.TIMINGS`) and tables beside it keyed 
 point: ``attribution.csv``, ``counts.csv``, ``measurement.csv`` and ``environment.csv``
 (one row per point, :data:`~crossover_study.core.columns.WIDE_TABLES`), ``blocks.csv``,
 ``compile_cache.csv``, ``top_ops.csv``, ``tracer_bias.csv``,
-``attribution_sources.csv``, ``products.csv``, ``rnn_layers.csv`` and
-``elementwise.csv`` (one row per value of what a measuring job writes as a JSON cell,
-:data:`~crossover_study.core.columns.LONG_TABLES`) and ``rates.csv`` (the rates of a
-row only where they differ from ``rates/<framework>/<device>.json``, which holds them
-otherwise). :func:`write_tables` writes them (:func:`split`) and
-:func:`join` puts the whole row of each point back together, JSON cells rebuilt exactly
+``attribution_sources.csv``, ``products.csv``, ``rnn_layers.csv``,
+``elementwise.csv`` and ``rnn_modules.csv`` (one row per value of what a measuring job
+writes as a JSON cell, :data:`~crossover_study.core.columns.LONG_TABLES`) and
+``rates.csv`` (the rates of a row only where they differ from
+``rates/<framework>/<device>.json``, which holds them otherwise). :func:`write_tables`
+writes them (:func:`split`) and :func:`join` puts the whole row of each point back together, JSON cells rebuilt exactly
 as they were and rates read from the rates files: the frame
 :func:`crossover_study.analysis.tables.read_timings` returns, whichever way the points
 were written.
@@ -27,6 +27,10 @@ from crossover_study.core import columns as col
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.stepmodel.rates import row_columns
 from crossover_study.study.spec import undocumented_axes
+
+#: Long tables added after studies were first written by table: a study written before
+#: one has no such file, and its rows read with that column empty.
+LATER_TABLES = ("rnn_modules",)
 
 #: The curves among the rates (JSON lists of [size, rate] pairs in a row).
 CURVES = ("rate_flop_curve", "rate_mem_curve")
@@ -279,7 +283,8 @@ def join(timings: pd.DataFrame, path: str | Path, read) -> pd.DataFrame:
     runs and the rates from ``rates.csv`` or else the row's
     ``rates/<framework>/<device>.json`` (text, as a whole row holds them; empty without a
     file). ``read``: reads one table's CSV as text (the reader of ``timings.csv``).
-    Raises :class:`SplitError` naming a table that is missing."""
+    Raises :class:`SplitError` naming a table that is missing (one of
+    :data:`LATER_TABLES` may be: its column is then empty)."""
     path = Path(path)
     key = key_columns(timings)
     names = _keys(timings, key)
@@ -299,6 +304,8 @@ def join(timings: pd.DataFrame, path: str | Path, read) -> pd.DataFrame:
             if c in frame:
                 added[c] = names.map(frame[c])
     for table in col.LONG_TABLES:
+        if table in LATER_TABLES and not table_path(path, table).exists():
+            continue  # a study written before the table existed: its column stays empty
         frame = sibling(table)
         source = col.LONG_TABLES[table][0]
         cells = {p: _rebuild(g, table) for p, g in frame.groupby("_point", sort=False)}

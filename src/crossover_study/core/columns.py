@@ -286,12 +286,44 @@ LONG_TABLES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
         ("steps", "layer_batch", "inputs", "layer_hidden", "backward", "per_step"),
     ),
     "elementwise": ("step_elementwise", "call", ("op", "args", "bytes", "per_step")),
+    "rnn_modules": (
+        "step_rnn_modules",
+        "module",
+        (
+            "rnn_kind",
+            "steps",
+            "module_batch",
+            "inputs",
+            "module_hidden",
+            "layers",
+            "directions",
+            "backward",
+            "elem_bytes",
+            "module_ops",
+            "module_kernels",
+            "module_flops",
+            "module_mem_bytes",
+            "module_products",
+            "module_elementwise",
+            "per_step",
+        ),
+    ),
 }
 
 #: Fields of the long tables that hold text (the others hold JSON numbers and booleans,
 #: written as JSON writes them).
 LONG_TEXT_FIELDS: frozenset[str] = frozenset(
-    {"counter", "op", "event", "category", "source", "args"}
+    {
+        "counter",
+        "op",
+        "event",
+        "category",
+        "source",
+        "args",
+        "rnn_kind",
+        "module_products",
+        "module_elementwise",
+    }
 )
 
 #: ``blocks.csv``'s column for the run of a point measured in several runs

@@ -42,6 +42,16 @@ What is counted, and how:
   is more than its products (the gates' element-wise arithmetic, the per-time-step
   loop); s004-lstm's three layers at 45 units took 17 ms forward and backward where
   their gate products replayed alone took 11.7 ms (2-core VM, 2026-12-02).
+- **rnn_modules** (PyTorch on the CPU): each ``torch.nn.RNN``/``GRU``/``LSTM`` call
+  the step makes, noted by a global module forward hook and counted again alone, a
+  module of the same configuration on input of the same shape, forward and backward,
+  under the same operator counter (:attr:`StepCounts.rnn_modules`): the ops, kernels,
+  products and element-wise calls it accounts for. On the CPU a GRU or RNN layer runs
+  as ATen ops per time step (a 2-layer GRU of 50 steps: 4 635 of its step's 4 776 ops),
+  which a GPU runs as a few cuDNN kernels per step from one host op; the device cards
+  replace them (:func:`crossover_study.stepmodel.card_model.cudnn_rnn_work`). TensorFlow:
+  each Keras ``LSTM`` or ``GRU`` call that Keras would run on cuDNN on a GPU
+  (:func:`crossover_study.stepmodel.counts_tf.count_keras_rnn_call`), likewise.
 - **mem_bytes**: bytes read and written by the operations that are not FLOP-counted
   (element-wise, reductions, copies; views and scalar reads left out), the sizes of
   their tensor inputs and outputs: the memory traffic of the roofline's memory roof.

@@ -1,16 +1,19 @@
 """TensorFlow's step counted: the ops an op callback sees while functions run
 eagerly, those a second call runs inside a compiled graph, ``MatMul`` FLOPs from
-their shapes (:func:`count_tf_step`).
+their shapes, and each Keras LSTM or GRU call that would run on cuDNN with the ops it
+accounts for (:func:`count_tf_step`, :func:`count_keras_rnn_call`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import sys
 from collections import Counter
 from collections.abc import Callable
 
-from crossover_study.stepmodel.record import StepCounts, rows_per_step
+from crossover_study.stepmodel.record import RNN_MODULE_KEYS, StepCounts, rows_per_step
 
 #: TensorFlow ops whose FLOPs are counted (2·m·k·n from their shapes).
 TF_MATMUL_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
@@ -251,15 +254,19 @@ def count_tf_step(
     if fetches[0] < 0 or fetches[1] < 1:
         raise ValueError(f"fetches must be (>= 0, >= 1), got {fetches}")
 
+    rnn_calls, rnn_steps = Counter(), [steps]
+
     def run(functions_eagerly: bool) -> dict:
         state = _new_state(windowed=functions_eagerly and steps > WINDOW_STEPS, fetches=fetches)
         callback = _tf_callback(state)
         was = tf.config.functions_run_eagerly()
         tf.config.run_functions_eagerly(functions_eagerly)
         op_callbacks.add_op_callback(callback)
+        unpatch = _note_keras_rnn(state, rnn_calls) if functions_eagerly else None
         try:
             step()
         except _WindowFull:  # enough identical steps seen: per step from the window
+            rnn_steps[0] = WINDOW_STEPS
             for key in _COUNTED:
                 state[key] = (state[key] - state["before"][key]) * steps / WINDOW_STEPS
             window = state["products"] - state["before"]["products"]
@@ -269,6 +276,8 @@ def count_tf_step(
         finally:
             op_callbacks.remove_op_callback(callback)
             tf.config.run_functions_eagerly(was)
+            if unpatch is not None:
+                unpatch()
         return state
 
     with watch if watch is not None else contextlib.nullcontext():
@@ -315,4 +324,135 @@ def count_tf_step(
                 + rows_per_step(every["products"] - as_run["products"], steps, True)
             )
         ),
+        rnn_modules=_keras_rnn_modules(rnn_calls, rnn_steps[0]),
     )
+
+
+# --------------------------------------------------------------------------- Keras RNNs
+def _keras_rnn_spec(layer, sequences) -> tuple | None:
+    """What rebuilds one call of a Keras ``LSTM`` or ``GRU`` layer that would run on cuDNN
+    on a GPU: ``(class name, layer config as JSON, input shape (B, T, I), dtype)``; None
+    for another layer or one Keras would run as its own loop on a GPU too. Keras 3 runs
+    ``backend.lstm``/``backend.gru`` (``tf.raw_ops.CudnnRNNV3``, one op a call) where
+    ``use_cudnn`` is ``"auto"`` or True, ``recurrent_dropout`` is 0 and the arguments
+    suit cuDNN (tanh, sigmoid, not unrolled, a bias, a GRU's ``reset_after``) and a GPU
+    is present (keras.io, LSTM and GRU layers; keras/src/layers/rnn/lstm.py
+    ``inner_loop``; keras/src/backend/tensorflow/rnn.py ``cudnn_ok``). SimpleRNN has no
+    cuDNN path."""
+    import importlib
+
+    try:  # the module (the package's ``rnn`` attribute is its function of that name)
+        tf_rnn = importlib.import_module("keras.src.backend.tensorflow.rnn")
+    except ImportError:
+        return None
+    name = type(layer).__name__
+    if name not in ("LSTM", "GRU") or layer.use_cudnn not in ("auto", True):
+        return None
+    if layer.recurrent_dropout or len(getattr(sequences, "shape", ())) != 3:
+        return None
+    args = (layer.activation, layer.recurrent_activation, layer.unroll, layer.use_bias)
+    # Keras's own test of the arguments (cudnn_ok less its "a GPU is present").
+    if name == "LSTM":
+        suits = tf_rnn._do_lstm_arguments_support_cudnn(*args)  # noqa: SLF001
+    else:
+        gru_test = tf_rnn._do_gru_arguments_support_cudnn  # noqa: SLF001
+        suits = gru_test(*args, reset_after=layer.reset_after)
+    if not suits:
+        return None
+    config = json.dumps(layer.get_config(), sort_keys=True, default=str)
+    shape = tuple(int(d) for d in sequences.shape)
+    return (name, config, shape, sequences.dtype.name)
+
+
+def _note_keras_rnn(state: dict, calls: Counter):
+    """Wrap Keras's LSTM and GRU ``inner_loop`` so that each eager call inside the
+    counting window (:func:`_window`) is noted in ``calls`` (:func:`_keras_rnn_spec` ->
+    calls); returns what undoes it (None without Keras)."""
+    try:
+        from keras.src.layers.rnn.gru import GRU
+        from keras.src.layers.rnn.lstm import LSTM
+    except ImportError:
+        return None
+    import tensorflow as tf
+
+    originals = {cls: cls.inner_loop for cls in (LSTM, GRU)}
+
+    def wrap(original):
+        def inner_loop(self, sequences, *args, **kwargs):
+            opened = not state["windowed"] or state["before"] is not None
+            if tf.executing_eagerly() and opened:
+                try:
+                    spec = _keras_rnn_spec(self, sequences)
+                except Exception:  # noqa: BLE001 - noting a call never breaks the step
+                    spec = None
+                if spec is not None:
+                    calls[spec] += 1
+            return original(self, sequences, *args, **kwargs)
+
+        return inner_loop
+
+    for cls, original in originals.items():
+        cls.inner_loop = wrap(original)
+
+    def undo():
+        for cls, original in originals.items():
+            cls.inner_loop = original
+
+    return undo
+
+
+def count_keras_rnn_call(spec: tuple) -> dict:
+    """One Keras LSTM or GRU call rebuilt from its :func:`_keras_rnn_spec` (a new layer of
+    the same config, random input of the same shape) counted eagerly, forward and the
+    gradient of its weights and input, under the step's op callback: what the call
+    accounts for in the step's counts. Returns the fields of
+    :data:`~crossover_study.stepmodel.record.RNN_MODULE_KEYS` but ``per_step`` (``kind``
+    ``LSTM`` or ``GRU``, one layer, one direction; ``products`` [[FLOPs, calls]];
+    ``elementwise`` empty: TensorFlow's element-wise calls are not listed)."""
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.framework import op_callbacks
+
+    name, config, shape, dtype = spec
+    layer = getattr(keras.layers, name).from_config(json.loads(config))
+    x = tf.random.normal(shape, dtype=dtype)
+    grads = [tf.ones_like(t) for t in tf.nest.flatten(layer(x))]
+    state = _new_state()
+    callback = _tf_callback(state)
+    op_callbacks.add_op_callback(callback)
+    try:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = tf.nest.flatten(layer(x))
+        tape.gradient(out, [x, *layer.trainable_variables], output_gradients=grads)
+    finally:
+        op_callbacks.remove_op_callback(callback)
+    products = Counter()
+    for (b, m, k, n, *_), count in state["products"].items():
+        products[2.0 * b * m * k * n] += count
+    return {
+        "kind": name, "steps": shape[1], "batch": shape[0], "inputs": shape[2],
+        "hidden": int(layer.units), "layers": 1, "directions": 1, "backward": True,
+        "elem_bytes": tf.as_dtype(dtype).size, "ops": state["ops"],
+        "kernels": state["flop_ops"] + state["mem_ops"], "flops": state["flops"],
+        "mem_bytes": state["mem_bytes"], "products": sorted([f, c] for f, c in products.items()),
+        "elementwise": [],
+    }  # fmt: skip
+
+
+def _keras_rnn_modules(calls: Counter, steps: float) -> tuple:
+    """:attr:`StepCounts.rnn_modules` of the Keras LSTM and GRU calls a step made
+    (``calls`` over ``steps`` steps), each distinct call counted alone
+    (:func:`count_keras_rnn_call`); one that cannot be is left out with a line on
+    stderr (its ops are then priced as counted)."""
+    rows = []
+    for spec, count in calls.items():
+        try:
+            counted = {**count_keras_rnn_call(spec), "per_step": count / steps}
+        except Exception as error:  # noqa: BLE001 - the step's own counts stay
+            print(f"step counts: Keras {spec[0]} not counted alone: {error}", file=sys.stderr)
+            continue
+        for key in ("products", "elementwise"):
+            counted[key] = json.dumps(counted[key])
+        rows.append(tuple(counted[k] for k in RNN_MODULE_KEYS))
+    return tuple(rows)

@@ -1,17 +1,25 @@
 """PyTorch's step counted: ATen ops by a ``TorchDispatchMode`` on the CPU, device
 activities by the profiler on CUDA, FLOPs by ``torch.utils.flop_counter`` plus the
-LSTM layers it does not reach, element-wise calls by overload and arguments
-(:func:`count_torch_step`).
+LSTM layers it does not reach, element-wise calls by overload and arguments, and each
+``torch.nn.RNN``/``GRU``/``LSTM`` module call with the ops and kernels it accounts for
+(:func:`count_torch_step`, :func:`count_rnn_call`).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Callable
 
 from crossover_study.core.cpu_flags import DTYPE_PRECISION
-from crossover_study.stepmodel.record import StepCounts, lstm_products, product_flops, rows_per_step
+from crossover_study.stepmodel.record import (
+    RNN_MODULE_KEYS,
+    StepCounts,
+    lstm_products,
+    product_flops,
+    rows_per_step,
+)
 
 #: PyTorch RNN ops outside torch.utils.flop_counter: op -> (its backward?, index of
 #: its ``hx`` argument, whose second-to-last dimension is the batch). Signatures:
@@ -173,6 +181,125 @@ def _torch_counter(watch=None):
     return OpCounter()
 
 
+#: Gate blocks of each ``torch.nn.RNNBase.mode``: its hidden-to-gates matrix is G·H × H
+#: (torch.nn.RNN, GRU and LSTM documentation: one, three and four gates).
+RNN_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "GRU": 3, "LSTM": 4}
+
+
+def rnn_call_spec(module, args, output) -> tuple | None:
+    """What rebuilds one call of a ``torch.nn.RNNBase`` module (``nn.RNN``, ``GRU``,
+    ``LSTM``) for :func:`count_rnn_call`: ``(mode, input shape, batch_first, inputs I,
+    hidden H, proj_size, layers, bidirectional, bias, dropout, training, dtype name,
+    input requires grad, hx shapes, backward)``, ``backward`` true where the output
+    requires grad (a training step takes its backward). None for another module, a
+    ``PackedSequence`` input (its steps vary by sequence) or a module not on the CPU."""
+    import torch
+    from torch import nn
+
+    if not isinstance(module, nn.RNNBase) or module.mode not in RNN_GATES:
+        return None
+    x = args[0] if args else None
+    if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
+        return None
+    hx = args[1] if len(args) > 1 else None
+    hx_shapes = None
+    if isinstance(hx, torch.Tensor):
+        hx_shapes = (tuple(hx.shape),)
+    elif isinstance(hx, (tuple, list)):
+        hx_shapes = tuple(tuple(h.shape) for h in hx)
+    out = output[0] if isinstance(output, tuple) else output
+    backward = bool(isinstance(out, torch.Tensor) and out.requires_grad)
+    return (
+        module.mode, tuple(x.shape), bool(module.batch_first), int(module.input_size),
+        int(module.hidden_size), int(getattr(module, "proj_size", 0)), int(module.num_layers),
+        bool(module.bidirectional), bool(module.bias), float(module.dropout),
+        bool(module.training), str(x.dtype).removeprefix("torch."), bool(x.requires_grad),
+        hx_shapes, backward,
+    )  # fmt: skip
+
+
+def count_rnn_call(spec: tuple) -> dict:
+    """One call of an RNN module rebuilt from its :func:`rnn_call_spec` (a new module of
+    the same configuration on the CPU, random input of the same shape and dtype, its
+    output's gradient made before counting) counted forward and, where ``backward``,
+    backward under the same operator counter as the step: what that call accounts for in
+    the step's counts. Returns ``{"kind", "steps" (T), "batch" (B), "inputs" (I),
+    "hidden" (H), "layers", "directions", "backward", "elem_bytes" (bytes per element),
+    "ops", "kernels" (its products and element-wise calls), "flops", "mem_bytes" (its
+    element-wise calls' bytes), "products" [[FLOPs,
+    per call], ...], "elementwise" [[bytes, per call], ...]}``. The global random state
+    is restored. Raises ValueError for an unknown mode."""
+    import torch
+    from torch import nn
+
+    (mode, shape, batch_first, inputs, hidden, proj, layers, bidirectional, bias, dropout,
+     training, dtype, x_grad, hx_shapes, backward) = spec  # fmt: skip
+    if mode not in RNN_GATES:
+        raise ValueError(f"not an RNN mode: {mode!r}")
+    dtype = getattr(torch, dtype)
+    kind = {"LSTM": nn.LSTM, "GRU": nn.GRU}.get(mode, nn.RNN)
+    kwargs = {"nonlinearity": mode.removeprefix("RNN_").lower()} if kind is nn.RNN else {}
+    if proj:
+        kwargs["proj_size"] = proj
+    with torch.random.fork_rng(devices=[]):
+        module = kind(
+            inputs, hidden, num_layers=layers, bias=bias, batch_first=batch_first,
+            dropout=dropout, bidirectional=bidirectional, dtype=dtype, **kwargs,
+        )  # fmt: skip
+        module.train(training)
+        x = torch.randn(shape, dtype=dtype, requires_grad=x_grad)
+        hx = None
+        if hx_shapes is not None:
+            hx = tuple(torch.zeros(s, dtype=dtype) for s in hx_shapes)
+            hx = hx if mode == "LSTM" else hx[0]
+        with torch.no_grad():
+            grad = torch.ones_like(module(x, hx)[0])
+        counter = _torch_counter()
+        with counter:
+            out = module(x, hx)[0]
+            if backward:
+                out.backward(grad)
+    batched = len(shape) == 3
+    steps = shape[1] if batch_first and batched else shape[0]
+    products, elementwise = Counter(), Counter()
+    for (b, m, k, n, *_), count in counter.products.items():
+        products[2.0 * b * m * k * n] += count
+    for (_, _, moved), count in counter.elementwise.items():
+        elementwise[float(moved)] += count
+    return {
+        "kind": mode, "steps": int(steps),
+        "batch": int(shape[0] if batch_first else shape[1]) if batched else 1,
+        "inputs": inputs, "hidden": hidden, "layers": layers,
+        "directions": 2 if bidirectional else 1, "backward": backward,
+        "elem_bytes": int(torch.empty((), dtype=dtype).element_size()),
+        "ops": counter.ops, "kernels": counter.flop_ops + counter.mem_ops,
+        "flops": float(counter.flops), "mem_bytes": float(counter.mem_bytes),
+        "products": sorted([f, c] for f, c in products.items()),
+        "elementwise": sorted([b, c] for b, c in elementwise.items()),
+    }  # fmt: skip
+
+
+def _rnn_modules(calls: Counter, steps: float) -> tuple:
+    """:attr:`StepCounts.rnn_modules` of the RNN module calls a step made (``calls``:
+    :func:`rnn_call_spec` -> calls in ``steps`` steps): each distinct call counted once
+    alone (:func:`count_rnn_call`) with its ``per_step``, as a row of
+    :data:`~crossover_study.stepmodel.record.RNN_MODULE_KEYS`, its ``products`` and
+    ``elementwise`` as JSON text (a cell of ``rnn_modules.csv``). A call that cannot be
+    rebuilt alone (an error from the module) is left out with a line on stderr: its ops
+    are then priced as counted."""
+    rows = []
+    for spec, count in calls.items():
+        try:
+            counted = {**count_rnn_call(spec), "per_step": count / steps}
+        except Exception as error:  # noqa: BLE001 - the step's own counts stay
+            print(f"step counts: {spec[0]} call not counted alone: {error}", file=sys.stderr)
+            continue
+        for key in ("products", "elementwise"):
+            counted[key] = json.dumps(counted[key])
+        rows.append(tuple(counted[k] for k in RNN_MODULE_KEYS))
+    return tuple(rows)
+
+
 def _cuda_kernels(step: Callable[[], object]) -> int:
     """Device activities (kernels, memory copies and sets) the PyTorch profiler
     records on CUDA while ``step()`` runs, the device synchronised after it."""
@@ -194,15 +321,31 @@ def count_torch_step(
     return the :class:`StepCounts` of one step. On ``cuda`` the step runs once more
     under the profiler, whose device activities are ``ops``. The step really runs (its
     update is applied), so call it outside the timed blocks; it is slower while
-    counted. ``watch`` (a :class:`~crossover_study.stepmodel.host_calls.HostCalls`, entered
-    by the caller) is told of each scalar read the user's code makes. Exceptions from the
+    counted. Each ``torch.nn.RNN``/``GRU``/``LSTM`` call the step makes on the CPU is noted
+    by a global module forward hook and counted again alone (:func:`count_rnn_call`:
+    ``rnn_modules``), so that a device card can replace the ops and kernels it made by the
+    ones cuDNN runs (:mod:`crossover_study.stepmodel.card_model`). ``watch`` (a
+    :class:`~crossover_study.stepmodel.host_calls.HostCalls`, entered by the caller) is told
+    of each scalar read the user's code makes. Exceptions from the
     step propagate; ValueError for ``steps`` below 1.
     """
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
-    counter = _torch_counter(watch)
-    with counter:
-        step()
+    import torch
+
+    counter, calls = _torch_counter(watch), Counter()
+
+    def note(module, args, output):
+        spec = rnn_call_spec(module, args, output)
+        if spec is not None:
+            calls[spec] += 1
+
+    hook = torch.nn.modules.module.register_module_forward_hook(note)
+    try:
+        with counter:
+            step()
+    finally:
+        hook.remove()
     ops, kind = counter.ops, "aten_ops"
     if device.startswith("cuda"):
         ops, kind = _cuda_kernels(step), "cuda_kernels"
@@ -218,6 +361,7 @@ def count_torch_step(
         copy_bytes=counter.copy_bytes / steps,
         products=rows_per_step(counter.products, steps, False),
         rnn_layers=rows_per_step(counter.rnn_layers, steps),
+        rnn_modules=_rnn_modules(calls, steps),
         elementwise=rows_per_step(counter.elementwise, steps),
         flops_precision=_precision(counter.dtype_flops),
     )

@@ -9,6 +9,13 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+#: The fields of a :attr:`StepCounts.rnn_modules` row, in order (``step_rnn_modules``).
+RNN_MODULE_KEYS = (
+    "kind", "steps", "batch", "inputs", "hidden", "layers", "directions", "backward",
+    "elem_bytes", "ops", "kernels", "flops", "mem_bytes", "products", "elementwise",
+    "per_step",
+)  # fmt: skip
+
 
 @dataclass(frozen=True)
 class StepCounts:
@@ -51,6 +58,21 @@ class StepCounts:
         ``inputs`` features, which
         :func:`crossover_study.stepmodel.replay.replay_products` times whole. Their FLOPs
         (:func:`lstm_layer_flops`) are in ``flops``.
+    rnn_modules: the step's ``torch.nn.RNN``/``GRU``/``LSTM`` module calls (PyTorch on
+        the CPU) or Keras ``LSTM``/``GRU`` calls that Keras would run on cuDNN on a GPU
+        (TensorFlow), one row per distinct call, its fields in :data:`RNN_MODULE_KEYS`'s
+        order: ``kind`` (``RNN_TANH``, ``RNN_RELU``, ``GRU``, ``LSTM``), ``steps`` T,
+        ``batch`` B, ``inputs`` I, ``hidden`` H, ``layers``, ``directions`` (1 or 2),
+        ``backward`` (its backward pass taken), ``elem_bytes`` (bytes per element), and
+        what one such call accounts for among this record's counts, forward and
+        backward: ``ops``, ``kernels`` (products and element-wise calls), ``flops``,
+        ``mem_bytes`` (bytes), ``products`` (JSON text ``[[FLOPs, calls], ...]``) and
+        ``elementwise`` (JSON text ``[[bytes, calls], ...]``); ``per_step`` calls per
+        step (:func:`crossover_study.stepmodel.counts_torch.count_rnn_call`,
+        :func:`crossover_study.stepmodel.counts_tf.count_keras_rnn_call`). On the CPU a
+        GRU or RNN layer runs as ATen ops per time step, an LSTM layer as one oneDNN op,
+        a Keras layer as a loop of ops per time step; a device card prices these calls as
+        cuDNN runs them instead.
     elementwise: PyTorch's operations behind ``mem_bytes`` by operator and arguments,
         ``((op, args, bytes, per_step), ...)``: ``per_step`` calls of ``op`` (an ATen
         overload, e.g. ``aten._softmax.default``) with ``args`` (JSON of its positional
@@ -75,15 +97,17 @@ class StepCounts:
     rnn_layers: tuple = ()
     elementwise: tuple = ()
     flops_precision: str | None = None
+    rnn_modules: tuple = ()
 
     def columns(self) -> dict:
         """The timings table's columns (``step_ops``, ``step_ops_kind``, ...);
         ``step_products`` as JSON ``[[batch, m, k, n, trans_a, trans_b, in_graph,
         per_step], ...]`` and ``step_rnn_layers`` as JSON ``[[steps, batch, inputs,
         hidden, backward, per_step], ...]`` and ``step_elementwise`` as JSON ``[[op,
-        args, bytes, per_step], ...]`` (each None when empty)."""
+        args, bytes, per_step], ...]`` and ``step_rnn_modules`` as JSON ``[[kind, steps,
+        ..., per_step], ...]`` (:data:`RNN_MODULE_KEYS`; each None when empty)."""
         columns = {f"step_{name}": value for name, value in asdict(self).items()}
-        for name in ("products", "rnn_layers", "elementwise"):
+        for name in ("products", "rnn_layers", "elementwise", "rnn_modules"):
             rows = [list(row) for row in getattr(self, name)]
             columns[f"step_{name}"] = json.dumps(rows) if rows else None
         return columns
