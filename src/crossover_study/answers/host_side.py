@@ -54,8 +54,8 @@ def input_text(row: pd.Series) -> str:
 def precision_text(row: pd.Series) -> str:
     """'the products run in bf16, which this CPU emulates (no native bf16 products in its
     flags: AVX512-BF16, AMX-BF16): each converts its operands and computes in fp32, so
-    on this CPU the step is faster in fp32 (leave autocast off on the CPU); an
-    accelerator with native bf16 runs them at its bf16 peak'; empty unless the row's
+    bf16 saves this CPU no arithmetic and adds the conversions (not measured here: ...)
+    ...'; empty unless the row's
     ``step_flops_emulated`` is true (:mod:`crossover_study.core.cpu_flags`)."""
     if row.get("step_flops_emulated") not in (True, "True", "true", 1):
         return ""
@@ -64,8 +64,9 @@ def precision_text(row: pd.Series) -> str:
     return (
         f"the products run in {precision}, which this CPU emulates (no native {precision} "
         f"products in its flags: {flags}): each converts its operands and computes in fp32, "
-        f"so on this CPU the step is faster in fp32 (leave autocast off on the CPU); an "
-        f"accelerator with native {precision} runs them at its {precision} peak"
+        f"so {precision} saves this CPU no arithmetic and adds the conversions (not measured "
+        f"here: time the step with autocast off on the CPU); an accelerator with native "
+        f"{precision} runs them at its {precision} peak"
     )
 
 
