@@ -13,15 +13,15 @@ import pandas as pd
 import pytest
 import torch
 from test_device_cards import _card, _work
-from test_plugins import _plugin_config
+from test_plugins import FAST, _plugin_config
 
-from crossover_study.analysis.card_prediction import not_same_program
+from crossover_study.analysis.card_prediction import not_same_program, predict_cards
 from crossover_study.answers.check_text import _remedy_text
 from crossover_study.answers.host_side import host_side_text, input_text, precision_text
 from crossover_study.answers.predicted import check_line
 from crossover_study.core import cpu_flags
 from crossover_study.measure import frameworks, input_pipeline
-from crossover_study.measure.point import error_line
+from crossover_study.measure.point import error_line, measure_point
 from crossover_study.stepmodel import host_calls
 from crossover_study.stepmodel.card_model import (
     NotPriced,
@@ -33,6 +33,7 @@ from crossover_study.stepmodel.card_model import (
 from crossover_study.stepmodel.counts import count_point
 from crossover_study.stepmodel.counts_torch import count_torch_step
 from crossover_study.study.config import validate_config
+from crossover_study.study.device_cards import load_cards
 from crossover_study.study.spec import PointSpec
 
 PLUGINS = Path(__file__).parent / "plugins"
@@ -276,3 +277,51 @@ def test_tensorflow_reads_are_counted_with_their_lines():
         loss = v * 2.0
         loss.numpy(), float(loss)
     assert {what for what, _ in watch.reads} == {".numpy()", "float(t)"}
+
+
+# -- the plug-ins written for issue 62, measured --------------------------------------
+
+
+def _tf_plugin(tmp_path, plugin: str) -> PointSpec:
+    sizes = {"batch": 16, "units": 8}
+    source = (PLUGINS / plugin).read_text()
+    validate_config(
+        _plugin_config(tmp_path, source, framework="tensorflow", seed=sizes, axes={"batch": [16]})
+    )
+    frameworks.import_framework("tensorflow", "cpu", 1)
+    return PointSpec("mine", "tensorflow", "cpu", "eager", sizes)
+
+
+def test_a_step_that_retraces_every_call_is_predicted_as_slow_as_its_tracing(tmp_path):
+    point = _tf_plugin(tmp_path, "tf_retrace_each_call.py")
+    row = measure_point(point, FAST, 0.0, 0.0, 1)
+    assert row["status"] == "ok", row["message"]
+    assert row["attr_dominant"] == "trace"
+    cpu = {**row, "case": "mine", "framework": "tensorflow", "device": "cpu",
+           "variant": "eager", "timing": "synced", "replicas": 1, **point.sizes}  # fmt: skip
+    predicted = predict_cards(pd.DataFrame([cpu]), load_cards(["t4"]))
+    eager = predicted[predicted["variant"] == "eager"].iloc[0]
+    # Tracing runs on the host: the T4's step keeps it (before: 163× faster, VALIDATION).
+    assert eager["regime"] == "host-bound"
+    assert eager["predicted_low_s"] > 0.5 * row["step_time_s"]
+
+
+def test_a_tf_data_pipeline_the_step_reads_is_timed_alone(tmp_path):
+    point = _tf_plugin(tmp_path, "tf_data_numpy_map.py")
+    workload = frameworks.make_workload(point, 1)
+    workload.setup()
+    workload.run(2)
+    columns = input_pipeline.pipeline_columns(workload)
+    assert columns["input_pipeline"] == "tf.data iterator `batches`"
+    assert columns["input_batch_s"] > 0
+    workload.run(2)  # the step goes on reading from where the probe left the iterator
+
+
+def test_the_replay_plugins_counts_leave_no_cuda_graph(tmp_path):
+    workload = _built(tmp_path, "torch_replay_reads.py", batch=8, hidden=16)
+    counts = count_point(workload, "torch", "cpu")
+    work = work_of_row({**counts, "framework": "torch", "variant": "eager", "step_time_s": 1e-3})
+    assert work.syncs >= 2  # the user's two reads, besides the library's loss read
+    assert capture_obstacle(work).startswith(
+        "not possible for this step, because it reads values back to the host (.item() at"
+    )
