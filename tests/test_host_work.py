@@ -20,7 +20,7 @@ from crossover_study.answers.check_text import _remedy_text
 from crossover_study.answers.host_side import host_side_text, input_text, precision_text
 from crossover_study.answers.predicted import check_line
 from crossover_study.core import cpu_flags
-from crossover_study.measure import frameworks, input_pipeline
+from crossover_study.measure import frameworks, input_pipeline, precision_probe
 from crossover_study.measure.point import error_line, measure_point
 from crossover_study.stepmodel import host_calls
 from crossover_study.stepmodel.card_model import (
@@ -325,3 +325,17 @@ def test_the_replay_plugins_counts_leave_no_cuda_graph(tmp_path):
     assert capture_obstacle(work).startswith(
         "not possible for this step, because it reads values back to the host (.item() at"
     )
+
+
+def test_the_cpus_fp32_remedy_is_measured_paired_with_the_step_as_written(tmp_path):
+    workload = _built(tmp_path, "torch_autocast_mlp.py", batch=16, hidden=64)
+    counts = count_point(workload, "torch", "cpu")
+    assert counts["step_flops_precision"] == "bf16"
+    with precision_probe.autocast_off():
+        assert count_point(workload, "torch", "cpu")["step_flops_precision"] == "fp32"
+    columns = precision_probe.fp32_columns(workload, 4)
+    assert columns["fp32_step_s"] > 0
+    assert columns["fp32_speedup_low"] <= columns["fp32_speedup"] <= columns["fp32_speedup_high"]
+    row = pd.Series({**columns, "step_flops_emulated": True, "step_flops_precision": "bf16"})
+    assert "measured: without autocast the same step takes" in precision_text(row)
+    assert "paired with the step as written" in precision_text(row)

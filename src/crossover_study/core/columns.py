@@ -120,6 +120,10 @@ ATTRIBUTION: tuple[str, ...] = (
     "attr_device_source",
     "input_batch_s",
     "input_pipeline",
+    "fp32_step_s",
+    "fp32_speedup",
+    "fp32_speedup_low",
+    "fp32_speedup_high",
 )
 
 #: ``counts.csv``: what one step does (operations, FLOPs, bytes, page faults), the

@@ -25,7 +25,7 @@ from crossover_study.core.host_load import contention_share, wait_until_quiet
 from crossover_study.core.paths import portable_path
 from crossover_study.core.progress import one_line
 from crossover_study.core.step_thread import StepThread
-from crossover_study.measure import frameworks, input_pipeline
+from crossover_study.measure import frameworks, input_pipeline, precision_probe
 from crossover_study.measure import pairing as pairs
 from crossover_study.measure.attribution import attribution_columns
 from crossover_study.measure.harness import Partner, measure
@@ -386,6 +386,9 @@ def _measure_point(
             counts.update(step_replay.replay_columns(counts, point.framework, point.device))
         counts["count_s"] = replayed - counted
         counts["replay_s"] = time.perf_counter() - replayed
+        if counts.get("step_flops_emulated") and point.framework == "torch":
+            # The CPU's remedy for a precision it emulates: the same step in fp32, paired.
+            attributed.update(precision_probe.fp32_columns(workload, m.steps_per_block, thread))
     except NotApplicable as reason:  # known once a plug-in's builder said what it built
         return {"status": "not_applicable", "message": str(reason), "import_s": import_s}
     except SystemExit as exc:  # sys.exit() in the step: this point's error, not the job's end
