@@ -72,10 +72,15 @@ def precision_text(row: pd.Series) -> str:
         measured = "not measured here: time the step with autocast off on the CPU"
     else:
         step, ratio, low, high = fp32
+        way = (
+            f"no different within noise ({ratio:.2f}×"
+            if low <= 1 <= high
+            else f"{faster_or_slower(ratio, 2)} ("
+        )
+        sep = ", " if low <= 1 <= high else ""
         measured = (
             f"measured: without autocast the same step takes {format_seconds(step)}, "
-            f"{faster_or_slower(ratio, 2)} (95 % CI {low:.2f}–{high:.2f}, paired with the step as "
-            "written)"
+            f"{way}{sep}95 % CI {low:.2f}–{high:.2f}, paired with the step as written)"
         )
     return (
         f"the products run in {precision}, which this CPU emulates (no native {precision} "
