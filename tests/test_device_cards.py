@@ -21,15 +21,9 @@ from crossover_study.answers.predicted import card_clause, check_line
 from crossover_study.answers.predicted import main as devices_main
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import table_columns
-from crossover_study.stepmodel.card_model import (
-    NotPriced,
-    RnnCall,
-    Work,
-    cudnn_rnn_kernels,
-    price,
-    price_range,
-    replica_share,
-)
+from crossover_study.stepmodel.card_model import NotPriced, Work, price, price_range
+from crossover_study.stepmodel.card_replicas import replica_share
+from crossover_study.stepmodel.card_rnn import RnnCall, cudnn_rnn_kernels
 from crossover_study.study.device_cards import (
     CARDS_DIR,
     DEFAULT_CARDS,
@@ -304,7 +298,7 @@ def test_replicas_split_the_work_and_add_the_gradients_all_reduce(tmp_path):
     every replica's) or all of a DDP rank's (one replica's); the gradients' ring
     all-reduce is 2(N-1)/N of their bytes over the peer link plus the latency, added to
     the step and hidden behind it in the low estimate."""
-    from crossover_study.stepmodel.card_model import allreduce_s, price_replicas
+    from crossover_study.stepmodel.card_replicas import allreduce_s, price_replicas
 
     card = _card(tmp_path, allreduce_latency_s=_range(1e-5, 1e-5))
     # 8 MB of gradients over the card's 1e10 B/s host link (no peer link named): 2·½·8e6/1e10.

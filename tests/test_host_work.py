@@ -15,7 +15,8 @@ import torch
 from test_device_cards import _card, _work
 from test_plugins import FAST, _plugin_config
 
-from crossover_study.analysis.card_prediction import not_same_program, predict_cards
+from crossover_study.analysis.card_prediction import predict_cards
+from crossover_study.analysis.card_variants import not_same_program
 from crossover_study.answers.check_text import _remedy_text
 from crossover_study.answers.host_side import host_side_text, input_text, precision_text
 from crossover_study.answers.predicted import check_line

@@ -13,7 +13,7 @@ read measured rows only, and this module writes none.
 Which variants a CPU point stands for: each variant with a program on the card's
 device class whose CPU side is that point's variant (``programs.cpu_variants``, the one
 pairing rule): the point's own variant, and from the eager point the ways of running
-it that exist only on an accelerator (``cuda_graph``, ``tf32``).
+it that exist only on an accelerator (``cuda_graph``, ``tf32``): :mod:`crossover_study.analysis.card_variants`.
 """
 
 from __future__ import annotations
@@ -24,26 +24,27 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from crossover_study.analysis.card_variants import (
+    frozen_programs,
+    not_same_program,
+    variants_for,
+)
 from crossover_study.analysis.crossover import crossover_size
 from crossover_study.analysis.tables import TableError, read_timings
 from crossover_study.core.files import write_csv_atomic
 from crossover_study.core.origin import table_columns
 from crossover_study.stepmodel.card_model import (
     ENDS,
-    REPLICATED,
     NotPriced,
     cold_start_s,
     host_parts_s,
     price_range,
-    price_replicas,
     work_of_row,
 )
+from crossover_study.stepmodel.card_replicas import REPLICATED, price_replicas
 from crossover_study.study.device_cards import Card
-from crossover_study.study.programs import cpu_variants
 from crossover_study.study.spec import (
-    VARIANTS,
     case_axes,
-    falsy,
     seed_sizes,
     size_columns,
     synced,
@@ -54,27 +55,6 @@ from crossover_study.study.spec import (
 #: Columns of predicted.csv before the size axes, and after them (the schema's order).
 HEAD = ("card", "device_class", "device_name", "case", "framework", "variant", "cpu_variant")
 TAIL = tuple(c for c in table_columns("predicted") if c not in HEAD)
-#: Accelerator-only variants a card prices from the CPU's eager point.
-DERIVED = ("cuda_graph", "tf32")
-
-
-def _variants_for(case: str, framework: str, cpu_variant: str, device_class: str) -> list[str]:
-    """The variants run on ``device_class`` whose CPU side is ``cpu_variant``: the
-    variant itself where it has a program there, and for eager the accelerator-only
-    ways of running it (:data:`DERIVED`), each only where ``cpu_variants`` pairs it with
-    ``cpu_variant`` first."""
-    candidates = [cpu_variant, *(DERIVED if cpu_variant == "eager" else ())]
-    found = []
-    for variant in candidates:
-        if variant not in VARIANTS:
-            continue
-        try:
-            pairs = cpu_variants(case, framework, variant, device_class)
-        except (KeyError, ValueError):
-            continue
-        if pairs and (pairs[0] == cpu_variant or (variant in DERIVED and "eager" in pairs)):
-            found.append(variant)
-    return found
 
 
 def host_work(cpu: pd.DataFrame) -> pd.Series:
@@ -118,37 +98,6 @@ def _row_head(
         "cpu_contended": bool(truthy(pd.Series([cpu.get("contended")])).iloc[0]),
         "kind": "prediction",
     }
-
-
-def not_same_program(cpu: pd.Series, variant: str, frozen: str | None = None) -> str | None:
-    """Why ``variant``, predicted from the CPU row ``cpu``, is not the user's program, or
-    None: a predicted variant obeys the measured ones' rule
-    (:mod:`crossover_study.measure.same_program`). The CPU row's own check said it differs
-    (``same_program`` False); or, for a CUDA graph (a capture: it freezes the step's
-    Python-side state as a trace does), ``frozen``: a traced variant of the same program
-    already differed from the step as written."""
-    if variant == cpu.get("variant") and bool(falsy(pd.Series([cpu.get("same_program")])).iloc[0]):
-        said = cpu.get("same_program_message")
-        detail = f" ({said})" if isinstance(said, str) and said else ""
-        return f"not possible for this step, because {variant} is not the same program{detail}"
-    if variant == "cuda_graph" and frozen:
-        return (
-            "not possible for this step, because its Python-side state changes each call "
-            f"(the traced {frozen} computed something else; a capture freezes it the same way)"
-        )
-    return None
-
-
-def _frozen_programs(timings: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """``(case, framework)`` → the variants (comma-separated) whose rows say they are not
-    the same program as the step as written (``same_program`` False)."""
-    if not len(timings) or "same_program" not in timings:
-        return {}
-    rows = timings[falsy(timings["same_program"])]
-    found: dict[tuple[str, str], set] = {}
-    for _, row in rows.iterrows():
-        found.setdefault((str(row["case"]), str(row["framework"])), set()).add(str(row["variant"]))
-    return {key: ", ".join(sorted(v)) for key, v in found.items()}
 
 
 def _row(
@@ -284,11 +233,11 @@ def predict_cards(timings: pd.DataFrame, cards: Iterable[Card]) -> pd.DataFrame:
     rows = []
     host = host_work(cpu)
     replica_host = _replica_host_work(cpu, replicated)
-    frozen = _frozen_programs(timings)
+    frozen = frozen_programs(timings)
     for card in cards:
         for index, point in cpu.iterrows():
             key = (str(point["case"]), str(point["framework"]))
-            for variant in _variants_for(
+            for variant in variants_for(
                 point["case"], point["framework"], point["variant"], card.device_class
             ):
                 rows.append(_row(card, point, variant, axes, float(host[index]), frozen.get(key)))
@@ -329,7 +278,7 @@ def _replica_host_work(cpu: pd.DataFrame, replicated: pd.DataFrame) -> dict:
 
 
 def _replicated_cpu(timings: pd.DataFrame) -> pd.DataFrame:
-    """The ok, synced CPU rows of the data-parallel variants (``card_model.REPLICATED``),
+    """The ok, synced CPU rows of the data-parallel variants (``card_replicas.REPLICATED``),
     one replica (the scaling baseline) or several."""
     if timings.empty or "replicas" not in timings:
         return timings.iloc[0:0]
@@ -347,7 +296,7 @@ def _replica_row(
 ) -> dict:
     """One predicted row of a data-parallel CPU point on ``card``: one GPU for one
     replica (the strategy's program on one device, ``card_model.price``), ``replicas``
-    GPUs of the card otherwise (``card_model.price_replicas``, the gradients' bytes from
+    GPUs of the card otherwise (``card_replicas.price_replicas``, the gradients' bytes from
     the row's ``grad_bytes``); the device class is ``cuda_multi`` for several GPUs.
     ``host_s``: its host's own work (:func:`_replica_host_work`), seconds per step."""
     replicas = int(float(cpu["replicas"]))
@@ -491,7 +440,7 @@ def is_other_variant(predicted: pd.DataFrame) -> pd.Series:
 
 def _one_device(predicted: pd.DataFrame) -> pd.DataFrame:
     """The rows of one device running the program as its user wrote it: not a
-    data-parallel variant (``card_model.REPLICATED``), whatever its replicas."""
+    data-parallel variant (``card_replicas.REPLICATED``), whatever its replicas."""
     return predicted[~predicted["variant"].isin(list(REPLICATED))]
 
 

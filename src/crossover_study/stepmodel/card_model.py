@@ -57,8 +57,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from crossover_study.stepmodel.card_rnn import cudnn_rnn_work, rnn_calls
 from crossover_study.study.device_cards import Card, Range
 
 #: The three estimates of a prediction.
@@ -102,8 +103,8 @@ class Work:
     made (:mod:`crossover_study.stepmodel.host_calls`); precision: the one most FLOPs ran
     in (``step_flops_precision``: fp32, bf16, fp16); input_s: the input pipeline's
     seconds per batch, timed alone (0: none found or not timed); rnn: the step's
-    recurrent module calls (:class:`RnnCall`), which a CUDA card prices as cuDNN runs them
-    (:func:`cudnn_rnn_work`); counted_kernels: ``kernels`` as counted, before
+    recurrent module calls (:class:`~crossover_study.stepmodel.card_rnn.RnnCall`), which a CUDA card prices as cuDNN runs them
+    (:func:`~crossover_study.stepmodel.card_rnn.cudnn_rnn_work`); counted_kernels: ``kernels`` as counted, before
     :func:`work_of_row` held it to ``ops`` (None: the same).
     """
 
@@ -267,7 +268,9 @@ def variant_mode(card: Card, framework: str, variant: str) -> str:
     return "fused" if variant in FUSING_VARIANTS else "eager"
 
 
-def _cost(card: Card, key: str, end: str) -> float:
+def per_call_cost(card: Card, key: str, end: str) -> float:
+    """The card's per-call cost ``key`` (seconds) at ``end`` (low, central, high) of its
+    range. Raises :class:`NotPriced` where the card gives none."""
     found: Range | None = card.cost(key)
     if found is None:
         raise NotPriced(f"the card {card.card} has no {key}")
@@ -296,7 +299,7 @@ def _device_s(work: Work, card: Card, end: str, mode: str) -> dict[str, float]:
     flop_rate = peak * _fraction(card, "compute_fraction", end)
     byte_rate = bandwidth * _fraction(card, "memory_fraction", end)
     floor_key = "cuda_graph_kernel_s" if mode == "cuda_graph" else "kernel_floor_s"
-    floor = _cost(card, floor_key, end) if card.cost(floor_key) else 0.0
+    floor = per_call_cost(card, floor_key, end) if card.cost(floor_key) else 0.0
     parts = {"launch": 0.0, "compute": 0.0, "memory": 0.0}
 
     def add(work_s: float, per_step: float, kind: str) -> None:
@@ -338,25 +341,27 @@ def _host_s(work: Work, card: Card, end: str, mode: str) -> dict:
     eager = max(work.ops - work.graph_ops, 0.0)
     tf = work.framework == "tensorflow"
     if mode == "cuda_graph":
-        return {"host": 0.0, "launch": _cost(card, "cuda_graph_launch_s", end)}
+        return {"host": 0.0, "launch": per_call_cost(card, "cuda_graph_launch_s", end)}
     if mode == "tpu":
         calls = work.function_calls or 1.0
-        launch = calls * _cost(card, "tpu_step_launch_s", end)
+        launch = calls * per_call_cost(card, "tpu_step_launch_s", end)
         return {"host": work.host_s, "launch": launch}
     op_key = "tf_eager_op_s" if tf else "torch_eager_op_s"
     if mode == "fused":
         calls = work.function_calls if tf else 2.0  # torch.compile: a forward and a backward graph
         call_key = "xla_call_s" if tf else "compiled_call_s"
         kernels = _kernels(work, mode, end)
-        launch = calls * _cost(card, call_key, end) + kernels * _cost(card, "kernel_launch_s", end)
+        launch = calls * per_call_cost(card, call_key, end) + kernels * per_call_cost(
+            card, "kernel_launch_s", end
+        )
         if tf:
-            launch += eager * _cost(card, op_key, end)
+            launch += eager * per_call_cost(card, op_key, end)
         return {"host": work.host_s, "launch": launch}
-    launch = eager * _cost(card, op_key, end)
+    launch = eager * per_call_cost(card, op_key, end)
     if work.graph_ops:
-        launch += work.graph_ops * _cost(card, "tf_graph_op_s", end)
+        launch += work.graph_ops * per_call_cost(card, "tf_graph_op_s", end)
     if work.function_calls:
-        launch += work.function_calls * _cost(card, "tf_function_call_s", end)
+        launch += work.function_calls * per_call_cost(card, "tf_function_call_s", end)
     whole = _whole_step_s(work, card, end) if not tf else None
     if whole is not None and whole > work.host_s + launch:
         # The sources' whole steps hold the Python between ops, which work.host_s also
@@ -389,7 +394,7 @@ class Priced:
     step, the ``regime`` and ``host_basis``: ``ops`` where the host is its own work plus
     each call's cost, ``step`` where it is the ops at a whole training step's cost per op
     (:func:`_whole_step_s`); ``allreduce_s`` the replicas' all-reduce of their gradients
-    (:func:`price_replicas`; 0 on one device)."""
+    (:func:`~crossover_study.stepmodel.card_replicas.price_replicas`; 0 on one device)."""
 
     step_s: float
     host_s: float
@@ -419,7 +424,7 @@ def price(work: Work, card: Card, variant: str | None = None, end: str = "centra
         work = cudnn_rnn_work(work)
     host = _host_s(work, card, end, mode)
     device = _device_s(work, card, end, mode)
-    sync = work.syncs * _cost(card, "sync_s", end) if work.syncs else 0.0
+    sync = work.syncs * per_call_cost(card, "sync_s", end) if work.syncs else 0.0
     host_total = host["host"] + host["launch"]
     device_total = sum(device.values())
     step = max(host_total, device_total, work.input_s) + sync
@@ -451,269 +456,7 @@ def price_range(work: Work, card: Card, variant: str | None = None) -> dict[str,
     return {end: price(work, card, variant, end) for end in ENDS}
 
 
-#: Variants that train one batch on several devices (data parallelism), and whether their
-#: counts are one replica's: torch DDP runs a process per rank and counts the leader's
-#: ops; MirroredStrategy runs every replica in one process and counts them all.
-REPLICATED = {"ddp": True, "mirrored": False, "mirrored_fit": False}
-
-
-def replica_share(work: Work, replicas: int) -> Work:
-    """One replica's share of a replicated step whose counts are every replica's (each
-    count and each product's or element-wise call's ``per_step`` over ``replicas``; the
-    host's own work stays whole: one process runs it; each recurrent call's ``per_step``
-    likewise)."""
-
-    share = 1.0 / replicas
-    counted = None if work.counted_kernels is None else work.counted_kernels * share
-    return Work(
-        framework=work.framework, variant=work.variant, program=work.program,
-        ops=work.ops * share, graph_ops=work.graph_ops * share,
-        function_calls=work.function_calls * share, kernels=work.kernels * share,
-        flops=work.flops * share, mem_bytes=work.mem_bytes * share, syncs=work.syncs,
-        host_s=work.host_s,
-        products=tuple((f, n * share) for f, n in work.products),
-        elementwise=tuple((b, n * share) for b, n in work.elementwise),
-        host_reads=work.host_reads, precision=work.precision,
-        host_reads_where=work.host_reads_where,
-        host_data_where=work.host_data_where, input_s=work.input_s,
-        rnn=tuple(replace(call, per_step=call.per_step * share) for call in work.rnn),
-        counted_kernels=counted,
-    )  # fmt: skip
-
-
-def allreduce_s(card: Card, grad_bytes: float, replicas: int, end: str = "central") -> float:
-    """One all-reduce of ``grad_bytes`` (bytes) between ``replicas`` devices of ``card``,
-    seconds: a ring moves 2(N − 1)/N of the bytes over each device's link (Patarasuk and
-    Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations", JPDC
-    69(2), 2009; NCCL's ring), at the card's ``peer_link_bytes_per_s`` (its host link
-    where it names none), plus the card's fixed ``allreduce_latency_s``. Raises
-    :class:`NotPriced` where the card gives neither link rate nor latency."""
-    entry = card.raw["datasheet"].get("peer_link_bytes_per_s") or card.raw["datasheet"].get(
-        "host_link_bytes_per_s"
-    )
-    rate = entry.get("value") if isinstance(entry, Mapping) else None
-    if not rate:
-        raise NotPriced(f"the card {card.card} gives no link rate between two of its devices")
-    moved = 2.0 * (replicas - 1) / replicas * grad_bytes
-    return _cost(card, "allreduce_latency_s", end) + moved / float(rate)
-
-
-def price_replicas(
-    work: Work, card: Card, replicas: int, grad_bytes: float, end: str = "central"
-) -> Priced:
-    """A data-parallel step (``work``: a replicated CPU row's counts, :data:`REPLICATED`
-    says whose) on ``replicas`` devices of ``card``, one estimate: each device runs one
-    replica's share (:func:`replica_share`) in parallel; the host dispatches one
-    replica's ops where each rank is its own process (DDP), and every replica's from one
-    process otherwise (MirroredStrategy: the low estimate takes its replica threads as
-    dispatching in parallel, the others one after another); then the gradients'
-    all-reduce (:func:`allreduce_s`), added to the step (the low estimate hides it
-    behind the larger of host and device, as DDP's buckets overlap the backward pass).
-    ``regime`` is ``communication-bound`` where the all-reduce sets the step. Raises
-    :class:`NotPriced` for a variant that is not replicated, one replica, or a card that
-    cannot price it."""
-    if work.variant not in REPLICATED:
-        raise NotPriced(f"{work.variant} is not a data-parallel variant")
-    if replicas < 2:
-        raise NotPriced("one replica is priced as one device")
-    if card.device_class != "cuda":
-        raise NotPriced("replicas are priced on NVIDIA GPUs (a TPU's cores are one host)")
-    per_replica = REPLICATED[work.variant]
-    replica = work if per_replica else replica_share(work, replicas)
-    one = price(replica, card, "eager", end)
-    host = one.host_s + one.host_launch_s
-    if not per_replica and end != "low":
-        whole = price(work, card, "eager", end)  # every replica's ops from one process
-        host = whole.host_s + whole.host_launch_s
-    reduce = allreduce_s(card, grad_bytes, replicas, end)
-    body = max(host, one.device_s)
-    step = max(body, reduce) if end == "low" else body + reduce
-    regime = "communication-bound" if reduce > body else one.regime
-    return Priced(
-        step_s=step + one.sync_s,
-        host_s=one.host_s,
-        host_launch_s=host - one.host_s,
-        device_s=one.device_s,
-        floor_s=one.floor_s,
-        compute_s=one.compute_s,
-        memory_s=one.memory_s,
-        sync_s=one.sync_s,
-        kernels=one.kernels,
-        regime=regime,
-        host_basis=one.host_basis,
-        allreduce_s=reduce,
-    )
-
-
 def cold_start_s(card: Card) -> Range | None:
     """The card's cold start (its context or runtime started by the first call), s; None
     where it gives none."""
     return card.cost("context_start_s")
-
-
-# --------------------------------------------------------------------------- recurrent layers
-@dataclass(frozen=True)
-class RnnCall:
-    """One recurrent module call of a step (``step_rnn_modules``, PyTorch's counter:
-    :func:`crossover_study.stepmodel.counts_torch.count_rnn_call`): ``kind`` (``LSTM``,
-    ``GRU``, ``RNN_TANH``, ``RNN_RELU``) over ``steps`` T time steps of ``batch`` B
-    sequences of ``inputs`` I features, ``hidden`` H units, ``layers`` and
-    ``directions`` (1, 2), ``backward`` taken or not, ``elem_bytes`` bytes per element;
-    what one call accounts for among the CPU's counts: ``ops``, ``kernels``,
-    ``mem_bytes`` (bytes), ``products`` ``((flops, calls), ...)``, ``elementwise``
-    ``((bytes, calls), ...)``; ``per_step`` calls per step."""
-
-    kind: str
-    steps: int
-    batch: int
-    inputs: int
-    hidden: int
-    layers: int
-    directions: int
-    backward: bool
-    elem_bytes: int
-    ops: float
-    kernels: float
-    mem_bytes: float
-    products: tuple
-    elementwise: tuple
-    per_step: float
-
-
-#: Gate blocks G of each recurrent kind (torch.nn.RNN, GRU, LSTM documentation).
-RNN_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "GRU": 3, "LSTM": 4}
-
-
-def rnn_calls(text) -> tuple:
-    """``step_rnn_modules`` JSON (a list of rows, each :class:`RnnCall`'s fields in the
-    order of :data:`crossover_study.stepmodel.record.RNN_MODULE_KEYS`) as
-    :class:`RnnCall` s; () for an empty cell (a row counted before the column, a step
-    without recurrent modules). Raises ValueError for a kind not in :data:`RNN_GATES`."""
-    from crossover_study.stepmodel.record import RNN_MODULE_KEYS
-
-    if not isinstance(text, str) or not text.strip():
-        return ()
-    calls = []
-    for values in json.loads(text):
-        row = dict(zip(RNN_MODULE_KEYS, values, strict=True))
-        if row["kind"] not in RNN_GATES:
-            raise ValueError(f"step_rnn_modules: unknown recurrent kind {row['kind']!r}")
-        calls.append(
-            RnnCall(
-                **{k: row[k] for k in ("kind", "steps", "batch", "inputs", "hidden", "layers")},
-                directions=int(row["directions"]), backward=bool(row["backward"]),
-                elem_bytes=int(row["elem_bytes"]), ops=float(row["ops"]),
-                kernels=float(row["kernels"]), mem_bytes=float(row["mem_bytes"]),
-                products=tuple((float(f), float(n)) for f, n in _listed(row["products"])),
-                elementwise=tuple((float(b), float(n)) for b, n in _listed(row["elementwise"])),
-                per_step=float(row["per_step"]),
-            )
-        )  # fmt: skip
-    return tuple(calls)
-
-
-def _listed(value) -> list:
-    """A list field of a ``step_rnn_modules`` row: JSON text (as counted) or a list."""
-    return json.loads(value) if isinstance(value, str) else list(value)
-
-
-def cudnn_rnn_kernels(call: RnnCall) -> tuple[tuple, tuple]:
-    """The kernels cuDNN runs for one call, ``(products, elementwise)``: ``((flops,
-    kernels), ...)`` and ``((bytes, kernels), ...)``. Per layer and direction, with T, B,
-    H, G gate blocks (:data:`RNN_GATES`) and I_l = I for the first layer, directions × H
-    after it:
-
-    - forward: the input projection as one GEMM over all time steps,
-      (T·B × I_l)·(I_l × G·H), 2·T·B·I_l·G·H FLOPs; then per time step one recurrent
-      GEMM (B × H)·(H × G·H), 2·B·H·G·H FLOPs, and one fused element-wise kernel (the
-      gates' nonlinearities and the state update) reading both GEMMs' G·B·H outputs and
-      the S previous states and writing S new ones (S = 2 for an LSTM's h and c, else
-      1): (2G + 2S)·B·H elements;
-    - backward: per time step one recurrent GEMM (B × G·H)·(G·H × H) and one fused
-      element-wise kernel ((2G + 3S)·B·H elements: the saved gates, the incoming state
-      gradients, the states read; the gate gradients and the state gradient written);
-      then the input gradient as one GEMM over all steps, 2·T·B·G·H·I_l, and the weight
-      gradients as two, 2·G·H·T·B·I_l and 2·G·H·T·B·H (cuDNN's backward-data and
-      backward-weights calls).
-
-    Source: J. Appleyard, T. Kočiský, P. Blunsom, "Optimizing Performance of Recurrent
-    Neural Networks on GPUs", arXiv:1604.01946, 2016 (the cuDNN v5 RNN design: the
-    input GEMM hoisted out of the recurrence, the element-wise gate work fused into one
-    kernel per step, the weight gradients one GEMM over all steps); the element-wise
-    traffic is this model's estimate from the equations (torch.nn.GRU/LSTM
-    documentation). A persistent kernel (cuDNN's ``CUDNN_RNN_ALGO_PERSIST_*``, not
-    PyTorch's default) would run fewer."""
-    t, b, h, g = call.steps, call.batch, call.hidden, RNN_GATES[call.kind]
-    states = 2 if call.kind == "LSTM" else 1
-    e = call.elem_bytes
-    products, elementwise = [], []
-    for layer in range(call.layers):
-        inputs = call.inputs if layer == 0 else call.directions * h
-        for _ in range(call.directions):
-            products += [(2.0 * t * b * inputs * g * h, 1.0), (2.0 * b * h * g * h, float(t))]
-            elementwise.append(((2 * g + 2 * states) * b * h * e, float(t)))
-            if call.backward:
-                products += [
-                    (2.0 * b * g * h * h, float(t)),
-                    (2.0 * t * b * g * h * inputs, 1.0),
-                    (2.0 * g * h * t * b * inputs, 1.0),
-                    (2.0 * g * h * t * b * h, 1.0),
-                ]
-                elementwise.append(((2 * g + 3 * states) * b * h * e, float(t)))
-    return tuple(products), tuple((float(n), c) for n, c in elementwise)
-
-
-def _less(entries: tuple, removed: tuple, times: float) -> tuple:
-    """``entries`` ``((size, calls), ...)`` less ``removed`` ``((size, calls), ...)``
-    × ``times``, by equal size (never below 0 calls; emptied sizes dropped)."""
-    left: dict[float, float] = {}
-    for size, calls in entries:
-        left[size] = left.get(size, 0.0) + calls
-    for size, calls in removed:
-        if size in left:
-            left[size] = max(left[size] - calls * times, 0.0)
-    return tuple((size, calls) for size, calls in left.items() if calls > 1e-9)
-
-
-def cudnn_rnn_work(work: Work) -> Work:
-    """``work`` with each recurrent module call (:attr:`Work.rnn`) run as cuDNN runs it
-    on an NVIDIA GPU instead of as the CPU ran it: the call's counted ops, kernels,
-    products, element-wise calls and element-wise bytes taken out (on the CPU a GRU or
-    RNN layer is ATen ops per time step, an LSTM layer one oneDNN op), and in their
-    place, per call, one dispatched host op forward (PyTorch's ``_cudnn_rnn``, Keras's
-    ``CudnnRNNV3``) and one backward (``_cudnn_rnn_backward``, ``CudnnRNNBackpropV3``,
-    each making cuDNN's backward-data and backward-weights calls), and the kernels of
-    :func:`cudnn_rnn_kernels`; a TensorFlow step's calls that ran inside its graph (their
-    ops among its graph ops) are replaced there. The step's
-    other kernels are its counted ones less the calls' (``counted_kernels``: an LSTM
-    layer op counts its gate products, more than its ops), at most its other ops. The
-    FLOPs stay as counted. A work without recurrent calls is returned as it is."""
-    if not work.rnn:
-        return work
-    counted = work.kernels if work.counted_kernels is None else work.counted_kernels
-    ops, kernels, mem = work.ops, counted, work.mem_bytes
-    products, elementwise = work.products, work.elementwise
-    removed = sum(call.per_step * call.ops for call in work.rnn)
-    kernels -= sum(call.per_step * call.kernels for call in work.rnn)
-    ops = max(ops - removed, 0.0)
-    kernels = min(max(kernels, 0.0), ops)
-    # A Keras layer runs inside the step's graph (its ops were graph ops): so do its
-    # CudnnRNNV3 ops there.
-    in_graph = work.framework == "tensorflow" and work.graph_ops >= removed > 0
-    graph_ops = work.graph_ops - removed if in_graph else work.graph_ops
-    for call in work.rnn:
-        per = call.per_step
-        gemms, fused = cudnn_rnn_kernels(call)
-        ops += per * (2.0 if call.backward else 1.0)
-        graph_ops += per * (2.0 if call.backward else 1.0) if in_graph else 0.0
-        kernels += per * sum(n for _, n in gemms + fused)
-        mem += per * (sum(b * n for b, n in fused) - call.mem_bytes)
-        products = _less(products, call.products, per) + tuple((f, n * per) for f, n in gemms)
-        elementwise = _less(elementwise, call.elementwise, per) + tuple(
-            (b, n * per) for b, n in fused
-        )
-    return replace(
-        work, ops=ops, graph_ops=min(graph_ops, ops), kernels=kernels,
-        mem_bytes=max(mem, 0.0), products=products, elementwise=elementwise,
-        rnn=(), counted_kernels=None,
-    )  # fmt: skip

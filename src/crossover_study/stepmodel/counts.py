@@ -49,7 +49,7 @@ What is counted, and how:
   products and element-wise calls it accounts for. On the CPU a GRU or RNN layer runs
   as ATen ops per time step (a 2-layer GRU of 50 steps: 4 635 of its step's 4 776 ops),
   which a GPU runs as a few cuDNN kernels per step from one host op; the device cards
-  replace them (:func:`crossover_study.stepmodel.card_model.cudnn_rnn_work`). TensorFlow:
+  replace them (:func:`crossover_study.stepmodel.card_rnn.cudnn_rnn_work`). TensorFlow:
   each Keras ``LSTM`` or ``GRU`` call that Keras would run on cuDNN on a GPU
   (:func:`crossover_study.stepmodel.counts_tf.count_keras_rnn_call`), likewise.
 - **mem_bytes**: bytes read and written by the operations that are not FLOP-counted
