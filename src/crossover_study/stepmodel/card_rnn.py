@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from crossover_study.stepmodel.card_model import Work
 
 
 @dataclass(frozen=True)
@@ -139,9 +135,10 @@ def _less(entries: tuple, removed: tuple, times: float) -> tuple:
     return tuple((size, calls) for size, calls in left.items() if calls > 1e-9)
 
 
-def cudnn_rnn_work(work: Work) -> Work:
-    """``work`` with each recurrent module call (:attr:`Work.rnn`) run as cuDNN runs it
-    on an NVIDIA GPU instead of as the CPU ran it: the call's counted ops, kernels,
+def cudnn_rnn_work(work):
+    """``work`` (a :class:`crossover_study.stepmodel.card_model.Work`; not imported here,
+    which imports this module) with each recurrent module call (its ``rnn``) run as cuDNN
+    runs it on an NVIDIA GPU instead of as the CPU ran it: the call's counted ops, kernels,
     products, element-wise calls and element-wise bytes taken out (on the CPU a GRU or
     RNN layer is ATen ops per time step, an LSTM layer one oneDNN op), and in their
     place, per call, one dispatched host op forward (PyTorch's ``_cudnn_rnn``, Keras's
