@@ -13,6 +13,7 @@ from crossover_study.answers.phrasebook import faster_or_slower
 from crossover_study.answers.rows import to_number
 from crossover_study.core.cpu_flags import NATIVE_FLAGS
 from crossover_study.core.progress import format_seconds
+from crossover_study.study.spec import truthy
 
 #: The input pipeline is named when it alone takes at least this share of the step: a
 #: quarter of the step made on the host in other threads is a quarter that an
@@ -60,7 +61,7 @@ def precision_text(row: pd.Series) -> str:
     row's ``fp32_*`` columns (:mod:`crossover_study.measure.precision_probe`) or "not
     measured here"; empty unless the row's
     ``step_flops_emulated`` is true (:mod:`crossover_study.core.cpu_flags`)."""
-    if row.get("step_flops_emulated") not in (True, "True", "true", 1):
+    if not truthy(pd.Series([row.get("step_flops_emulated")])).iloc[0]:
         return ""
     precision = row.get("step_flops_precision")
     flags = ", ".join(f.upper().replace("_", "-") for f in NATIVE_FLAGS.get(precision, ())[:2])

@@ -9,11 +9,14 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import sys
 from collections import Counter
 from collections.abc import Callable
 
-from crossover_study.stepmodel.record import RNN_MODULE_KEYS, StepCounts, rows_per_step
+from crossover_study.stepmodel.record import (
+    StepCounts,
+    rnn_module_rows,
+    rows_per_step,
+)
 
 #: TensorFlow ops whose FLOPs are counted (2·m·k·n from their shapes).
 TF_MATMUL_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
@@ -443,16 +446,5 @@ def count_keras_rnn_call(spec: tuple) -> dict:
 def _keras_rnn_modules(calls: Counter, steps: float) -> tuple:
     """:attr:`StepCounts.rnn_modules` of the Keras LSTM and GRU calls a step made
     (``calls`` over ``steps`` steps), each distinct call counted alone
-    (:func:`count_keras_rnn_call`); one that cannot be is left out with a line on
-    stderr (its ops are then priced as counted)."""
-    rows = []
-    for spec, count in calls.items():
-        try:
-            counted = {**count_keras_rnn_call(spec), "per_step": count / steps}
-        except Exception as error:  # noqa: BLE001 - the step's own counts stay
-            print(f"step counts: Keras {spec[0]} not counted alone: {error}", file=sys.stderr)
-            continue
-        for key in ("products", "elementwise"):
-            counted[key] = json.dumps(counted[key])
-        rows.append(tuple(counted[k] for k in RNN_MODULE_KEYS))
-    return tuple(rows)
+    (:func:`count_keras_rnn_call`, :func:`~crossover_study.stepmodel.record.rnn_module_rows`)."""
+    return rnn_module_rows(calls, steps, count_keras_rnn_call, "Keras {} not counted alone")

@@ -8,16 +8,15 @@ LSTM layers it does not reach, element-wise calls by overload and arguments, and
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from collections.abc import Callable
 
 from crossover_study.core.cpu_flags import DTYPE_PRECISION
 from crossover_study.stepmodel.record import (
-    RNN_MODULE_KEYS,
     StepCounts,
     lstm_products,
     product_flops,
+    rnn_module_rows,
     rows_per_step,
 )
 
@@ -287,17 +286,7 @@ def _rnn_modules(calls: Counter, steps: float) -> tuple:
     ``elementwise`` as JSON text (a cell of ``rnn_modules.csv``). A call that cannot be
     rebuilt alone (an error from the module) is left out with a line on stderr: its ops
     are then priced as counted."""
-    rows = []
-    for spec, count in calls.items():
-        try:
-            counted = {**count_rnn_call(spec), "per_step": count / steps}
-        except Exception as error:  # noqa: BLE001 - the step's own counts stay
-            print(f"step counts: {spec[0]} call not counted alone: {error}", file=sys.stderr)
-            continue
-        for key in ("products", "elementwise"):
-            counted[key] = json.dumps(counted[key])
-        rows.append(tuple(counted[k] for k in RNN_MODULE_KEYS))
-    return tuple(rows)
+    return rnn_module_rows(calls, steps, count_rnn_call, "{} call not counted alone")
 
 
 def _cuda_kernels(step: Callable[[], object]) -> int:

@@ -6,6 +6,7 @@ layer's gate products (:mod:`crossover_study.stepmodel.counts` says what is coun
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
 
@@ -111,6 +112,28 @@ class StepCounts:
             rows = [list(row) for row in getattr(self, name)]
             columns[f"step_{name}"] = json.dumps(rows) if rows else None
         return columns
+
+
+def rnn_module_rows(calls, steps: float, count_alone, label: str) -> tuple:
+    """:attr:`StepCounts.rnn_modules` of the recurrent calls a step made (``calls``: a
+    Counter of a call's spec -> its calls in ``steps`` steps): each distinct call counted
+    once alone by ``count_alone(spec)`` (a dict of :data:`RNN_MODULE_KEYS` but
+    ``per_step``) with its ``per_step``, as a row of :data:`RNN_MODULE_KEYS`, its
+    ``products`` and ``elementwise`` as JSON text (a cell of ``rnn_modules.csv``). A call
+    that cannot be counted alone is left out with a line on stderr naming it (``label``
+    formats its spec's kind, e.g. ``"Keras {} not counted alone"``): its ops are then
+    priced as counted."""
+    rows = []
+    for spec, count in calls.items():
+        try:
+            counted = {**count_alone(spec), "per_step": count / steps}
+        except Exception as error:  # noqa: BLE001 - the step's own counts stay
+            print(f"step counts: {label.format(spec[0])}: {error}", file=sys.stderr)
+            continue
+        for key in ("products", "elementwise"):
+            counted[key] = json.dumps(counted[key])
+        rows.append(tuple(counted[k] for k in RNN_MODULE_KEYS))
+    return tuple(rows)
 
 
 def rows_per_step(counts: Counter, steps: float, *flags) -> tuple:
